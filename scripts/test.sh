@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# scripts/test.sh — THE way to run idemgate's tests (CI runs exactly this, via .ci/run).
+#
+#   scripts/test.sh [extra cargo test args...]
+#   e.g. scripts/test.sh --lib            scripts/test.sh bloom -- --nocapture
+#
+# 1. starts the Redis servers the tests need (scripts/test-services.sh start),
+# 2. exports IDEMGATE_TEST_REDIS_URL, IDEMGATE_TEST_REDISBLOOM_URL, IDEMGATE_TEST_REDIS_CLUSTER
+#    (the tests fail loudly without them, so we check they are set before running cargo),
+# 3. runs `cargo test --all-targets --locked "$@"`,
+# 4. stops the servers again if this run started them (always, via a trap), and
+# 5. exits with cargo's status, after a one-line summary of the test counts.
+#
+# Environment:
+#   IDEMGATE_KEEP_SERVICES=1  leave the servers running afterwards (faster re-runs; stop them
+#                             with `scripts/test-services.sh stop`). Servers that were already
+#                             running before this script started are never stopped by it.
+#   IDEMGATE_TEST_DOC=1|0     also run doc tests (`cargo test --doc`), which --all-targets
+#                             leaves out. Default: 1 when no extra args are given, else 0.
+set -euo pipefail
+
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO_ROOT"
+SERVICES=$REPO_ROOT/scripts/test-services.sh
+
+# rustup's toolchain lives in ~/.cargo/bin, which a non-login shell may not have on PATH.
+export PATH="$HOME/.cargo/bin:$PATH"
+export RUST_BACKTRACE=${RUST_BACKTRACE:-1}
+
+log() { printf '[test.sh] %s\n' "$*" >&2; }
+
+# --- services --------------------------------------------------------------------------
+# If everything is already up (a developer ran `test-services.sh start`), it is not ours
+# to stop afterwards.
+we_started=1
+if "$SERVICES" status >/dev/null 2>&1; then
+  we_started=0
+  log "test services already running; they will be left running"
+fi
+
+services_stopped=0
+stop_services() {
+  ((services_stopped == 0)) || return 0
+  services_stopped=1
+  if ((we_started == 1)) && [[ ${IDEMGATE_KEEP_SERVICES:-0} != 1 ]]; then
+    "$SERVICES" stop || log "WARNING: stopping the test services failed"
+  fi
+}
+trap stop_services EXIT
+trap 'exit 130' INT   # make Ctrl-C / kill go through the EXIT trap too
+trap 'exit 143' TERM
+
+"$SERVICES" start
+
+# The env file is plain KEY=VALUE lines; `set -a` exports everything it defines.
+set -a
+# shellcheck disable=SC1090
+. "$("$SERVICES" env-file)"
+set +a
+for var in IDEMGATE_TEST_REDIS_URL IDEMGATE_TEST_REDISBLOOM_URL IDEMGATE_TEST_REDIS_CLUSTER; do
+  [[ -n ${!var:-} ]] || { log "ERROR: $var is not set after starting the test services"; exit 1; }
+  log "$var=${!var}"
+done
+
+# --- tests -----------------------------------------------------------------------------
+out=$(mktemp)
+trap 'rm -f "$out"; stop_services' EXIT
+
+# Run one cargo command, teeing its output so we can count results afterwards.
+status=0
+run_cargo() {
+  log "+ cargo $*"
+  local rc
+  set +e
+  cargo "$@" 2>&1 | tee -a "$out"
+  rc=${PIPESTATUS[0]}
+  set -e
+  ((status != 0)) || status=$rc   # keep the first failure
+}
+
+run_cargo test --all-targets --locked "$@"
+
+doc=${IDEMGATE_TEST_DOC:-$(($# == 0 ? 1 : 0))}
+if [[ $doc == 1 && -f src/lib.rs ]]; then
+  run_cargo test --doc --locked "$@"
+fi
+
+stop_services
+if ((status != 0)); then log "cargo test FAILED (exit $status)"; fi
+
+# One closing line that sums up every "test result:" line of every test binary, so the
+# overall count is visible at the end (cargo prints one line per binary). Ignored tests
+# are reported as skipped.
+awk '
+  /^test result: / {
+    for (i = 1; i <= NF; i++) {
+      if ($(i+1) ~ /^passed/)  p += $i
+      if ($(i+1) ~ /^failed/)  f += $i
+      if ($(i+1) ~ /^ignored/) s += $i
+    }
+    seen = 1
+  }
+  END {
+    if (seen) printf "summary: %d passed, %d failed, %d skipped\n", p, f, s
+    else print "summary: no test results (did the build fail?)"
+  }' "$out"
+exit "$status"

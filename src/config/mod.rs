@@ -1,0 +1,337 @@
+//! Configuration in two stages: `RawConfig` is the TOML as written; `Config`
+//! is what survives the cross-field checks. A bad config is refused at start
+//! with the field named (`streams[0].lease: ...`).
+
+mod raw;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+use std::time::Duration;
+
+pub use raw::{RawConfig, RawMetrics, RawStore, RawStream};
+
+use crate::fingerprint::Profile;
+use crate::store::redis::{FilterBackend, RedisOptions, RedisTarget};
+use crate::store::{FilterSizing, GenerationPlan, Mode, StreamSpec};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("cannot parse config: {0}")]
+    Parse(#[from] toml::de::Error),
+    /// A value that parses but cannot be right; names the field.
+    #[error("{field}: {reason}")]
+    Invalid { field: String, reason: String },
+}
+
+fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+/// The validated configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub kafka: BTreeMap<String, String>,
+    pub store: StoreConfig,
+    pub metrics_listen: String,
+    pub streams: Vec<StreamConfig>,
+}
+
+#[derive(Clone, Debug)]
+pub enum StoreConfig {
+    Memory { event_time: bool },
+    Redis(RedisOptions),
+}
+
+/// What happens to a stream's records while the store is unreachable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailMode {
+    Closed,
+    Open,
+}
+
+#[derive(Clone, Debug)]
+pub struct StreamConfig {
+    pub inputs: Vec<String>,
+    pub clean: String,
+    pub audit: String,
+    pub profile: Profile,
+    pub max_record_bytes: usize,
+    pub fail_mode: FailMode,
+    /// What the claim store needs: name, mode, lease, TTLs, filter plan.
+    pub spec: StreamSpec,
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Config::parse(&text)
+    }
+
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text)?;
+        validate(raw)
+    }
+}
+
+pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
+    let store = validate_store(&raw.store)?;
+    if raw.streams.is_empty() {
+        return Err(invalid(
+            "streams",
+            "at least one [[streams]] entry is needed",
+        ));
+    }
+    let mut names = HashSet::new();
+    let mut inputs = HashSet::new();
+    let mut streams = Vec::with_capacity(raw.streams.len());
+    for (index, stream) in raw.streams.iter().enumerate() {
+        let field = |name: &str| format!("streams[{index}].{name}");
+        let validated = validate_stream(stream, &field)?;
+        if !names.insert(stream.name.clone()) {
+            return Err(invalid(
+                field("name"),
+                format!("{} is used twice", stream.name),
+            ));
+        }
+        for topic in &stream.inputs {
+            if !inputs.insert(topic.clone()) {
+                return Err(invalid(
+                    field("inputs"),
+                    format!("topic {topic} is read by two streams"),
+                ));
+            }
+        }
+        streams.push(validated);
+    }
+    Ok(Config {
+        kafka: raw.kafka,
+        store,
+        metrics_listen: raw.metrics.listen,
+        streams,
+    })
+}
+
+fn validate_store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
+    if !is_plain_name(&raw.key_prefix, ":") {
+        return Err(invalid(
+            "store.key_prefix",
+            "letters, digits, '.', '_', '-' and ':' only (braces would turn into cluster hash tags)",
+        ));
+    }
+    let filter_backend = match raw.filter.as_str() {
+        "auto" => None,
+        "redisbloom" => Some(FilterBackend::RedisBloom),
+        "bitmap" => Some(FilterBackend::Bitmap),
+        other => {
+            return Err(invalid(
+                "store.filter",
+                format!("{other} is not auto, redisbloom or bitmap"),
+            ))
+        }
+    };
+    let event_time = match raw.clock.as_str() {
+        "wall" => false,
+        "event" => true,
+        other => {
+            return Err(invalid(
+                "store.clock",
+                format!("{other} is not wall or event"),
+            ))
+        }
+    };
+    let target = match raw.kind.as_str() {
+        "memory" => return Ok(StoreConfig::Memory { event_time }),
+        "redis" => RedisTarget::Standalone(
+            raw.url
+                .clone()
+                .ok_or_else(|| invalid("store.url", "kind = \"redis\" needs a url"))?,
+        ),
+        "cluster" if raw.nodes.is_empty() => {
+            return Err(invalid(
+                "store.nodes",
+                "kind = \"cluster\" needs seed nodes",
+            ))
+        }
+        "cluster" => RedisTarget::Cluster(raw.nodes.clone()),
+        other => {
+            return Err(invalid(
+                "store.kind",
+                format!("{other} is not memory, redis or cluster"),
+            ))
+        }
+    };
+    if event_time {
+        return Err(invalid(
+            "store.clock",
+            "redis enforces ttls on its own wall clock: event time needs the memory store",
+        ));
+    }
+    Ok(StoreConfig::Redis(RedisOptions {
+        target,
+        key_prefix: raw.key_prefix.clone(),
+        filter_backend,
+        allow_eviction: raw.allow_eviction,
+    }))
+}
+
+fn is_plain_name(text: &str, extra: &str) -> bool {
+    !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c) || extra.contains(c))
+}
+
+fn validate_stream(
+    raw: &RawStream,
+    field: &dyn Fn(&str) -> String,
+) -> Result<StreamConfig, ConfigError> {
+    if !is_plain_name(&raw.name, "") {
+        return Err(invalid(
+            field("name"),
+            "letters, digits, '.', '_' and '-' only",
+        ));
+    }
+    if raw.inputs.is_empty() {
+        return Err(invalid(
+            field("inputs"),
+            "at least one input topic is needed",
+        ));
+    }
+    for (name, topic) in [("clean", &raw.clean), ("audit", &raw.audit)] {
+        if topic.is_empty() {
+            return Err(invalid(field(name), "a topic name is needed"));
+        }
+        if raw.inputs.contains(topic) {
+            return Err(invalid(
+                field(name),
+                "must not be one of the stream's inputs",
+            ));
+        }
+    }
+    let profile = Profile::resolve(&raw.profile, raw.fields.as_deref(), raw.header.as_deref())
+        .map_err(|e| invalid(field("profile"), e.to_string()))?;
+    if raw.max_record_bytes == 0 {
+        return Err(invalid(field("max_record_bytes"), "must be above zero"));
+    }
+    let fail_mode = match raw.fail_mode.as_str() {
+        "closed" => FailMode::Closed,
+        "open" => FailMode::Open,
+        other => {
+            return Err(invalid(
+                field("fail_mode"),
+                format!("{other} is not closed or open"),
+            ))
+        }
+    };
+    let remembered = raw
+        .ttl
+        .ttl()
+        .map_err(|e| invalid(field("ttl"), e.to_string()))?;
+    if raw.lease.is_zero() {
+        return Err(invalid(field("lease"), "must be above zero"));
+    }
+    let (tier1_ttl, filter) = match raw.mode {
+        Mode::Exact => {
+            if raw.tier1_ttl.is_some() {
+                return Err(invalid(
+                    field("tier1_ttl"),
+                    "only for mode = \"tiered\"; in exact mode ttl is the tier-1 ttl",
+                ));
+            }
+            (remembered, None)
+        }
+        Mode::Tiered => {
+            let tier1 = raw
+                .tier1_ttl
+                .ok_or_else(|| invalid(field("tier1_ttl"), "mode = \"tiered\" needs it"))?;
+            (tier1, Some(filter_plan(raw, remembered, tier1, field)?))
+        }
+    };
+    if tier1_ttl.is_zero() {
+        return Err(invalid(field("tier1_ttl"), "must be above zero"));
+    }
+    if raw.lease >= tier1_ttl {
+        return Err(invalid(
+            field("lease"),
+            format!(
+                "{} is not shorter than the tier-1 ttl {}",
+                crate::ttl::format_duration(raw.lease),
+                crate::ttl::format_duration(tier1_ttl)
+            ),
+        ));
+    }
+    Ok(StreamConfig {
+        inputs: raw.inputs.clone(),
+        clean: raw.clean.clone(),
+        audit: raw.audit.clone(),
+        profile,
+        max_record_bytes: raw.max_record_bytes,
+        fail_mode,
+        spec: StreamSpec {
+            name: raw.name.clone(),
+            mode: raw.mode,
+            lease: raw.lease,
+            tier1_ttl,
+            filter,
+        },
+    })
+}
+
+fn filter_plan(
+    raw: &RawStream,
+    horizon: Duration,
+    tier1_ttl: Duration,
+    field: &dyn Fn(&str) -> String,
+) -> Result<GenerationPlan, ConfigError> {
+    if tier1_ttl >= horizon {
+        return Err(invalid(
+            field("tier1_ttl"),
+            format!(
+                "{} is not shorter than the horizon {} (ttl); use mode = \"exact\"",
+                crate::ttl::format_duration(tier1_ttl),
+                crate::ttl::format_duration(horizon)
+            ),
+        ));
+    }
+    if raw.filter_slots < 2 {
+        return Err(invalid(
+            field("filter_slots"),
+            "at least 2, or a key written just before a rotation is forgotten just after it",
+        ));
+    }
+    if !(raw.fp_rate > 0.0 && raw.fp_rate < 0.5) {
+        return Err(invalid(field("fp_rate"), "must be above 0 and below 0.5"));
+    }
+    let peak_rate = raw.peak_rate.filter(|rate| *rate > 0).ok_or_else(|| {
+        invalid(
+            field("peak_rate"),
+            "mode = \"tiered\" needs a peak rate above 0",
+        )
+    })?;
+    if raw.clock_skew * 4 >= horizon {
+        return Err(invalid(
+            field("clock_skew"),
+            "must be well under the horizon",
+        ));
+    }
+    Ok(GenerationPlan {
+        horizon,
+        slots: raw.filter_slots,
+        skew: raw.clock_skew,
+        sizing: FilterSizing::for_rate(peak_rate, horizon, raw.fp_rate),
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,105 @@
+use super::*;
+
+const BASE: &str = r#"
+[[streams]]
+name = "bank"
+inputs = ["raw.bank"]
+clean = "clean.bank"
+audit = "audit.bank"
+profile = "bank-txn"
+mode = "exact"
+ttl = { retention_years = 7 }
+lease = "30s"
+"#;
+
+fn refused(text: &str) -> String {
+    match Config::parse(text) {
+        Ok(_) => panic!("config accepted:\n{text}"),
+        Err(error) => error.to_string(),
+    }
+}
+
+fn tiered(extra: &str) -> String {
+    format!(
+        r#"
+[[streams]]
+name = "telemetry"
+inputs = ["raw.telemetry"]
+clean = "clean.telemetry"
+audit = "audit.telemetry"
+profile = "payload"
+mode = "tiered"
+ttl = {{ explicit = "12h" }}
+peak_rate = 1000
+{extra}
+"#
+    )
+}
+
+#[test]
+fn a_plain_exact_stream_is_accepted() {
+    let config = Config::parse(BASE).unwrap();
+    let stream = &config.streams[0];
+    assert_eq!(stream.spec.tier1_ttl.as_secs(), 220_903_200);
+    assert!(stream.spec.filter.is_none());
+    assert!(matches!(
+        config.store,
+        StoreConfig::Memory { event_time: false }
+    ));
+}
+
+#[test]
+fn a_tiered_stream_is_sized_from_rate_and_horizon() {
+    let config = Config::parse(&tiered("tier1_ttl = \"2h\"")).unwrap();
+    let plan = config.streams[0].spec.filter.clone().unwrap();
+    assert_eq!(plan.sizing.capacity, 1000 * 12 * 3600);
+    assert_eq!(plan.slots, 2);
+}
+
+#[test]
+fn a_zero_ttl_is_refused_naming_the_field() {
+    let text = BASE.replace("{ retention_years = 7 }", "{ explicit = \"0s\" }");
+    assert!(
+        refused(&text).starts_with("streams[0].ttl:"),
+        "{}",
+        refused(&text)
+    );
+}
+
+#[test]
+fn a_lease_not_shorter_than_tier1_is_refused() {
+    let error = refused(&tiered("tier1_ttl = \"2h\"\nlease = \"2h\""));
+    assert!(error.starts_with("streams[0].lease:"), "{error}");
+}
+
+#[test]
+fn a_tier1_ttl_not_shorter_than_the_horizon_is_refused() {
+    let error = refused(&tiered("tier1_ttl = \"12h\""));
+    assert!(error.starts_with("streams[0].tier1_ttl:"), "{error}");
+}
+
+#[test]
+fn fewer_than_two_filter_slots_are_refused() {
+    let error = refused(&tiered("tier1_ttl = \"2h\"\nfilter_slots = 1"));
+    assert!(error.starts_with("streams[0].filter_slots:"), "{error}");
+}
+
+#[test]
+fn an_unknown_field_is_refused() {
+    let error = refused(&format!("{BASE}colour = \"blue\"\n"));
+    assert!(error.contains("colour"), "{error}");
+}
+
+#[test]
+fn a_redis_store_without_url_is_refused() {
+    let error = refused(&format!("[store]\nkind = \"redis\"\n{BASE}"));
+    assert!(error.starts_with("store.url:"), "{error}");
+}
+
+#[test]
+fn event_time_with_redis_is_refused() {
+    let error = refused(&format!(
+        "[store]\nkind = \"redis\"\nurl = \"redis://127.0.0.1\"\nclock = \"event\"\n{BASE}"
+    ));
+    assert!(error.starts_with("store.clock:"), "{error}");
+}

@@ -1,0 +1,220 @@
+//! Canonical source hashes (DESIGN.md §3).
+//!
+//! A record's identity is a SHA-256 over a canonical form, never over raw
+//! bytes, so two deliveries of one event hash alike however the sender
+//! spelled them (key order, whitespace, "100.50" versus "100.5000", time
+//! zone offsets) and two different events never do. Beside the hash, a short
+//! digest of the whole payload tells a reused key with a different payload
+//! (a `conflict`) from a true duplicate.
+//!
+//! The hash input is a tag naming the format version and profile kind
+//! (`idemgate/v1/<kind>\0`) followed by the canonical form, so a header
+//! value can never collide with a payload that happens to have the same
+//! bytes, and a future change of canonical form can move to `v2` without
+//! silently matching old claims. Stream namespaces are the store's job.
+//!
+//! - `header`: the header's UTF-8 value.
+//! - `fields`: a canonical JSON object mapping each listed field name
+//!   (dotted path as written) to its normalised value; see [`Normaliser`].
+//! - `payload`: the canonical JSON of the whole payload; `payload-raw`: the
+//!   bytes as they are.
+//!
+//! Canonical JSON sorts object keys by their UTF-8 bytes, drops whitespace,
+//! escapes strings as serde_json does and keeps serde_json's number
+//! representation: `1` and `1.0` differ (as do `"123"` and `123`); use the
+//! `decimal` or `round:N` normalisers where numeric equality matters.
+
+mod canonical;
+mod error;
+mod normalise;
+mod profile;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+pub use error::Invalid;
+pub use profile::{FieldSpec, Normaliser, Profile, ProfileError};
+
+/// Hash-input prefixes: format version, then profile kind, NUL-terminated.
+const TAG_HEADER: &[u8] = b"idemgate/v1/header\0";
+const TAG_FIELDS: &[u8] = b"idemgate/v1/fields\0";
+const TAG_PAYLOAD: &[u8] = b"idemgate/v1/payload\0";
+const TAG_PAYLOAD_RAW: &[u8] = b"idemgate/v1/payload-raw\0";
+
+/// SHA-256 of the canonical form of the record's identity.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SourceHash(pub [u8; 32]);
+
+/// First 8 bytes of SHA-256 over the canonical whole payload (canonical JSON
+/// when the payload is JSON, raw bytes otherwise); lets a reused key with a
+/// different payload be told apart (a `conflict`). Eight bytes keep the
+/// stored claim compact; an accidental match between two payloads under one
+/// key is a 1 in 2^64 event.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PayloadDigest(pub [u8; 8]);
+
+/// What a record is claimed under, and what tells a conflict from a
+/// duplicate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fingerprint {
+    /// The claim key's hash.
+    pub hash: SourceHash,
+    /// Digest of the whole payload, stored with the claim.
+    pub digest: PayloadDigest,
+}
+
+/// What the fingerprint sees of a Kafka record: borrowed, so the consumer
+/// loop builds it from a message without copying.
+#[derive(Clone, Copy, Debug)]
+pub struct RecordView<'a> {
+    /// The value; `None` for a tombstone.
+    pub payload: Option<&'a [u8]>,
+    /// Headers in wire order; a header may repeat and may have no value.
+    pub headers: &'a [(&'a str, Option<&'a [u8]>)],
+}
+
+impl fmt::Display for SourceHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&hex::encode(self.0))
+    }
+}
+
+impl fmt::Debug for SourceHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for PayloadDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&hex::encode(self.0))
+    }
+}
+
+impl fmt::Debug for PayloadDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// Compute a record's fingerprint under a profile.
+///
+/// Pure: no I/O, never panics. The size check comes first, so an oversized
+/// record is refused before any parsing. The payload is parsed at most once
+/// and its canonical form serves both the digest and (for `payload`) the
+/// hash.
+pub fn fingerprint(
+    profile: &Profile,
+    max_bytes: usize,
+    record: &RecordView<'_>,
+) -> Result<Fingerprint, Invalid> {
+    let payload = record.payload.unwrap_or_default();
+    if payload.len() > max_bytes {
+        return Err(Invalid::TooLarge {
+            size: payload.len(),
+            limit: max_bytes,
+        });
+    }
+    let parsed = serde_json::from_slice::<Value>(payload);
+    let canonical = parsed.as_ref().ok().map(canonical::to_canonical);
+    let digest = payload_digest(canonical.as_deref().map_or(payload, str::as_bytes));
+
+    let hash = match profile {
+        Profile::Header { name } => hash(TAG_HEADER, header_value(record, name)?.as_bytes()),
+        Profile::Payload { raw: true } => {
+            if payload.is_empty() {
+                return Err(Invalid::EmptyPayload);
+            }
+            hash(TAG_PAYLOAD_RAW, payload)
+        }
+        Profile::Payload { raw: false } => {
+            json(payload, &parsed)?;
+            // Parsed, so `canonical` is present.
+            hash(
+                TAG_PAYLOAD,
+                canonical.as_deref().unwrap_or_default().as_bytes(),
+            )
+        }
+        Profile::Fields(specs) => {
+            if specs.is_empty() {
+                return Err(Invalid::NoFields);
+            }
+            let root = match json(payload, &parsed)? {
+                Value::Object(root) => root,
+                _ => return Err(Invalid::NotObject),
+            };
+            let mut entries = Vec::with_capacity(specs.len());
+            for spec in specs {
+                let value = normalise::lookup(root, &spec.name)?;
+                entries.push((
+                    &spec.name,
+                    normalise::normalise(&spec.name, &spec.normaliser, value)?,
+                ));
+            }
+            let mut form = String::new();
+            canonical::write_object(
+                &mut form,
+                entries.iter().map(|(name, value)| (*name, value)),
+            );
+            hash(TAG_FIELDS, form.as_bytes())
+        }
+    };
+    Ok(Fingerprint { hash, digest })
+}
+
+/// The parsed payload, or why the profile cannot read it as JSON.
+fn json<'a>(
+    payload: &[u8],
+    parsed: &'a Result<Value, serde_json::Error>,
+) -> Result<&'a Value, Invalid> {
+    if payload.is_empty() {
+        return Err(Invalid::EmptyPayload);
+    }
+    parsed.as_ref().map_err(|error| Invalid::NotJson {
+        reason: error.to_string(),
+    })
+}
+
+/// The value of the first header called `name`, which must be non-empty
+/// UTF-8: a key that cannot be read as text is more likely a producer bug
+/// than an identity.
+fn header_value<'a>(record: &RecordView<'a>, name: &str) -> Result<&'a str, Invalid> {
+    let value = record
+        .headers
+        .iter()
+        .find(|(key, _)| *key == name)
+        .and_then(|(_, value)| *value)
+        .ok_or_else(|| Invalid::MissingHeader {
+            name: name.to_owned(),
+        })?;
+    let text = std::str::from_utf8(value).map_err(|_| Invalid::HeaderNotUtf8 {
+        name: name.to_owned(),
+    })?;
+    if text.is_empty() {
+        return Err(Invalid::EmptyHeader {
+            name: name.to_owned(),
+        });
+    }
+    Ok(text)
+}
+
+fn hash(tag: &[u8], form: &[u8]) -> SourceHash {
+    let mut hasher = Sha256::new();
+    hasher.update(tag);
+    hasher.update(form);
+    SourceHash(hasher.finalize().into())
+}
+
+fn payload_digest(form: &[u8]) -> PayloadDigest {
+    let full: [u8; 32] = Sha256::digest(form).into();
+    let mut short = [0u8; 8];
+    for (to, from) in short.iter_mut().zip(full) {
+        *to = from;
+    }
+    PayloadDigest(short)
+}

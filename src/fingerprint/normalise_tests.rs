@@ -1,0 +1,364 @@
+//! Unit tests of the normalisers: each one's canonical output and each of
+//! its errors, which must name the field.
+
+use super::*;
+use serde_json::json;
+
+fn norm(normaliser: Normaliser, value: Value) -> Result<Value, Invalid> {
+    normalise("f", &normaliser, &value)
+}
+
+fn text(normaliser: Normaliser, value: Value) -> String {
+    match norm(normaliser, value) {
+        Ok(Value::String(text)) => text,
+        other => panic!("expected a string, got {other:?}"),
+    }
+}
+
+fn wrong(expected: &'static str, found: &'static str) -> Result<Value, Invalid> {
+    Err(Invalid::WrongType {
+        field: "f".into(),
+        expected,
+        found,
+    })
+}
+
+fn bad_decimal(value: &str) -> Result<Value, Invalid> {
+    Err(Invalid::BadDecimal {
+        field: "f".into(),
+        value: value.into(),
+    })
+}
+
+#[test]
+fn decimal_agrees_across_trailing_zeros_strings_and_numbers() {
+    for value in [
+        json!("100.50"),
+        json!("100.5000"),
+        json!(100.5),
+        json!("100.5"),
+        json!(100.50),
+    ] {
+        assert_eq!(text(Normaliser::Decimal, value), "100.5");
+    }
+    assert_eq!(text(Normaliser::Decimal, json!("100")), "100");
+    assert_eq!(text(Normaliser::Decimal, json!(100)), "100");
+    assert_eq!(text(Normaliser::Decimal, json!("100.00")), "100");
+    assert_eq!(text(Normaliser::Decimal, json!(100.0)), "100");
+    assert_eq!(text(Normaliser::Decimal, json!("007.50")), "7.5");
+}
+
+#[test]
+fn decimal_keeps_distinct_values_distinct() {
+    assert_ne!(
+        text(Normaliser::Decimal, json!("100.50")),
+        text(Normaliser::Decimal, json!("100.51"))
+    );
+    assert_ne!(
+        text(Normaliser::Decimal, json!("-1")),
+        text(Normaliser::Decimal, json!("1"))
+    );
+}
+
+#[test]
+fn decimal_reads_exponents_and_sends_negative_zero_to_zero() {
+    assert_eq!(
+        text(Normaliser::Decimal, json!(1e20)),
+        "100000000000000000000"
+    );
+    assert_eq!(text(Normaliser::Decimal, json!(1e-7)), "0.0000001");
+    assert_eq!(text(Normaliser::Decimal, json!("1.5E+3")), "1500");
+    assert_eq!(text(Normaliser::Decimal, json!("12.50e-2")), "0.125");
+    assert_eq!(text(Normaliser::Decimal, json!("-0.00")), "0");
+    assert_eq!(text(Normaliser::Decimal, json!(-0.0)), "0");
+    assert_eq!(text(Normaliser::Decimal, json!("0e999999")), "0");
+}
+
+#[test]
+fn decimal_takes_the_full_rust_decimal_range_exactly() {
+    assert_eq!(
+        text(Normaliser::Decimal, json!("79228162514264337593543950335")),
+        "79228162514264337593543950335"
+    );
+    assert_eq!(
+        text(Normaliser::Decimal, json!("0.0000000000000000000000000001")),
+        "0.0000000000000000000000000001"
+    );
+    assert_eq!(
+        text(
+            Normaliser::Decimal,
+            json!("1.50000000000000000000000000000000000")
+        ),
+        "1.5"
+    );
+}
+
+#[test]
+fn decimal_refuses_text_that_is_not_a_plain_decimal_naming_the_field() {
+    for value in [
+        "", " 1", "1 ", "+1", ".5", "5.", "1_000", "1,5", "NaN", "inf", "0x10", "1e", "1e+-5",
+        "--1", "1.2.3", "abc",
+    ] {
+        assert_eq!(
+            norm(Normaliser::Decimal, json!(value)),
+            bad_decimal(value),
+            "{value:?}"
+        );
+    }
+}
+
+#[test]
+fn decimal_refuses_values_rust_decimal_cannot_hold_exactly() {
+    for value in [
+        "79228162514264337593543950336",
+        "1e29",
+        "1e9999999999999999999",
+        "0.00000000000000000000000000001",
+        "1.0000000000000000000000000000001",
+    ] {
+        assert_eq!(
+            norm(Normaliser::Decimal, json!(value)),
+            bad_decimal(value),
+            "{value:?}"
+        );
+    }
+    assert_eq!(
+        norm(Normaliser::Decimal, json!(1.5e300)),
+        bad_decimal("1.5e+300")
+    );
+}
+
+#[test]
+fn decimal_quotes_at_most_the_start_of_a_huge_bad_value() {
+    let huge = "9".repeat(10_000);
+    match norm(Normaliser::Decimal, json!(huge)) {
+        Err(Invalid::BadDecimal { field, value }) => {
+            assert_eq!(field, "f");
+            assert!(value.chars().count() < 100);
+        }
+        other => panic!("expected BadDecimal, got {other:?}"),
+    }
+}
+
+#[test]
+fn decimal_refuses_other_types() {
+    assert_eq!(
+        norm(Normaliser::Decimal, json!(true)),
+        wrong("string or number", "boolean")
+    );
+    assert_eq!(
+        norm(Normaliser::Decimal, json!([1])),
+        wrong("string or number", "array")
+    );
+    assert_eq!(
+        norm(Normaliser::Decimal, json!({})),
+        wrong("string or number", "object")
+    );
+}
+
+#[test]
+fn string_is_kept_byte_for_byte_and_must_be_a_string() {
+    assert_eq!(text(Normaliser::String, json!(" Acc-1 ")), " Acc-1 ");
+    assert_eq!(text(Normaliser::String, json!("")), "");
+    assert_eq!(
+        norm(Normaliser::String, json!(123)),
+        wrong("string", "number")
+    );
+}
+
+#[test]
+fn upper_and_lower_change_case_and_must_be_strings() {
+    assert_eq!(text(Normaliser::Upper, json!("epsg:4326")), "EPSG:4326");
+    assert_eq!(text(Normaliser::Upper, json!("eur")), "EUR");
+    assert_eq!(text(Normaliser::Lower, json!("EUR")), "eur");
+    assert_eq!(text(Normaliser::Lower, json!("ÉTÉ")), "été");
+    assert_eq!(norm(Normaliser::Upper, json!(1)), wrong("string", "number"));
+    assert_eq!(
+        norm(Normaliser::Lower, json!(false)),
+        wrong("string", "boolean")
+    );
+}
+
+#[test]
+fn timestamp_normalises_to_utc_in_one_fixed_form() {
+    let utc = "2026-01-01T00:00:00.000000000Z";
+    for value in [
+        "2026-01-01T01:00:00+01:00",
+        "2026-01-01T00:00:00Z",
+        "2026-01-01T00:00:00.000Z",
+        "2025-12-31T19:00:00-05:00",
+        "2026-01-01t00:00:00z",
+        "2026-01-01T00:00:00-00:00",
+    ] {
+        assert_eq!(text(Normaliser::Timestamp, json!(value)), utc, "{value}");
+    }
+    assert_eq!(
+        text(
+            Normaliser::Timestamp,
+            json!("2026-03-04T05:06:07.123456789+00:00")
+        ),
+        "2026-03-04T05:06:07.123456789Z"
+    );
+    assert_ne!(
+        text(
+            Normaliser::Timestamp,
+            json!("2026-01-01T00:00:00.000000001Z")
+        ),
+        utc
+    );
+}
+
+#[test]
+fn timestamp_refuses_non_rfc3339_naming_the_field() {
+    for value in [
+        "2026-01-01",
+        "2026-01-01T00:00:00",
+        "01/01/2026 00:00",
+        "2026-13-01T00:00:00Z",
+        "1767225600",
+        "",
+    ] {
+        assert_eq!(
+            norm(Normaliser::Timestamp, json!(value)),
+            Err(Invalid::BadTimestamp {
+                field: "f".into(),
+                value: value.into()
+            }),
+            "{value:?}"
+        );
+    }
+    assert_eq!(
+        norm(Normaliser::Timestamp, json!(1767225600)),
+        wrong("rfc 3339 string", "number")
+    );
+}
+
+#[test]
+fn timestamp_out_of_range_after_utc_conversion_is_refused_not_a_panic() {
+    let value = "9999-12-31T23:59:59-01:00";
+    assert_eq!(
+        norm(Normaliser::Timestamp, json!(value)),
+        Err(Invalid::BadTimestamp {
+            field: "f".into(),
+            value: value.into()
+        })
+    );
+}
+
+#[test]
+fn round_rounds_half_away_from_zero_and_strips_trailing_zeros() {
+    assert_eq!(text(Normaliser::Round(6), json!(-74.5)), "-74.5");
+    assert_eq!(text(Normaliser::Round(6), json!(-74.500000)), "-74.5");
+    assert_eq!(text(Normaliser::Round(6), json!(40.1234565)), "40.123457");
+    assert_eq!(text(Normaliser::Round(6), json!(-40.1234565)), "-40.123457");
+    assert_eq!(text(Normaliser::Round(6), json!(40.1234564)), "40.123456");
+    assert_eq!(text(Normaliser::Round(2), json!(2.5)), "2.5");
+    assert_eq!(text(Normaliser::Round(0), json!(2.5)), "3");
+    assert_eq!(text(Normaliser::Round(0), json!(-2.5)), "-3");
+    assert_eq!(text(Normaliser::Round(3), json!(7)), "7");
+    assert_eq!(text(Normaliser::Round(6), json!(-0.0000001)), "0");
+    assert_eq!(text(Normaliser::Round(6), json!(1e-300)), "0");
+    assert_eq!(text(Normaliser::Round(28), json!(1.5e-29)), "0");
+    assert_eq!(text(Normaliser::Round(6), json!(1.2e-6)), "0.000001");
+}
+
+#[test]
+fn round_takes_arrays_of_numbers_elementwise() {
+    assert_eq!(
+        norm(Normaliser::Round(6), json!([-74.500000, 40.1, -73.9, 40.9])),
+        Ok(json!(["-74.5", "40.1", "-73.9", "40.9"]))
+    );
+    assert_eq!(norm(Normaliser::Round(6), json!([])), Ok(json!([])));
+    assert_ne!(
+        norm(Normaliser::Round(6), json!([5])),
+        norm(Normaliser::Round(6), json!(5))
+    );
+}
+
+#[test]
+fn round_refuses_non_numbers_naming_the_field() {
+    let expected = "number or array of numbers";
+    assert_eq!(
+        norm(Normaliser::Round(6), json!("1.5")),
+        wrong(expected, "string")
+    );
+    assert_eq!(
+        norm(Normaliser::Round(6), json!([1.0, "2.0", 3.0])),
+        wrong(expected, "array containing string")
+    );
+    assert_eq!(
+        norm(Normaliser::Round(6), json!([1.0, [2.0]])),
+        wrong(expected, "array containing array")
+    );
+    assert_eq!(
+        norm(Normaliser::Round(6), json!([null])),
+        wrong(expected, "array containing null")
+    );
+    assert_eq!(
+        norm(Normaliser::Round(6), json!(1.5e300)),
+        bad_decimal("1.5e+300")
+    );
+}
+
+#[test]
+fn round_with_more_places_than_rust_decimal_holds_does_not_panic() {
+    assert_eq!(text(Normaliser::Round(u32::MAX), json!(1.25)), "1.25");
+}
+
+#[test]
+fn object_keeps_any_value_as_is_for_canonical_writing() {
+    for value in [
+        json!({"b": 1, "a": [true, null]}),
+        json!("123"),
+        json!(123),
+        json!(null),
+    ] {
+        assert_eq!(norm(Normaliser::Object, value.clone()), Ok(value));
+    }
+}
+
+#[test]
+fn lookup_follows_dotted_paths() {
+    let root = json!({"a": {"b": {"c": 1}}, "x": 2, "a.b": 3});
+    let root = root.as_object().unwrap();
+    assert_eq!(lookup(root, "a.b.c"), Ok(&json!(1)));
+    assert_eq!(lookup(root, "x"), Ok(&json!(2)));
+    assert_eq!(lookup(root, "a.b"), Ok(&json!({"c": 1})));
+}
+
+#[test]
+fn lookup_treats_absent_and_null_as_missing_naming_the_whole_path() {
+    let root = json!({"a": {"b": null}, "n": null});
+    let root = root.as_object().unwrap();
+    for path in ["z", "n", "a.b", "a.c", "n.x", "z.y"] {
+        assert_eq!(
+            lookup(root, path),
+            Err(Invalid::MissingField { field: path.into() }),
+            "{path}"
+        );
+    }
+}
+
+#[test]
+fn lookup_names_the_non_object_on_the_path() {
+    let root = json!({"a": {"b": "text"}});
+    let root = root.as_object().unwrap();
+    assert_eq!(
+        lookup(root, "a.b.c"),
+        Err(Invalid::WrongType {
+            field: "a.b".into(),
+            expected: "object",
+            found: "string"
+        })
+    );
+}
+
+#[test]
+fn number_text_parses_to_digits_and_exponent() {
+    let parsed = |t: &str| parse_text(t).map(|p| (p.negative, p.digits, p.exponent));
+    assert_eq!(parsed("100.500"), Some((false, "1005".into(), -1)));
+    assert_eq!(parsed("-0012.0e3"), Some((true, "12".into(), 3)));
+    assert_eq!(parsed("1200"), Some((false, "12".into(), 2)));
+    assert_eq!(parsed("0.000"), Some((false, String::new(), -3)));
+    assert_eq!(parsed("1e-9223372036854775808"), None);
+}

@@ -1,0 +1,433 @@
+//! Profiles: which part of a record is its identity, resolved from the
+//! stream's configuration (`profile`, `fields`, `header`).
+//!
+//! Resolution is where every configuration mistake is caught, so that
+//! [`fingerprint`](super::fingerprint) only ever fails because of the record.
+
+use std::collections::BTreeSet;
+
+/// Header read by the `header` profile when the stream names none.
+pub(crate) const DEFAULT_HEADER: &str = "x-idempotency-key";
+
+/// The most decimal places `round:N` accepts: rust_decimal's maximum scale.
+pub(crate) const MAX_ROUND_PLACES: u32 = 28;
+
+/// How one field's value is brought to a canonical form, so that two
+/// spellings of the same value hash alike and different values never do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Normaliser {
+    /// An exact decimal (JSON string or number) through rust_decimal with
+    /// trailing zeros stripped: "100.50", "100.5000" and 100.5 agree. A
+    /// JSON number is read from serde_json's text of it, which is exact for
+    /// integers within i64/u64 and for decimals of up to 15 significant
+    /// digits (it went through `f64`); longer amounts must be sent as strings.
+    Decimal,
+    /// A JSON string, kept byte for byte.
+    String,
+    /// A JSON string, upper-cased (Unicode rules): codes such as currencies
+    /// or CRS names arrive in either case.
+    Upper,
+    /// A JSON string, lower-cased (Unicode rules).
+    Lower,
+    /// An RFC 3339 timestamp, normalised to UTC, so one instant written with
+    /// two offsets agrees.
+    Timestamp,
+    /// A number or an array of numbers, each rounded to this many decimal
+    /// places (half away from zero) and stripped of trailing zeros.
+    Round(u32),
+    /// Any JSON value in canonical form (keys sorted, no whitespace).
+    Object,
+}
+
+/// One field of the `fields` profile: a dotted path into the payload object
+/// and how its value is normalised.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FieldSpec {
+    /// Dotted path (`a.b` is key `b` of the object at key `a`); also the key
+    /// of the field in the canonical form.
+    pub name: String,
+    /// How the value is normalised before hashing.
+    pub normaliser: Normaliser,
+}
+
+/// Which part of a record is its identity.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Profile {
+    /// The value of a header, so a job submitted synchronously and replayed
+    /// asynchronously collapse onto the key its sender chose.
+    Header {
+        /// Header name, matched exactly; the first header with it counts.
+        name: String,
+    },
+    /// Listed JSON fields, each normalised.
+    Fields(Vec<FieldSpec>),
+    /// The whole payload.
+    Payload {
+        /// `false`: canonical JSON of the payload (which must be JSON);
+        /// `true`: the bytes as they are, for non-JSON streams.
+        raw: bool,
+    },
+}
+
+/// A stream's profile settings cannot be resolved. Raised at configuration
+/// time, never per record.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProfileError {
+    /// The profile name is none of the known ones.
+    #[error(
+        "unknown profile `{name}` (expected header, payload, payload-raw, bank-txn, spatial-job or fields)"
+    )]
+    UnknownProfile { name: String },
+    /// Profile `fields` was named without a field list.
+    #[error("profile `fields` needs a field list, e.g. \"account_id,amount:decimal\"")]
+    FieldsRequired,
+    /// A field list was given to a profile that has its own (or none).
+    #[error("profile `{profile}` takes no field list")]
+    FieldsNotAllowed { profile: String },
+    /// A header name was given to a profile that reads no header.
+    #[error("profile `{profile}` takes no header name")]
+    HeaderNotAllowed { profile: String },
+    /// The header name is empty.
+    #[error("header name is empty")]
+    EmptyHeaderName,
+    /// One entry of the field list is malformed.
+    #[error("bad field spec `{spec}`: {reason}")]
+    BadFieldSpec { spec: String, reason: &'static str },
+    /// The normaliser named in a field spec does not exist.
+    #[error(
+        "unknown normaliser `{normaliser}` in field spec `{spec}` (expected decimal, string, upper, lower, timestamp, round:N or object)"
+    )]
+    UnknownNormaliser { spec: String, normaliser: String },
+    /// The same field is listed twice: the canonical form has one slot per
+    /// name, so the second entry would silently win.
+    #[error("field `{field}` is listed twice")]
+    DuplicateField { field: String },
+}
+
+impl Profile {
+    /// Resolve a profile by name: "header", "payload", "payload-raw",
+    /// "bank-txn", "spatial-job", "fields".
+    ///
+    /// `fields` is the field list for "fields" (and refused for the others),
+    /// e.g. "account_id,amount:decimal,bbox:round:6,crs:upper,params:object";
+    /// a field without a normaliser uses `string`. `header` overrides the
+    /// header name for "header" (and is refused for the others). Settings
+    /// that would be ignored are refused rather than dropped, because an
+    /// operator who wrote them expected them to matter.
+    pub fn resolve(
+        name: &str,
+        fields: Option<&str>,
+        header: Option<&str>,
+    ) -> Result<Profile, ProfileError> {
+        if name != "fields" && fields.is_some() {
+            return Err(ProfileError::FieldsNotAllowed {
+                profile: name.to_owned(),
+            });
+        }
+        if name != "header" && header.is_some() {
+            return Err(ProfileError::HeaderNotAllowed {
+                profile: name.to_owned(),
+            });
+        }
+        match name {
+            "header" => {
+                let name = header.unwrap_or(DEFAULT_HEADER);
+                if name.is_empty() {
+                    return Err(ProfileError::EmptyHeaderName);
+                }
+                Ok(Profile::Header {
+                    name: name.to_owned(),
+                })
+            }
+            "payload" => Ok(Profile::Payload { raw: false }),
+            "payload-raw" => Ok(Profile::Payload { raw: true }),
+            "bank-txn" => Ok(Profile::Fields(bank_txn())),
+            "spatial-job" => Ok(Profile::Fields(spatial_job())),
+            "fields" => match fields {
+                Some(list) => parse_field_list(list).map(Profile::Fields),
+                None => Err(ProfileError::FieldsRequired),
+            },
+            other => Err(ProfileError::UnknownProfile {
+                name: other.to_owned(),
+            }),
+        }
+    }
+}
+
+fn spec(name: &str, normaliser: Normaliser) -> FieldSpec {
+    FieldSpec {
+        name: name.to_owned(),
+        normaliser,
+    }
+}
+
+/// Preset `bank-txn`: a bank transaction is its account, the bank's own
+/// transaction id, the amount (string or number), the currency and the
+/// posting time.
+fn bank_txn() -> Vec<FieldSpec> {
+    vec![
+        spec("account_id", Normaliser::String),
+        spec("bank_txn_id", Normaliser::String),
+        spec("amount", Normaliser::Decimal),
+        spec("currency", Normaliser::Upper),
+        spec("posted_at", Normaliser::Timestamp),
+    ]
+}
+
+/// Preset `spatial-job`: a spatial job is its area (to about 0.1 m), its
+/// coordinate system and its parameters.
+fn spatial_job() -> Vec<FieldSpec> {
+    vec![
+        spec("bbox", Normaliser::Round(6)),
+        spec("crs", Normaliser::Upper),
+        spec("params", Normaliser::Object),
+    ]
+}
+
+/// Parse "name[:normaliser[:arg]],..." (whitespace around entries ignored).
+fn parse_field_list(list: &str) -> Result<Vec<FieldSpec>, ProfileError> {
+    let mut seen = BTreeSet::new();
+    let mut specs = Vec::new();
+    for raw in list.split(',') {
+        let field = parse_field_spec(raw.trim())?;
+        if !seen.insert(field.name.clone()) {
+            return Err(ProfileError::DuplicateField { field: field.name });
+        }
+        specs.push(field);
+    }
+    Ok(specs)
+}
+
+fn parse_field_spec(text: &str) -> Result<FieldSpec, ProfileError> {
+    let bad = |reason| ProfileError::BadFieldSpec {
+        spec: text.to_owned(),
+        reason,
+    };
+    if text.is_empty() {
+        return Err(bad("empty entry"));
+    }
+    let mut parts = text.split(':');
+    let name = parts.next().unwrap_or_default();
+    if name.is_empty() {
+        return Err(bad("empty field name"));
+    }
+    if name.split('.').any(str::is_empty) {
+        return Err(bad("empty segment in dotted path"));
+    }
+    if name.chars().any(char::is_whitespace) {
+        return Err(bad("whitespace in field name"));
+    }
+    let kind = parts.next();
+    let arg = parts.next();
+    if parts.next().is_some() {
+        return Err(bad("too many `:` parts"));
+    }
+    let normaliser = match (kind, arg) {
+        (None, _) => Normaliser::String,
+        (Some("round"), Some(places)) => {
+            Normaliser::Round(parse_places(places).ok_or_else(|| {
+                bad("round:N needs N, a whole number of decimal places from 0 to 28")
+            })?)
+        }
+        (Some("round"), None) => return Err(bad("round needs a number of places, as in round:6")),
+        (Some(_), Some(_)) => return Err(bad("only round takes an argument")),
+        (Some(kind), None) => match kind {
+            "decimal" => Normaliser::Decimal,
+            "string" => Normaliser::String,
+            "upper" => Normaliser::Upper,
+            "lower" => Normaliser::Lower,
+            "timestamp" => Normaliser::Timestamp,
+            "object" => Normaliser::Object,
+            other => {
+                return Err(ProfileError::UnknownNormaliser {
+                    spec: text.to_owned(),
+                    normaliser: other.to_owned(),
+                })
+            }
+        },
+    };
+    Ok(FieldSpec {
+        name: name.to_owned(),
+        normaliser,
+    })
+}
+
+/// Decimal places for `round:N`: plain ASCII digits only (no sign), at most
+/// [`MAX_ROUND_PLACES`].
+fn parse_places(text: &str) -> Option<u32> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse::<u32>()
+        .ok()
+        .filter(|places| *places <= MAX_ROUND_PLACES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_list_parses_every_normaliser_and_defaults_to_string() {
+        let profile = Profile::resolve(
+            "fields",
+            Some("account_id, amount:decimal,bbox:round:6,crs:upper,code:lower,at:timestamp,params:object,s:string"),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            profile,
+            Profile::Fields(vec![
+                spec("account_id", Normaliser::String),
+                spec("amount", Normaliser::Decimal),
+                spec("bbox", Normaliser::Round(6)),
+                spec("crs", Normaliser::Upper),
+                spec("code", Normaliser::Lower),
+                spec("at", Normaliser::Timestamp),
+                spec("params", Normaliser::Object),
+                spec("s", Normaliser::String),
+            ])
+        );
+    }
+
+    #[test]
+    fn dotted_paths_are_accepted() {
+        let profile = Profile::resolve("fields", Some("job.area.crs:upper"), None).unwrap();
+        assert_eq!(
+            profile,
+            Profile::Fields(vec![spec("job.area.crs", Normaliser::Upper)])
+        );
+    }
+
+    #[test]
+    fn presets_resolve_to_their_field_lists() {
+        assert_eq!(
+            Profile::resolve("bank-txn", None, None).unwrap(),
+            Profile::Fields(bank_txn())
+        );
+        assert_eq!(
+            Profile::resolve("spatial-job", None, None).unwrap(),
+            Profile::Fields(spatial_job())
+        );
+        assert_eq!(
+            Profile::resolve("payload", None, None).unwrap(),
+            Profile::Payload { raw: false }
+        );
+        assert_eq!(
+            Profile::resolve("payload-raw", None, None).unwrap(),
+            Profile::Payload { raw: true }
+        );
+    }
+
+    #[test]
+    fn header_profile_defaults_and_overrides_its_name() {
+        assert_eq!(
+            Profile::resolve("header", None, None).unwrap(),
+            Profile::Header {
+                name: "x-idempotency-key".into()
+            }
+        );
+        assert_eq!(
+            Profile::resolve("header", None, Some("x-job-id")).unwrap(),
+            Profile::Header {
+                name: "x-job-id".into()
+            }
+        );
+        assert_eq!(
+            Profile::resolve("header", None, Some("")),
+            Err(ProfileError::EmptyHeaderName)
+        );
+    }
+
+    #[test]
+    fn unknown_profile_is_refused() {
+        let err = Profile::resolve("bank", None, None).unwrap_err();
+        assert_eq!(
+            err,
+            ProfileError::UnknownProfile {
+                name: "bank".into()
+            }
+        );
+        assert!(err.to_string().starts_with("unknown profile `bank`"));
+    }
+
+    #[test]
+    fn settings_a_profile_would_ignore_are_refused() {
+        assert_eq!(
+            Profile::resolve("bank-txn", Some("a"), None),
+            Err(ProfileError::FieldsNotAllowed {
+                profile: "bank-txn".into()
+            })
+        );
+        assert_eq!(
+            Profile::resolve("payload", None, Some("x")),
+            Err(ProfileError::HeaderNotAllowed {
+                profile: "payload".into()
+            })
+        );
+        assert_eq!(
+            Profile::resolve("fields", None, None),
+            Err(ProfileError::FieldsRequired)
+        );
+    }
+
+    #[test]
+    fn bad_field_specs_are_refused_naming_the_spec() {
+        for (list, spec) in [
+            ("", ""),
+            ("a,,b", ""),
+            ("a,", ""),
+            (":decimal", ":decimal"),
+            ("a..b", "a..b"),
+            (".a", ".a"),
+            ("a b", "a b"),
+            ("x:round", "x:round"),
+            ("x:round:", "x:round:"),
+            ("x:round:-1", "x:round:-1"),
+            ("x:round:+6", "x:round:+6"),
+            ("x:round:29", "x:round:29"),
+            ("x:round:six", "x:round:six"),
+            ("x:decimal:2", "x:decimal:2"),
+            ("x:round:6:7", "x:round:6:7"),
+        ] {
+            match Profile::resolve("fields", Some(list), None) {
+                Err(ProfileError::BadFieldSpec { spec: named, .. }) => {
+                    assert_eq!(named, spec, "list {list:?}")
+                }
+                other => panic!("list {list:?}: expected BadFieldSpec, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn round_accepts_zero_to_twenty_eight_places() {
+        assert_eq!(
+            Profile::resolve("fields", Some("x:round:0,y:round:28"), None).unwrap(),
+            Profile::Fields(vec![
+                spec("x", Normaliser::Round(0)),
+                spec("y", Normaliser::Round(28))
+            ])
+        );
+    }
+
+    #[test]
+    fn unknown_normaliser_is_refused_naming_it() {
+        let err = Profile::resolve("fields", Some("amount:money"), None).unwrap_err();
+        assert_eq!(
+            err,
+            ProfileError::UnknownNormaliser {
+                spec: "amount:money".into(),
+                normaliser: "money".into()
+            }
+        );
+        assert!(err.to_string().contains("`money`"));
+    }
+
+    #[test]
+    fn a_field_listed_twice_is_refused() {
+        assert_eq!(
+            Profile::resolve("fields", Some("a:upper,b,a:lower"), None),
+            Err(ProfileError::DuplicateField { field: "a".into() })
+        );
+    }
+}

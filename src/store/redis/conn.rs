@@ -1,0 +1,210 @@
+//! One way to send a batch of commands to standalone Redis or to a Redis
+//! Cluster in a single round trip.
+//!
+//! Standalone: one pipeline. Cluster: a pipeline may only touch one slot,
+//! so commands are grouped by the slot of their key and the groups go out
+//! at once, each over the multiplexed connection of the node that owns it;
+//! the batch still waits for one round trip, not one per command.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use futures::future::join_all;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::Slot;
+use redis::{Cmd, RedisError, RedisResult, Value};
+
+use crate::store::StoreError;
+
+/// Where the store lives: one server, or the seed nodes of a cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RedisTarget {
+    Standalone(String),
+    Cluster(Vec<String>),
+}
+
+/// A command and the key it routes by.
+pub(crate) struct Keyed {
+    pub key: Vec<u8>,
+    pub cmd: Cmd,
+}
+
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Standalone(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+/// Commands time out after this long: the breaker, not a hung socket,
+/// decides what happens next.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+pub(crate) fn unavailable(error: RedisError) -> StoreError {
+    StoreError::Unavailable(error.to_string())
+}
+
+impl Conn {
+    pub async fn connect(target: &RedisTarget) -> Result<Conn, StoreError> {
+        match target {
+            RedisTarget::Standalone(url) => {
+                let client = redis::Client::open(url.as_str()).map_err(unavailable)?;
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                    .set_response_timeout(Some(RESPONSE_TIMEOUT))
+                    .set_number_of_retries(2)
+                    .set_max_delay(Duration::from_secs(1));
+                let manager = tokio::time::timeout(
+                    CONNECT_TIMEOUT * 2,
+                    client.get_connection_manager_with_config(config),
+                )
+                .await
+                .map_err(|_| StoreError::Unavailable("connect timed out".into()))?
+                .map_err(unavailable)?;
+                Ok(Conn::Standalone(manager))
+            }
+            RedisTarget::Cluster(nodes) => {
+                let client = ClusterClientBuilder::new(nodes.clone())
+                    .connection_timeout(CONNECT_TIMEOUT)
+                    .response_timeout(RESPONSE_TIMEOUT)
+                    .retries(2)
+                    .build()
+                    .map_err(unavailable)?;
+                let connection = client.get_async_connection().await.map_err(unavailable)?;
+                Ok(Conn::Cluster(connection))
+            }
+        }
+    }
+
+    /// Runs every command, one round trip for the whole batch. Server-side
+    /// errors come back per command; a connection error fails the batch.
+    pub async fn run(&self, commands: Vec<Keyed>) -> Result<Vec<RedisResult<Value>>, StoreError> {
+        if commands.is_empty() {
+            return Ok(Vec::new());
+        }
+        match self {
+            Conn::Standalone(manager) => {
+                let mut pipe = redis::pipe();
+                pipe.ignore_errors();
+                for command in commands {
+                    pipe.add_command(command.cmd);
+                }
+                let mut connection = manager.clone();
+                pipe.query_async(&mut connection).await.map_err(unavailable)
+            }
+            Conn::Cluster(cluster) => run_by_slot(cluster, commands).await,
+        }
+    }
+
+    /// Runs one command against every master (standalone: the server), for
+    /// start-up checks and INFO figures.
+    pub async fn on_every_node(&self, cmd: &Cmd) -> Result<Vec<Value>, StoreError> {
+        match self {
+            Conn::Standalone(manager) => {
+                let mut connection = manager.clone();
+                let value = connection
+                    .req_packed_command(cmd)
+                    .await
+                    .map_err(unavailable)?;
+                Ok(vec![value])
+            }
+            Conn::Cluster(cluster) => {
+                let mut connection = cluster.clone();
+                let mut nodes_cmd = redis::cmd("CLUSTER");
+                nodes_cmd.arg("NODES");
+                let nodes: String = nodes_cmd
+                    .query_async(&mut connection)
+                    .await
+                    .map_err(unavailable)?;
+                let mut values = Vec::new();
+                for address in masters(&nodes) {
+                    let url = format!("redis://{address}");
+                    let client = redis::Client::open(url.as_str()).map_err(unavailable)?;
+                    let mut node = client
+                        .get_multiplexed_async_connection()
+                        .await
+                        .map_err(unavailable)?;
+                    values.push(node.req_packed_command(cmd).await.map_err(unavailable)?);
+                }
+                Ok(values)
+            }
+        }
+    }
+}
+
+/// Addresses of the masters in `CLUSTER NODES` output
+/// (`<id> <ip:port@cport[,host]> <flags> ...`).
+fn masters(nodes: &str) -> Vec<String> {
+    nodes
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let address = fields.nth(1)?;
+            let flags = fields.next()?;
+            let is_live_master = flags.split(',').any(|f| f == "master")
+                && !flags.split(',').any(|f| f == "fail" || f == "noaddr");
+            let address = address.split('@').next()?;
+            is_live_master.then(|| address.to_string())
+        })
+        .collect()
+}
+
+async fn run_by_slot(
+    cluster: &ClusterConnection,
+    commands: Vec<Keyed>,
+) -> Result<Vec<RedisResult<Value>>, StoreError> {
+    let total = commands.len();
+    let mut groups: HashMap<Slot, (Vec<usize>, redis::Pipeline)> = HashMap::new();
+    for (index, command) in commands.into_iter().enumerate() {
+        let (indices, pipe) = groups
+            .entry(Slot::for_key(&command.key))
+            .or_insert_with(|| {
+                let mut pipe = redis::pipe();
+                pipe.ignore_errors();
+                (Vec::new(), pipe)
+            });
+        indices.push(index);
+        pipe.add_command(command.cmd);
+    }
+    let sent = groups.into_values().map(|(indices, pipe)| {
+        let mut connection = cluster.clone();
+        async move {
+            let results: RedisResult<Vec<RedisResult<Value>>> =
+                pipe.query_async(&mut connection).await;
+            (indices, results)
+        }
+    });
+    let mut out: Vec<Option<RedisResult<Value>>> = (0..total).map(|_| None).collect();
+    for (indices, results) in join_all(sent).await {
+        let results = results.map_err(unavailable)?;
+        if results.len() != indices.len() {
+            return Err(StoreError::Protocol(format!(
+                "pipeline of {} commands answered {}",
+                indices.len(),
+                results.len()
+            )));
+        }
+        for (index, result) in indices.into_iter().zip(results) {
+            out[index] = Some(result);
+        }
+    }
+    out.into_iter()
+        .map(|r| r.ok_or_else(|| StoreError::Protocol("command without an answer".into())))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::masters;
+
+    #[test]
+    fn masters_are_read_from_cluster_nodes() {
+        let nodes = "a 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460\n\
+                     b 127.0.0.1:7002@17002 master - 0 0 2 connected 5461-10922\n\
+                     c 127.0.0.1:7004@17004 slave b 0 0 2 connected\n\
+                     d 127.0.0.1:7003@17003 master,fail - 0 0 3 connected\n";
+        assert_eq!(masters(nodes), vec!["127.0.0.1:7001", "127.0.0.1:7002"]);
+    }
+}

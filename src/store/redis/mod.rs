@@ -1,0 +1,284 @@
+//! The Redis store, standalone or cluster (DESIGN.md §4-§6).
+//!
+//! A claim batch is one pipelined round trip carrying both tiers: `SET NX PX
+//! GET` for every hash and the filter probes of the tiered ones. Two rare
+//! follow-ups exist: taking over values that lapsed on the caller's clock
+//! but not yet on the server's, and releasing a fresh claim whose hash the
+//! filter already knows. Finalize is one round trip for tier 1 and one for
+//! tier 2; release is one.
+
+mod claims;
+mod conn;
+mod tier1;
+mod tier2;
+
+use redis::{RedisResult, Value};
+use tracing::warn;
+
+pub use conn::RedisTarget;
+use conn::{Conn, Keyed};
+use tier1::Scripts;
+pub use tier2::FilterBackend;
+use tier2::Item;
+
+use super::judge::pending_value;
+use super::value::ClaimValue;
+use super::{millis, spec, Claim, Millis, StoreError, StreamSpec};
+
+/// How to reach the store and what to accept of it.
+#[derive(Clone, Debug)]
+pub struct RedisOptions {
+    pub target: RedisTarget,
+    /// Prepended to every key: lets several deployments (or tests) share
+    /// one server.
+    pub key_prefix: String,
+    /// `None` picks RedisBloom where every node has it, bitmaps otherwise.
+    pub filter_backend: Option<FilterBackend>,
+    /// Accept a `maxmemory-policy` that can evict claims. Eviction silently
+    /// shortens every TTL, so this is off unless an operator says so.
+    pub allow_eviction: bool,
+}
+
+pub struct RedisStore {
+    conn: Conn,
+    streams: Vec<StreamSpec>,
+    prefix: String,
+    filter_backend: FilterBackend,
+    scripts: Scripts,
+}
+
+const NOSCRIPT: &str = "NOSCRIPT";
+
+impl RedisStore {
+    /// Connects and checks the server before any claim is made: refuses an
+    /// evicting `maxmemory-policy` and a requested RedisBloom that is absent.
+    pub async fn connect(
+        options: &RedisOptions,
+        streams: Vec<StreamSpec>,
+    ) -> Result<RedisStore, StoreError> {
+        let conn = Conn::connect(&options.target).await?;
+        check_eviction_policy(&conn, options.allow_eviction).await?;
+        let has_bloom = every_node_has_bloom(&conn).await?;
+        let filter_backend = match options.filter_backend {
+            Some(FilterBackend::RedisBloom) if !has_bloom => {
+                return Err(StoreError::Refused(
+                    "store.filter = \"redisbloom\" but the server has no RedisBloom module (bf)"
+                        .into(),
+                ));
+            }
+            Some(backend) => backend,
+            None if has_bloom => FilterBackend::RedisBloom,
+            None => FilterBackend::Bitmap,
+        };
+        Ok(RedisStore {
+            conn,
+            streams,
+            prefix: options.key_prefix.clone(),
+            filter_backend,
+            scripts: Scripts::new(),
+        })
+    }
+
+    pub fn filter_backend(&self) -> FilterBackend {
+        self.filter_backend
+    }
+
+    /// The tier-1 key of a hash, for tests that inspect TTLs.
+    pub fn tier1_key(
+        &self,
+        stream: super::StreamId,
+        hash: &crate::fingerprint::SourceHash,
+    ) -> Result<Vec<u8>, StoreError> {
+        Ok(tier1::key(
+            &self.prefix,
+            &spec(&self.streams, stream)?.name,
+            hash,
+        ))
+    }
+
+    /// Runs script invocations; any that met `NOSCRIPT` are sent again as
+    /// `EVAL`, which also caches the script on that node.
+    async fn run_scripts<F>(&self, count: usize, build: F) -> Result<Vec<Value>, StoreError>
+    where
+        F: Fn(usize, bool) -> Keyed,
+    {
+        let answers = self
+            .conn
+            .run((0..count).map(|i| build(i, true)).collect())
+            .await?;
+        let mut values: Vec<Option<Value>> = Vec::with_capacity(count);
+        let mut retry = Vec::new();
+        for (i, answer) in answers.into_iter().enumerate() {
+            match answer {
+                Ok(value) => values.push(Some(value)),
+                Err(error) if error.code() == Some(NOSCRIPT) => {
+                    retry.push(i);
+                    values.push(None);
+                }
+                Err(error) => return Err(StoreError::Protocol(error.to_string())),
+            }
+        }
+        if !retry.is_empty() {
+            let again = self
+                .conn
+                .run(retry.iter().map(|&i| build(i, false)).collect())
+                .await?;
+            for (&i, answer) in retry.iter().zip(again) {
+                values[i] = Some(answer.map_err(|e| StoreError::Protocol(e.to_string()))?);
+            }
+        }
+        values
+            .into_iter()
+            .map(|v| v.ok_or_else(|| StoreError::Protocol("script without an answer".into())))
+            .collect()
+    }
+
+    fn filter_items<'a>(
+        &'a self,
+        batch: impl Iterator<
+            Item = (
+                usize,
+                &'a super::StreamId,
+                &'a crate::fingerprint::SourceHash,
+                Millis,
+            ),
+        >,
+    ) -> Result<Vec<Item<'a>>, StoreError> {
+        let mut items = Vec::new();
+        for (index, stream, hash, at) in batch {
+            let spec = spec(&self.streams, *stream)?;
+            if let Some(plan) = &spec.filter {
+                items.push(Item {
+                    index,
+                    stream: &spec.name,
+                    plan,
+                    hash,
+                    at,
+                });
+            }
+        }
+        Ok(items)
+    }
+
+    /// Takes over values that lapsed on the caller's clock. Returns, per
+    /// entry, `None` when taken, else the value now there.
+    async fn take_over(
+        &self,
+        lapsed: &[(usize, Vec<u8>, ClaimValue)],
+        batch: &[Claim],
+    ) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+        let prepared: Vec<_> = lapsed
+            .iter()
+            .map(|(i, key, old)| {
+                let claim = &batch[*i];
+                let lease = spec(&self.streams, claim.stream).map(|s| millis(s.lease))?;
+                Ok((
+                    key.clone(),
+                    old.encode(),
+                    pending_value(claim).encode(),
+                    lease.to_string(),
+                ))
+            })
+            .collect::<Result<_, StoreError>>()?;
+        let values = self
+            .run_scripts(prepared.len(), |i, cached| {
+                let (key, old, new, lease) = &prepared[i];
+                self.scripts.take_over.invoke(
+                    cached,
+                    key.clone(),
+                    &[&old[..], &new[..], lease.as_bytes()],
+                )
+            })
+            .await?;
+        values
+            .into_iter()
+            .map(|value| match value {
+                Value::Int(1) => Ok(None),
+                Value::BulkString(bytes) => Ok(Some(bytes)),
+                other => Err(StoreError::Protocol(format!(
+                    "take-over answered {other:?}"
+                ))),
+            })
+            .collect()
+    }
+}
+
+async fn check_eviction_policy(conn: &Conn, allow: bool) -> Result<(), StoreError> {
+    let mut cmd = redis::cmd("CONFIG");
+    cmd.arg("GET").arg("maxmemory-policy");
+    for answer in conn.on_every_node(&cmd).await? {
+        let policy = config_value(answer)
+            .ok_or_else(|| StoreError::Protocol("CONFIG GET maxmemory-policy".into()))?;
+        // Every claim carries a TTL, so volatile-* policies evict claims as
+        // surely as allkeys-* ones: only noeviction keeps them.
+        if policy != "noeviction" {
+            if allow {
+                warn!(policy = %policy, "redis may evict claims: every eviction shortens a ttl");
+            } else {
+                return Err(StoreError::Refused(format!(
+                    "redis maxmemory-policy is {policy}, which can evict claims; set it to \
+                     noeviction or set store.allow_eviction = true"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `CONFIG GET` answers a flat array (RESP2) or a map (RESP3).
+fn config_value(answer: Value) -> Option<String> {
+    let second = match answer {
+        Value::Array(mut items) if items.len() >= 2 => items.swap_remove(1),
+        Value::Map(mut pairs) if !pairs.is_empty() => pairs.swap_remove(0).1,
+        _ => return None,
+    };
+    redis::from_redis_value::<String>(second).ok()
+}
+
+async fn every_node_has_bloom(conn: &Conn) -> Result<bool, StoreError> {
+    let mut cmd = redis::cmd("MODULE");
+    cmd.arg("LIST");
+    let answers = conn.on_every_node(&cmd).await?;
+    Ok(answers
+        .iter()
+        .all(|answer| module_names(answer).iter().any(|name| name == "bf")))
+}
+
+fn module_names(answer: &Value) -> Vec<String> {
+    let mut names = Vec::new();
+    if let Value::Array(modules) = answer {
+        for module in modules {
+            let fields: Vec<(Value, Value)> = match module {
+                Value::Array(flat) => flat
+                    .chunks(2)
+                    .filter_map(|c| Some((c.first()?.clone(), c.get(1)?.clone())))
+                    .collect(),
+                Value::Map(pairs) => pairs.clone(),
+                _ => continue,
+            };
+            for (field, value) in fields {
+                let field: Option<String> = redis::from_redis_value(field).ok();
+                if field.as_deref() == Some("name") {
+                    if let Ok(name) = redis::from_redis_value::<String>(value) {
+                        names.push(name);
+                    }
+                }
+            }
+        }
+    }
+    names
+}
+
+fn protocol(error: redis::RedisError) -> StoreError {
+    StoreError::Protocol(error.to_string())
+}
+
+fn unparsable(error: impl std::fmt::Display) -> StoreError {
+    StoreError::Protocol(error.to_string())
+}
+
+fn all_ok(answers: Vec<RedisResult<Value>>) -> Result<(), StoreError> {
+    answers
+        .into_iter()
+        .try_for_each(|a| a.map(drop).map_err(protocol))
+}

@@ -1,0 +1,211 @@
+//! The claim-store conformance suite against every backend: memory, Redis
+//! with bitmaps, Redis with RedisBloom, and a three-master Redis Cluster.
+//!
+//! The Redis servers come from `scripts/test-services.sh` through
+//! `IDEMGATE_TEST_REDIS_URL`, `IDEMGATE_TEST_REDISBLOOM_URL` and
+//! `IDEMGATE_TEST_REDIS_CLUSTER`. A missing variable or server fails the
+//! test: nothing is skipped.
+
+mod conformance;
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use idemgate::store::memory::MemoryStore;
+use idemgate::store::redis::{FilterBackend, RedisOptions, RedisStore, RedisTarget};
+use idemgate::store::{ClaimStore, StreamSpec};
+
+/// Opens stores that share one state: each `open` is a new connection to
+/// the same server and key prefix (the memory store hands out one instance).
+#[async_trait]
+pub trait Harness: Send + Sync {
+    async fn open(&self, streams: Vec<StreamSpec>) -> Arc<dyn ClaimStore>;
+    /// Unique per test, so hashes never meet another test's keys.
+    fn salt(&self) -> &str;
+}
+
+fn unique(name: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "t{}-{name}-{nanos:x}-{}",
+        std::process::id(),
+        rand::random::<u32>()
+    )
+}
+
+struct Memory {
+    salt: String,
+    store: Mutex<Option<Arc<MemoryStore>>>,
+}
+
+#[async_trait]
+impl Harness for Memory {
+    async fn open(&self, streams: Vec<StreamSpec>) -> Arc<dyn ClaimStore> {
+        let mut store = self.store.lock().unwrap();
+        store
+            .get_or_insert_with(|| Arc::new(MemoryStore::new(streams)))
+            .clone()
+    }
+    fn salt(&self) -> &str {
+        &self.salt
+    }
+}
+
+pub struct Redis {
+    salt: String,
+    pub target: RedisTarget,
+    pub backend: FilterBackend,
+    pub prefix: String,
+}
+
+pub fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: run the suite with scripts/test.sh, which starts the servers")
+    })
+}
+
+impl Redis {
+    pub fn new(kind: &str, test: &str) -> Redis {
+        let (target, backend) = match kind {
+            "bitmap" => (
+                RedisTarget::Standalone(env("IDEMGATE_TEST_REDIS_URL")),
+                FilterBackend::Bitmap,
+            ),
+            "bloom" => (
+                RedisTarget::Standalone(env("IDEMGATE_TEST_REDISBLOOM_URL")),
+                FilterBackend::RedisBloom,
+            ),
+            "cluster" => (
+                RedisTarget::Cluster(
+                    env("IDEMGATE_TEST_REDIS_CLUSTER")
+                        .split(',')
+                        .map(str::to_string)
+                        .collect(),
+                ),
+                FilterBackend::Bitmap,
+            ),
+            other => panic!("unknown backend {other}"),
+        };
+        let salt = unique(test);
+        Redis {
+            prefix: format!("{salt}:"),
+            salt,
+            target,
+            backend,
+        }
+    }
+}
+
+#[async_trait]
+impl Harness for Redis {
+    async fn open(&self, streams: Vec<StreamSpec>) -> Arc<dyn ClaimStore> {
+        let options = RedisOptions {
+            target: self.target.clone(),
+            key_prefix: self.prefix.clone(),
+            filter_backend: Some(self.backend),
+            allow_eviction: false,
+        };
+        let store = RedisStore::connect(&options, streams)
+            .await
+            .unwrap_or_else(|e| panic!("cannot open the {:?} store: {e}", self.target));
+        assert_eq!(store.filter_backend(), self.backend);
+        Arc::new(store)
+    }
+    fn salt(&self) -> &str {
+        &self.salt
+    }
+}
+
+/// Every key under the prefix, on every node, with its TTL in ms.
+pub async fn ttls(redis: &Redis) -> Vec<(Vec<u8>, i64)> {
+    let nodes = match &redis.target {
+        RedisTarget::Standalone(url) => vec![url.clone()],
+        RedisTarget::Cluster(nodes) => nodes.clone(),
+    };
+    let mut out = Vec::new();
+    for url in nodes {
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
+            .arg(format!("{}*", redis.prefix))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        for key in keys {
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            out.push((key, ttl));
+        }
+    }
+    out
+}
+
+macro_rules! conformance {
+    ($($test:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    let harness = super::Memory {
+                        salt: super::unique(stringify!($test)),
+                        store: Default::default(),
+                    };
+                    super::conformance::$test(&harness).await;
+                }
+            )*
+        }
+        conformance!(@redis redis_bitmap, "bitmap", $($test),*);
+        conformance!(@redis redis_bloom, "bloom", $($test),*);
+        conformance!(@redis redis_cluster, "cluster", $($test),*);
+    };
+    (@redis $module:ident, $kind:literal, $($test:ident),*) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    let harness = super::Redis::new($kind, stringify!($test));
+                    super::conformance::$test(&harness).await;
+                    super::every_key_carries_an_expiry(&harness).await;
+                }
+            )*
+        }
+    };
+}
+
+/// Checked after every Redis test: a key without an expiry is a bug.
+async fn every_key_carries_an_expiry(redis: &Redis) {
+    let keys = ttls(redis).await;
+    assert!(
+        !keys.is_empty(),
+        "the test left no keys under {}",
+        redis.prefix
+    );
+    for (key, ttl) in keys {
+        assert!(
+            ttl > 0,
+            "key {} has pttl {ttl}",
+            String::from_utf8_lossy(&key)
+        );
+    }
+}
+
+conformance!(
+    redelivery_nine_hours_after_the_first_is_suppressed,
+    a_key_written_a_minute_before_a_rotation_is_found_a_minute_after,
+    a_repeat_three_horizons_later_is_admitted,
+    a_retry_ladder_out_to_nine_hours_is_suppressed_and_measured,
+    a_record_meeting_its_own_claim_is_not_its_own_duplicate,
+    a_released_claim_is_won_by_the_next_record,
+    another_records_pending_claim_is_held_not_duplicate,
+    a_reused_key_with_another_payload_is_a_conflict,
+    a_lapsed_lease_passes_the_claim_on_and_the_old_holder_cannot_finalize,
+    streams_are_separate_namespaces,
+    two_connections_claiming_one_hash_at_once_give_exactly_one_winner,
+    filter_inserts_are_counted_against_capacity,
+);
