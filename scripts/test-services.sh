@@ -176,7 +176,8 @@ stop_server() {
 # `cargo clean` removed target/ under running servers. Needs `ss` to list listeners.
 reap_orphans() {
   command -v ss >/dev/null 2>&1 || return 0
-  local known=" $(cat "$RUN_DIR"/*.port 2>/dev/null | tr '\n' ' ') " port
+  local known port
+  known=" $({ cat "$RUN_DIR"/*.port 2>/dev/null || true; } | tr '\n' ' ') "
   while read -r port; do
     [[ -z $port || $port == "$PLAIN_PORT" || $known == *" $port "* ]] && continue
     if is_ours "$port"; then
@@ -287,7 +288,7 @@ start_bloom() {
 
 # ---------------------------------------------------------------------------------------
 # Three-master Redis Cluster, no replicas.
-cluster_ports() { cat "$RUN_DIR/cluster.port" 2>/dev/null | tr '\n' ' '; }
+cluster_ports() { { cat "$RUN_DIR/cluster.port" 2>/dev/null || true; } | paste -sd' ' -; }
 
 node_cluster_ok() {
   local info
@@ -406,7 +407,7 @@ cmd_start() {
     start_bloom
   fi
   if cluster_healthy; then
-    log "Redis Cluster on ports $(cluster_ports)is up; reusing it"
+    log "Redis Cluster on ports $(cluster_ports) is up; reusing it"
   else
     stop_cluster
     start_cluster
@@ -428,10 +429,14 @@ cmd_stop() {
 
 cmd_status() {
   local ok=0
-  pings "$PLAIN_PORT" && log "plain Redis $PLAIN_PORT: up" || { log "plain Redis $PLAIN_PORT: DOWN"; ok=1; }
-  bloom_healthy && log "RedisBloom: up on $(cat "$RUN_DIR/bloom.port")" || { log "RedisBloom: not running"; ok=1; }
-  cluster_healthy && log "Redis Cluster: ok on $(cluster_ports)" || { log "Redis Cluster: not running/healthy"; ok=1; }
-  [[ -s $ENV_FILE ]] || { log "no env file at $ENV_FILE"; ok=1; }
+  if pings "$PLAIN_PORT"; then log "plain Redis: up on $PLAIN_PORT"
+  else log "plain Redis: DOWN on $PLAIN_PORT"; ok=1; fi
+  if bloom_healthy; then log "RedisBloom: up on $(cat "$RUN_DIR/bloom.port")"
+  else log "RedisBloom: not running"; ok=1; fi
+  if cluster_healthy; then log "Redis Cluster: ok on $(cluster_ports)"
+  else log "Redis Cluster: not running or not healthy"; ok=1; fi
+  if [[ -s $ENV_FILE ]]; then log "env file: $ENV_FILE"
+  else log "env file: none at $ENV_FILE"; ok=1; fi
   return $ok
 }
 

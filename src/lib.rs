@@ -13,8 +13,18 @@
 //! - [`store`]: the `ClaimStore` contract (claim, finalize, release a batch)
 //!   and its backends: `memory` (injectable clock, fastbloom generations) and
 //!   `redis` (standalone or cluster; tier 2 on RedisBloom or bitmaps).
+//! - [`decision`]: a claim outcome turned into a decision, a route (clean or
+//!   audit) and the headers that say why.
+//! - [`worker`]: the consumer-group loop: poll a batch, fingerprint, claim,
+//!   route, produce, finalize or release, commit.
+//! - [`metrics`], [`http`]: every metric declared once; /metrics, /healthz
+//!   and /readyz.
 
 pub mod config;
+pub mod decision;
 pub mod fingerprint;
+pub mod http;
+pub mod metrics;
 pub mod store;
 pub mod ttl;
+pub mod worker;

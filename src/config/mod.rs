@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
 
-pub use raw::{RawConfig, RawMetrics, RawStore, RawStream};
+pub use raw::{RawBatch, RawConfig, RawMetrics, RawStore, RawStream};
 
 use crate::fingerprint::Profile;
 use crate::store::redis::{FilterBackend, RedisOptions, RedisTarget};
@@ -41,8 +41,21 @@ pub struct Config {
     pub kafka: BTreeMap<String, String>,
     pub store: StoreConfig,
     pub metrics_listen: String,
+    pub batch: BatchConfig,
     pub streams: Vec<StreamConfig>,
 }
+
+#[derive(Clone, Debug)]
+pub struct BatchConfig {
+    pub max_records: usize,
+    pub linger: Duration,
+}
+
+/// Environment variables that override the file, so one config serves
+/// every environment: brokers and store addresses.
+pub const ENV_BROKERS: &str = "IDEMGATE_KAFKA_BROKERS";
+pub const ENV_REDIS_URL: &str = "IDEMGATE_REDIS_URL";
+pub const ENV_REDIS_NODES: &str = "IDEMGATE_REDIS_NODES";
 
 #[derive(Clone, Debug)]
 pub enum StoreConfig {
@@ -75,12 +88,36 @@ impl Config {
             path: path.display().to_string(),
             source,
         })?;
-        Config::parse(&text)
+        Config::parse_with_env(&text)
     }
 
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
         let raw: RawConfig = toml::from_str(text)?;
         validate(raw)
+    }
+
+    /// Like `parse`, with the environment's overrides applied first.
+    pub fn parse_with_env(text: &str) -> Result<Config, ConfigError> {
+        let mut raw: RawConfig = toml::from_str(text)?;
+        apply_env(&mut raw, |name| std::env::var(name).ok());
+        validate(raw)
+    }
+}
+
+/// `IDEMGATE_KAFKA_BROKERS` sets `bootstrap.servers`; `IDEMGATE_REDIS_URL`
+/// makes the store a standalone Redis at that URL; `IDEMGATE_REDIS_NODES`
+/// (comma separated) a cluster.
+pub fn apply_env(raw: &mut RawConfig, var: impl Fn(&str) -> Option<String>) {
+    if let Some(brokers) = var(ENV_BROKERS) {
+        raw.kafka.insert("bootstrap.servers".into(), brokers);
+    }
+    if let Some(url) = var(ENV_REDIS_URL) {
+        raw.store.kind = "redis".into();
+        raw.store.url = Some(url);
+    }
+    if let Some(nodes) = var(ENV_REDIS_NODES) {
+        raw.store.kind = "cluster".into();
+        raw.store.nodes = nodes.split(',').map(|n| n.trim().to_string()).collect();
     }
 }
 
@@ -114,10 +151,21 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         }
         streams.push(validated);
     }
+    if raw.batch.max_records == 0 {
+        return Err(invalid("batch.max_records", "must be above zero"));
+    }
+    let longest_lease = streams.iter().map(|s| s.spec.lease).min().unwrap_or_default();
+    if raw.batch.linger * 4 >= longest_lease {
+        return Err(invalid("batch.linger", "must be well under every stream's lease"));
+    }
     Ok(Config {
         kafka: raw.kafka,
         store,
         metrics_listen: raw.metrics.listen,
+        batch: BatchConfig {
+            max_records: raw.batch.max_records,
+            linger: raw.batch.linger,
+        },
         streams,
     })
 }

@@ -21,6 +21,8 @@ pub struct RawConfig {
     #[serde(default)]
     pub metrics: RawMetrics,
     #[serde(default)]
+    pub batch: RawBatch,
+    #[serde(default)]
     pub streams: Vec<RawStream>,
 }
 
@@ -84,6 +86,34 @@ impl Default for RawMetrics {
             listen: default_listen(),
         }
     }
+}
+
+/// How records are gathered into batches.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBatch {
+    /// Most records per batch: one claim round trip per tier each. Default 1000.
+    #[serde(default = "default_max_records")]
+    pub max_records: usize,
+    /// How long a batch waits for more records after its first. Default 20ms.
+    #[serde(default = "default_linger", with = "crate::ttl::serde_duration")]
+    pub linger: Duration,
+}
+
+impl Default for RawBatch {
+    fn default() -> RawBatch {
+        RawBatch {
+            max_records: default_max_records(),
+            linger: default_linger(),
+        }
+    }
+}
+
+fn default_max_records() -> usize {
+    1000
+}
+fn default_linger() -> Duration {
+    Duration::from_millis(20)
 }
 
 /// One deduplicated stream: its topics, its hash, its memory.

@@ -1,0 +1,264 @@
+//! Figures for the claims idemgate makes about its cost: fingerprints per
+//! second, claim-batch throughput per backend, round trips per batch, and
+//! Redis memory per claimed key.
+//!
+//! `cargo bench --bench claims` passes `--bench` and gets the full run
+//! (release build; the Redis backends come from `IDEMGATE_TEST_REDIS_URL`,
+//! `IDEMGATE_TEST_REDISBLOOM_URL` and `IDEMGATE_TEST_REDIS_CLUSTER`, as for
+//! the test suite; a missing one is reported and fails the run).
+//! Without `--bench` (how `cargo test --all-targets` runs a bench target,
+//! in debug) it is a smoke pass: tiny sizes, the memory backend plus the
+//! Redis backends whose variables are set, every outcome still checked.
+
+#[path = "claims/fingerprints.rs"]
+mod fingerprints;
+#[path = "claims/footprint.rs"]
+mod footprint;
+#[path = "claims/proxy.rs"]
+mod proxy;
+#[path = "claims/report.rs"]
+mod report;
+#[path = "claims/servers.rs"]
+mod servers;
+#[path = "claims/throughput.rs"]
+mod throughput;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{ensure, Context};
+use idemgate::store::memory::MemoryStore;
+use idemgate::store::redis::{FilterBackend, RedisOptions, RedisStore, RedisTarget};
+use idemgate::store::ClaimStore;
+
+use servers::RedisBackend;
+use throughput::{EXACT, TIERED};
+
+/// How much work each figure does.
+struct Sizes {
+    fingerprint_records: usize,
+    fingerprint_passes: usize,
+    batches: usize,
+    counted_batches: usize,
+    footprint_keys: usize,
+}
+
+const BENCH: Sizes = Sizes {
+    fingerprint_records: 100_000,
+    fingerprint_passes: 5,
+    batches: 100,
+    counted_batches: 20,
+    footprint_keys: 1_000_000,
+};
+
+const SMOKE: Sizes = Sizes {
+    fingerprint_records: 2_000,
+    fingerprint_passes: 1,
+    batches: 2,
+    counted_batches: 1,
+    footprint_keys: 2_000,
+};
+
+fn main() -> ExitCode {
+    let bench = std::env::args().any(|a| a == "--bench");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match runtime.block_on(run(bench)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("\n!!! some figures were NOT measured (see above): failing the run");
+            ExitCode::FAILURE
+        }
+        Err(error) => {
+            eprintln!("\n!!! bench failed: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Unique per run, so keys never meet another run's (or another
+/// session's) and can be removed by prefix afterwards.
+fn run_prefix() -> String {
+    format!(
+        "idemgate-bench-{}-{:x}:",
+        std::process::id(),
+        throughput::now_ms()
+    )
+}
+
+/// Runs every figure; `Ok(false)` when something went unmeasured.
+async fn run(bench: bool) -> anyhow::Result<bool> {
+    let sizes = if bench { &BENCH } else { &SMOKE };
+    let mut complete = true;
+    let mut report = report::Report::new(bench);
+    proxy::self_check().context("resp counter self-check")?;
+
+    eprintln!(
+        "[claims] fingerprints: {} records per profile",
+        sizes.fingerprint_records
+    );
+    report.fingerprints = fingerprints::run(sizes.fingerprint_records, sizes.fingerprint_passes)?;
+
+    eprintln!("[claims] memory backend");
+    let memory: Arc<dyn ClaimStore> = Arc::new(MemoryStore::new(throughput::streams()));
+    for stream in [EXACT, TIERED] {
+        report.claims.push(
+            throughput::measure("memory", memory.as_ref(), stream, "memory", sizes.batches).await?,
+        );
+    }
+
+    let (backends, missing) = servers::from_env();
+    for (label, why) in &missing {
+        if bench {
+            eprintln!("\n!!! NOT MEASURED: backend {label}: {why}\n");
+            complete = false;
+        } else {
+            eprintln!("[claims] smoke: skipping {label}: {why}");
+        }
+        report
+            .unmeasured
+            .push(format!("{label}: not measured ({why})"));
+    }
+    for backend in &backends {
+        eprintln!("[claims] {}", backend.label);
+        let prefix = run_prefix();
+        let measured = redis_backend(backend, &prefix, sizes, &mut report).await;
+        // Whatever happened, the keys go: the shared servers are not ours.
+        let removed = servers::delete_prefix(&backend.target, &prefix).await;
+        match (&measured, removed) {
+            (_, Ok(n)) => eprintln!(
+                "[claims] {}: removed {n} keys under {prefix}",
+                backend.label
+            ),
+            (_, Err(e)) => eprintln!(
+                "!!! {}: could not remove keys under {prefix}: {e:#}",
+                backend.label
+            ),
+        }
+        if let Err(error) = measured {
+            eprintln!("\n!!! NOT MEASURED: backend {}: {error:#}\n", backend.label);
+            report
+                .unmeasured
+                .push(format!("{}: failed ({error:#})", backend.label));
+            complete = false;
+        }
+    }
+
+    match footprint_figure(sizes, bench, &backends).await {
+        Ok(Some(figure)) => report.tier1 = Some(figure),
+        Ok(None) => {}
+        Err(error) => {
+            eprintln!("\n!!! NOT MEASURED: tier-1 memory per key: {error:#}\n");
+            report
+                .unmeasured
+                .push(format!("tier-1 memory per key: failed ({error:#})"));
+            complete = false;
+        }
+    }
+
+    report
+        .versions
+        .push(("redis-server --version".into(), servers::server_version()));
+    if let Some(bloom) = backends
+        .iter()
+        .find(|b| b.filter == FilterBackend::RedisBloom)
+    {
+        if let RedisTarget::Standalone(url) = &bloom.target {
+            let version = servers::bloom_version(url)
+                .await
+                .unwrap_or_else(|e| format!("{e:#}"));
+            report.versions.push((
+                format!("RedisBloom (MODULE LIST on {url})"),
+                report::bloom_semver(&version),
+            ));
+        }
+    }
+    report.print();
+    Ok(complete)
+}
+
+/// The tier-1 figure needs a `redis-server` binary to start a scratch
+/// server; in smoke mode its absence only skips the figure.
+async fn footprint_figure(
+    sizes: &Sizes,
+    bench: bool,
+    backends: &[RedisBackend],
+) -> anyhow::Result<Option<footprint::Tier1>> {
+    let have_binary = std::process::Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .is_ok();
+    if !bench && (!have_binary || backends.is_empty()) {
+        eprintln!(
+            "[claims] smoke: skipping the tier-1 memory figure (no redis-server or no redis env)"
+        );
+        return Ok(None);
+    }
+    eprintln!(
+        "[claims] tier-1 memory: {} keys on a scratch redis-server",
+        sizes.footprint_keys
+    );
+    Ok(Some(footprint::tier1(sizes.footprint_keys).await?))
+}
+
+/// Throughput on both streams, the tier-2 footprint and (standalone only)
+/// the round trips counted through the proxy.
+async fn redis_backend(
+    backend: &RedisBackend,
+    prefix: &str,
+    sizes: &Sizes,
+    report: &mut report::Report,
+) -> anyhow::Result<()> {
+    let options = RedisOptions {
+        target: backend.target.clone(),
+        key_prefix: prefix.to_string(),
+        filter_backend: Some(backend.filter),
+        allow_eviction: false,
+    };
+    let store = RedisStore::connect(&options, throughput::streams())
+        .await
+        .with_context(|| format!("connecting to {:?}", backend.target))?;
+    ensure!(store.filter_backend() == backend.filter, "filter backend");
+    let mut rows = Vec::new();
+    for stream in [EXACT, TIERED] {
+        rows.push(
+            throughput::measure(backend.label, &store, stream, "timed", sizes.batches).await?,
+        );
+    }
+
+    if let RedisTarget::Standalone(url) = &backend.target {
+        let (kind, what) = match backend.filter {
+            FilterBackend::RedisBloom => ("f", "RedisBloom filter"),
+            FilterBackend::Bitmap => ("b", "bitmap shards"),
+        };
+        let (bytes, keys) = footprint::tier2_bytes(url, prefix, "bench-tiered", kind).await?;
+        report.tier2.push(report::Tier2 {
+            backend: backend.label.to_string(),
+            what: format!("{what} ({keys} key{})", if keys == 1 { "" } else { "s" }),
+            bytes,
+        });
+
+        // Counted on a second connection through the proxy, after the
+        // timed run, so the proxy's own cost never enters the rates. The
+        // scripts are already cached on the server by then.
+        let (address, counts) = proxy::start(servers::socket_of(url)?).await?;
+        let counted = RedisStore::connect(
+            &RedisOptions {
+                target: RedisTarget::Standalone(format!("redis://{address}")),
+                ..options.clone()
+            },
+            throughput::streams(),
+        )
+        .await?;
+        for (row, stream) in rows.iter_mut().zip([EXACT, TIERED]) {
+            let trips =
+                throughput::count(&counted, &counts, stream, "counted", sizes.counted_batches)
+                    .await?;
+            row.trips = Some(trips);
+        }
+    }
+    report.claims.extend(rows);
+    Ok(())
+}

@@ -1,0 +1,194 @@
+//! The printed tables. Everything measured ends up here, so the run's
+//! output is one block that can be pasted as it is.
+
+use super::fingerprints;
+use super::footprint::Tier1;
+use super::throughput::{self, Trips, BATCH};
+
+pub struct Tier2 {
+    pub backend: String,
+    pub what: String,
+    pub bytes: u64,
+}
+
+pub struct Report {
+    bench: bool,
+    pub fingerprints: Vec<fingerprints::Row>,
+    pub claims: Vec<throughput::Row>,
+    pub tier1: Option<Tier1>,
+    pub tier2: Vec<Tier2>,
+    pub unmeasured: Vec<String>,
+    pub versions: Vec<(String, String)>,
+}
+
+/// `20802` (MODULE LIST's `ver`) as `2.8.2 (20802)`.
+pub fn bloom_semver(ver: &str) -> String {
+    match ver.parse::<u64>() {
+        Ok(v) => format!("{}.{}.{} ({v})", v / 10_000, v / 100 % 100, v % 100),
+        Err(_) => ver.to_string(),
+    }
+}
+
+/// Thousands separated, so rates can be read at a glance.
+fn grouped(n: f64) -> String {
+    let digits = format!("{:.0}", n.max(0.0));
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn per_batch(trips: &Trips, pick: fn(&Trips) -> super::proxy::Snapshot) -> String {
+    let s = pick(trips);
+    let n = trips.batches.max(1) as f64;
+    format!(
+        "{:.2} rt / {} cmd",
+        s.round_trips as f64 / n,
+        grouped(s.commands as f64 / n)
+    )
+}
+
+impl Report {
+    pub fn new(bench: bool) -> Report {
+        Report {
+            bench,
+            fingerprints: Vec::new(),
+            claims: Vec::new(),
+            tier1: None,
+            tier2: Vec::new(),
+            unmeasured: Vec::new(),
+            versions: Vec::new(),
+        }
+    }
+
+    pub fn print(&self) {
+        let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+        println!();
+        println!(
+            "idemgate claims bench ({}; {cores} cores; {} build)",
+            if self.bench {
+                "full run"
+            } else {
+                "SMOKE pass: tiny sizes, figures meaningless"
+            },
+            if cfg!(debug_assertions) {
+                "debug"
+            } else {
+                "release"
+            }
+        );
+        for (what, version) in &self.versions {
+            println!("  {what}: {version}");
+        }
+
+        println!();
+        println!("1. fingerprints (idemgate::fingerprint::fingerprint only; median of passes)");
+        println!(
+            "{:<44} {:>8} {:>10} {:>14} {:>10}",
+            "profile", "records", "avg bytes", "records/s", "ns/record"
+        );
+        for row in &self.fingerprints {
+            println!(
+                "{:<44} {:>8} {:>10.0} {:>14} {:>10.0}",
+                row.profile,
+                row.records,
+                row.mean_bytes,
+                grouped(row.per_second),
+                row.ns_per_record
+            );
+        }
+
+        println!();
+        println!("2. claim batches of {BATCH} (records/s; time inside ClaimStore calls only)");
+        println!(
+            "{:<18} {:<7} {:>8} {:>14} {:>20} {:>16}",
+            "backend", "mode", "records", "new: claim", "new: claim+finalize", "dup: claim"
+        );
+        for row in &self.claims {
+            println!(
+                "{:<18} {:<7} {:>8} {:>14} {:>20} {:>16}",
+                row.backend,
+                row.mode,
+                row.records,
+                grouped(row.claim_new),
+                grouped(row.claim_finalize_new),
+                grouped(row.claim_duplicate)
+            );
+        }
+        let counted: Vec<_> = self.claims.iter().filter(|r| r.trips.is_some()).collect();
+        if !counted.is_empty() {
+            println!();
+            println!("   round trips per batch (RESP proxy on the wire; standalone only: a cluster client");
+            println!("   connects to the nodes CLUSTER SLOTS names, so it is not counted; memory has none)");
+            println!(
+                "{:<18} {:<7} {:>8} {:>22} {:>22} {:>22}",
+                "backend", "mode", "batches", "new: claim", "new: finalize", "dup: claim"
+            );
+            for row in counted {
+                if let Some(trips) = &row.trips {
+                    println!(
+                        "{:<18} {:<7} {:>8} {:>22} {:>22} {:>22}",
+                        row.backend,
+                        row.mode,
+                        trips.batches,
+                        per_batch(trips, |t| t.claim),
+                        per_batch(trips, |t| t.finalize),
+                        per_batch(trips, |t| t.duplicate)
+                    );
+                }
+            }
+        }
+
+        println!();
+        println!("3. Redis memory");
+        match &self.tier1 {
+            Some(t) => {
+                println!(
+                    "   tier 1 (scratch redis-server pid {}, exact stream, claim + finalize):",
+                    t.server_pid
+                );
+                println!(
+                    "   {} keys: used_memory {} -> {} = {:.1} bytes/key (key {} bytes, value {} bytes; MEMORY USAGE of one key: {})",
+                    grouped(t.keys as f64),
+                    grouped(t.used_before as f64),
+                    grouped(t.used_after as f64),
+                    t.bytes_per_key,
+                    t.key_len,
+                    t.value_len,
+                    t.memory_usage_one
+                );
+            }
+            None => println!("   tier 1: not measured"),
+        }
+        let sizing = throughput::sizing();
+        println!(
+            "   tier 2 sizing: capacity {} at p={}: {:.2} bits/key, k={} ({} bytes a generation)",
+            grouped(sizing.capacity as f64),
+            sizing.fp_rate,
+            sizing.bits_per_key(),
+            sizing.hashes,
+            grouped(sizing.bits.div_ceil(8) as f64)
+        );
+        for t in &self.tier2 {
+            println!(
+                "   tier 2 {:<16} MEMORY USAGE {} bytes of {} / capacity = {:.2} bits/key",
+                t.backend,
+                grouped(t.bytes as f64),
+                t.what,
+                t.bytes as f64 * 8.0 / sizing.capacity as f64
+            );
+        }
+
+        if !self.unmeasured.is_empty() {
+            println!();
+            println!("NOT MEASURED:");
+            for line in &self.unmeasured {
+                println!("   {line}");
+            }
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! /metrics (Prometheus text), /healthz (the process serves) and /readyz
+//! (partitions assigned and the store answering), on one small listener.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+use crate::store::ClaimStore;
+use crate::worker::Group;
+
+/// What readiness is judged from.
+#[derive(Clone)]
+pub struct Health {
+    group: Arc<Group>,
+    store_ok: Arc<AtomicBool>,
+}
+
+impl Health {
+    pub fn new(group: Arc<Group>) -> Health {
+        Health {
+            group,
+            store_ok: Arc::new(AtomicBool::new(true)),
+        }
+    }
+
+    pub fn ready(&self) -> bool {
+        self.group.assigned.load(Ordering::SeqCst) && self.store_ok.load(Ordering::SeqCst)
+    }
+}
+
+/// The process-wide Prometheus recorder, installed once (the demo runs two
+/// replicas in one process).
+pub fn prometheus() -> Option<&'static PrometheusHandle> {
+    static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let handle = PrometheusBuilder::new().install_recorder().ok()?;
+            crate::metrics::describe();
+            Some(handle)
+        })
+        .as_ref()
+}
+
+pub async fn serve(
+    listen: &str,
+    health: Health,
+    mut stop: watch::Receiver<bool>,
+) -> Result<JoinHandle<()>> {
+    let handle = prometheus();
+    let listener = TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("metrics.listen: cannot listen on {listen}"))?;
+    info!(address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving /metrics, /healthz, /readyz");
+    Ok(tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                _ = stop.changed() => break,
+            };
+            let Ok((mut socket, _)) = accepted else {
+                continue;
+            };
+            let health = health.clone();
+            tokio::spawn(async move {
+                let mut buffer = [0u8; 1024];
+                let read = match tokio::time::timeout(Duration::from_secs(5), socket.read(&mut buffer)).await {
+                    Ok(Ok(n)) => n,
+                    _ => return,
+                };
+                let request = String::from_utf8_lossy(&buffer[..read]);
+                let path = request.split_whitespace().nth(1).unwrap_or("/");
+                let (status, body) = match path {
+                    "/metrics" => ("200 OK", handle.map(|h| h.render()).unwrap_or_default()),
+                    "/healthz" => ("200 OK", "ok\n".to_string()),
+                    "/readyz" if health.ready() => ("200 OK", "ready\n".to_string()),
+                    "/readyz" => ("503 Service Unavailable", "not ready\n".to_string()),
+                    _ => ("404 Not Found", "not found\n".to_string()),
+                };
+                let response = format!(
+                    "HTTP/1.1 {status}\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                if let Err(error) = socket.write_all(response.as_bytes()).await {
+                    debug!(%error, "metrics client went away");
+                }
+            });
+        }
+    }))
+}
+
+/// Reads the store's figures every few seconds: evicted keys, filter fill
+/// (with an alarm as a generation nears capacity), reachability.
+pub async fn watch_store(store: Arc<dyn ClaimStore>, health: Health, mut stop: watch::Receiver<bool>) {
+    let mut evicted_warned = 0;
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), store.stats(crate::worker::wall_ms())).await {
+            Ok(Ok(stats)) => {
+                health.store_ok.store(true, Ordering::SeqCst);
+                crate::metrics::store_stats(&stats);
+                if stats.evicted_keys > evicted_warned {
+                    warn!(evicted_keys = stats.evicted_keys, "the store evicted keys: every eviction shortens a ttl");
+                    evicted_warned = stats.evicted_keys;
+                }
+                for fill in &stats.filters {
+                    if fill.inserts * 10 >= fill.capacity * 8 {
+                        warn!(stream = %fill.stream, inserts = fill.inserts, capacity = fill.capacity,
+                            "filter generation above 80% of capacity: raise peak_rate before it saturates");
+                    }
+                }
+            }
+            _ => health.store_ok.store(false, Ordering::SeqCst),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+            _ = stop.changed() => break,
+        }
+    }
+}

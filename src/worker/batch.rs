@@ -1,0 +1,417 @@
+//! One batch, from fingerprint to finished (DESIGN.md §1-§2, §4, §8):
+//!
+//! ```text
+//! fingerprint ─► claim ─► route ─► produce ─► finalize │ release ─► (next round)
+//! ```
+//!
+//! A batch runs in rounds until every record is delivered or skipped. A
+//! round claims what is undecided, produces what is decided, finalizes the
+//! delivered novel records and releases the claims whose output failed.
+//! Records held by another record's pending claim stay undecided; when that
+//! holder is in the same batch it settles in the same round, so the next
+//! round decides them at once. Only a round without progress waits (with
+//! the partitions paused and the group served).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use tracing::{info, warn};
+
+use super::consumer::{keep_alive, Input};
+use super::output::{produce_all, Output};
+use super::Worker;
+use crate::config::FailMode;
+use crate::decision::{headers, next, Decision, Next};
+use crate::fingerprint::{fingerprint, Fingerprint, RecordView};
+use crate::store::{Claim, Coordinates, Millis, Settle, StoreError, TopicTag};
+
+/// Where a record stands in its batch.
+#[derive(Clone, Debug, PartialEq)]
+enum Stage {
+    /// Needs a claim (first time, after a release, or while held).
+    Claim,
+    /// Decided; its output is to be produced.
+    Emit(Decision),
+    /// Output delivered (and, for a novel record, the claim finalized or
+    /// given up on at shutdown).
+    Delivered,
+    /// Its own claim was already done: delivered before a crash or replay.
+    Skipped,
+}
+
+struct Record {
+    input: Input,
+    stream: usize,
+    print: Option<Fingerprint>,
+    stage: Stage,
+}
+
+/// How a batch ended.
+pub(crate) enum Ended {
+    Finished,
+    /// Shutdown arrived: only each partition's finished prefix counts.
+    Abandoned,
+}
+
+const FIRST_BACKOFF: Duration = Duration::from_millis(20);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+pub fn now_ms() -> Millis {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as Millis)
+        .unwrap_or(0)
+}
+
+impl Worker {
+    /// Processes one batch and returns the next offset to commit for each
+    /// partition: the end of its finished prefix.
+    pub(crate) async fn process(
+        &mut self,
+        inputs: Vec<Input>,
+        stop: &tokio::sync::watch::Receiver<bool>,
+    ) -> (BTreeMap<(String, i32), i64>, Ended) {
+        crate::metrics::batch(inputs.len());
+        let revocations = self.revocations();
+        let mut records: Vec<Record> = inputs.into_iter().filter_map(|i| self.prepare(i)).collect();
+        let mut backoff = FIRST_BACKOFF;
+        let ended = loop {
+            if *stop.borrow() {
+                break Ended::Abandoned;
+            }
+            if self.revocations() != revocations {
+                self.drop_revoked(&mut records).await;
+            }
+            let mut progress = self.claim_round(&mut records).await;
+            progress |= self.emit_round(&mut records).await;
+            if records
+                .iter()
+                .all(|r| matches!(r.stage, Stage::Delivered | Stage::Skipped))
+            {
+                break Ended::Finished;
+            }
+            if progress {
+                backoff = FIRST_BACKOFF;
+                continue;
+            }
+            let wait = backoff.max(self.breaker.wait(Instant::now()));
+            keep_alive(&self.consumer, &mut self.carry, wait).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        };
+        if matches!(ended, Ended::Abandoned) {
+            self.release_undelivered(&records).await;
+        }
+        (finished_prefixes(&records), ended)
+    }
+
+    /// Fingerprints a record; `None` for a topic no stream reads (it cannot
+    /// happen with our subscription, but nothing is assumed).
+    fn prepare(&self, input: Input) -> Option<Record> {
+        let Some(&stream) = self.by_topic.get(&input.topic) else {
+            warn!(topic = %input.topic, "record from a topic no stream reads");
+            return None;
+        };
+        let config = &self.streams[stream].config;
+        let headers: Vec<(&str, Option<&[u8]>)> = input
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_deref()))
+            .collect();
+        let view = RecordView {
+            payload: input.payload.as_deref(),
+            headers: &headers,
+        };
+        let (print, stage) = match fingerprint(&config.profile, config.max_record_bytes, &view) {
+            Ok(print) => (Some(print), Stage::Claim),
+            Err(invalid) => (None, Stage::Emit(Decision::Invalid(invalid))),
+        };
+        Some(Record {
+            input,
+            stream,
+            print,
+            stage,
+        })
+    }
+
+    fn clock(&self, input: &Input) -> Millis {
+        match (self.event_time, input.timestamp) {
+            (true, Some(at)) => at,
+            _ => now_ms(),
+        }
+    }
+
+    fn claim_of(&self, record: &Record) -> Option<Claim> {
+        let print = record.print?;
+        Some(Claim {
+            stream: crate::store::StreamId(record.stream),
+            hash: print.hash,
+            digest: print.digest,
+            holder: Coordinates {
+                topic: TopicTag::of(&record.input.topic),
+                partition: record.input.partition,
+                offset: record.input.offset,
+            },
+            at: self.clock(&record.input),
+        })
+    }
+
+    /// Claims every undecided record in one call. Returns whether any record
+    /// was decided.
+    async fn claim_round(&mut self, records: &mut [Record]) -> bool {
+        let waiting: Vec<usize> = (0..records.len())
+            .filter(|&i| records[i].stage == Stage::Claim)
+            .collect();
+        if waiting.is_empty() {
+            return false;
+        }
+        let claims: Vec<Claim> = waiting.iter().filter_map(|&i| self.claim_of(&records[i])).collect();
+        match self.call_store("claim", |store| async move { store.claim(&claims).await }).await {
+            Ok(outcomes) => {
+                let mut progress = false;
+                let mut held = 0;
+                for (&i, outcome) in waiting.iter().zip(outcomes) {
+                    match next(outcome) {
+                        Next::Emit(decision) => {
+                            records[i].stage = Stage::Emit(decision);
+                            progress = true;
+                        }
+                        Next::AlreadyDelivered => {
+                            crate::metrics::replayed(&self.streams[records[i].stream].config.spec.name);
+                            records[i].stage = Stage::Skipped;
+                            progress = true;
+                        }
+                        Next::Wait { .. } => held += 1,
+                    }
+                }
+                if held > 0 {
+                    crate::metrics::waited(held);
+                }
+                progress
+            }
+            Err(_) => {
+                // Store down: fail-open streams pass their records on,
+                // marked; fail-closed ones wait for the store.
+                let mut progress = false;
+                for &i in &waiting {
+                    if self.streams[records[i].stream].config.fail_mode == FailMode::Open {
+                        records[i].stage = Stage::Emit(Decision::Unverified);
+                        progress = true;
+                    }
+                }
+                progress
+            }
+        }
+    }
+
+    /// Produces every decided record, then finalizes the delivered novel
+    /// ones and releases the claims of failed ones.
+    async fn emit_round(&mut self, records: &mut [Record]) -> bool {
+        let ready: Vec<usize> = (0..records.len())
+            .filter(|&i| matches!(records[i].stage, Stage::Emit(_)))
+            .collect();
+        if ready.is_empty() {
+            return false;
+        }
+        let outputs: Vec<Output<'_>> = ready
+            .iter()
+            .filter_map(|&i| match &records[i].stage {
+                Stage::Emit(decision) => Some(self.output(&records[i], decision)),
+                _ => None,
+            })
+            .collect();
+        let results = produce_all(&self.producer, &outputs).await;
+        drop(outputs);
+        let (mut finalize, mut release) = (Vec::new(), Vec::new());
+        let mut progress = false;
+        for (&i, result) in ready.iter().zip(results) {
+            let Stage::Emit(decision) = records[i].stage.clone() else {
+                continue;
+            };
+            let stream = &self.streams[records[i].stream].config.spec.name;
+            let novel = decision == Decision::Novel;
+            match result {
+                Ok(()) => {
+                    crate::metrics::decided(stream, &decision);
+                    self.log_decision(&records[i], &decision);
+                    if novel {
+                        finalize.extend(self.claim_of(&records[i]).map(|c| Settle::from(&c)));
+                    }
+                    records[i].stage = Stage::Delivered;
+                    progress = true;
+                }
+                Err(error) => {
+                    crate::metrics::produce_failed(stream);
+                    warn!(%error, topic = %records[i].input.topic, partition = records[i].input.partition,
+                        offset = records[i].input.offset, "output not delivered: will retry");
+                    if novel {
+                        release.extend(self.claim_of(&records[i]).map(|c| Settle::from(&c)));
+                        records[i].stage = Stage::Claim;
+                    }
+                }
+            }
+        }
+        if !finalize.is_empty() {
+            self.finalize(&finalize).await;
+        }
+        if !release.is_empty() {
+            let stream_names: Vec<String> = release
+                .iter()
+                .map(|s| self.streams[s.stream.0].config.spec.name.clone())
+                .collect();
+            if let Ok(released) = self
+                .call_store("release", |store| async move { store.release(&release).await })
+                .await
+            {
+                for (name, done) in stream_names.iter().zip(released) {
+                    if done {
+                        crate::metrics::released(name, 1);
+                    }
+                }
+            }
+        }
+        progress
+    }
+
+    /// Finalizes delivered claims, retrying while the store is down: an
+    /// unfinalized claim would lapse and let a later copy through. Gives up
+    /// only at shutdown (the outputs are delivered; the offsets still count).
+    async fn finalize(&mut self, settles: &[Settle]) {
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            let batch = settles.to_vec();
+            match self.call_store("finalize", |store| async move { store.finalize(&batch).await }).await {
+                Ok(done) => {
+                    let lost = done.iter().filter(|d| !**d).count();
+                    if lost > 0 {
+                        warn!(lost, "claims taken by another record before finalize: their leases lapsed");
+                    }
+                    return;
+                }
+                Err(_) if *self.stop.borrow() => return,
+                Err(_) => {
+                    let wait = backoff.max(self.breaker.wait(Instant::now()));
+                    keep_alive(&self.consumer, &mut self.carry, wait).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+
+    /// One store call through the breaker, timed and counted.
+    async fn call_store<T, F, Fut>(&mut self, op: &'static str, call: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(std::sync::Arc<dyn crate::store::ClaimStore>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        let now = Instant::now();
+        if !self.breaker.allows(now) {
+            return Err(StoreError::Unavailable("breaker open".into()));
+        }
+        let result = match tokio::time::timeout(STORE_TIMEOUT, call(self.store.clone())).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Unavailable(format!("{op} timed out"))),
+        };
+        crate::metrics::store_call(op, now.elapsed(), result.is_ok());
+        match &result {
+            Ok(_) => self.breaker.success(),
+            Err(error) => self.breaker.failure(Instant::now(), error),
+        }
+        result
+    }
+
+    fn output<'a>(&'a self, record: &'a Record, decision: &Decision) -> Output<'a> {
+        let stream = &self.streams[record.stream];
+        let topic = match decision.route() {
+            crate::decision::Route::Clean => stream.config.clean.as_str(),
+            crate::decision::Route::Audit => stream.config.audit.as_str(),
+        };
+        let name = |c: &Coordinates| stream.topic_name(c.topic);
+        Output {
+            topic,
+            input: &record.input,
+            decision_headers: headers(decision, record.print.as_ref().map(|p| &p.hash), &name),
+        }
+    }
+
+    fn log_decision(&self, record: &Record, decision: &Decision) {
+        if *decision == Decision::Novel {
+            return;
+        }
+        let trace_id = trace_id(&record.input);
+        let source_hash = record.print.map(|p| p.hash.to_string()).unwrap_or_default();
+        let reason = match decision {
+            Decision::Invalid(invalid) => invalid.to_string(),
+            _ => String::new(),
+        };
+        info!(
+            trace_id = %trace_id,
+            source_hash = %source_hash,
+            decision = decision.label(),
+            stream = %self.streams[record.stream].config.spec.name,
+            reason = %reason,
+            "suppressed or marked"
+        );
+    }
+
+    /// Drops records of partitions this replica no longer owns, releasing
+    /// the claims they won but did not deliver.
+    async fn drop_revoked(&mut self, records: &mut Vec<Record>) {
+        let assignment = rdkafka::consumer::Consumer::assignment(&self.consumer).unwrap_or_default();
+        let (kept, gone): (Vec<Record>, Vec<Record>) = std::mem::take(records)
+            .into_iter()
+            .partition(|r| assignment.find_partition(&r.input.topic, r.input.partition).is_some());
+        *records = kept;
+        if !gone.is_empty() {
+            info!(records = gone.len(), "partitions revoked mid-batch: their records go to the new owner");
+            self.release_undelivered(&gone).await;
+        }
+    }
+
+    async fn release_undelivered(&mut self, records: &[Record]) {
+        let settles: Vec<Settle> = records
+            .iter()
+            .filter(|r| r.stage == Stage::Emit(Decision::Novel))
+            .filter_map(|r| self.claim_of(r).map(|c| Settle::from(&c)))
+            .collect();
+        if !settles.is_empty() {
+            let _ = self
+                .call_store("release", |store| async move { store.release(&settles).await })
+                .await;
+        }
+    }
+}
+
+const STORE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Trace id: W3C `traceparent` or `x-trace-id` when the producer set one,
+/// else the record's coordinates.
+fn trace_id(input: &Input) -> String {
+    for name in ["traceparent", "x-trace-id"] {
+        if let Some((_, Some(value))) = input.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)) {
+            return String::from_utf8_lossy(value).into_owned();
+        }
+    }
+    format!("{}/{}/{}", input.topic, input.partition, input.offset)
+}
+
+/// Per partition, the offset after the last record of its unbroken run of
+/// finished records from the start of the batch.
+fn finished_prefixes(records: &[Record]) -> BTreeMap<(String, i32), i64> {
+    let mut by_partition: BTreeMap<(String, i32), Vec<(i64, bool)>> = BTreeMap::new();
+    for record in records {
+        let finished = matches!(record.stage, Stage::Delivered | Stage::Skipped);
+        by_partition
+            .entry((record.input.topic.clone(), record.input.partition))
+            .or_default()
+            .push((record.input.offset, finished));
+    }
+    let mut next = BTreeMap::new();
+    for (partition, mut offsets) in by_partition {
+        offsets.sort_unstable();
+        let prefix = offsets.iter().take_while(|(_, finished)| *finished).last();
+        if let Some((offset, _)) = prefix {
+            next.insert(partition, offset + 1);
+        }
+    }
+    next
+}

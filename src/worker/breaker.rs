@@ -1,0 +1,101 @@
+//! The store circuit breaker (DESIGN.md §8). After `THRESHOLD` consecutive
+//! failures it opens: calls are not attempted until a cool-down has passed,
+//! then one trial call decides whether it closes again. The cool-down grows
+//! with each failed trial, up to `MAX_COOLDOWN`.
+
+use std::time::{Duration, Instant};
+
+use tracing::{info, warn};
+
+const THRESHOLD: u32 = 3;
+const FIRST_COOLDOWN: Duration = Duration::from_millis(250);
+const MAX_COOLDOWN: Duration = Duration::from_secs(5);
+
+#[derive(Debug)]
+pub(crate) struct Breaker {
+    failures: u32,
+    cooldown: Duration,
+    open_until: Option<Instant>,
+}
+
+impl Breaker {
+    pub fn new() -> Breaker {
+        Breaker {
+            failures: 0,
+            cooldown: FIRST_COOLDOWN,
+            open_until: None,
+        }
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.open_until.is_some()
+    }
+
+    /// Whether a call may be attempted now: closed, or open with its
+    /// cool-down over (the trial call).
+    pub fn allows(&self, now: Instant) -> bool {
+        self.open_until.is_none_or(|until| now >= until)
+    }
+
+    /// How long until the next trial; zero when closed.
+    pub fn wait(&self, now: Instant) -> Duration {
+        self.open_until
+            .map_or(Duration::ZERO, |until| until.saturating_duration_since(now))
+    }
+
+    pub fn success(&mut self) {
+        if self.is_open() {
+            info!("claim store answers again: breaker closed");
+            crate::metrics::breaker(false);
+        }
+        self.failures = 0;
+        self.cooldown = FIRST_COOLDOWN;
+        self.open_until = None;
+    }
+
+    pub fn failure(&mut self, now: Instant, error: &dyn std::fmt::Display) {
+        self.failures += 1;
+        if self.failures < THRESHOLD {
+            return;
+        }
+        if !self.is_open() {
+            warn!(%error, failures = self.failures, "claim store unreachable: breaker open");
+            crate::metrics::breaker(true);
+        } else {
+            self.cooldown = (self.cooldown * 2).min(MAX_COOLDOWN);
+        }
+        self.open_until = Some(now + self.cooldown);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opens_after_consecutive_failures_and_closes_on_success() {
+        let mut breaker = Breaker::new();
+        let now = Instant::now();
+        for _ in 0..THRESHOLD - 1 {
+            breaker.failure(now, &"down");
+            assert!(!breaker.is_open());
+        }
+        breaker.failure(now, &"down");
+        assert!(breaker.is_open());
+        assert!(!breaker.allows(now));
+        assert!(breaker.allows(now + FIRST_COOLDOWN));
+        breaker.success();
+        assert!(!breaker.is_open());
+        assert!(breaker.allows(now));
+    }
+
+    #[test]
+    fn the_cooldown_grows_with_failed_trials_up_to_a_bound() {
+        let mut breaker = Breaker::new();
+        let now = Instant::now();
+        for _ in 0..20 {
+            breaker.failure(now, &"down");
+        }
+        assert_eq!(breaker.wait(now), MAX_COOLDOWN);
+    }
+}

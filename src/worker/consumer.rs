@@ -1,0 +1,210 @@
+//! The consumer side: group membership, batches, offsets.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
+};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, Headers};
+use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+use tracing::{debug, info, warn};
+
+/// A polled record, owned so a batch outlives the poll that read it.
+#[derive(Clone, Debug)]
+pub struct Input {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub payload: Option<Vec<u8>>,
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
+    /// The record's timestamp (ms), the clock in event-time mode.
+    pub timestamp: Option<i64>,
+}
+
+impl Input {
+    fn from_message(message: &BorrowedMessage<'_>) -> Input {
+        let headers = message
+            .headers()
+            .map(|headers| {
+                headers
+                    .iter()
+                    .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Input {
+            topic: message.topic().to_string(),
+            partition: message.partition(),
+            offset: message.offset(),
+            key: message.key().map(<[u8]>::to_vec),
+            payload: message.payload().map(<[u8]>::to_vec),
+            headers,
+            timestamp: message.timestamp().to_millis(),
+        }
+    }
+}
+
+/// Shared between the rebalance callbacks and the loop.
+#[derive(Default)]
+pub struct GroupState {
+    /// Bumped on every revoke: a batch started under an older value may
+    /// hold records of partitions this replica no longer owns.
+    pub revocations: AtomicU64,
+    pub assigned: AtomicBool,
+}
+
+/// Rebalance protocol (eager assignors): on revoke, librdkafka calls
+/// `pre_rebalance` inside a poll, before the partitions go. The loop only
+/// polls between batches or while a batch waits, and stores an offset only
+/// once its record is decided and delivered, so committing the stored
+/// offsets synchronously here hands over exactly the finished work. The
+/// revocation counter tells a waiting batch to drop records it no longer
+/// owns; their next owner meets their claims as its own (same coordinates).
+pub struct GroupContext {
+    pub state: Arc<GroupState>,
+}
+
+impl ClientContext for GroupContext {}
+
+impl ConsumerContext for GroupContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(partitions) = rebalance {
+            self.state.revocations.fetch_add(1, Ordering::SeqCst);
+            self.state.assigned.store(false, Ordering::SeqCst);
+            match consumer.commit_consumer_state(CommitMode::Sync) {
+                Ok(()) => info!(partitions = partitions.count(), "revoked: finished work committed"),
+                Err(error) if is_nothing_to_commit(&error) => {}
+                Err(error) => warn!(%error, "revoked: commit failed"),
+            }
+        }
+    }
+
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(partitions) => {
+                self.state.assigned.store(partitions.count() > 0, Ordering::SeqCst);
+                info!(partitions = partitions.count(), "assigned");
+            }
+            Rebalance::Revoke(_) => {}
+            Rebalance::Error(error) => warn!(%error, "rebalance error"),
+        }
+    }
+}
+
+pub fn is_nothing_to_commit(error: &KafkaError) -> bool {
+    matches!(
+        error,
+        KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)
+    )
+}
+
+pub type GroupConsumer = StreamConsumer<GroupContext>;
+
+/// Reads up to `max` records, waiting at most `linger` after the first.
+/// Records that arrived while a batch waited come first.
+pub async fn poll_batch(
+    consumer: &GroupConsumer,
+    carry: &mut Vec<Input>,
+    max: usize,
+    linger: Duration,
+    idle: Duration,
+) -> Vec<Input> {
+    let mut batch: Vec<Input> = std::mem::take(carry);
+    let started = Instant::now();
+    let mut deadline = if batch.is_empty() { started + idle } else { started + linger };
+    while batch.len() < max {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match tokio::time::timeout(left, consumer.recv()).await {
+            Ok(Ok(message)) => {
+                if batch.is_empty() {
+                    deadline = Instant::now() + linger;
+                }
+                batch.push(Input::from_message(&message));
+            }
+            Ok(Err(error)) => {
+                debug!(%error, "consumer error");
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    batch
+}
+
+/// Polls for `duration` with every assigned partition paused, so group
+/// membership and rebalances are served while a batch waits, and nothing
+/// new is read. Anything that still arrives is kept for the next batch.
+pub async fn keep_alive(consumer: &GroupConsumer, carry: &mut Vec<Input>, duration: Duration) {
+    if let Ok(assignment) = consumer.assignment() {
+        if assignment.count() > 0 {
+            if let Err(error) = consumer.pause(&assignment) {
+                debug!(%error, "pause failed");
+            }
+        }
+    }
+    let until = Instant::now() + duration;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match tokio::time::timeout(left, consumer.recv()).await {
+            Ok(Ok(message)) => carry.push(Input::from_message(&message)),
+            Ok(Err(_)) | Err(_) => {}
+        }
+    }
+}
+
+pub fn resume_all(consumer: &GroupConsumer) {
+    if let Ok(assignment) = consumer.assignment() {
+        if assignment.count() > 0 {
+            if let Err(error) = consumer.resume(&assignment) {
+                debug!(%error, "resume failed");
+            }
+        }
+    }
+}
+
+/// Stores the next offset of each partition's finished prefix and commits.
+pub fn commit(
+    consumer: &GroupConsumer,
+    next_offsets: &BTreeMap<(String, i32), i64>,
+    mode: CommitMode,
+) {
+    if next_offsets.is_empty() {
+        return;
+    }
+    let mut list = TopicPartitionList::new();
+    let assignment = consumer.assignment().unwrap_or_default();
+    for ((topic, partition), offset) in next_offsets {
+        // A partition revoked meanwhile belongs to its next owner now.
+        if assignment.find_partition(topic, *partition).is_none() {
+            continue;
+        }
+        if let Err(error) =
+            list.add_partition_offset(topic, *partition, Offset::Offset(*offset))
+        {
+            warn!(%error, topic, partition, "cannot list offset");
+        }
+    }
+    if list.count() == 0 {
+        return;
+    }
+    if let Err(error) = consumer.store_offsets(&list) {
+        warn!(%error, "storing offsets failed");
+        return;
+    }
+    match consumer.commit_consumer_state(mode) {
+        Ok(()) => crate::metrics::committed(),
+        Err(error) if is_nothing_to_commit(&error) => {}
+        Err(error) => warn!(%error, "commit failed"),
+    }
+}

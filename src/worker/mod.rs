@@ -1,0 +1,236 @@
+//! The consumer-group worker (DESIGN.md §1, §7, §8): poll a batch, decide
+//! every record, deliver every output, commit the finished offsets.
+//!
+//! - `consumer`: group membership, rebalance protocol, batches, commits;
+//! - `batch`: one batch in rounds (fingerprint, claim, route, produce,
+//!   finalize or release);
+//! - `output`: the producer side;
+//! - `breaker`: the store circuit breaker.
+
+mod batch;
+mod breaker;
+pub mod consumer;
+mod output;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::producer::FutureProducer;
+use rdkafka::ClientConfig;
+use tracing::{info, warn};
+
+use crate::config::{Config, StoreConfig, StreamConfig};
+use crate::store::{ClaimStore, TopicTag};
+use batch::{now_ms, Ended};
+use breaker::Breaker;
+use consumer::{commit, poll_batch, resume_all, GroupConsumer, GroupContext, GroupState, Input};
+
+pub use batch::now_ms as wall_ms;
+pub use consumer::GroupState as Group;
+
+/// A stream as the loop sees it.
+struct StreamRuntime {
+    config: StreamConfig,
+    /// Input topic names by tag, to name a claim holder's topic.
+    names: HashMap<TopicTag, String>,
+}
+
+impl StreamRuntime {
+    fn topic_name(&self, tag: TopicTag) -> String {
+        self.names
+            .get(&tag)
+            .cloned()
+            .unwrap_or_else(|| format!("topic#{:08x}", tag.0))
+    }
+}
+
+pub struct Worker {
+    streams: Vec<StreamRuntime>,
+    by_topic: HashMap<String, usize>,
+    store: Arc<dyn ClaimStore>,
+    consumer: GroupConsumer,
+    producer: FutureProducer,
+    group: Arc<GroupState>,
+    breaker: Breaker,
+    event_time: bool,
+    /// Records read while a batch waited, for the next batch.
+    carry: Vec<Input>,
+    max_batch: usize,
+    linger: Duration,
+    stop: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Consumer properties the protocol depends on; the config cannot change
+/// them.
+const CONSUMER_FIXED: [(&str, &str); 2] = [
+    ("enable.auto.commit", "false"),
+    ("enable.auto.offset.store", "false"),
+];
+/// Producer defaults for outputs that must not be lost or doubled by the
+/// client itself; the config may override them.
+const PRODUCER_DEFAULTS: [(&str, &str); 4] = [
+    ("enable.idempotence", "true"),
+    ("acks", "all"),
+    ("linger.ms", "5"),
+    ("message.timeout.ms", "30000"),
+];
+
+impl Worker {
+    pub async fn new(
+        config: &Config,
+        store: Arc<dyn ClaimStore>,
+        stop: tokio::sync::watch::Receiver<bool>,
+    ) -> Result<Worker> {
+        let group = Arc::new(GroupState::default());
+        let mut consumer_config = ClientConfig::new();
+        consumer_config
+            .set("group.id", "idemgate")
+            .set("auto.offset.reset", "earliest")
+            .set("partition.assignment.strategy", "range,roundrobin");
+        let mut producer_config = ClientConfig::new();
+        for (key, value) in PRODUCER_DEFAULTS {
+            producer_config.set(key, value);
+        }
+        for (key, value) in &config.kafka {
+            // Consumer-only and producer-only properties are told apart by
+            // librdkafka itself only with warnings; the common ones go to both.
+            consumer_config.set(key, value);
+            if !is_consumer_only(key) {
+                producer_config.set(key, value);
+            }
+        }
+        for (key, value) in CONSUMER_FIXED {
+            consumer_config.set(key, value);
+        }
+        let consumer: GroupConsumer = consumer_config
+            .create_with_context(GroupContext {
+                state: group.clone(),
+            })
+            .context("creating the kafka consumer")?;
+        let producer: FutureProducer = producer_config
+            .create()
+            .context("creating the kafka producer")?;
+
+        let mut by_topic = HashMap::new();
+        let mut streams = Vec::new();
+        for (index, stream) in config.streams.iter().enumerate() {
+            for topic in &stream.inputs {
+                by_topic.insert(topic.clone(), index);
+            }
+            streams.push(StreamRuntime {
+                names: stream
+                    .inputs
+                    .iter()
+                    .map(|t| (TopicTag::of(t), t.clone()))
+                    .collect(),
+                config: stream.clone(),
+            });
+        }
+        let topics: Vec<&str> = by_topic.keys().map(String::as_str).collect();
+        consumer.subscribe(&topics).context("subscribing to the input topics")?;
+        Ok(Worker {
+            streams,
+            by_topic,
+            store,
+            consumer,
+            producer,
+            group,
+            breaker: Breaker::new(),
+            event_time: matches!(config.store, StoreConfig::Memory { event_time: true }),
+            carry: Vec::new(),
+            max_batch: config.batch.max_records,
+            linger: config.batch.linger,
+            stop,
+        })
+    }
+
+    pub fn group(&self) -> Arc<GroupState> {
+        self.group.clone()
+    }
+
+    fn revocations(&self) -> u64 {
+        self.group.revocations.load(Ordering::SeqCst)
+    }
+
+    pub fn breaker_open(&self) -> bool {
+        self.breaker.is_open()
+    }
+
+    /// Runs until `stop` turns true; then commits the finished work
+    /// synchronously and leaves the group.
+    pub async fn run(mut self) -> Result<()> {
+        let mut stop = self.stop.clone();
+        loop {
+            if *stop.borrow() {
+                break;
+            }
+            let inputs = tokio::select! {
+                inputs = poll_batch(&self.consumer, &mut self.carry, self.max_batch, self.linger, Duration::from_millis(200)) => inputs,
+                _ = stop.changed() => break,
+            };
+            if inputs.is_empty() {
+                continue;
+            }
+            let stop_now = self.stop.clone();
+            let (next_offsets, ended) = self.process(inputs, &stop_now).await;
+            resume_all(&self.consumer);
+            match ended {
+                Ended::Finished => commit(&self.consumer, &next_offsets, CommitMode::Async),
+                Ended::Abandoned => {
+                    commit(&self.consumer, &next_offsets, CommitMode::Sync);
+                    break;
+                }
+            }
+        }
+        self.shutdown();
+        Ok(())
+    }
+
+    fn shutdown(&self) {
+        match self.consumer.commit_consumer_state(CommitMode::Sync) {
+            Ok(()) => {}
+            Err(error) if consumer::is_nothing_to_commit(&error) => {}
+            Err(error) => warn!(%error, "final commit failed"),
+        }
+        let _ = rdkafka::producer::Producer::flush(&self.producer, Duration::from_secs(10));
+        self.consumer.unsubscribe();
+        info!(at = now_ms(), "worker stopped: finished work committed");
+    }
+}
+
+fn is_consumer_only(key: &str) -> bool {
+    key.starts_with("group.")
+        || key.starts_with("auto.")
+        || key.starts_with("fetch.")
+        || key.starts_with("session.")
+        || key.starts_with("heartbeat.")
+        || key.starts_with("partition.assignment")
+        || key.starts_with("max.poll")
+        || key == "isolation.level"
+        || key.starts_with("enable.auto")
+        || key == "check.crcs"
+}
+
+/// Runs a worker with a store built from the config until `shutdown`
+/// resolves, serving /metrics, /healthz and /readyz meanwhile.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<()> {
+    let store = crate::store::open(&config).await?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let worker = Worker::new(&config, store.clone(), stop_rx.clone()).await?;
+    let health = crate::http::Health::new(worker.group());
+    let server = crate::http::serve(&config.metrics_listen, health.clone(), stop_rx.clone()).await?;
+    let stats = tokio::spawn(crate::http::watch_store(store, health.clone(), stop_rx.clone()));
+    let running = tokio::spawn(worker.run());
+    shutdown.await;
+    info!("shutdown requested: finishing the batch in flight");
+    let _ = stop_tx.send(true);
+    let result = running.await.context("worker task")?;
+    let _ = stats.await;
+    let _ = server.await;
+    result
+}
