@@ -95,7 +95,10 @@ pub fn headers(
     let first_seen = |c: &Coordinates| format!("{}/{}/{}", topic_name(c), c.partition, c.offset);
     match decision {
         Decision::Novel => {}
-        Decision::Duplicate { tier, first_seen: holder } => {
+        Decision::Duplicate {
+            tier,
+            first_seen: holder,
+        } => {
             out.push((TIER, tier.as_str().to_string()));
             match holder {
                 Some(holder) => {

@@ -71,10 +71,13 @@ pub async fn serve(
             let health = health.clone();
             tokio::spawn(async move {
                 let mut buffer = [0u8; 1024];
-                let read = match tokio::time::timeout(Duration::from_secs(5), socket.read(&mut buffer)).await {
-                    Ok(Ok(n)) => n,
-                    _ => return,
-                };
+                let read =
+                    match tokio::time::timeout(Duration::from_secs(5), socket.read(&mut buffer))
+                        .await
+                    {
+                        Ok(Ok(n)) => n,
+                        _ => return,
+                    };
                 let request = String::from_utf8_lossy(&buffer[..read]);
                 let path = request.split_whitespace().nth(1).unwrap_or("/");
                 let (status, body) = match path {
@@ -98,15 +101,27 @@ pub async fn serve(
 
 /// Reads the store's figures every few seconds: evicted keys, filter fill
 /// (with an alarm as a generation nears capacity), reachability.
-pub async fn watch_store(store: Arc<dyn ClaimStore>, health: Health, mut stop: watch::Receiver<bool>) {
+pub async fn watch_store(
+    store: Arc<dyn ClaimStore>,
+    health: Health,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut evicted_warned = 0;
     loop {
-        match tokio::time::timeout(Duration::from_secs(5), store.stats(crate::worker::wall_ms())).await {
+        match tokio::time::timeout(
+            Duration::from_secs(5),
+            store.stats(crate::worker::wall_ms()),
+        )
+        .await
+        {
             Ok(Ok(stats)) => {
                 health.store_ok.store(true, Ordering::SeqCst);
                 crate::metrics::store_stats(&stats);
                 if stats.evicted_keys > evicted_warned {
-                    warn!(evicted_keys = stats.evicted_keys, "the store evicted keys: every eviction shortens a ttl");
+                    warn!(
+                        evicted_keys = stats.evicted_keys,
+                        "the store evicted keys: every eviction shortens a ttl"
+                    );
                     evicted_warned = stats.evicted_keys;
                 }
                 for fill in &stats.filters {

@@ -17,11 +17,14 @@
 //!   audit) and the headers that say why.
 //! - [`worker`]: the consumer-group loop: poll a batch, fingerprint, claim,
 //!   route, produce, finalize or release, commit.
+//! - [`demo`]: the whole product in one process on librdkafka's mock
+//!   cluster, with a realistic at-least-once workload.
 //! - [`metrics`], [`http`]: every metric declared once; /metrics, /healthz
 //!   and /readyz.
 
 pub mod config;
 pub mod decision;
+pub mod demo;
 pub mod fingerprint;
 pub mod http;
 pub mod metrics;

@@ -18,6 +18,26 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run a worker replica: consume the raw topics, write clean and audit
+    /// topics, until SIGTERM or SIGINT.
+    Run {
+        /// The TOML configuration (see README.md and config/).
+        #[arg(long)]
+        config: std::path::PathBuf,
+    },
+    /// Run the whole product on an in-process Kafka cluster with a realistic
+    /// workload and print what it decided.
+    Demo {
+        /// Bank transactions to generate.
+        #[arg(long, default_value_t = 1500)]
+        transactions: u64,
+        /// Vehicles sending telemetry.
+        #[arg(long, default_value_t = 20)]
+        vehicles: u64,
+        /// Minutes of telemetry per vehicle (one reading a minute).
+        #[arg(long, default_value_t = 90)]
+        minutes: u64,
+    },
     /// Read one JSON record on stdin and print its hex source hash.
     Hash(HashArgs),
     /// Print a TTL in seconds from the evidence it is derived from.
@@ -93,6 +113,23 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
+        Command::Run { config } => {
+            let config = idemgate::config::Config::load(&config)?;
+            runtime()?.block_on(idemgate::worker::run(config, shutdown_signal()))
+        }
+        Command::Demo {
+            transactions,
+            vehicles,
+            minutes,
+        } => {
+            let report =
+                runtime()?.block_on(idemgate::demo::run(transactions, vehicles, minutes))?;
+            println!("{}", report.table());
+            if !report.ok() {
+                bail!("the demo's check failed");
+            }
+            Ok(())
+        }
         Command::Hash(args) => hash(args),
         Command::Ttl(args) => {
             let policy = ttl_policy(args)?;
@@ -100,6 +137,35 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Horizon => horizon(),
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// Resolves on SIGTERM (what orchestrators send) or SIGINT (Ctrl-C).
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = interrupt => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = interrupt.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
     }
 }
 

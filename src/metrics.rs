@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 use metrics::Unit;
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 
 use crate::decision::Decision;
 use crate::store::{StoreStats, Tier};
@@ -27,19 +27,59 @@ pub const COMMITS: &str = "idemgate_offset_commits_total";
 
 /// Registers names, units and help texts with the installed recorder.
 pub fn describe() {
-    describe_counter!(RECORDS, Unit::Count, "records decided, by stream and decision");
-    describe_counter!(TIER_HITS, Unit::Count, "duplicates recognised, by stream and tier (exact, filter)");
-    describe_counter!(RELEASES, Unit::Count, "claims released after an output could not be produced");
+    describe_counter!(
+        RECORDS,
+        Unit::Count,
+        "records decided, by stream and decision"
+    );
+    describe_counter!(
+        TIER_HITS,
+        Unit::Count,
+        "duplicates recognised, by stream and tier (exact, filter)"
+    );
+    describe_counter!(
+        RELEASES,
+        Unit::Count,
+        "claims released after an output could not be produced"
+    );
     describe_counter!(REPLAYS, Unit::Count, "records met with their own done claim (delivered before a crash or replay); not produced again");
-    describe_counter!(WAITS, Unit::Count, "claims retried because another record's claim was pending");
-    describe_counter!(PRODUCE_FAILURES, Unit::Count, "outputs the broker did not accept; the record is retried");
-    describe_histogram!(STORE_LATENCY, Unit::Seconds, "claim store round trips, by operation");
+    describe_counter!(
+        WAITS,
+        Unit::Count,
+        "claims retried because another record's claim was pending"
+    );
+    describe_counter!(
+        PRODUCE_FAILURES,
+        Unit::Count,
+        "outputs the broker did not accept; the record is retried"
+    );
+    describe_histogram!(
+        STORE_LATENCY,
+        Unit::Seconds,
+        "claim store round trips, by operation"
+    );
     describe_counter!(STORE_ERRORS, Unit::Count, "claim store calls that failed");
     describe_histogram!(BATCH_SIZE, Unit::Count, "records per poll batch");
-    describe_gauge!(BREAKER_OPEN, Unit::Count, "1 while the store circuit breaker is open");
-    describe_gauge!(FILTER_INSERTS, Unit::Count, "hashes inserted into the current filter generation");
-    describe_gauge!(FILTER_CAPACITY, Unit::Count, "capacity of one filter generation; alarm as inserts approach it");
-    describe_gauge!(EVICTED_KEYS, Unit::Count, "keys the store server evicted: must stay 0");
+    describe_gauge!(
+        BREAKER_OPEN,
+        Unit::Count,
+        "1 while the store circuit breaker is open"
+    );
+    describe_gauge!(
+        FILTER_INSERTS,
+        Unit::Count,
+        "hashes inserted into the current filter generation"
+    );
+    describe_gauge!(
+        FILTER_CAPACITY,
+        Unit::Count,
+        "capacity of one filter generation; alarm as inserts approach it"
+    );
+    describe_gauge!(
+        EVICTED_KEYS,
+        Unit::Count,
+        "keys the store server evicted: must stay 0"
+    );
     describe_counter!(COMMITS, Unit::Count, "offset commits");
 }
 

@@ -548,3 +548,28 @@ proptest! {
         );
     }
 }
+
+#[test]
+fn a_copy_that_only_spells_listed_fields_differently_keeps_its_digest() {
+    let profile = Profile::resolve("bank-txn", None, None).unwrap();
+    let print = |payload: &str| {
+        let view = RecordView {
+            payload: Some(payload.as_bytes()),
+            headers: &[],
+        };
+        fingerprint(&profile, 1 << 20, &view).unwrap()
+    };
+    let first = print(
+        r#"{"account_id":"A1","bank_txn_id":"T1","amount":"100.50","currency":"USD","posted_at":"2026-01-01T00:00:00Z","memo":"rent"}"#,
+    );
+    let reprocessed = print(
+        r#"{"memo":"rent","currency":"usd","amount":"100.5000","posted_at":"2026-01-01T01:00:00+01:00","bank_txn_id":"T1","account_id":"A1"}"#,
+    );
+    let edited = print(
+        r#"{"account_id":"A1","bank_txn_id":"T1","amount":"100.50","currency":"USD","posted_at":"2026-01-01T00:00:00Z","memo":"rent (corrected)"}"#,
+    );
+    assert_eq!(first.hash, reprocessed.hash);
+    assert_eq!(first.digest, reprocessed.digest);
+    assert_eq!(first.hash, edited.hash);
+    assert_ne!(first.digest, edited.digest);
+}

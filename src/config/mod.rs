@@ -154,9 +154,16 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     if raw.batch.max_records == 0 {
         return Err(invalid("batch.max_records", "must be above zero"));
     }
-    let longest_lease = streams.iter().map(|s| s.spec.lease).min().unwrap_or_default();
+    let longest_lease = streams
+        .iter()
+        .map(|s| s.spec.lease)
+        .min()
+        .unwrap_or_default();
     if raw.batch.linger * 4 >= longest_lease {
-        return Err(invalid("batch.linger", "must be well under every stream's lease"));
+        return Err(invalid(
+            "batch.linger",
+            "must be well under every stream's lease",
+        ));
     }
     Ok(Config {
         kafka: raw.kafka,

@@ -51,8 +51,9 @@ const TAG_PAYLOAD_RAW: &[u8] = b"idemgate/v1/payload-raw\0";
 pub struct SourceHash(pub [u8; 32]);
 
 /// First 8 bytes of SHA-256 over the canonical whole payload (canonical JSON
-/// when the payload is JSON, raw bytes otherwise); lets a reused key with a
-/// different payload be told apart (a `conflict`). Eight bytes keep the
+/// when the payload is JSON, raw bytes otherwise; under `fields`, with the
+/// listed fields replaced by their normalised values); lets a reused key
+/// with a different payload be told apart (a `conflict`). Eight bytes keep the
 /// stored claim compact; an accidental match between two payloads under one
 /// key is a 1 in 2^64 event.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -161,7 +162,19 @@ pub fn fingerprint(
                 &mut form,
                 entries.iter().map(|(name, value)| (*name, value)),
             );
-            hash(TAG_FIELDS, form.as_bytes())
+            // The digest sees the listed fields as normalised, so a copy that
+            // only spells them differently ("100.5000", "usd") is a
+            // duplicate, while an edit elsewhere in the payload is a conflict.
+            let mut normalised = root.clone();
+            for (name, value) in &entries {
+                replace_at(&mut normalised, name, value.clone());
+            }
+            let digest =
+                payload_digest(canonical::to_canonical(&Value::Object(normalised)).as_bytes());
+            return Ok(Fingerprint {
+                hash: hash(TAG_FIELDS, form.as_bytes()),
+                digest,
+            });
         }
     };
     Ok(Fingerprint { hash, digest })
@@ -201,6 +214,23 @@ fn header_value<'a>(record: &RecordView<'a>, name: &str) -> Result<&'a str, Inva
         });
     }
     Ok(text)
+}
+
+/// Sets the value at a dotted path that `normalise::lookup` has already
+/// found, so every step exists and is an object.
+fn replace_at(root: &mut serde_json::Map<String, Value>, path: &str, value: Value) {
+    let mut segments = path.split('.').peekable();
+    let mut object = root;
+    while let Some(segment) = segments.next() {
+        if segments.peek().is_none() {
+            object.insert(segment.to_owned(), value);
+            return;
+        }
+        match object.get_mut(segment) {
+            Some(Value::Object(inner)) => object = inner,
+            _ => return,
+        }
+    }
 }
 
 fn hash(tag: &[u8], form: &[u8]) -> SourceHash {

@@ -25,7 +25,11 @@ pub(crate) fn expires_at(value: &ClaimValue, spec: &StreamSpec) -> i64 {
 }
 
 pub(crate) fn judge(existing: &ClaimValue, claim: &Claim, spec: &StreamSpec) -> Verdict {
-    if claim.at >= expires_at(existing, spec) {
+    let now = match existing.state {
+        ClaimState::Pending => claim.wall,
+        ClaimState::Done => claim.at,
+    };
+    if now >= expires_at(existing, spec) {
         return Verdict::Lapsed;
     }
     let outcome = if existing.holder == claim.holder {
@@ -47,12 +51,13 @@ pub(crate) fn judge(existing: &ClaimValue, claim: &Claim, spec: &StreamSpec) -> 
     Verdict::Decided(outcome)
 }
 
-/// The tier-1 value a claimant writes when it wins.
+/// The tier-1 value a claimant writes when it wins: stamped with wall time,
+/// the clock its lease runs on.
 pub(crate) fn pending_value(claim: &Claim) -> ClaimValue {
     ClaimValue {
         state: ClaimState::Pending,
         holder: claim.holder,
         digest: claim.digest,
-        at: claim.at,
+        at: claim.wall,
     }
 }

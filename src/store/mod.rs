@@ -97,7 +97,14 @@ pub struct Claim {
     pub hash: SourceHash,
     pub digest: PayloadDigest,
     pub holder: Coordinates,
+    /// The stream's clock (wall time, or the record's timestamp with the
+    /// memory store on event time): done claims and filter generations
+    /// age on it.
     pub at: Millis,
+    /// Wall time of the claim. A lease bounds how long a batch may take, a
+    /// processing-time matter, so pending claims lapse on this clock
+    /// whatever clock the stream runs on. Equal to `at` on wall time.
+    pub wall: Millis,
 }
 
 /// One record settling its claim: finalize after delivery, release after a
@@ -234,10 +241,14 @@ pub(crate) fn millis(d: Duration) -> i64 {
 }
 
 /// Builds the store a config names, with its streams.
-pub async fn open(config: &crate::config::Config) -> Result<std::sync::Arc<dyn ClaimStore>, StoreError> {
+pub async fn open(
+    config: &crate::config::Config,
+) -> Result<std::sync::Arc<dyn ClaimStore>, StoreError> {
     let streams: Vec<StreamSpec> = config.streams.iter().map(|s| s.spec.clone()).collect();
     Ok(match &config.store {
-        crate::config::StoreConfig::Memory { .. } => std::sync::Arc::new(memory::MemoryStore::new(streams)),
+        crate::config::StoreConfig::Memory { .. } => {
+            std::sync::Arc::new(memory::MemoryStore::new(streams))
+        }
         crate::config::StoreConfig::Redis(options) => {
             std::sync::Arc::new(redis::RedisStore::connect(options, streams).await?)
         }

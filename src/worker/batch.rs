@@ -69,18 +69,23 @@ impl Worker {
     pub(crate) async fn process(
         &mut self,
         inputs: Vec<Input>,
+        revocations: u64,
         stop: &tokio::sync::watch::Receiver<bool>,
     ) -> (BTreeMap<(String, i32), i64>, Ended) {
         crate::metrics::batch(inputs.len());
-        let revocations = self.revocations();
         let mut records: Vec<Record> = inputs.into_iter().filter_map(|i| self.prepare(i)).collect();
         let mut backoff = FIRST_BACKOFF;
         let ended = loop {
             if *stop.borrow() {
                 break Ended::Abandoned;
             }
+            // A rebalance during the poll or a wait: keep only what this
+            // replica still owns.
             if self.revocations() != revocations {
                 self.drop_revoked(&mut records).await;
+                if records.is_empty() {
+                    break Ended::Finished;
+                }
             }
             let mut progress = self.claim_round(&mut records).await;
             progress |= self.emit_round(&mut records).await;
@@ -152,6 +157,7 @@ impl Worker {
                 offset: record.input.offset,
             },
             at: self.clock(&record.input),
+            wall: now_ms(),
         })
     }
 
@@ -164,8 +170,14 @@ impl Worker {
         if waiting.is_empty() {
             return false;
         }
-        let claims: Vec<Claim> = waiting.iter().filter_map(|&i| self.claim_of(&records[i])).collect();
-        match self.call_store("claim", |store| async move { store.claim(&claims).await }).await {
+        let claims: Vec<Claim> = waiting
+            .iter()
+            .filter_map(|&i| self.claim_of(&records[i]))
+            .collect();
+        match self
+            .call_store("claim", |store| async move { store.claim(&claims).await })
+            .await
+        {
             Ok(outcomes) => {
                 let mut progress = false;
                 let mut held = 0;
@@ -176,7 +188,9 @@ impl Worker {
                             progress = true;
                         }
                         Next::AlreadyDelivered => {
-                            crate::metrics::replayed(&self.streams[records[i].stream].config.spec.name);
+                            crate::metrics::replayed(
+                                &self.streams[records[i].stream].config.spec.name,
+                            );
                             records[i].stage = Stage::Skipped;
                             progress = true;
                         }
@@ -259,7 +273,10 @@ impl Worker {
                 .map(|s| self.streams[s.stream.0].config.spec.name.clone())
                 .collect();
             if let Ok(released) = self
-                .call_store("release", |store| async move { store.release(&release).await })
+                .call_store(
+                    "release",
+                    |store| async move { store.release(&release).await },
+                )
                 .await
             {
                 for (name, done) in stream_names.iter().zip(released) {
@@ -279,11 +296,20 @@ impl Worker {
         let mut backoff = FIRST_BACKOFF;
         loop {
             let batch = settles.to_vec();
-            match self.call_store("finalize", |store| async move { store.finalize(&batch).await }).await {
+            match self
+                .call_store(
+                    "finalize",
+                    |store| async move { store.finalize(&batch).await },
+                )
+                .await
+            {
                 Ok(done) => {
                     let lost = done.iter().filter(|d| !**d).count();
                     if lost > 0 {
-                        warn!(lost, "claims taken by another record before finalize: their leases lapsed");
+                        warn!(
+                            lost,
+                            "claims taken by another record before finalize: their leases lapsed"
+                        );
                     }
                     return;
                 }
@@ -356,13 +382,20 @@ impl Worker {
     /// Drops records of partitions this replica no longer owns, releasing
     /// the claims they won but did not deliver.
     async fn drop_revoked(&mut self, records: &mut Vec<Record>) {
-        let assignment = rdkafka::consumer::Consumer::assignment(&self.consumer).unwrap_or_default();
-        let (kept, gone): (Vec<Record>, Vec<Record>) = std::mem::take(records)
-            .into_iter()
-            .partition(|r| assignment.find_partition(&r.input.topic, r.input.partition).is_some());
+        let assignment =
+            rdkafka::consumer::Consumer::assignment(&self.consumer).unwrap_or_default();
+        let (kept, gone): (Vec<Record>, Vec<Record>) =
+            std::mem::take(records).into_iter().partition(|r| {
+                assignment
+                    .find_partition(&r.input.topic, r.input.partition)
+                    .is_some()
+            });
         *records = kept;
         if !gone.is_empty() {
-            info!(records = gone.len(), "partitions revoked mid-batch: their records go to the new owner");
+            info!(
+                records = gone.len(),
+                "partitions revoked mid-batch: their records go to the new owner"
+            );
             self.release_undelivered(&gone).await;
         }
     }
@@ -375,7 +408,10 @@ impl Worker {
             .collect();
         if !settles.is_empty() {
             let _ = self
-                .call_store("release", |store| async move { store.release(&settles).await })
+                .call_store(
+                    "release",
+                    |store| async move { store.release(&settles).await },
+                )
                 .await;
         }
     }
@@ -387,7 +423,11 @@ const STORE_TIMEOUT: Duration = Duration::from_secs(5);
 /// else the record's coordinates.
 fn trace_id(input: &Input) -> String {
     for name in ["traceparent", "x-trace-id"] {
-        if let Some((_, Some(value))) = input.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)) {
+        if let Some((_, Some(value))) = input
+            .headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        {
             return String::from_utf8_lossy(value).into_owned();
         }
     }

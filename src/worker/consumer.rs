@@ -77,7 +77,10 @@ impl ConsumerContext for GroupContext {
             self.state.revocations.fetch_add(1, Ordering::SeqCst);
             self.state.assigned.store(false, Ordering::SeqCst);
             match consumer.commit_consumer_state(CommitMode::Sync) {
-                Ok(()) => info!(partitions = partitions.count(), "revoked: finished work committed"),
+                Ok(()) => info!(
+                    partitions = partitions.count(),
+                    "revoked: finished work committed"
+                ),
                 Err(error) if is_nothing_to_commit(&error) => {}
                 Err(error) => warn!(%error, "revoked: commit failed"),
             }
@@ -87,7 +90,9 @@ impl ConsumerContext for GroupContext {
     fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Assign(partitions) => {
-                self.state.assigned.store(partitions.count() > 0, Ordering::SeqCst);
+                self.state
+                    .assigned
+                    .store(partitions.count() > 0, Ordering::SeqCst);
                 info!(partitions = partitions.count(), "assigned");
             }
             Rebalance::Revoke(_) => {}
@@ -116,7 +121,11 @@ pub async fn poll_batch(
 ) -> Vec<Input> {
     let mut batch: Vec<Input> = std::mem::take(carry);
     let started = Instant::now();
-    let mut deadline = if batch.is_empty() { started + idle } else { started + linger };
+    let mut deadline = if batch.is_empty() {
+        started + idle
+    } else {
+        started + linger
+    };
     while batch.len() < max {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -189,9 +198,7 @@ pub fn commit(
         if assignment.find_partition(topic, *partition).is_none() {
             continue;
         }
-        if let Err(error) =
-            list.add_partition_offset(topic, *partition, Offset::Offset(*offset))
-        {
+        if let Err(error) = list.add_partition_offset(topic, *partition, Offset::Offset(*offset)) {
             warn!(%error, topic, partition, "cannot list offset");
         }
     }

@@ -132,7 +132,9 @@ impl Worker {
             });
         }
         let topics: Vec<&str> = by_topic.keys().map(String::as_str).collect();
-        consumer.subscribe(&topics).context("subscribing to the input topics")?;
+        consumer
+            .subscribe(&topics)
+            .context("subscribing to the input topics")?;
         Ok(Worker {
             streams,
             by_topic,
@@ -169,6 +171,7 @@ impl Worker {
             if *stop.borrow() {
                 break;
             }
+            let revocations = self.revocations();
             let inputs = tokio::select! {
                 inputs = poll_batch(&self.consumer, &mut self.carry, self.max_batch, self.linger, Duration::from_millis(200)) => inputs,
                 _ = stop.changed() => break,
@@ -177,7 +180,7 @@ impl Worker {
                 continue;
             }
             let stop_now = self.stop.clone();
-            let (next_offsets, ended) = self.process(inputs, &stop_now).await;
+            let (next_offsets, ended) = self.process(inputs, revocations, &stop_now).await;
             resume_all(&self.consumer);
             match ended {
                 Ended::Finished => commit(&self.consumer, &next_offsets, CommitMode::Async),
@@ -223,8 +226,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let worker = Worker::new(&config, store.clone(), stop_rx.clone()).await?;
     let health = crate::http::Health::new(worker.group());
-    let server = crate::http::serve(&config.metrics_listen, health.clone(), stop_rx.clone()).await?;
-    let stats = tokio::spawn(crate::http::watch_store(store, health.clone(), stop_rx.clone()));
+    let server =
+        crate::http::serve(&config.metrics_listen, health.clone(), stop_rx.clone()).await?;
+    let stats = tokio::spawn(crate::http::watch_store(
+        store,
+        health.clone(),
+        stop_rx.clone(),
+    ));
     let running = tokio::spawn(worker.run());
     shutdown.await;
     info!("shutdown requested: finishing the batch in flight");

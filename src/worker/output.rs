@@ -22,7 +22,10 @@ const QUEUE_WAIT: Duration = Duration::from_secs(5);
 
 /// Produces every output at once and waits for every delivery report.
 /// `Err` carries the broker's or the client's reason.
-pub(crate) async fn produce_all(producer: &FutureProducer, outputs: &[Output<'_>]) -> Vec<Result<(), String>> {
+pub(crate) async fn produce_all(
+    producer: &FutureProducer,
+    outputs: &[Output<'_>],
+) -> Vec<Result<(), String>> {
     let sends = outputs.iter().map(|output| async move {
         let mut headers = OwnedHeaders::new_with_capacity(
             output.input.headers.len() + output.decision_headers.len(),

@@ -79,6 +79,7 @@ pub fn claim(stream: StreamId, hash: SourceHash, offset: i64, when: i64) -> Clai
         digest: DIGEST,
         holder: at(offset),
         at: when,
+        wall: when,
     }
 }
 
