@@ -1,10 +1,5 @@
 //! The claim-store conformance suite against every backend: memory, Redis
 //! with bitmaps, Redis with RedisBloom, and a three-master Redis Cluster.
-//!
-//! The Redis servers come from `scripts/test-services.sh` through
-//! `IDEMGATE_TEST_REDIS_URL`, `IDEMGATE_TEST_REDISBLOOM_URL` and
-//! `IDEMGATE_TEST_REDIS_CLUSTER`. A missing variable or server fails the
-//! test: nothing is skipped.
 
 mod conformance;
 
@@ -24,17 +19,7 @@ pub trait Harness: Send + Sync {
     fn salt(&self) -> &str;
 }
 
-fn unique(name: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!(
-        "t{}-{name}-{nanos:x}-{}",
-        std::process::id(),
-        rand::random::<u32>()
-    )
-}
+use crate::support::{env, unique};
 
 struct Memory {
     salt: String,
@@ -59,12 +44,6 @@ pub struct Redis {
     pub target: RedisTarget,
     pub backend: FilterBackend,
     pub prefix: String,
-}
-
-pub fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| {
-        panic!("{name} is not set: run the suite with scripts/test.sh, which starts the servers")
-    })
 }
 
 impl Redis {
