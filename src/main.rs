@@ -115,6 +115,12 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Run { config } => {
             let config = idemgate::config::Config::load(&config)?;
+            let streams: Vec<&str> = config
+                .streams
+                .iter()
+                .map(|s| s.spec.name.as_str())
+                .collect();
+            tracing::info!(store = ?config.store, streams = ?streams, "starting");
             runtime()?.block_on(idemgate::worker::run(config, shutdown_signal()))
         }
         Command::Demo {

@@ -35,14 +35,37 @@ fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     }
 }
 
-/// The validated configuration.
-#[derive(Clone, Debug)]
+/// The validated configuration. Its `Debug` hides librdkafka properties
+/// that carry secrets.
+#[derive(Clone)]
 pub struct Config {
     pub kafka: BTreeMap<String, String>,
     pub store: StoreConfig,
     pub metrics_listen: String,
     pub batch: BatchConfig,
     pub streams: Vec<StreamConfig>,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kafka: BTreeMap<&str, &str> = self
+            .kafka
+            .iter()
+            .map(|(k, v)| {
+                let secret = ["password", "secret", "key", "token"]
+                    .iter()
+                    .any(|s| k.contains(s));
+                (k.as_str(), if secret { "***" } else { v.as_str() })
+            })
+            .collect();
+        f.debug_struct("Config")
+            .field("kafka", &kafka)
+            .field("store", &self.store)
+            .field("metrics_listen", &self.metrics_listen)
+            .field("batch", &self.batch)
+            .field("streams", &self.streams)
+            .finish()
+    }
 }
 
 #[derive(Clone, Debug)]

@@ -103,3 +103,48 @@ fn event_time_with_redis_is_refused() {
     ));
     assert!(error.starts_with("store.clock:"), "{error}");
 }
+
+#[test]
+fn every_shipped_config_parses() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+    let mut parsed = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            Config::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            parsed += 1;
+        }
+    }
+    assert!(
+        parsed >= 2,
+        "only {parsed} configs found in {}",
+        dir.display()
+    );
+}
+
+#[test]
+fn the_environment_overrides_broker_and_store_addresses() {
+    let mut raw: RawConfig = toml::from_str(BASE).unwrap();
+    apply_env(&mut raw, |name| match name {
+        ENV_BROKERS => Some("broker-9:9092".into()),
+        ENV_REDIS_URL => Some("redis://cache:6379".into()),
+        _ => None,
+    });
+    let config = validate(raw).unwrap();
+    assert_eq!(config.kafka["bootstrap.servers"], "broker-9:9092");
+    match config.store {
+        StoreConfig::Redis(options) => assert_eq!(
+            options.target,
+            crate::store::redis::RedisTarget::Standalone("redis://cache:6379".into())
+        ),
+        other => panic!("store not overridden: {other:?}"),
+    }
+}
+
+#[test]
+fn secrets_in_kafka_properties_are_hidden_from_debug_output() {
+    let text = format!("[kafka]\n\"sasl.password\" = \"hunter2\"\n{BASE}");
+    let shown = format!("{:?}", Config::parse(&text).unwrap());
+    assert!(!shown.contains("hunter2"), "{shown}");
+}

@@ -5,7 +5,7 @@ use redis::Value;
 
 use super::tier1;
 use super::tier2::{self, counter_key};
-use super::{all_ok, protocol, unparsable, RedisStore};
+use super::{protocol, unparsable, RedisStore};
 use crate::store::judge::{judge, pending_value, Verdict};
 use crate::store::value::ClaimValue;
 use crate::store::{
@@ -148,7 +148,7 @@ impl ClaimStore for RedisStore {
         )?;
         if !items.is_empty() {
             let inserts = tier2::inserts(self.filter_backend, &self.prefix, &items);
-            all_ok(self.conn.run(inserts).await?)?;
+            check_inserts(self.conn.run(inserts).await?)?;
         }
         Ok(done)
     }
@@ -229,4 +229,20 @@ impl ClaimStore for RedisStore {
             filters,
         })
     }
+}
+
+/// A command error fails the call; an error inside a reply is RedisBloom
+/// saying a non-scaling generation is full. The claim is done in tier 1
+/// already, so that only shortens tier-2 coverage: say so loudly.
+fn check_inserts(answers: Vec<redis::RedisResult<Value>>) -> Result<(), StoreError> {
+    for answer in answers {
+        if let Value::Array(items) = answer.map_err(protocol)? {
+            if let Some(Value::ServerError(error)) =
+                items.iter().find(|v| matches!(v, Value::ServerError(_)))
+            {
+                tracing::warn!(error = ?error, "filter generation full: raise peak_rate; hashes past capacity are not remembered beyond tier 1");
+            }
+        }
+    }
+    Ok(())
 }

@@ -19,10 +19,39 @@ use redis::{Cmd, RedisError, RedisResult, Value};
 use crate::store::StoreError;
 
 /// Where the store lives: one server, or the seed nodes of a cluster.
-#[derive(Clone, Debug, PartialEq)]
+/// `Debug` and `Display` hide credentials, so the target can be logged.
+#[derive(Clone, PartialEq)]
 pub enum RedisTarget {
     Standalone(String),
     Cluster(Vec<String>),
+}
+
+impl std::fmt::Display for RedisTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RedisTarget::Standalone(url) => f.write_str(&redact(url)),
+            RedisTarget::Cluster(nodes) => {
+                let nodes: Vec<String> = nodes.iter().map(|n| redact(n)).collect();
+                write!(f, "cluster {}", nodes.join(","))
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for RedisTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+/// `redis://user:secret@host:6379/0` -> `redis://***@host:6379/0`.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_string(),
+    }
 }
 
 /// A command and the key it routes by.
@@ -197,7 +226,15 @@ async fn run_by_slot(
 
 #[cfg(test)]
 mod tests {
-    use super::masters;
+    use super::{masters, redact, RedisTarget};
+
+    #[test]
+    fn credentials_never_reach_a_log_line() {
+        let target = RedisTarget::Standalone("rediss://app:hunter2@cache:6380/0".into());
+        let shown = format!("{target} {target:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert_eq!(redact("redis://cache:6379"), "redis://cache:6379");
+    }
 
     #[test]
     fn masters_are_read_from_cluster_nodes() {

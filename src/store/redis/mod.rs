@@ -12,7 +12,7 @@ mod conn;
 mod tier1;
 mod tier2;
 
-use redis::{RedisResult, Value};
+use redis::Value;
 use tracing::warn;
 
 pub use conn::RedisTarget;
@@ -275,10 +275,4 @@ fn protocol(error: redis::RedisError) -> StoreError {
 
 fn unparsable(error: impl std::fmt::Display) -> StoreError {
     StoreError::Protocol(error.to_string())
-}
-
-fn all_ok(answers: Vec<RedisResult<Value>>) -> Result<(), StoreError> {
-    answers
-        .into_iter()
-        .try_for_each(|a| a.map(drop).map_err(protocol))
 }
