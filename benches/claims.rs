@@ -29,34 +29,48 @@ use std::sync::Arc;
 use anyhow::{ensure, Context};
 use idemgate::store::memory::MemoryStore;
 use idemgate::store::redis::{FilterBackend, RedisOptions, RedisStore, RedisTarget};
-use idemgate::store::ClaimStore;
+use idemgate::store::{ClaimStore, StreamId};
 
 use servers::RedisBackend;
-use throughput::{EXACT, TIERED};
+use throughput::{Load, BATCH, EXACT, TIERED};
 
 /// How much work each figure does.
 struct Sizes {
     fingerprint_records: usize,
     fingerprint_passes: usize,
-    batches: usize,
-    counted_batches: usize,
+    /// Timed claim batches per backend and stream.
+    batches: Load,
+    /// Batches counted through the proxy.
+    counted: Load,
     footprint_keys: usize,
 }
 
 const BENCH: Sizes = Sizes {
     fingerprint_records: 100_000,
     fingerprint_passes: 5,
-    batches: 100,
-    counted_batches: 20,
+    batches: Load {
+        batches: 100,
+        size: BATCH,
+    },
+    counted: Load {
+        batches: 20,
+        size: BATCH,
+    },
     footprint_keys: 1_000_000,
 };
 
 const SMOKE: Sizes = Sizes {
-    fingerprint_records: 2_000,
+    fingerprint_records: 300,
     fingerprint_passes: 1,
-    batches: 2,
-    counted_batches: 1,
-    footprint_keys: 2_000,
+    batches: Load {
+        batches: 2,
+        size: 100,
+    },
+    counted: Load {
+        batches: 1,
+        size: 100,
+    },
+    footprint_keys: 1_000,
 };
 
 fn main() -> ExitCode {
@@ -104,9 +118,9 @@ async fn run(bench: bool) -> anyhow::Result<bool> {
     eprintln!("[claims] memory backend");
     let memory: Arc<dyn ClaimStore> = Arc::new(MemoryStore::new(throughput::streams()));
     for stream in [EXACT, TIERED] {
-        report.claims.push(
-            throughput::measure("memory", memory.as_ref(), stream, "memory", sizes.batches).await?,
-        );
+        report
+            .claims
+            .push(timed("memory", memory.as_ref(), stream, sizes.batches, None).await?);
     }
 
     let (backends, missing) = servers::from_env();
@@ -127,15 +141,21 @@ async fn run(bench: bool) -> anyhow::Result<bool> {
         let measured = redis_backend(backend, &prefix, sizes, &mut report).await;
         // Whatever happened, the keys go: the shared servers are not ours.
         let removed = servers::delete_prefix(&backend.target, &prefix).await;
-        match (&measured, removed) {
-            (_, Ok(n)) => eprintln!(
+        match removed {
+            Ok(n) => eprintln!(
                 "[claims] {}: removed {n} keys under {prefix}",
                 backend.label
             ),
-            (_, Err(e)) => eprintln!(
-                "!!! {}: could not remove keys under {prefix}: {e:#}",
-                backend.label
-            ),
+            Err(e) => {
+                eprintln!(
+                    "\n!!! {}: could not remove keys under {prefix}: {e:#}\n",
+                    backend.label
+                );
+                report
+                    .unmeasured
+                    .push(format!("{}: keys left under {prefix}", backend.label));
+                complete = false;
+            }
         }
         if let Err(error) = measured {
             eprintln!("\n!!! NOT MEASURED: backend {}: {error:#}\n", backend.label);
@@ -177,6 +197,38 @@ async fn run(bench: bool) -> anyhow::Result<bool> {
     }
     report.print();
     Ok(complete)
+}
+
+/// Warm-up, then the timed batches, with the CPU both sides used read
+/// around them.
+async fn timed(
+    backend: &str,
+    store: &dyn ClaimStore,
+    stream: StreamId,
+    load: Load,
+    server: Option<&RedisTarget>,
+) -> anyhow::Result<throughput::Row> {
+    throughput::warm_up(store, stream, "timed", load.size).await?;
+    let server_cpu = || async {
+        match server {
+            Some(target) => servers::cpu_seconds(target).await.map(Some),
+            None => Ok(None),
+        }
+    };
+    let (client0, server0) = (servers::own_cpu_seconds(), server_cpu().await?);
+    let mut row = throughput::measure(backend, store, stream, "timed", load).await?;
+    let (client1, server1) = (servers::own_cpu_seconds(), server_cpu().await?);
+    let records = row.records as f64;
+    if let (Some(c0), Some(c1)) = (client0, client1) {
+        row.cpu = Some(throughput::Cpu {
+            wall_us: 1e6 / row.claim_finalize_new + 1e6 / row.claim_duplicate,
+            client_us: (c1 - c0) * 1e6 / records,
+            server_us: server0
+                .zip(server1)
+                .map(|(s0, s1)| (s1 - s0) * 1e6 / records),
+        });
+    }
+    Ok(row)
 }
 
 /// The tier-1 figure needs a `redis-server` binary to start a scratch
@@ -223,9 +275,8 @@ async fn redis_backend(
     ensure!(store.filter_backend() == backend.filter, "filter backend");
     let mut rows = Vec::new();
     for stream in [EXACT, TIERED] {
-        rows.push(
-            throughput::measure(backend.label, &store, stream, "timed", sizes.batches).await?,
-        );
+        let server = Some(&backend.target);
+        rows.push(timed(backend.label, &store, stream, sizes.batches, server).await?);
     }
 
     if let RedisTarget::Standalone(url) = &backend.target {
@@ -254,8 +305,7 @@ async fn redis_backend(
         .await?;
         for (row, stream) in rows.iter_mut().zip([EXACT, TIERED]) {
             let trips =
-                throughput::count(&counted, &counts, stream, "counted", sizes.counted_batches)
-                    .await?;
+                throughput::count(&counted, &counts, stream, "counted", sizes.counted).await?;
             row.trips = Some(trips);
         }
     }

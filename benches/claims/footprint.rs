@@ -59,6 +59,7 @@ pub async fn tier1(keys: usize) -> anyhow::Result<Tier1> {
             stream,
             "footprint",
             (b * BATCH) as u64,
+            BATCH,
             false,
             throughput::now_ms(),
         );

@@ -3,7 +3,7 @@
 
 use super::fingerprints;
 use super::footprint::Tier1;
-use super::throughput::{self, Trips, BATCH};
+use super::throughput::{self, Trips};
 
 pub struct Tier2 {
     pub backend: String,
@@ -103,16 +103,23 @@ impl Report {
         }
 
         println!();
-        println!("2. claim batches of {BATCH} (records/s; time inside ClaimStore calls only)");
+        println!("2. claim batches (records/s; time inside ClaimStore calls only)");
         println!(
-            "{:<18} {:<7} {:>8} {:>14} {:>20} {:>16}",
-            "backend", "mode", "records", "new: claim", "new: claim+finalize", "dup: claim"
+            "{:<18} {:<7} {:>6} {:>8} {:>14} {:>20} {:>16}",
+            "backend",
+            "mode",
+            "batch",
+            "records",
+            "new: claim",
+            "new: claim+finalize",
+            "dup: claim"
         );
         for row in &self.claims {
             println!(
-                "{:<18} {:<7} {:>8} {:>14} {:>20} {:>16}",
+                "{:<18} {:<7} {:>6} {:>8} {:>14} {:>20} {:>16}",
                 row.backend,
                 row.mode,
+                row.batch,
                 row.records,
                 grouped(row.claim_new),
                 grouped(row.claim_finalize_new),
@@ -125,19 +132,45 @@ impl Report {
             println!("   round trips per batch (RESP proxy on the wire; standalone only: a cluster client");
             println!("   connects to the nodes CLUSTER SLOTS names, so it is not counted; memory has none)");
             println!(
-                "{:<18} {:<7} {:>8} {:>22} {:>22} {:>22}",
-                "backend", "mode", "batches", "new: claim", "new: finalize", "dup: claim"
+                "{:<18} {:<7} {:>11} {:>22} {:>22} {:>22}",
+                "backend", "mode", "batches of", "new: claim", "new: finalize", "dup: claim"
             );
             for row in counted {
                 if let Some(trips) = &row.trips {
                     println!(
-                        "{:<18} {:<7} {:>8} {:>22} {:>22} {:>22}",
+                        "{:<18} {:<7} {:>11} {:>22} {:>22} {:>22}",
                         row.backend,
                         row.mode,
-                        trips.batches,
+                        format!("{} x {}", trips.batches, trips.size),
                         per_batch(trips, |t| t.claim),
                         per_batch(trips, |t| t.finalize),
                         per_batch(trips, |t| t.duplicate)
+                    );
+                }
+            }
+        }
+
+        let with_cpu: Vec<_> = self.claims.iter().filter(|r| r.cpu.is_some()).collect();
+        if !with_cpu.is_empty() {
+            println!();
+            println!(
+                "   CPU per record, new claim + finalize + duplicate claim together (client: this"
+            );
+            println!("   process, /proc ticks; server: INFO cpu on every master, other clients included)");
+            println!(
+                "{:<18} {:<7} {:>10} {:>12} {:>12}",
+                "backend", "mode", "wall us", "client us", "server us"
+            );
+            for row in with_cpu {
+                if let Some(cpu) = &row.cpu {
+                    println!(
+                        "{:<18} {:<7} {:>10.2} {:>12.2} {:>12}",
+                        row.backend,
+                        row.mode,
+                        cpu.wall_us,
+                        cpu.client_us,
+                        cpu.server_us
+                            .map_or("-".to_string(), |us| format!("{us:.2}"))
                     );
                 }
             }

@@ -292,3 +292,28 @@ pub async fn bloom_version(url: &str) -> anyhow::Result<String> {
     };
     version.with_context(|| format!("no bf module in MODULE LIST: {text}"))
 }
+
+/// CPU seconds a server (every master of a cluster) has used since it
+/// started, user plus system, from `INFO cpu`.
+pub async fn cpu_seconds(target: &RedisTarget) -> anyhow::Result<f64> {
+    let mut total = 0.0;
+    for url in masters(target).await? {
+        for field in ["used_cpu_user", "used_cpu_sys"] {
+            total += info_field(&url, "cpu", field).await?.parse::<f64>()?;
+        }
+    }
+    Ok(total)
+}
+
+/// CPU seconds this process has used, every thread, user plus system
+/// (`/proc/self/stat`, in 10 ms ticks). `None` off Linux.
+pub fn own_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which may itself hold spaces; utime
+    // and stime are fields 14 and 15 of the line, 12th and 13th after it.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    // USER_HZ is 100 on every Linux the kernel exposes to user space.
+    Some(ticks / 100.0)
+}

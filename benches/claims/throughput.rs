@@ -18,6 +18,7 @@ use sha2::{Digest, Sha256};
 
 use super::proxy::{Counts, Snapshot};
 
+/// The batch size the figures are for; the smoke pass uses smaller ones.
 pub const BATCH: usize = 1000;
 pub const EXACT: StreamId = StreamId(0);
 pub const TIERED: StreamId = StreamId(1);
@@ -90,16 +91,24 @@ fn digest(n: u64) -> PayloadDigest {
     PayloadDigest(n.to_be_bytes())
 }
 
-/// Claims of records `first..first+BATCH`, from the originals or from
+/// Claims of records `first..first+size`, from the originals or from
 /// their redeliveries.
-pub fn batch(stream: StreamId, salt: &str, first: u64, redelivery: bool, at: i64) -> Vec<Claim> {
-    (first..first + BATCH as u64)
+pub fn batch(
+    stream: StreamId,
+    salt: &str,
+    first: u64,
+    size: usize,
+    redelivery: bool,
+    at: i64,
+) -> Vec<Claim> {
+    (first..first + size as u64)
         .map(|n| Claim {
             stream,
             hash: hash(salt, n),
             digest: digest(n),
             holder: holder(n as i64 + if redelivery { REDELIVERY_SHIFT } else { 0 }),
             at,
+            wall: at,
         })
         .collect()
 }
@@ -119,16 +128,30 @@ pub struct Trips {
     pub finalize: Snapshot,
     pub duplicate: Snapshot,
     pub batches: u64,
+    pub size: usize,
 }
 
 pub struct Row {
     pub backend: String,
     pub mode: &'static str,
+    pub batch: usize,
     pub records: usize,
     pub claim_new: f64,
     pub claim_finalize_new: f64,
     pub claim_duplicate: f64,
     pub trips: Option<Trips>,
+    pub cpu: Option<Cpu>,
+}
+
+/// CPU seconds spent per record over the three timed phases (new claim,
+/// finalize, duplicate claim), against the wall time of those phases: shows
+/// whether the client or the server is the limit on these 2 cores.
+#[derive(Clone, Copy, Debug)]
+pub struct Cpu {
+    pub wall_us: f64,
+    pub client_us: f64,
+    /// `None` for the in-process store.
+    pub server_us: Option<f64>,
 }
 
 fn check_new(outcomes: &[ClaimOutcome]) -> anyhow::Result<()> {
@@ -176,13 +199,14 @@ async fn one_batch(
     stream: StreamId,
     salt: &str,
     first: u64,
+    size: usize,
     times: &mut Timings,
     counts: Option<(&Counts, &mut Trips)>,
 ) -> anyhow::Result<()> {
     let at = now_ms();
-    let claims = batch(stream, salt, first, false, at);
+    let claims = batch(stream, salt, first, size, false, at);
     let settles: Vec<Settle> = claims.iter().map(Settle::from).collect();
-    let redeliveries = batch(stream, salt, first, true, at);
+    let redeliveries = batch(stream, salt, first, size, true, at);
     let snap = || {
         counts
             .as_ref()
@@ -217,57 +241,72 @@ async fn one_batch(
     Ok(())
 }
 
-/// Runs `batches` timed batches on one stream after one untimed warm-up
-/// batch (which loads the Lua scripts and creates the filter generation).
-/// Duplicates are claimed batch by batch right after their originals are
-/// finalized; their time is summed separately.
+/// How many batches of which size a phase runs.
+#[derive(Clone, Copy, Debug)]
+pub struct Load {
+    pub batches: usize,
+    pub size: usize,
+}
+
+/// One untimed batch through all phases: loads the Lua scripts and creates
+/// the filter generation, so the timed batches see a warm server.
+pub async fn warm_up(
+    store: &dyn ClaimStore,
+    stream: StreamId,
+    salt: &str,
+    size: usize,
+) -> anyhow::Result<()> {
+    let salt = format!("{salt}/warm");
+    one_batch(store, stream, &salt, 0, size, &mut Timings::default(), None).await
+}
+
+/// Runs the timed batches on one stream (after `warm_up`). Duplicates are
+/// claimed batch by batch right after their originals are finalized; their
+/// time is summed separately.
 pub async fn measure(
     backend: &str,
     store: &dyn ClaimStore,
     stream: StreamId,
     salt: &str,
-    batches: usize,
+    load: Load,
 ) -> anyhow::Result<Row> {
-    let mut warm = Timings::default();
-    one_batch(store, stream, &format!("{salt}/warm"), 0, &mut warm, None).await?;
     let mut times = Timings::default();
-    for b in 0..batches {
-        one_batch(store, stream, salt, (b * BATCH) as u64, &mut times, None).await?;
+    for b in 0..load.batches {
+        let first = (b * load.size) as u64;
+        one_batch(store, stream, salt, first, load.size, &mut times, None).await?;
     }
-    let records = batches * BATCH;
+    let records = load.batches * load.size;
     let rate = |d: Duration| records as f64 / d.as_secs_f64();
     Ok(Row {
         backend: backend.to_string(),
         mode: mode_name(stream),
+        batch: load.size,
         records,
         claim_new: rate(times.claim_new),
         claim_finalize_new: rate(times.claim_new + times.finalize_new),
         claim_duplicate: rate(times.claim_duplicate),
         trips: None,
+        cpu: None,
     })
 }
 
-/// Counts round trips over `batches` batches through a proxied store.
+/// Counts round trips over the batches through a proxied store.
 pub async fn count(
     store: &dyn ClaimStore,
     counts: &Counts,
     stream: StreamId,
     salt: &str,
-    batches: usize,
+    load: Load,
 ) -> anyhow::Result<Trips> {
-    let mut trips = Trips::default();
+    let mut trips = Trips {
+        size: load.size,
+        ..Trips::default()
+    };
     let mut times = Timings::default();
-    for b in 0..batches {
-        let first = (b * BATCH) as u64;
-        one_batch(
-            store,
-            stream,
-            salt,
-            first,
-            &mut times,
-            Some((counts, &mut trips)),
-        )
-        .await?;
+    for b in 0..load.batches {
+        let first = (b * load.size) as u64;
+        let counting = Some((counts, &mut trips));
+        one_batch(store, stream, salt, first, load.size, &mut times, counting).await?;
     }
     Ok(trips)
 }
