@@ -99,45 +99,32 @@ impl ClaimStore for RedisStore {
     }
 
     async fn finalize(&self, batch: &[Settle]) -> Result<Vec<bool>, StoreError> {
-        let prepared = batch
-            .iter()
-            .map(|settle| {
-                let spec = spec(&self.streams, settle.stream)?;
+        let answers = self
+            .settle(&self.scripts.finalize, batch, |spec, settle| {
                 let done = ClaimValue {
                     state: crate::store::ClaimState::Done,
                     holder: settle.holder,
                     digest: settle.digest,
                     at: settle.at,
                 };
-                Ok((
-                    tier1::key(&self.prefix, &spec.name, &settle.hash),
-                    tier1::holder_arg(&settle.holder),
-                    done.encode(),
-                    millis(spec.tier1_ttl).to_string(),
-                ))
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        let answers = self
-            .run_scripts(prepared.len(), |i, cached| {
-                let (key, holder, done, ttl) = &prepared[i];
-                self.scripts.finalize.invoke(
-                    cached,
-                    key.clone(),
-                    &[&holder[..], &done[..], ttl.as_bytes()],
-                )
+                vec![
+                    tier1::holder_arg(&settle.holder).to_vec(),
+                    done.encode().to_vec(),
+                    millis(spec.tier1_ttl).to_string().into_bytes(),
+                ]
             })
             .await?;
         let mut done = Vec::with_capacity(batch.len());
         let mut newly_done = Vec::new();
         for (index, answer) in answers.into_iter().enumerate() {
             match answer {
-                Value::Int(0) => done.push(false),
-                Value::Int(1) => {
+                0 => done.push(false),
+                1 => {
                     done.push(true);
                     newly_done.push(index);
                 }
-                Value::Int(2) => done.push(true),
-                other => return Err(StoreError::Protocol(format!("finalize answered {other:?}"))),
+                2 => done.push(true),
+                other => return Err(StoreError::Protocol(format!("finalize answered {other}"))),
             }
         }
         // Only a done hash goes into the filter: a filter cannot release.
@@ -154,31 +141,12 @@ impl ClaimStore for RedisStore {
     }
 
     async fn release(&self, batch: &[Settle]) -> Result<Vec<bool>, StoreError> {
-        let prepared = batch
-            .iter()
-            .map(|settle| {
-                let spec = spec(&self.streams, settle.stream)?;
-                Ok((
-                    tier1::key(&self.prefix, &spec.name, &settle.hash),
-                    tier1::holder_arg(&settle.holder),
-                ))
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
         let answers = self
-            .run_scripts(prepared.len(), |i, cached| {
-                let (key, holder) = &prepared[i];
-                self.scripts
-                    .release
-                    .invoke(cached, key.clone(), &[&holder[..]])
+            .settle(&self.scripts.release, batch, |_, settle| {
+                vec![tier1::holder_arg(&settle.holder).to_vec()]
             })
             .await?;
-        answers
-            .into_iter()
-            .map(|answer| match answer {
-                Value::Int(n) => Ok(n == 1),
-                other => Err(StoreError::Protocol(format!("release answered {other:?}"))),
-            })
-            .collect()
+        Ok(answers.into_iter().map(|n| n == 1).collect())
     }
 
     async fn stats(&self, at: Millis) -> Result<StoreStats, StoreError> {
@@ -245,4 +213,59 @@ fn check_inserts(answers: Vec<redis::RedisResult<Value>>) -> Result<(), StoreErr
         }
     }
     Ok(())
+}
+
+impl RedisStore {
+    /// Runs a compare-and-set script over a batch: one invocation per hash
+    /// tag (its keys share a cluster slot), all in one round trip. Returns
+    /// the script's per-key answer in batch order.
+    async fn settle<F>(
+        &self,
+        script: &tier1::LuaScript,
+        batch: &[Settle],
+        args_of: F,
+    ) -> Result<Vec<i64>, StoreError>
+    where
+        F: Fn(&crate::store::StreamSpec, &Settle) -> Vec<Vec<u8>>,
+    {
+        let mut groups: std::collections::BTreeMap<u8, (Vec<usize>, Vec<Vec<u8>>, Vec<Vec<u8>>)> =
+            std::collections::BTreeMap::new();
+        for (index, settle) in batch.iter().enumerate() {
+            let spec = spec(&self.streams, settle.stream)?;
+            let (indices, keys, args) = groups.entry(tier1::tag(&settle.hash)).or_default();
+            indices.push(index);
+            keys.push(tier1::key(&self.prefix, &spec.name, &settle.hash));
+            args.extend(args_of(spec, settle));
+        }
+        let groups: Vec<_> = groups.into_values().collect();
+        let answers = self
+            .run_scripts(groups.len(), |g, cached| {
+                let (_, keys, args) = &groups[g];
+                let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+                script.invoke(cached, keys, &args)
+            })
+            .await?;
+        let mut out = vec![0; batch.len()];
+        for ((indices, _, _), answer) in groups.iter().zip(answers) {
+            let Value::Array(values) = answer else {
+                return Err(StoreError::Protocol(format!(
+                    "settle script answered {answer:?}"
+                )));
+            };
+            if values.len() != indices.len() {
+                return Err(StoreError::Protocol("settle script answered short".into()));
+            }
+            for (&index, value) in indices.iter().zip(values) {
+                out[index] = match value {
+                    Value::Int(n) => n,
+                    other => {
+                        return Err(StoreError::Protocol(format!(
+                            "settle script gave {other:?}"
+                        )))
+                    }
+                };
+            }
+        }
+        Ok(out)
+    }
 }

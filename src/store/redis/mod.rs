@@ -185,7 +185,7 @@ impl RedisStore {
                 let (key, old, new, lease) = &prepared[i];
                 self.scripts.take_over.invoke(
                     cached,
-                    key.clone(),
+                    std::slice::from_ref(key),
                     &[&old[..], &new[..], lease.as_bytes()],
                 )
             })

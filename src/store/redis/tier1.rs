@@ -14,11 +14,16 @@ use crate::fingerprint::SourceHash;
 use crate::store::value::{encode_holder, ClaimValue, LUA_HOLDER_RANGE};
 use crate::store::Coordinates;
 
+/// Which of the 64 hash tags a hash's key carries.
+pub(crate) fn tag(hash: &SourceHash) -> u8 {
+    hash.0[16] & 0x3f
+}
+
 pub(crate) fn key(prefix: &str, stream: &str, hash: &SourceHash) -> Vec<u8> {
     let mut key = Vec::with_capacity(prefix.len() + stream.len() + 24);
     key.extend_from_slice(prefix.as_bytes());
     key.extend_from_slice(stream.as_bytes());
-    key.extend_from_slice(format!(":c:{{{:02x}}}", hash.0[16] & 0x3f).as_bytes());
+    key.extend_from_slice(format!(":c:{{{:02x}}}", tag(hash)).as_bytes());
     key.extend_from_slice(&hash.0[..16]);
     key
 }
@@ -50,9 +55,10 @@ impl LuaScript {
         }
     }
 
-    /// `EVALSHA` on one key; `EVAL` when the server has not seen the script
-    /// yet (after a restart, a failover or `SCRIPT FLUSH`).
-    pub fn invoke(&self, cached: bool, key: Vec<u8>, args: &[&[u8]]) -> Keyed {
+    /// `EVALSHA` over keys that share a hash tag (one slot on a cluster);
+    /// `EVAL` when the server has not seen the script yet (after a restart,
+    /// a failover or `SCRIPT FLUSH`).
+    pub fn invoke(&self, cached: bool, keys: &[Vec<u8>], args: &[&[u8]]) -> Keyed {
         let mut cmd: Cmd = if cached {
             let mut cmd = redis::cmd("EVALSHA");
             cmd.arg(&self.sha);
@@ -62,11 +68,17 @@ impl LuaScript {
             cmd.arg(&self.source);
             cmd
         };
-        cmd.arg(1).arg(&key);
+        cmd.arg(keys.len());
+        for key in keys {
+            cmd.arg(key);
+        }
         for arg in args {
             cmd.arg(*arg);
         }
-        Keyed { key, cmd }
+        Keyed {
+            key: keys.first().cloned().unwrap_or_default(),
+            cmd,
+        }
     }
 }
 
@@ -81,26 +93,39 @@ pub(crate) struct Scripts {
 impl Scripts {
     pub fn new() -> Scripts {
         let (from, to) = LUA_HOLDER_RANGE;
-        // Finalize: 0 = another record holds it, 1 = now done, 2 = already
-        // done by this record (its TTL is left as it was: fixed from the
-        // write, never extended). A lapsed key nobody took is written done:
-        // the output was delivered.
+        // Finalize, per key (ARGV: holder, done value, ttl for each): 0 =
+        // another record holds it, 1 = now done, 2 = already done by this
+        // record (its TTL is left as it was: fixed from the write, never
+        // extended). A lapsed key nobody took is written done: the output
+        // was delivered.
         let finalize = format!(
-            r#"local v = redis.call('GET', KEYS[1])
-if v then
-  if string.sub(v, {from}, {to}) ~= ARGV[1] then return 0 end
-  if string.sub(v, 1, 1) == 'D' then return 2 end
+            r#"local out = {{}}
+for i, key in ipairs(KEYS) do
+  local holder, done, ttl = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
+  local v = redis.call('GET', key)
+  local r = 1
+  if v then
+    if string.sub(v, {from}, {to}) ~= holder then r = 0
+    elseif string.sub(v, 1, 1) == 'D' then r = 2 end
+  end
+  if r == 1 then redis.call('SET', key, done, 'PX', ttl) end
+  out[i] = r
 end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-return 1"#
+return out"#
         );
+        // Release, per key (ARGV: holder): 1 = deleted, 0 = not ours or
+        // not pending.
         let release = format!(
-            r#"local v = redis.call('GET', KEYS[1])
-if v and string.sub(v, 1, 1) == 'P' and string.sub(v, {from}, {to}) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  return 1
+            r#"local out = {{}}
+for i, key in ipairs(KEYS) do
+  local v = redis.call('GET', key)
+  out[i] = 0
+  if v and string.sub(v, 1, 1) == 'P' and string.sub(v, {from}, {to}) == ARGV[i] then
+    redis.call('DEL', key)
+    out[i] = 1
+  end
 end
-return 0"#
+return out"#
         );
         // Take over a value that has lapsed on the caller's clock but not
         // yet on the server's: only if it is still exactly that value.
