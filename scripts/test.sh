@@ -4,9 +4,11 @@
 #   scripts/test.sh [extra cargo test args...]
 #   e.g. scripts/test.sh --lib            scripts/test.sh bloom -- --nocapture
 #
-# 1. starts the Redis servers the tests need (scripts/test-services.sh start),
-# 2. exports IDEMGATE_TEST_REDIS_URL, IDEMGATE_TEST_REDISBLOOM_URL, IDEMGATE_TEST_REDIS_CLUSTER
-#    (the tests fail loudly without them, so we check they are set before running cargo),
+# 1. starts the Redis servers and the Kafka broker (Tansu) the tests need
+#    (scripts/test-services.sh start),
+# 2. exports IDEMGATE_TEST_REDIS_URL, IDEMGATE_TEST_REDISBLOOM_URL, IDEMGATE_TEST_REDIS_CLUSTER,
+#    IDEMGATE_TEST_KAFKA_BROKERS and IDEMGATE_TEST_TANSU (the tests fail loudly without them,
+#    so we check they are set before running cargo),
 # 3. runs `cargo test --all-targets --locked "$@"`,
 # 4. stops the servers again if this run started them (always, via a trap), and
 # 5. exits with cargo's status, after a one-line summary of the test counts.
@@ -57,10 +59,12 @@ set -a
 # shellcheck disable=SC1090
 . "$("$SERVICES" env-file)"
 set +a
-for var in IDEMGATE_TEST_REDIS_URL IDEMGATE_TEST_REDISBLOOM_URL IDEMGATE_TEST_REDIS_CLUSTER; do
+for var in IDEMGATE_TEST_REDIS_URL IDEMGATE_TEST_REDISBLOOM_URL IDEMGATE_TEST_REDIS_CLUSTER \
+  IDEMGATE_TEST_KAFKA_BROKERS IDEMGATE_TEST_TANSU; do
   [[ -n ${!var:-} ]] || { log "ERROR: $var is not set after starting the test services"; exit 1; }
   log "$var=${!var}"
 done
+[[ -x $IDEMGATE_TEST_TANSU ]] || { log "ERROR: IDEMGATE_TEST_TANSU=$IDEMGATE_TEST_TANSU is not executable"; exit 1; }
 
 # --- tests -----------------------------------------------------------------------------
 out=$(mktemp)
