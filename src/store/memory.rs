@@ -18,6 +18,10 @@ use crate::fingerprint::SourceHash;
 
 /// Lapsed keys and generations are swept after this many writes.
 const SWEEP_EVERY: u64 = 1 << 16;
+/// On event time, partitions run at different points of the clock: a key is
+/// swept only once it lapsed this long before the latest time seen, so a
+/// partition up to an hour behind still finds it.
+const SWEEP_MARGIN: Millis = 3_600_000;
 
 pub struct MemoryStore {
     streams: Vec<StreamSpec>,
@@ -28,9 +32,8 @@ pub struct MemoryStore {
 struct State {
     claims: HashMap<(usize, SourceHash), ClaimValue>,
     generations: HashMap<(usize, i64), Generation>,
-    /// The latest time any request carried: what has lapsed before it is
-    /// swept. A request older than this sees a swept key as absent, the
-    /// same answer it would get from a lapsed one.
+    /// The latest time any request carried: what lapsed `SWEEP_MARGIN`
+    /// before it is swept.
     high_water: Millis,
     writes: u64,
 }
@@ -71,8 +74,8 @@ impl State {
     fn observe(&mut self, at: Millis, streams: &[StreamSpec]) {
         self.high_water = self.high_water.max(at);
         self.writes += 1;
-        if self.writes % SWEEP_EVERY == 0 {
-            let now = self.high_water;
+        if self.writes.is_multiple_of(SWEEP_EVERY) {
+            let now = self.high_water.saturating_sub(SWEEP_MARGIN);
             self.claims.retain(|(stream, _), value| {
                 streams
                     .get(*stream)

@@ -228,8 +228,9 @@ impl RedisStore {
     where
         F: Fn(&crate::store::StreamSpec, &Settle) -> Vec<Vec<u8>>,
     {
-        let mut groups: std::collections::BTreeMap<u8, (Vec<usize>, Vec<Vec<u8>>, Vec<Vec<u8>>)> =
-            std::collections::BTreeMap::new();
+        // Per hash tag: batch indices, keys, script arguments.
+        type Group = (Vec<usize>, Vec<Vec<u8>>, Vec<Vec<u8>>);
+        let mut groups: std::collections::BTreeMap<u8, Group> = std::collections::BTreeMap::new();
         for (index, settle) in batch.iter().enumerate() {
             let spec = spec(&self.streams, settle.stream)?;
             let (indices, keys, args) = groups.entry(tier1::tag(&settle.hash)).or_default();
