@@ -12,7 +12,7 @@
 //! round decides them at once. Only a round without progress waits (with
 //! the partitions paused and the group served).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
@@ -73,7 +73,14 @@ impl Worker {
         stop: &tokio::sync::watch::Receiver<bool>,
     ) -> (BTreeMap<(String, i32), i64>, Ended) {
         crate::metrics::batch(inputs.len());
-        let mut records: Vec<Record> = inputs.into_iter().filter_map(|i| self.prepare(i)).collect();
+        // A partition assigned back during the poll is fetched again from
+        // its committed offset: the same record may come twice.
+        let mut seen = HashSet::new();
+        let mut records: Vec<Record> = inputs
+            .into_iter()
+            .filter(|i| seen.insert((i.topic.clone(), i.partition, i.offset)))
+            .filter_map(|i| self.prepare(i))
+            .collect();
         let mut backoff = FIRST_BACKOFF;
         let ended = loop {
             if *stop.borrow() {
@@ -88,14 +95,24 @@ impl Worker {
                 }
             }
             let mut progress = self.claim_round(&mut records).await;
-            progress |= self.emit_round(&mut records).await;
+            let (emitted, failed) = self.emit_round(&mut records).await;
+            progress |= emitted;
+            if emitted {
+                // Stored as soon as delivered, so a revoke while this batch
+                // waits commits exactly the finished work (the protocol
+                // above `GroupContext`).
+                super::consumer::store(&self.consumer, &finished_prefixes(&records));
+            }
             if records
                 .iter()
                 .all(|r| matches!(r.stage, Stage::Delivered | Stage::Skipped))
             {
                 break Ended::Finished;
             }
-            if progress {
+            // A failed delivery is retried after the backoff, never at once:
+            // its released claim is won again next round, which would count
+            // as progress and spin while the broker refuses.
+            if progress && !failed {
                 backoff = FIRST_BACKOFF;
                 continue;
             }
@@ -116,6 +133,21 @@ impl Worker {
             warn!(topic = %input.topic, "record from a topic no stream reads");
             return None;
         };
+        let done_before = self
+            .finished
+            .get(&(input.topic.clone(), input.partition))
+            .is_some_and(|next| input.offset < *next);
+        if done_before {
+            // Fetched again after its partition came back from a rebalance
+            // (or a lost session) from an older committed offset: already
+            // decided and delivered here. Its offset counts as finished.
+            return Some(Record {
+                input,
+                stream,
+                print: None,
+                stage: Stage::Skipped,
+            });
+        }
         let config = &self.streams[stream].config;
         let headers: Vec<(&str, Option<&[u8]>)> = input
             .headers
@@ -218,13 +250,14 @@ impl Worker {
     }
 
     /// Produces every decided record, then finalizes the delivered novel
-    /// ones and releases the claims of failed ones.
-    async fn emit_round(&mut self, records: &mut [Record]) -> bool {
+    /// ones and releases the claims of failed ones. Returns whether any
+    /// output was delivered and whether any failed.
+    async fn emit_round(&mut self, records: &mut [Record]) -> (bool, bool) {
         let ready: Vec<usize> = (0..records.len())
             .filter(|&i| matches!(records[i].stage, Stage::Emit(_)))
             .collect();
         if ready.is_empty() {
-            return false;
+            return (false, false);
         }
         let outputs: Vec<Output<'_>> = ready
             .iter()
@@ -236,7 +269,7 @@ impl Worker {
         let results = produce_all(&self.producer, &outputs).await;
         drop(outputs);
         let (mut finalize, mut release) = (Vec::new(), Vec::new());
-        let mut progress = false;
+        let (mut progress, mut failed) = (false, false);
         for (&i, result) in ready.iter().zip(results) {
             let Stage::Emit(decision) = records[i].stage.clone() else {
                 continue;
@@ -254,6 +287,7 @@ impl Worker {
                     progress = true;
                 }
                 Err(error) => {
+                    failed = true;
                     crate::metrics::produce_failed(stream);
                     warn!(%error, topic = %records[i].input.topic, partition = records[i].input.partition,
                         offset = records[i].input.offset, "output not delivered: will retry");
@@ -286,7 +320,7 @@ impl Worker {
                 }
             }
         }
-        progress
+        (progress, failed)
     }
 
     /// Finalizes delivered claims, retrying while the store is down: an
@@ -391,7 +425,13 @@ impl Worker {
                     .is_some()
             });
         *records = kept;
+        // Records read while the batch waited: their partitions may be gone.
+        self.carry
+            .retain(|i| assignment.find_partition(&i.topic, i.partition).is_some());
         if !gone.is_empty() {
+            // Should a partition come back here from an older committed
+            // offset, what was delivered is not decided again.
+            self.note_finished(&finished_prefixes(&gone));
             info!(
                 records = gone.len(),
                 "partitions revoked mid-batch: their records go to the new owner"

@@ -188,8 +188,22 @@ pub fn commit(
     next_offsets: &BTreeMap<(String, i32), i64>,
     mode: CommitMode,
 ) {
-    if next_offsets.is_empty() {
+    if !store(consumer, next_offsets) {
         return;
+    }
+    match consumer.commit_consumer_state(mode) {
+        Ok(()) => crate::metrics::committed(),
+        Err(error) if is_nothing_to_commit(&error) => {}
+        Err(error) => warn!(%error, "commit failed"),
+    }
+}
+
+/// Stores the next offset of each partition's finished prefix, for the next
+/// commit: the one after the batch, or the one on revoke. Returns whether
+/// anything was stored.
+pub fn store(consumer: &GroupConsumer, next_offsets: &BTreeMap<(String, i32), i64>) -> bool {
+    if next_offsets.is_empty() {
+        return false;
     }
     let mut list = TopicPartitionList::new();
     let assignment = consumer.assignment().unwrap_or_default();
@@ -203,15 +217,11 @@ pub fn commit(
         }
     }
     if list.count() == 0 {
-        return;
+        return false;
     }
     if let Err(error) = consumer.store_offsets(&list) {
         warn!(%error, "storing offsets failed");
-        return;
+        return false;
     }
-    match consumer.commit_consumer_state(mode) {
-        Ok(()) => crate::metrics::committed(),
-        Err(error) if is_nothing_to_commit(&error) => {}
-        Err(error) => warn!(%error, "commit failed"),
-    }
+    true
 }

@@ -60,6 +60,11 @@ pub struct Worker {
     event_time: bool,
     /// Records read while a batch waited, for the next batch.
     carry: Vec<Input>,
+    /// Per partition, the offset after the records this worker finished. A
+    /// partition revoked and assigned back (eager rebalance, lost session)
+    /// is fetched again from its committed offset, which lags when a commit
+    /// failed; the records before this offset are not decided twice.
+    finished: HashMap<(String, i32), i64>,
     max_batch: usize,
     linger: Duration,
     stop: tokio::sync::watch::Receiver<bool>,
@@ -145,6 +150,7 @@ impl Worker {
             breaker: Breaker::new(),
             event_time: matches!(config.store, StoreConfig::Memory { event_time: true }),
             carry: Vec::new(),
+            finished: HashMap::new(),
             max_batch: config.batch.max_records,
             linger: config.batch.linger,
             stop,
@@ -181,6 +187,7 @@ impl Worker {
             }
             let stop_now = self.stop.clone();
             let (next_offsets, ended) = self.process(inputs, revocations, &stop_now).await;
+            self.note_finished(&next_offsets);
             resume_all(&self.consumer);
             match ended {
                 Ended::Finished => commit(&self.consumer, &next_offsets, CommitMode::Async),
@@ -192,6 +199,13 @@ impl Worker {
         }
         self.shutdown();
         Ok(())
+    }
+
+    fn note_finished(&mut self, next_offsets: &std::collections::BTreeMap<(String, i32), i64>) {
+        for (partition, next) in next_offsets {
+            let finished = self.finished.entry(partition.clone()).or_default();
+            *finished = (*finished).max(*next);
+        }
     }
 
     fn shutdown(&self) {

@@ -6,5 +6,7 @@
 //! through `IDEMGATE_TEST_*` variables. A missing variable or server fails
 //! the test loudly: nothing is skipped.
 
+mod e2e;
 mod store;
 mod support;
+mod worker;

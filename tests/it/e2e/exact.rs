@@ -1,0 +1,95 @@
+//! One gateway, no faults: every input gets exactly one output, and the
+//! numbers add up exactly.
+
+use std::time::{Duration, Instant};
+
+use super::check::{check, Expect};
+use super::kafka::{read_inputs, Producer, Reader, Topics};
+use super::process::{key_ttls, say, Gate, GateConfig};
+use super::workload::{Bank, Planned};
+use super::{BOUND, SETTLE};
+use crate::support::env;
+
+#[test]
+fn binary_against_tansu_and_redis_counts_exactly() {
+    const TEST: &str = "exact";
+    let began = Instant::now();
+    let topics = Topics::create(TEST, 3, 2);
+    let mut bank = Bank::new(TEST, 24);
+    bank.conflict_rate = 0.03;
+    // Half is waiting when the gateway starts, half arrives while it runs;
+    // the second half redelivers some events of the first.
+    let first = bank.phase(300, 0, 10);
+    let second = bank.phase(200, 60, 6);
+    let producer = Producer::new();
+    let mut delivered = producer.send(&topics.input, &first, 100, Duration::ZERO);
+    say(
+        TEST,
+        format!(
+            "topics created, first half produced at {:?}",
+            began.elapsed()
+        ),
+    );
+
+    let redis_url = env("IDEMGATE_TEST_REDIS_URL");
+    let config = GateConfig::new(TEST, &topics, redis_url.clone());
+    let mut gate = Gate::start(TEST, &config);
+    delivered.extend(producer.send(&topics.input, &second, 50, Duration::from_millis(20)));
+    let plan: Vec<Planned> = first.into_iter().chain(second).collect();
+    say(
+        TEST,
+        format!(
+            "all {} inputs produced at {:?}",
+            plan.len(),
+            began.elapsed()
+        ),
+    );
+
+    let mut reader = Reader::new(&topics.outputs());
+    let all = reader.read_until(
+        BOUND,
+        |reader| reader.records.len() >= plan.len(),
+        || gate.assert_alive(),
+    );
+    assert!(
+        all,
+        "{} of {} outputs within {BOUND:?}",
+        reader.records.len(),
+        plan.len()
+    );
+    // Every input has exactly one output, so the count is reached only if
+    // nothing was lost; a doubled output would arrive now.
+    say(TEST, format!("all outputs read at {:?}", began.elapsed()));
+    reader.read_for(SETTLE);
+
+    let landed = read_inputs(&topics.input, topics.input_partitions, plan.len());
+    let misreported = landed
+        .iter()
+        .filter(|(id, at)| delivered[*id] != **at)
+        .count();
+    say(
+        TEST,
+        format!("delivery reports that disagree with the log: {misreported}"),
+    );
+    let summary = check(&plan, &landed, &topics, &reader.records, Expect::Exact);
+    say(TEST, &summary);
+    assert_eq!(summary.decisions.get("novel"), Some(&bank.events()));
+
+    // One claim per event, each finalized: done with the full TTL (1h),
+    // far beyond the 30s lease of a pending claim.
+    let ttls = key_ttls(&redis_url, &config.key_prefix);
+    assert_eq!(ttls.len(), bank.events(), "claim keys, one per event");
+    assert!(
+        ttls.iter().all(|ttl| *ttl > 30_000),
+        "a claim is still pending (PTTL <= lease)"
+    );
+
+    let stopping = Instant::now();
+    let status = gate.terminate(Duration::from_secs(20));
+    say(
+        TEST,
+        format!("exited {status} {:?} after SIGTERM", stopping.elapsed()),
+    );
+    assert!(status.success(), "idemgate exited with {status} on SIGTERM");
+    say(TEST, format!("took {:?}", began.elapsed()));
+}

@@ -1,0 +1,369 @@
+//! The Kafka side of the end-to-end tests: topics on the real broker, the
+//! producer that writes a workload, and the readers that collect what the
+//! gateway wrote (and read the inputs back to learn their coordinates).
+//!
+//! Tansu's high watermark is wrong (the first offset of the last batch + 1),
+//! so nothing here asks for watermarks or lag: readers start at the
+//! beginning and count records instead.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use futures::executor::block_on;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, Headers, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+use super::workload::Planned;
+use super::TEST_ID;
+use crate::support::{env, unique};
+
+/// The broker under test (Tansu), from `scripts/test-services.sh`.
+pub fn brokers() -> String {
+    env("IDEMGATE_TEST_KAFKA_BROKERS")
+}
+
+/// One test's topics: a raw input, and the gateway's clean and audit
+/// outputs, all with names no other test uses.
+pub struct Topics {
+    pub input: String,
+    pub clean: String,
+    pub audit: String,
+    pub input_partitions: i32,
+    pub output_partitions: i32,
+}
+
+impl Topics {
+    /// Creates the three topics with rdkafka's admin client and waits until
+    /// the broker's metadata lists every partition.
+    pub fn create(test: &str, input_partitions: i32, output_partitions: i32) -> Topics {
+        let topics = Topics {
+            input: unique(&format!("{test}-raw")),
+            clean: unique(&format!("{test}-clean")),
+            audit: unique(&format!("{test}-audit")),
+            input_partitions,
+            output_partitions,
+        };
+        create_topics(&[
+            (&topics.input, input_partitions),
+            (&topics.clean, output_partitions),
+            (&topics.audit, output_partitions),
+        ]);
+        topics
+    }
+
+    pub fn outputs(&self) -> Vec<(&str, i32)> {
+        vec![
+            (self.clean.as_str(), self.output_partitions),
+            (self.audit.as_str(), self.output_partitions),
+        ]
+    }
+}
+
+fn create_topics(topics: &[(&str, i32)]) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .create()
+        .expect("admin client");
+    let new: Vec<NewTopic<'_>> = topics
+        .iter()
+        .map(|(name, partitions)| NewTopic::new(name, *partitions, TopicReplication::Fixed(1)))
+        .collect();
+    let options = AdminOptions::new()
+        .request_timeout(Some(Duration::from_secs(20)))
+        .operation_timeout(Some(Duration::from_secs(20)));
+    let results = block_on(admin.create_topics(&new, &options)).expect("create_topics request");
+    for result in results {
+        if let Err((topic, code)) = result {
+            panic!("creating topic {topic}: {code:?}");
+        }
+    }
+    // Creation is acknowledged before every broker's metadata may show it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for (name, partitions) in topics {
+        loop {
+            let metadata = admin
+                .inner()
+                .fetch_metadata(Some(name), Duration::from_secs(5))
+                .expect("metadata");
+            let seen = metadata
+                .topics()
+                .iter()
+                .find(|t| t.name() == *name && t.error().is_none())
+                .map_or(0, |t| t.partitions().len() as i32);
+            if seen == *partitions {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "topic {name}: metadata shows {seen} of {partitions} partitions after 20s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Where the broker says an input record landed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Landed {
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// Writes planned records in order: keyed by account (so the copies of an
+/// event share a partition), each with its `x-test-id` header.
+pub struct Producer {
+    inner: FutureProducer,
+}
+
+impl Producer {
+    pub fn new() -> Producer {
+        let inner = ClientConfig::new()
+            .set("bootstrap.servers", brokers())
+            // Order within a partition is what makes an event's first copy
+            // its first offset; idempotence keeps it across retries.
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "5")
+            .set("message.timeout.ms", "30000")
+            .create()
+            .expect("producer");
+        Producer { inner }
+    }
+
+    /// Produces `records` to `topic` in chunks, `pause` between chunks (a
+    /// paced stream), waiting for every delivery. Returns where each landed,
+    /// by test id.
+    pub fn send(
+        &self,
+        topic: &str,
+        records: &[Planned],
+        chunk: usize,
+        pause: Duration,
+    ) -> HashMap<String, Landed> {
+        let mut landed = HashMap::new();
+        for (index, part) in records.chunks(chunk.max(1)).enumerate() {
+            if index > 0 && !pause.is_zero() {
+                std::thread::sleep(pause);
+            }
+            let mut pending = Vec::with_capacity(part.len());
+            for record in part {
+                let headers = OwnedHeaders::new().insert(Header {
+                    key: TEST_ID,
+                    value: Some(record.id.as_bytes()),
+                });
+                let mut message: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic)
+                    .key(record.key.as_slice())
+                    .headers(headers);
+                if let Some(payload) = record.payload.as_deref() {
+                    message = message.payload(payload);
+                }
+                loop {
+                    match self.inner.send_result(message) {
+                        Ok(delivery) => break pending.push((record.id.clone(), delivery)),
+                        Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                            message = back;
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                        Err((error, _)) => panic!("producing {}: {error}", record.id),
+                    }
+                }
+            }
+            for (id, delivery) in pending {
+                let delivered = block_on(delivery)
+                    .expect("delivery future dropped")
+                    .unwrap_or_else(|(error, _)| panic!("delivering {id}: {error}"));
+                landed.insert(
+                    id,
+                    Landed {
+                        partition: delivered.partition,
+                        offset: delivered.offset,
+                    },
+                );
+            }
+        }
+        let _ = self.inner.flush(Duration::from_secs(10));
+        landed
+    }
+}
+
+/// A record read back from a topic, owned.
+#[derive(Clone, Debug)]
+pub struct Out {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub payload: Option<Vec<u8>>,
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
+    /// When the test saw it: orders outputs against the test's own steps.
+    pub seen: Instant,
+}
+
+impl Out {
+    /// A header's value as text; `None` when absent or without a value.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .and_then(|(_, v)| v.as_deref())
+            .and_then(|v| std::str::from_utf8(v).ok())
+    }
+
+    pub fn test_id(&self) -> &str {
+        self.header(TEST_ID).unwrap_or_else(|| {
+            panic!(
+                "{}/{}/{} has no {TEST_ID} header: outputs must keep the input's headers",
+                self.topic, self.partition, self.offset
+            )
+        })
+    }
+
+    pub fn decision(&self) -> &str {
+        self.header(idemgate::decision::DECISION)
+            .unwrap_or("<none>")
+    }
+}
+
+/// Reads topics from their first offset, without a group, keeping every
+/// record. Assignment instead of subscription: nothing to rebalance, and the
+/// test's reading never races the gateway's group.
+pub struct Reader {
+    consumer: BaseConsumer,
+    pub records: Vec<Out>,
+    /// Test ids among `records`: the inputs that have an output.
+    pub ids: HashSet<String>,
+}
+
+impl Reader {
+    pub fn new(topics: &[(&str, i32)]) -> Reader {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", brokers())
+            .set("group.id", unique("e2e-reader"))
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .create()
+            .expect("reader");
+        let mut list = TopicPartitionList::new();
+        for (topic, partitions) in topics {
+            for partition in 0..*partitions {
+                list.add_partition_offset(topic, partition, Offset::Beginning)
+                    .expect("assignment");
+            }
+        }
+        consumer.assign(&list).expect("assign");
+        Reader {
+            consumer,
+            records: Vec::new(),
+            ids: HashSet::new(),
+        }
+    }
+
+    /// Reads whatever arrives for `duration`.
+    pub fn read_for(&mut self, duration: Duration) {
+        let until = Instant::now() + duration;
+        while Instant::now() < until {
+            self.poll_once(until.saturating_duration_since(Instant::now()));
+        }
+    }
+
+    /// Reads until `done` holds (true) or `bound` passes (false), calling
+    /// `alive` between polls so a crashed gateway fails the test at once.
+    /// `done` is asked after each drained poll, not after every record.
+    pub fn read_until(
+        &mut self,
+        bound: Duration,
+        done: impl Fn(&Reader) -> bool,
+        mut alive: impl FnMut(),
+    ) -> bool {
+        let until = Instant::now() + bound;
+        loop {
+            if done(self) {
+                return true;
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            alive();
+            self.poll_once(Duration::from_millis(200));
+        }
+    }
+
+    /// Waits up to `timeout` for a record, then takes whatever else is
+    /// already there.
+    fn poll_once(&mut self, timeout: Duration) {
+        let mut wait = timeout.min(Duration::from_millis(200));
+        for _ in 0..10_000 {
+            let Some(result) = self.consumer.poll(wait) else {
+                return;
+            };
+            wait = Duration::ZERO;
+            match result {
+                Ok(message) => {
+                    let out = Out {
+                        topic: message.topic().to_string(),
+                        partition: message.partition(),
+                        offset: message.offset(),
+                        key: message.key().map(<[u8]>::to_vec),
+                        payload: message.payload().map(<[u8]>::to_vec),
+                        headers: message
+                            .headers()
+                            .map(|h| {
+                                h.iter()
+                                    .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
+                        seen: Instant::now(),
+                    };
+                    if let Some(id) = out.header(TEST_ID) {
+                        self.ids.insert(id.to_string());
+                    }
+                    self.records.push(out);
+                }
+                Err(KafkaError::PartitionEOF(_)) => {}
+                Err(error) => eprintln!("reader: {error}"),
+            }
+        }
+    }
+}
+
+/// Reads an input topic back: where each planned record really is, by test
+/// id. Panics if a record is missing or was written twice (the workload's
+/// own producer must not be the source of a duplicate).
+pub fn read_inputs(topic: &str, partitions: i32, expected: usize) -> HashMap<String, Landed> {
+    let mut reader = Reader::new(&[(topic, partitions)]);
+    let read = reader.read_until(
+        Duration::from_secs(60),
+        |reader| reader.records.len() >= expected,
+        || {},
+    );
+    reader.read_for(Duration::from_millis(500));
+    assert!(
+        read,
+        "input {topic}: read {} of {expected} records back",
+        reader.records.len()
+    );
+    let mut landed = HashMap::new();
+    for record in &reader.records {
+        let previous = landed.insert(
+            record.test_id().to_string(),
+            Landed {
+                partition: record.partition,
+                offset: record.offset,
+            },
+        );
+        assert!(
+            previous.is_none(),
+            "input {topic}: {} was written twice by the test producer",
+            record.test_id()
+        );
+    }
+    assert_eq!(landed.len(), expected, "input {topic}: records read back");
+    landed
+}

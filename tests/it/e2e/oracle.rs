@@ -1,0 +1,163 @@
+//! The judge judged: a faithful gateway's outputs, fabricated from the
+//! plan, pass; each kind of fault the scenarios hunt for is caught. No
+//! servers needed.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use idemgate::decision::{DECISION, FIRST_SEEN, REASON, SOURCE_HASH, TIER};
+
+use super::check::{judge, Expect};
+use super::kafka::{Landed, Out, Topics};
+use super::workload::{Bank, Kind, Planned};
+use super::TEST_ID;
+
+fn topics() -> Topics {
+    Topics {
+        input: "raw".into(),
+        clean: "clean".into(),
+        audit: "audit".into(),
+        input_partitions: 1,
+        output_partitions: 1,
+    }
+}
+
+/// What a correct gateway writes for `plan`, read back in order.
+fn faithful(plan: &[Planned]) -> (HashMap<String, Landed>, Vec<Out>) {
+    let landed: HashMap<String, Landed> = plan
+        .iter()
+        .enumerate()
+        .map(|(offset, p)| {
+            let at = Landed {
+                partition: 0,
+                offset: offset as i64,
+            };
+            (p.id.clone(), at)
+        })
+        .collect();
+    let mut first: HashMap<usize, String> = HashMap::new();
+    let mut outs = Vec::new();
+    for p in plan {
+        let mut headers = vec![(TEST_ID.to_string(), Some(p.id.clone().into_bytes()))];
+        let mut add = |k: &str, v: String| headers.push((k.to_string(), Some(v.into_bytes())));
+        let topic = match (&p.kind, p.event) {
+            (Kind::Original, Some(event)) => {
+                first.insert(event, format!("raw/0/{}", landed[&p.id].offset));
+                add(DECISION, "novel".into());
+                add(SOURCE_HASH, p.hash.clone().unwrap());
+                "clean"
+            }
+            (Kind::Copy | Kind::Conflict, Some(event)) => {
+                let decision = if p.kind == Kind::Copy {
+                    "duplicate"
+                } else {
+                    "conflict"
+                };
+                add(DECISION, decision.into());
+                add(SOURCE_HASH, p.hash.clone().unwrap());
+                add(TIER, "exact".into());
+                add(FIRST_SEEN, first[&event].clone());
+                "audit"
+            }
+            _ => {
+                add(DECISION, "invalid".into());
+                add(REASON, format!("{}: why", p.hash.clone().unwrap_err()));
+                "audit"
+            }
+        };
+        outs.push(Out {
+            topic: topic.into(),
+            partition: 0,
+            offset: outs.len() as i64,
+            key: Some(p.key.clone()),
+            payload: p.payload.clone(),
+            headers,
+            seen: Instant::now(),
+        });
+    }
+    (landed, outs)
+}
+
+fn plan() -> Vec<Planned> {
+    let mut bank = Bank::new("oracle", 4);
+    bank.copy_rate = (0.9, 0.5);
+    bank.conflict_rate = 0.3;
+    bank.phase(40, 0, 8)
+}
+
+fn fails(plan: &[Planned], outs: &[Out], landed: &HashMap<String, Landed>, expect: Expect) -> bool {
+    judge(plan, landed, &topics(), outs, expect).is_err()
+}
+
+#[test]
+fn a_faithful_gateway_passes_every_verdict() {
+    let plan = plan();
+    let (landed, outs) = faithful(&plan);
+    for expect in [Expect::Exact, Expect::Replays, Expect::Open] {
+        assert!(!fails(&plan, &outs, &landed, expect), "{expect:?}");
+    }
+}
+
+#[test]
+fn a_lost_record_fails_every_verdict() {
+    let plan = plan();
+    let (landed, mut outs) = faithful(&plan);
+    outs.remove(outs.len() / 2);
+    for expect in [Expect::Exact, Expect::Replays, Expect::Open] {
+        assert!(fails(&plan, &outs, &landed, expect), "{expect:?}");
+    }
+}
+
+#[test]
+fn a_replayed_input_passes_only_when_replays_are_expected() {
+    let plan = plan();
+    let (landed, mut outs) = faithful(&plan);
+    let novel = outs
+        .iter()
+        .find(|o| o.decision() == "novel")
+        .unwrap()
+        .clone();
+    outs.push(novel);
+    assert!(fails(&plan, &outs, &landed, Expect::Exact));
+    assert!(fails(&plan, &outs, &landed, Expect::Open));
+    assert!(!fails(&plan, &outs, &landed, Expect::Replays));
+}
+
+#[test]
+fn a_second_input_of_an_event_in_clean_fails_even_with_replays() {
+    let plan = plan();
+    let (landed, mut outs) = faithful(&plan);
+    let copy = outs
+        .iter_mut()
+        .find(|o| o.decision() == "duplicate")
+        .unwrap();
+    copy.topic = "clean".into();
+    copy.headers
+        .retain(|(k, _)| k != DECISION && k != TIER && k != FIRST_SEEN);
+    copy.headers
+        .push((DECISION.into(), Some(b"novel".to_vec())));
+    for expect in [Expect::Exact, Expect::Replays, Expect::Open] {
+        assert!(fails(&plan, &outs, &landed, expect), "{expect:?}");
+    }
+}
+
+#[test]
+fn a_changed_payload_or_a_wrong_first_seen_fails() {
+    let plan = plan();
+    let (landed, outs) = faithful(&plan);
+    let mut changed = outs.clone();
+    let out = changed.iter_mut().find(|o| o.payload.is_some()).unwrap();
+    out.payload.as_mut().unwrap().push(b' ');
+    assert!(fails(&plan, &changed, &landed, Expect::Exact));
+    let mut wrong = outs;
+    let dup = wrong
+        .iter_mut()
+        .find(|o| o.decision() == "duplicate")
+        .unwrap();
+    for (k, v) in dup.headers.iter_mut() {
+        if k == FIRST_SEEN {
+            *v = Some(b"raw/0/999999".to_vec());
+        }
+    }
+    assert!(fails(&plan, &wrong, &landed, Expect::Exact));
+}

@@ -1,0 +1,318 @@
+//! The claim store goes away for ten seconds while records flow
+//! (DESIGN.md §8). Each test runs a redis-server of its own, so stopping it
+//! touches no other test.
+//!
+//! Two shapes of outage:
+//!
+//! - a restart: `SHUTDOWN SAVE`, ten seconds down, restart from the dump on
+//!   the same port. This is the outage operators actually have (a
+//!   maintenance restart, a crash with persistence, a failover to the same
+//!   address): connections are refused, then the server is back with every
+//!   claim it had. A payments store must persist claims; one that forgot
+//!   them would let every redelivery through, which no gateway can prevent.
+//!   So a fail-closed stream is held to the strict promise, nothing lost and
+//!   nothing doubled, and a fail-open one must pass records as `unverified`
+//!   meanwhile.
+//! - a hang: SIGSTOP, ten seconds, SIGCONT. A frozen server or a dropped
+//!   network: connections stay open, requests time out, and commands sent
+//!   during the freeze still run when it ends (a claim the gateway gave up
+//!   on is written after all). A fail-closed stream must come out of that
+//!   exact too.
+
+use std::time::{Duration, Instant};
+
+use super::check::{check, Expect};
+use super::kafka::{read_inputs, Landed, Producer, Reader, Topics};
+use super::process::{key_ttls, say, Gate, GateConfig, OwnRedis};
+use super::workload::{Bank, Planned};
+use super::{BOUND, SETTLE};
+
+/// How long the store is away.
+const OUTAGE: Duration = Duration::from_secs(10);
+
+/// What the store-outage scenario leaves for its test to judge.
+struct Outage {
+    topics: Topics,
+    config: GateConfig,
+    gate: Gate,
+    redis: OwnRedis,
+    plan: Vec<Planned>,
+    /// Test ids of the records produced while the store was away.
+    during: Vec<String>,
+    reader: Reader,
+    /// Outputs read before the store came back.
+    read_while_down: usize,
+    delivered: std::collections::HashMap<String, Landed>,
+    bank: Bank,
+}
+
+/// Streams `before` (paced), takes the store away halfway through it,
+/// produces `during` while it is away, brings it back after `OUTAGE`,
+/// produces `after` (redeliveries of everything so far), and reads until
+/// every input has an output.
+fn run_outage(
+    test: &str,
+    fail_mode: &'static str,
+    lease: &'static str,
+    stop: fn(&mut OwnRedis),
+    resume: fn(&mut OwnRedis),
+) -> Outage {
+    let began = Instant::now();
+    let topics = Topics::create(test, 3, 2);
+    let redis = OwnRedis::start(test);
+    let mut bank = Bank::new(test, 24);
+    let before = bank.phase(300, 0, 6);
+    let during = bank.phase(150, 100, 6);
+    let after = bank.phase(100, 250, 4);
+    let mut config = GateConfig::new(test, &topics, redis.url());
+    config.fail_mode = fail_mode;
+    config.lease = lease;
+    config.max_records = 50;
+    let mut redis = redis;
+    let mut gate = Gate::start(test, &config);
+    gate.wait_assigned(Duration::from_secs(30));
+
+    let producing = {
+        let topic = topics.input.clone();
+        let records = before.clone();
+        std::thread::spawn(move || {
+            Producer::new().send(&topic, &records, 10, Duration::from_millis(40))
+        })
+    };
+    let mut reader = Reader::new(&topics.outputs());
+    let half = before.len() / 2;
+    let reached = reader.read_until(
+        BOUND,
+        |reader| reader.records.len() >= half,
+        || gate.assert_alive(),
+    );
+    assert!(
+        reached,
+        "{} of {half} outputs before the outage",
+        reader.records.len()
+    );
+
+    stop(&mut redis);
+    let down = Instant::now();
+    let flowing = !producing.is_finished();
+    say(
+        test,
+        format!(
+            "store stopped at {:?} with {} outputs read; records still arriving: {flowing}",
+            began.elapsed(),
+            reader.records.len()
+        ),
+    );
+    assert!(flowing, "the outage began after the stream ended");
+    // The rest of `before`, then `during`, arrive while the store is away;
+    // the reader keeps reading meanwhile.
+    let producing = {
+        let topic = topics.input.clone();
+        let records = during.clone();
+        std::thread::spawn(move || {
+            let mut delivered = producing.join().expect("producer thread");
+            delivered.extend(Producer::new().send(&topic, &records, 10, Duration::from_millis(30)));
+            delivered
+        })
+    };
+    reader.read_for(OUTAGE.saturating_sub(down.elapsed()));
+    assert!(
+        producing.is_finished(),
+        "producing during the outage took longer than the outage"
+    );
+    let mut delivered = producing.join().expect("producer thread");
+    gate.assert_alive();
+    let read_while_down = reader.records.len();
+    resume(&mut redis);
+    say(
+        test,
+        format!(
+            "store back after {:?}; {read_while_down} outputs read by then",
+            down.elapsed()
+        ),
+    );
+
+    delivered.extend(Producer::new().send(&topics.input, &after, 50, Duration::from_millis(20)));
+    let plan: Vec<Planned> = before
+        .into_iter()
+        .chain(during.iter().cloned())
+        .chain(after)
+        .collect();
+    let all = reader.read_until(
+        BOUND,
+        |reader| reader.ids.len() >= plan.len(),
+        || gate.assert_alive(),
+    );
+    assert!(
+        all,
+        "{} of {} inputs have an output within {BOUND:?} of the store's return",
+        reader.ids.len(),
+        plan.len()
+    );
+    say(
+        test,
+        format!("every input has an output at {:?}", began.elapsed()),
+    );
+    reader.read_for(SETTLE);
+    Outage {
+        topics,
+        config,
+        gate,
+        redis,
+        plan,
+        during: during.into_iter().map(|p| p.id).collect(),
+        reader,
+        read_while_down,
+        delivered,
+        bank,
+    }
+}
+
+impl Outage {
+    fn landed(&self) -> std::collections::HashMap<String, Landed> {
+        let landed = read_inputs(
+            &self.topics.input,
+            self.topics.input_partitions,
+            self.plan.len(),
+        );
+        assert!(
+            landed.iter().all(|(id, at)| self.delivered[id] == *at),
+            "delivery reports disagree with the log"
+        );
+        landed
+    }
+
+    /// Outputs (read while the store was down) of records produced while it
+    /// was down, by decision.
+    fn decided_while_down(&self) -> std::collections::BTreeMap<String, usize> {
+        let during: std::collections::HashSet<&str> =
+            self.during.iter().map(String::as_str).collect();
+        let mut decided = std::collections::BTreeMap::new();
+        for out in &self.reader.records[..self.read_while_down] {
+            if during.contains(out.test_id()) {
+                *decided.entry(out.decision().to_string()).or_insert(0) += 1;
+            }
+        }
+        decided
+    }
+}
+
+fn shutdown_save(redis: &mut OwnRedis) {
+    redis.shutdown_save();
+}
+
+fn restart(redis: &mut OwnRedis) {
+    redis.restart();
+}
+
+fn freeze(redis: &mut OwnRedis) {
+    redis.freeze();
+}
+
+fn thaw(redis: &mut OwnRedis) {
+    redis.thaw();
+}
+
+#[test]
+fn redis_stopped_ten_seconds_closed_mode_loses_and_doubles_nothing() {
+    const TEST: &str = "outage-closed";
+    let began = Instant::now();
+    let mut outage = run_outage(TEST, "closed", "30s", shutdown_save, restart);
+    assert_closed_mode_exact(TEST, &mut outage);
+    let log = outage.gate.log_text();
+    assert!(
+        log.contains("breaker open") && log.contains("breaker closed"),
+        "the outage and the recovery must be logged:\n{}",
+        outage.gate.tail(30)
+    );
+    say(TEST, format!("took {:?}", began.elapsed()));
+}
+
+/// Fail-closed, whatever the outage: nothing needing a claim decided while
+/// the store was away, then every input exactly one output, every event
+/// exactly once in clean, and every claim finalized.
+fn assert_closed_mode_exact(test: &str, outage: &mut Outage) {
+    // Only invalid records (no claim needed) may pass while it is away.
+    let while_down = outage.decided_while_down();
+    say(
+        test,
+        format!("records produced during the outage, decided before it ended: {while_down:?}"),
+    );
+    assert!(
+        while_down.keys().all(|decision| decision == "invalid"),
+        "a fail-closed stream decided records without its store: {while_down:?}"
+    );
+    let landed = outage.landed();
+    let summary = check(
+        &outage.plan,
+        &landed,
+        &outage.topics,
+        &outage.reader.records,
+        Expect::Exact,
+    );
+    say(test, &summary);
+    assert_eq!(summary.decisions.get("unverified"), None);
+    // The claims outlived the outage: finalized, one per event.
+    let ttls = key_ttls(&outage.redis.url(), &outage.config.key_prefix);
+    assert_eq!(
+        ttls.len(),
+        outage.bank.events(),
+        "claim keys, one per event"
+    );
+    assert!(
+        ttls.iter().all(|ttl| *ttl > 30_000),
+        "a claim is still pending (PTTL <= lease)"
+    );
+    let status = outage.gate.terminate(Duration::from_secs(20));
+    assert!(status.success(), "idemgate exited with {status} on SIGTERM");
+}
+
+#[test]
+fn redis_stopped_open_mode_marks_records_unverified() {
+    const TEST: &str = "outage-open";
+    let began = Instant::now();
+    let mut outage = run_outage(TEST, "open", "30s", shutdown_save, restart);
+
+    let while_down = outage.decided_while_down();
+    say(
+        TEST,
+        format!("records produced during the outage, decided before it ended: {while_down:?}"),
+    );
+    let landed = outage.landed();
+    // Each input one output; an event with an unverified record may reach
+    // clean twice, every other event exactly once.
+    let summary = check(
+        &outage.plan,
+        &landed,
+        &outage.topics,
+        &outage.reader.records,
+        Expect::Open,
+    );
+    say(TEST, &summary);
+    assert!(
+        summary.decisions.get("unverified").copied().unwrap_or(0) > 0,
+        "no record passed as unverified during a {OUTAGE:?} outage of a fail-open stream"
+    );
+    assert!(
+        while_down.get("unverified").copied().unwrap_or(0) > 0,
+        "records produced during the outage waited for the store instead of passing unverified: {while_down:?}"
+    );
+    let log = outage.gate.log_text();
+    assert!(
+        log.contains("breaker open") && log.contains("decision=\"unverified\""),
+        "the outage and the unverified records must be logged:\n{}",
+        outage.gate.tail(30)
+    );
+    let status = outage.gate.terminate(Duration::from_secs(20));
+    assert!(status.success(), "idemgate exited with {status} on SIGTERM");
+    say(TEST, format!("took {:?}", began.elapsed()));
+}
+
+#[test]
+fn redis_frozen_ten_seconds_closed_mode_loses_and_doubles_nothing() {
+    const TEST: &str = "frozen-closed";
+    let began = Instant::now();
+    let mut outage = run_outage(TEST, "closed", "30s", freeze, thaw);
+    assert_closed_mode_exact(TEST, &mut outage);
+    say(TEST, format!("took {:?}", began.elapsed()));
+}

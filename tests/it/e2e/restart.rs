@@ -1,0 +1,127 @@
+//! SIGTERM mid-stream, then a restart with the same group: the gateway
+//! finishes or abandons the batch in flight, commits what is done, exits 0,
+//! and the next process resumes from the committed offsets. Nothing is lost
+//! and no input is decided twice.
+
+use std::time::{Duration, Instant};
+
+use super::check::{check, Expect};
+use super::kafka::{read_inputs, Producer, Reader, Topics};
+use super::process::{key_ttls, say, Gate, GateConfig};
+use super::workload::{Bank, Planned};
+use super::{BOUND, SETTLE};
+use crate::support::env;
+
+#[test]
+fn a_restart_resumes_from_committed_offsets_and_loses_nothing() {
+    const TEST: &str = "restart";
+    let began = Instant::now();
+    let topics = Topics::create(TEST, 3, 2);
+    let mut bank = Bank::new(TEST, 24);
+    bank.conflict_rate = 0.02;
+    let before = bank.phase(600, 0, 12);
+    let after = bank.phase(200, 150, 6);
+    let redis_url = env("IDEMGATE_TEST_REDIS_URL");
+    let mut config = GateConfig::new(TEST, &topics, redis_url.clone());
+    // Small batches, so the stop lands between and inside batches, not
+    // after one batch that took everything.
+    config.max_records = 40;
+
+    let mut first = Gate::start(&format!("{TEST}-1"), &config);
+    first.wait_assigned(Duration::from_secs(30));
+    say(
+        TEST,
+        format!("first process assigned at {:?}", began.elapsed()),
+    );
+    // A paced stream: the stop comes while records are still arriving.
+    let producing = {
+        let topic = topics.input.clone();
+        let records = before.clone();
+        std::thread::spawn(move || {
+            Producer::new().send(&topic, &records, 20, Duration::from_millis(40))
+        })
+    };
+    let mut reader = Reader::new(&topics.outputs());
+    let part = before.len() / 3;
+    let reached = reader.read_until(
+        BOUND,
+        |reader| reader.records.len() >= part,
+        || first.assert_alive(),
+    );
+    assert!(
+        reached,
+        "{} of {part} outputs before the stop",
+        reader.records.len()
+    );
+    let stopping = Instant::now();
+    let status = first.terminate(Duration::from_secs(20));
+    let stopped_in = stopping.elapsed();
+    assert!(status.success(), "idemgate exited with {status} on SIGTERM");
+    assert!(
+        first
+            .log_text()
+            .contains("worker stopped: finished work committed"),
+        "no clean shutdown in the log:\n{}",
+        first.tail(20)
+    );
+    reader.read_for(Duration::from_millis(500));
+    let at_stop = reader.records.len();
+    say(
+        TEST,
+        format!(
+            "SIGTERM at {:?} after {part}+ outputs: exit 0 in {stopped_in:?}, {at_stop} outputs by then",
+            began.elapsed() - stopped_in
+        ),
+    );
+    let producer_running = !producing.is_finished();
+
+    // The rest of the stream, and more, arrive while no gateway runs.
+    let mut delivered = producing.join().expect("producer thread");
+    delivered.extend(Producer::new().send(&topics.input, &after, 100, Duration::ZERO));
+    let plan: Vec<Planned> = before.into_iter().chain(after).collect();
+    assert!(
+        at_stop < plan.len(),
+        "the stop came after everything was processed: nothing to resume"
+    );
+    say(
+        TEST,
+        format!(
+            "producer still running at the stop: {producer_running}; {} inputs in all",
+            plan.len()
+        ),
+    );
+
+    let mut second = Gate::start(&format!("{TEST}-2"), &config);
+    let all = reader.read_until(
+        BOUND,
+        |reader| reader.records.len() >= plan.len(),
+        || second.assert_alive(),
+    );
+    assert!(
+        all,
+        "{} of {} outputs within {BOUND:?} of the restart",
+        reader.records.len(),
+        plan.len()
+    );
+    reader.read_for(SETTLE);
+
+    let landed = read_inputs(&topics.input, topics.input_partitions, plan.len());
+    assert!(
+        landed.iter().all(|(id, at)| delivered[id] == *at),
+        "delivery reports disagree with the log"
+    );
+    // Exact: an input decided before the stop and again after it would
+    // have two outputs; one lost would have none.
+    let summary = check(&plan, &landed, &topics, &reader.records, Expect::Exact);
+    say(TEST, &summary);
+    let ttls = key_ttls(&redis_url, &config.key_prefix);
+    assert_eq!(ttls.len(), bank.events(), "claim keys, one per event");
+    assert!(
+        ttls.iter().all(|ttl| *ttl > 30_000),
+        "a claim is still pending (PTTL <= lease)"
+    );
+
+    let status = second.terminate(Duration::from_secs(20));
+    assert!(status.success(), "idemgate exited with {status} on SIGTERM");
+    say(TEST, format!("took {:?}", began.elapsed()));
+}
