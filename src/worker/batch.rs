@@ -49,11 +49,23 @@ struct Record {
 /// How a batch ended.
 pub(crate) enum Ended {
     Finished,
+    /// Only records held by other records' pending claims were left, past
+    /// `HOLD_PATIENCE`: per partition, the first of them, to read again.
+    /// The holder may sit in a partition this replica has just been given
+    /// (its first owner crashed), which it can only replay by polling.
+    Deferred(BTreeMap<(String, i32), i64>),
     /// Shutdown arrived: only each partition's finished prefix counts.
     Abandoned,
 }
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(20);
+/// How long a batch waits for holders outside it before it defers the
+/// records they hold and polls again: well under any lease, so a holder
+/// whose owner crashed is replayed (and meets its own claim) before its
+/// lease lapses and a copy takes the claim over.
+pub(crate) const HOLD_PATIENCE: Duration = Duration::from_millis(250);
+/// How long a deferred partition stays paused, so the others are read.
+pub(crate) const HOLD_BACK: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 pub fn now_ms() -> Millis {
@@ -82,6 +94,7 @@ impl Worker {
             .filter_map(|i| self.prepare(i))
             .collect();
         let mut backoff = FIRST_BACKOFF;
+        let mut holding_since: Option<Instant> = None;
         let ended = loop {
             if *stop.borrow() {
                 break Ended::Abandoned;
@@ -114,7 +127,18 @@ impl Worker {
             // as progress and spin while the broker refuses.
             if progress && !failed {
                 backoff = FIRST_BACKOFF;
+                holding_since = None;
                 continue;
+            }
+            let only_held = !self.breaker.is_open()
+                && records
+                    .iter()
+                    .all(|r| matches!(r.stage, Stage::Delivered | Stage::Skipped | Stage::Claim));
+            if only_held {
+                let since = *holding_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= HOLD_PATIENCE {
+                    break Ended::Deferred(self.defer(&records));
+                }
             }
             let wait = backoff.max(self.breaker.wait(Instant::now()));
             keep_alive(&self.consumer, &mut self.carry, wait).await;
@@ -124,6 +148,29 @@ impl Worker {
             self.release_undelivered(&records).await;
         }
         (finished_prefixes(&records), ended)
+    }
+
+    /// Notes every finished record and returns, per partition, the first
+    /// record still waiting.
+    fn defer(&mut self, records: &[Record]) -> BTreeMap<(String, i32), i64> {
+        let mut rewind: BTreeMap<(String, i32), i64> = BTreeMap::new();
+        for record in records {
+            let partition = (record.input.topic.clone(), record.input.partition);
+            if matches!(record.stage, Stage::Delivered | Stage::Skipped) {
+                self.finished
+                    .entry(partition)
+                    .or_default()
+                    .add(record.input.offset);
+            } else {
+                let first = rewind.entry(partition).or_insert(record.input.offset);
+                *first = (*first).min(record.input.offset);
+            }
+        }
+        info!(
+            partitions = rewind.len(),
+            "records held by claims outside this batch: deferred, polling on"
+        );
+        rewind
     }
 
     /// Fingerprints a record; `None` for a topic no stream reads (it cannot
@@ -136,7 +183,7 @@ impl Worker {
         let done_before = self
             .finished
             .get(&(input.topic.clone(), input.partition))
-            .is_some_and(|next| input.offset < *next);
+            .is_some_and(|finished| finished.contains(input.offset));
         if done_before {
             // Fetched again after its partition came back from a rebalance
             // (or a lost session) from an older committed offset: already
@@ -431,7 +478,15 @@ impl Worker {
         if !gone.is_empty() {
             // Should a partition come back here from an older committed
             // offset, what was delivered is not decided again.
-            self.note_finished(&finished_prefixes(&gone));
+            for record in gone
+                .iter()
+                .filter(|r| matches!(r.stage, Stage::Delivered | Stage::Skipped))
+            {
+                self.finished
+                    .entry((record.input.topic.clone(), record.input.partition))
+                    .or_default()
+                    .add(record.input.offset);
+            }
             info!(
                 records = gone.len(),
                 "partitions revoked mid-batch: their records go to the new owner"
@@ -457,7 +512,9 @@ impl Worker {
     }
 }
 
-const STORE_TIMEOUT: Duration = Duration::from_secs(5);
+/// A store call slower than this counts as a failure: a hung server must
+/// trip the breaker in seconds, not minutes.
+const STORE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Trace id: W3C `traceparent` or `x-trace-id` when the producer set one,
 /// else the record's coordinates.

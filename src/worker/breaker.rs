@@ -55,6 +55,9 @@ impl Breaker {
 
     pub fn failure(&mut self, now: Instant, error: &dyn std::fmt::Display) {
         self.failures += 1;
+        if self.failures == 1 {
+            warn!(%error, "claim store call failed");
+        }
         if self.failures < THRESHOLD {
             return;
         }

@@ -172,12 +172,36 @@ pub async fn keep_alive(consumer: &GroupConsumer, carry: &mut Vec<Input>, durati
     }
 }
 
-pub fn resume_all(consumer: &GroupConsumer) {
+/// Resumes every assigned partition but those held back (deferred).
+pub fn resume_all(
+    consumer: &GroupConsumer,
+    held_back: &std::collections::HashMap<(String, i32), Instant>,
+) {
     if let Ok(assignment) = consumer.assignment() {
-        if assignment.count() > 0 {
-            if let Err(error) = consumer.resume(&assignment) {
+        let mut list = TopicPartitionList::new();
+        for element in assignment.elements() {
+            let key = (element.topic().to_string(), element.partition());
+            if !held_back.contains_key(&key) {
+                list.add_partition(element.topic(), element.partition());
+            }
+        }
+        if list.count() > 0 {
+            if let Err(error) = consumer.resume(&list) {
                 debug!(%error, "resume failed");
             }
+        }
+    }
+}
+
+/// Pauses the given partitions (deferred ones, so the others get read).
+pub fn pause(consumer: &GroupConsumer, partitions: &[(String, i32)]) {
+    let mut list = TopicPartitionList::new();
+    for (topic, partition) in partitions {
+        list.add_partition(topic, *partition);
+    }
+    if list.count() > 0 {
+        if let Err(error) = consumer.pause(&list) {
+            debug!(%error, "pause failed");
         }
     }
 }

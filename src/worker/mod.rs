@@ -28,7 +28,9 @@ use crate::config::{Config, StoreConfig, StreamConfig};
 use crate::store::{ClaimStore, TopicTag};
 use batch::{now_ms, Ended};
 use breaker::Breaker;
-use consumer::{commit, poll_batch, resume_all, GroupConsumer, GroupContext, GroupState, Input};
+use consumer::{
+    commit, pause, poll_batch, resume_all, GroupConsumer, GroupContext, GroupState, Input,
+};
 
 pub use batch::now_ms as wall_ms;
 pub use consumer::GroupState as Group;
@@ -60,11 +62,14 @@ pub struct Worker {
     event_time: bool,
     /// Records read while a batch waited, for the next batch.
     carry: Vec<Input>,
-    /// Per partition, the offset after the records this worker finished. A
-    /// partition revoked and assigned back (eager rebalance, lost session)
-    /// is fetched again from its committed offset, which lags when a commit
-    /// failed; the records before this offset are not decided twice.
-    finished: HashMap<(String, i32), i64>,
+    /// Per partition, the records this worker finished. A partition
+    /// revoked and assigned back (eager rebalance, lost session), or
+    /// rewound past a deferred record, is fetched again from an older
+    /// offset; what was finished here is not decided twice.
+    finished: HashMap<(String, i32), Finished>,
+    /// Partitions rewound to a deferred record, paused until the instant
+    /// given so the other partitions (where its holder may be) are read.
+    held_back: HashMap<(String, i32), std::time::Instant>,
     max_batch: usize,
     linger: Duration,
     stop: tokio::sync::watch::Receiver<bool>,
@@ -151,6 +156,7 @@ impl Worker {
             event_time: matches!(config.store, StoreConfig::Memory { event_time: true }),
             carry: Vec::new(),
             finished: HashMap::new(),
+            held_back: HashMap::new(),
             max_batch: config.batch.max_records,
             linger: config.batch.linger,
             stop,
@@ -177,6 +183,7 @@ impl Worker {
             if *stop.borrow() {
                 break;
             }
+            self.release_held_back();
             let revocations = self.revocations();
             let inputs = tokio::select! {
                 inputs = poll_batch(&self.consumer, &mut self.carry, self.max_batch, self.linger, Duration::from_millis(200)) => inputs,
@@ -188,9 +195,13 @@ impl Worker {
             let stop_now = self.stop.clone();
             let (next_offsets, ended) = self.process(inputs, revocations, &stop_now).await;
             self.note_finished(&next_offsets);
-            resume_all(&self.consumer);
+            resume_all(&self.consumer, &self.held_back);
             match ended {
                 Ended::Finished => commit(&self.consumer, &next_offsets, CommitMode::Async),
+                Ended::Deferred(rewind) => {
+                    commit(&self.consumer, &next_offsets, CommitMode::Async);
+                    self.rewind(&rewind);
+                }
                 Ended::Abandoned => {
                     commit(&self.consumer, &next_offsets, CommitMode::Sync);
                     break;
@@ -203,11 +214,75 @@ impl Worker {
 
     fn note_finished(&mut self, next_offsets: &std::collections::BTreeMap<(String, i32), i64>) {
         for (partition, next) in next_offsets {
-            let finished = self.finished.entry(partition.clone()).or_default();
-            *finished = (*finished).max(*next);
+            self.finished
+                .entry(partition.clone())
+                .or_default()
+                .advance(*next);
         }
     }
 
+    /// Resumes deferred partitions whose pause is over.
+    fn release_held_back(&mut self) {
+        let now = std::time::Instant::now();
+        if self.held_back.values().any(|until| *until <= now) {
+            self.held_back.retain(|_, until| *until > now);
+            resume_all(&self.consumer, &self.held_back);
+        }
+    }
+
+    /// Sends partitions back to their first deferred record and pauses them
+    /// a moment: the next polls read every other assigned partition (where
+    /// the holders may be), then these again.
+    fn rewind(&mut self, rewind: &std::collections::BTreeMap<(String, i32), i64>) {
+        let until = std::time::Instant::now() + batch::HOLD_BACK;
+        let partitions: Vec<(String, i32)> = rewind.keys().cloned().collect();
+        for partition in &partitions {
+            self.held_back.insert(partition.clone(), until);
+        }
+        pause(&self.consumer, &partitions);
+        for ((topic, partition), offset) in rewind {
+            self.carry.retain(|i| {
+                !(&i.topic == topic && i.partition == *partition && i.offset >= *offset)
+            });
+            if let Err(error) = self.consumer.seek(
+                topic,
+                *partition,
+                rdkafka::Offset::Offset(*offset),
+                Duration::from_secs(5),
+            ) {
+                warn!(%error, topic, partition, offset, "cannot rewind to a deferred record");
+            }
+        }
+    }
+}
+
+/// The offsets of one partition this worker finished: everything below
+/// `below`, and the ones in `above` (finished past a deferred record).
+#[derive(Default)]
+pub(crate) struct Finished {
+    below: i64,
+    above: std::collections::BTreeSet<i64>,
+}
+
+impl Finished {
+    fn contains(&self, offset: i64) -> bool {
+        offset < self.below || self.above.contains(&offset)
+    }
+
+    fn advance(&mut self, next: i64) {
+        self.below = self.below.max(next);
+        let below = self.below;
+        self.above.retain(|o| *o >= below);
+    }
+
+    fn add(&mut self, offset: i64) {
+        if offset >= self.below {
+            self.above.insert(offset);
+        }
+    }
+}
+
+impl Worker {
     fn shutdown(&self) {
         match self.consumer.commit_consumer_state(CommitMode::Sync) {
             Ok(()) => {}
