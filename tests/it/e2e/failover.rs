@@ -9,6 +9,11 @@
 //! partition), and with redeliveries keyed on their own, so the copies of
 //! one event meet on different replicas (DESIGN.md §7: which replica sees
 //! which copy must not matter).
+//!
+//! The kill is aimed: right after the doomed replica logs a delivered
+//! record, before it finalizes its claims and commits its offsets. Killed
+//! at a random instant it was almost always between batches, and nothing
+//! needed replaying (no replayed input in eight such runs).
 
 use std::time::{Duration, Instant};
 

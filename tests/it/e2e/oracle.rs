@@ -161,3 +161,52 @@ fn a_changed_payload_or_a_wrong_first_seen_fails() {
     }
     assert!(fails(&plan, &wrong, &landed, Expect::Exact));
 }
+
+#[test]
+fn a_copy_in_another_partition_may_win_but_one_beside_its_original_may_not() {
+    let plan = plan();
+    let (mut landed, outs) = faithful(&plan);
+    let copy = plan.iter().find(|p| p.kind == Kind::Copy).unwrap();
+    // The copy won: it went to clean, its original (and every other copy)
+    // became a duplicate naming it.
+    let named = |id: &str, landed: &HashMap<String, Landed>| {
+        format!("raw/{}/{}", landed[id].partition, landed[id].offset)
+    };
+    let swap = |landed: &HashMap<String, Landed>| -> Vec<Out> {
+        let mut outs = outs.clone();
+        for out in outs.iter_mut() {
+            let id = out.test_id().to_string();
+            let Some(p) = plan.iter().find(|p| p.id == id) else {
+                continue;
+            };
+            if p.event != copy.event {
+                continue;
+            }
+            out.headers
+                .retain(|(k, _)| k == TEST_ID || k == SOURCE_HASH);
+            if p.id == copy.id {
+                out.topic = "clean".into();
+                out.headers.push((DECISION.into(), Some(b"novel".to_vec())));
+            } else {
+                let decision = if p.kind == Kind::Conflict {
+                    "conflict"
+                } else {
+                    "duplicate"
+                };
+                out.topic = "audit".into();
+                out.headers
+                    .push((DECISION.into(), Some(decision.as_bytes().to_vec())));
+                out.headers.push((TIER.into(), Some(b"exact".to_vec())));
+                out.headers.push((
+                    FIRST_SEEN.into(),
+                    Some(named(&copy.id, landed).into_bytes()),
+                ));
+            }
+        }
+        outs
+    };
+    assert!(fails(&plan, &swap(&landed), &landed, Expect::Exact));
+    landed.get_mut(&copy.id).unwrap().partition = 1;
+    assert!(!fails(&plan, &swap(&landed), &landed, Expect::Exact));
+    assert!(!fails(&plan, &swap(&landed), &landed, Expect::Replays));
+}
