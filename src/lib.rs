@@ -22,6 +22,7 @@
 //! - [`metrics`], [`http`]: every metric declared once; /metrics, /healthz
 //!   and /readyz.
 
+pub mod bench;
 pub mod config;
 pub mod decision;
 pub mod demo;

@@ -46,6 +46,9 @@ enum Command {
     /// `delivery_id`, `sender` and `received_at` (RFC 3339 or unix ms) on
     /// stdin.
     Horizon,
+    /// End-to-end benchmark against a Tansu broker and redis-server of its
+    /// own: writes BENCHMARKS.md and BENCHMARKS.json.
+    Bench(idemgate::bench::BenchArgs),
 }
 
 #[derive(Args)]
@@ -143,6 +146,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Horizon => horizon(),
+        Command::Bench(args) => runtime()?.block_on(idemgate::bench::run(args)),
     }
 }
 

@@ -1,0 +1,280 @@
+//! The bench's Kafka side: topics, the loader that fills the raw topic
+//! before anything is timed, and the watcher that tells when a consumer
+//! group has committed every record.
+//!
+//! Tansu's high watermark is wrong (the first offset of the last batch + 1),
+//! so completion is never judged from it: the loader keeps the offset of
+//! every record it produced, and a run is complete when the group's
+//! committed offset of every partition is past the last of them.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use futures::stream::{FuturesUnordered, StreamExt};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use super::workload::Workload;
+
+/// A line on stderr rewritten in place (carriage return), at most five
+/// times a second.
+pub(crate) struct Progress {
+    label: String,
+    total: u64,
+    started: Instant,
+    printed: Option<Instant>,
+}
+
+impl Progress {
+    pub fn new(label: impl Into<String>, total: u64) -> Progress {
+        Progress {
+            label: label.into(),
+            total: total.max(1),
+            started: Instant::now(),
+            printed: None,
+        }
+    }
+
+    pub fn update(&mut self, done: u64) {
+        let now = Instant::now();
+        if self
+            .printed
+            .is_some_and(|at| now - at < Duration::from_millis(200))
+        {
+            return;
+        }
+        self.printed = Some(now);
+        self.draw(done);
+    }
+
+    fn draw(&self, done: u64) {
+        const WIDTH: usize = 30;
+        let fraction = (done as f64 / self.total as f64).min(1.0);
+        let filled = (fraction * WIDTH as f64) as usize;
+        let elapsed = self.started.elapsed().as_secs_f64().max(1e-3);
+        let mut err = std::io::stderr().lock();
+        let _ = write!(
+            err,
+            "\r{:<28} [{}{}] {:>3.0}% {:>9}/{} {:>8.0}/s {:>6.1}s",
+            self.label,
+            "#".repeat(filled),
+            " ".repeat(WIDTH - filled),
+            fraction * 100.0,
+            done,
+            self.total,
+            done as f64 / elapsed,
+            elapsed
+        );
+        let _ = err.flush();
+    }
+
+    pub fn finish(&self, done: u64) {
+        self.draw(done);
+        eprintln!();
+    }
+}
+
+pub(crate) fn admin(brokers: &str) -> Result<AdminClient<DefaultClientContext>> {
+    Ok(ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()?)
+}
+
+/// Creates the topics and waits until the broker's metadata lists every
+/// partition of each.
+pub(crate) async fn create_topics(brokers: &str, topics: &[&str], partitions: i32) -> Result<()> {
+    let admin = admin(brokers)?;
+    let new: Vec<NewTopic<'_>> = topics
+        .iter()
+        .map(|name| NewTopic::new(name, partitions, TopicReplication::Fixed(1)))
+        .collect();
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(20)));
+    for result in admin.create_topics(&new, &options).await? {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((topic, code)) => bail!("creating topic {topic}: {code:?}"),
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for name in topics {
+        loop {
+            let metadata = admin
+                .inner()
+                .fetch_metadata(Some(name), Duration::from_secs(5))?;
+            let seen = metadata
+                .topics()
+                .iter()
+                .find(|t| t.name() == *name && t.error().is_none())
+                .map_or(0, |t| t.partitions().len() as i32);
+            if seen == partitions {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("topic {name}: metadata shows {seen} of {partitions} partitions after 20s");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
+}
+
+/// Where the loaded records are: per partition, the offset after the last.
+#[derive(Clone, Debug)]
+pub(crate) struct Loaded {
+    pub topic: String,
+    pub ends: Vec<i64>,
+    pub records: u64,
+    pub seconds: f64,
+}
+
+/// Produces every record of the workload in arrival order, as fast as the
+/// broker takes them, and waits for every delivery report.
+pub(crate) async fn load(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+    workload: &Workload,
+) -> Result<Loaded> {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        // Order within a partition makes every copy land after its first
+        // attempt; idempotence keeps that order through retries.
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "20")
+        .set("batch.size", "1000000")
+        .set("batch.num.messages", "10000")
+        .set("queue.buffering.max.messages", "1000000")
+        .set("queue.buffering.max.kbytes", "1048576")
+        .set("message.timeout.ms", "120000")
+        .create()
+        .context("creating the loader's producer")?;
+    let total = workload.records.len() as u64;
+    let mut progress = Progress::new(format!("loading {topic}"), total);
+    let started = Instant::now();
+    let mut ends = vec![0i64; partitions as usize];
+    let mut acked = 0u64;
+    let mut inflight = FuturesUnordered::new();
+    const WINDOW: usize = 200_000;
+    for planned in &workload.records {
+        let (key, payload) = workload.render(planned);
+        let partition = workload.partition(planned.event, partitions);
+        let attempt = planned.attempt.to_string();
+        let mut record = FutureRecord::to(topic)
+            .partition(partition)
+            .key(key.as_bytes())
+            .payload(&payload[..])
+            .timestamp(planned.arrival_ms)
+            .headers(OwnedHeaders::new().insert(Header {
+                key: "x-delivery-attempt",
+                value: Some(attempt.as_bytes()),
+            }));
+        loop {
+            match producer.send_result(record) {
+                Ok(delivery) => {
+                    inflight.push(delivery);
+                    break;
+                }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    let Some(result) = inflight.next().await else {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        continue;
+                    };
+                    note(result, &mut ends, &mut acked)?;
+                }
+                Err((error, _)) => return Err(error).context("queueing a record"),
+            }
+        }
+        while inflight.len() >= WINDOW {
+            if let Some(result) = inflight.next().await {
+                note(result, &mut ends, &mut acked)?;
+            }
+        }
+        progress.update(acked);
+    }
+    while let Some(result) = inflight.next().await {
+        note(result, &mut ends, &mut acked)?;
+        progress.update(acked);
+    }
+    progress.finish(acked);
+    producer.flush(Duration::from_secs(30))?;
+    Ok(Loaded {
+        topic: topic.to_string(),
+        ends,
+        records: acked,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+fn note(
+    result: Result<
+        rdkafka::producer::future_producer::OwnedDeliveryResult,
+        futures::channel::oneshot::Canceled,
+    >,
+    ends: &mut [i64],
+    acked: &mut u64,
+) -> Result<()> {
+    match result {
+        Ok(Ok(delivery)) => {
+            let end = &mut ends[delivery.partition as usize];
+            *end = (*end).max(delivery.offset + 1);
+            *acked += 1;
+            Ok(())
+        }
+        Ok(Err((error, _))) => Err(error).context("a record was not delivered"),
+        Err(_) => bail!("the producer dropped a delivery report"),
+    }
+}
+
+/// Reads a group's committed offsets without joining it.
+pub(crate) struct CommitWatch {
+    consumer: BaseConsumer,
+    partitions: TopicPartitionList,
+    ends: Vec<i64>,
+}
+
+impl CommitWatch {
+    pub fn new(brokers: &str, group: &str, loaded: &Loaded) -> Result<CommitWatch> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", brokers)
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .create()?;
+        let mut partitions = TopicPartitionList::new();
+        for p in 0..loaded.ends.len() as i32 {
+            partitions.add_partition(&loaded.topic, p);
+        }
+        Ok(CommitWatch {
+            consumer,
+            partitions,
+            ends: loaded.ends.clone(),
+        })
+    }
+
+    /// Records committed so far (each partition counted up to its end) and
+    /// whether every partition is complete.
+    pub fn committed(&self) -> Result<(u64, bool)> {
+        let list = self
+            .consumer
+            .committed_offsets(self.partitions.clone(), Duration::from_secs(5))?;
+        let mut done = 0u64;
+        let mut complete = true;
+        for element in list.elements() {
+            let end = self.ends[element.partition() as usize];
+            let at = match element.offset() {
+                Offset::Offset(n) => n,
+                _ => 0,
+            };
+            done += at.clamp(0, end) as u64;
+            complete &= at >= end;
+        }
+        Ok((done, complete))
+    }
+}

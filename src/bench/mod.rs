@@ -1,0 +1,286 @@
+//! `idemgate bench`: the end-to-end benchmark an operator sizes a
+//! deployment with.
+//!
+//! On one machine, against a Tansu broker and a redis-server the bench
+//! starts for itself on spare loopback ports:
+//!
+//! 1. loads, before anything is timed, a raw topic of N bank-txn records
+//!    (200 bytes, a tenth of them redeliveries along a retry ladder);
+//! 2. runs the worker as child processes (one replica, then two) in exact
+//!    mode and in tiered mode on both tier-2 backends, and measures records/s
+//!    end to end, decision latency, worker CPU per million records, Redis
+//!    round trips per batch (on the wire, through a counting proxy) and
+//!    Redis memory per key;
+//! 3. runs a per-record baseline (one `SET NX PX` round trip per record,
+//!    then produce, then commit) on the same topic and prints the ratio;
+//! 4. prints the table and writes it to `BENCHMARKS.md` and
+//!    `BENCHMARKS.json` with the machine and versions.
+//!
+//! Layout: `workload` (the records), `kafka` (topics, loader, commit
+//! watcher), `services` (the servers it owns), `replica` and `children`
+//! (the child processes and their line protocol), `counting` (the store
+//! decorator), `recorder` (the metrics tap) and `timeline` (phases of a
+//! batch, decision latency), `proxy` (round trips on the wire), `baseline`,
+//! `runs` (one timed run), `memory`, `profile` (perf), and `report`,
+//! `report_details`, `report_notes` (the table, BENCHMARKS.md and .json).
+
+mod baseline;
+mod children;
+mod counting;
+mod histogram;
+mod kafka;
+mod memory;
+mod profile;
+mod proxy;
+mod recorder;
+mod replica;
+mod report;
+mod report_details;
+mod report_notes;
+mod runs;
+mod services;
+mod timeline;
+mod workload;
+
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+
+use runs::{Dataset, Mode, Setup};
+use services::{on_path, test_services_env, RedisServer, Tansu};
+use workload::Workload;
+
+/// `idemgate bench` options.
+#[derive(clap::Args, Clone, Debug)]
+pub struct BenchArgs {
+    /// Raw records to load (200-byte bank-txn JSON).
+    #[arg(long, default_value_t = 2_000_000)]
+    pub records: u64,
+    /// Fraction of the records that are redeliveries of earlier ones.
+    #[arg(long, default_value_t = 0.10)]
+    pub duplicates: f64,
+    /// Simulated arrival rate of first attempts, a second: how far apart
+    /// in the topic an event's copies are (the first rung, 1 min, is 60 x
+    /// this many records later).
+    #[arg(long, default_value_t = 1000.0)]
+    pub feed_rate: f64,
+    /// Records for every run but exact mode with one replica (a second raw
+    /// topic, generated the same way); default: the same topic as that run.
+    #[arg(long)]
+    pub matrix_records: Option<u64>,
+    /// Partitions of the raw topic and of the outputs.
+    #[arg(long, default_value_t = 8)]
+    pub partitions: i32,
+    /// Modes to run: exact, redisbloom, bitmap.
+    #[arg(long, value_delimiter = ',', default_value = "exact,redisbloom,bitmap")]
+    pub modes: Vec<String>,
+    /// Replica counts to run each mode with.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    pub replicas: Vec<usize>,
+    /// Records the per-record baseline processes (the first ones of the
+    /// exact run's topic); 0 skips it.
+    #[arg(long, default_value_t = 100_000)]
+    pub baseline_records: u64,
+    /// Records per batch (the worker's `batch.max_records`).
+    #[arg(long, default_value_t = 1000)]
+    pub batch: usize,
+    /// The Tansu binary [default: IDEMGATE_TEST_TANSU from
+    /// target/test-services/env, else `tansu` on PATH].
+    #[arg(long)]
+    pub tansu: Option<PathBuf>,
+    /// The redis-server binary [default: `redis-server` on PATH].
+    #[arg(long)]
+    pub redis_server: Option<PathBuf>,
+    /// The RedisBloom module [default: IDEMGATE_REDISBLOOM_SO, else the
+    /// module loaded by the test services' RedisBloom server].
+    #[arg(long)]
+    pub redisbloom_module: Option<PathBuf>,
+    /// Also profile exact mode with one replica under `perf` (an extra run,
+    /// not in the table) for the closing note.
+    #[arg(long)]
+    pub perf: bool,
+    /// Where BENCHMARKS.md and BENCHMARKS.json go.
+    #[arg(long, default_value = ".")]
+    pub out_dir: PathBuf,
+    /// Print the table only; write no files.
+    #[arg(long)]
+    pub no_write: bool,
+    /// Where logs, specs and profiles of the run go.
+    #[arg(long, default_value = "target/bench")]
+    pub work_dir: PathBuf,
+    /// Internal: run as one of the bench's child processes.
+    #[arg(long, hide = true)]
+    pub replica: Option<PathBuf>,
+}
+
+/// Runs the bench (or, with `--replica`, one of its child processes).
+pub async fn run(args: BenchArgs) -> Result<()> {
+    if let Some(spec) = &args.replica {
+        return replica::run(spec).await;
+    }
+    // Dropping the bench future on a signal kills every process it owns.
+    tokio::select! {
+        result = bench(args) => result,
+        _ = interrupted() => bail!("interrupted: the servers and replicas of this run were stopped"),
+    }
+}
+
+async fn interrupted() {
+    let interrupt = tokio::signal::ctrl_c();
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut terminate) => {
+            tokio::select! {
+                _ = interrupt => {}
+                _ = terminate.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = interrupt.await;
+        }
+    }
+}
+
+fn tansu_binary(args: &BenchArgs) -> Result<PathBuf> {
+    args.tansu
+        .clone()
+        .or_else(|| test_services_env("IDEMGATE_TEST_TANSU").map(PathBuf::from))
+        .or_else(|| on_path("tansu"))
+        .context("no tansu: pass --tansu, or run scripts/test-services.sh start")
+}
+
+async fn redisbloom_module(args: &BenchArgs) -> Option<PathBuf> {
+    if let Some(path) = &args.redisbloom_module {
+        return Some(path.clone());
+    }
+    if let Ok(path) = std::env::var("IDEMGATE_REDISBLOOM_SO") {
+        return Some(PathBuf::from(path));
+    }
+    let url = test_services_env("IDEMGATE_TEST_REDISBLOOM_URL")?;
+    services::module_field(&url, "bf", "path")
+        .await
+        .ok()
+        .flatten()
+        .map(PathBuf::from)
+}
+
+fn unix_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+async fn load(setup: &Setup, name: &str, records: u64, args: &BenchArgs) -> Result<Dataset> {
+    let end_ms = crate::worker::wall_ms();
+    let workload = Workload::generate(records, args.duplicates, args.feed_rate, end_ms);
+    let topic = format!("{}.{name}", setup.run_id);
+    kafka::create_topics(&setup.tansu.brokers, &[&topic], setup.partitions).await?;
+    let loaded = kafka::load(&setup.tansu.brokers, &topic, setup.partitions, &workload).await?;
+    if loaded.records != workload.records.len() as u64 {
+        bail!(
+            "loaded {} of {} records",
+            loaded.records,
+            workload.records.len()
+        );
+    }
+    Ok(Dataset {
+        topic,
+        records: loaded.records,
+        events: workload.events,
+        copies: workload.copies,
+        per_rung: workload.per_rung.to_vec(),
+        load_seconds: loaded.seconds,
+        loaded,
+    })
+}
+
+async fn bench(args: BenchArgs) -> Result<()> {
+    let started = std::time::Instant::now();
+    if args.records == 0 || args.partitions <= 0 || args.batch == 0 || args.feed_rate <= 0.0 {
+        bail!("--records, --partitions, --batch and --feed-rate must be above zero");
+    }
+    let modes: Vec<Mode> = args
+        .modes
+        .iter()
+        .map(|m| Mode::parse(m))
+        .collect::<Result<_>>()?;
+    let tansu_bin = tansu_binary(&args)?;
+    let redis_bin = args
+        .redis_server
+        .clone()
+        .or_else(|| on_path("redis-server"))
+        .context("no redis-server on PATH: pass --redis-server")?;
+    let module = redisbloom_module(&args).await;
+    if module.is_none() && modes.contains(&Mode::RedisBloom) {
+        bail!("tiered mode on RedisBloom needs the module: pass --redisbloom-module, or leave redisbloom out of --modes");
+    }
+
+    let run_id = format!("bench-{}", unix_s());
+    let dir = std::path::absolute(args.work_dir.join(&run_id))?;
+    std::fs::create_dir_all(&dir)?;
+    eprintln!("bench {run_id}: logs in {}", dir.display());
+    let tansu = Tansu::start(&tansu_bin, &dir)?;
+    let redis = RedisServer::start(&redis_bin, module.as_deref(), &dir).await?;
+    let upstream = format!("127.0.0.1:{}", redis.port).parse()?;
+    let (proxy_address, proxy) = proxy::start(upstream).await?;
+    let setup = Setup {
+        tansu,
+        redis,
+        proxy_url: format!("redis://{proxy_address}"),
+        proxy,
+        dir,
+        exe: std::env::current_exe()?,
+        run_id,
+        batch: args.batch,
+        partitions: args.partitions,
+    };
+
+    let main = load(&setup, "raw", args.records, &args).await?;
+    let matrix = match args.matrix_records {
+        Some(m) if m != args.records => Some(load(&setup, "raw-matrix", m, &args).await?),
+        _ => None,
+    };
+    let mut results = Vec::new();
+    for &mode in &modes {
+        for &replicas in &args.replicas {
+            let dataset = match &matrix {
+                Some(smaller) if !(mode == Mode::Exact && replicas == 1) => smaller,
+                _ => &main,
+            };
+            results.push(runs::workers(&setup, dataset, mode, replicas, false).await?);
+        }
+    }
+    let baseline = if args.baseline_records > 0 {
+        let records = args.baseline_records.min(main.records);
+        Some(runs::baseline(&setup, &main, records).await?)
+    } else {
+        None
+    };
+    let profiled = if args.perf {
+        let dataset = matrix.as_ref().unwrap_or(&main);
+        Some(runs::workers(&setup, dataset, Mode::Exact, 1, true).await?)
+    } else {
+        None
+    };
+    let mut datasets = vec![main.clone()];
+    datasets.extend(matrix.clone());
+    let report = report::Report::new(
+        &args,
+        &setup,
+        datasets,
+        results,
+        baseline,
+        profiled,
+        started.elapsed().as_secs_f64(),
+    );
+    println!("{}", report.table());
+    if !args.no_write {
+        let md = args.out_dir.join("BENCHMARKS.md");
+        let json = args.out_dir.join("BENCHMARKS.json");
+        std::fs::write(&md, report.markdown())?;
+        std::fs::write(&json, serde_json::to_string_pretty(&report)?)?;
+        eprintln!("wrote {} and {}", md.display(), json.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,97 @@
+//! The metrics recorder of a bench replica: the same Prometheus recorder
+//! `idemgate run` installs, wrapped so that three of the worker's metrics
+//! also feed the timeline (`timeline.rs`): the batch size (a poll
+//! returned), the records counter (an output was acknowledged) and the
+//! offset commits. Every call still reaches the Prometheus recorder, so a
+//! replica pays what a deployed worker pays for its metrics.
+
+use std::sync::Arc;
+
+use metrics::{
+    Counter, CounterFn, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
+    SharedString, Unit,
+};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
+
+use super::timeline::{self, Event};
+use crate::metrics::{BATCH_SIZE, COMMITS, RECORDS};
+
+struct Tapped {
+    inner: PrometheusRecorder,
+}
+
+struct TapCounter {
+    inner: Counter,
+    event: Event,
+}
+
+impl CounterFn for TapCounter {
+    fn increment(&self, value: u64) {
+        self.inner.increment(value);
+        for _ in 0..value {
+            timeline::global().event(self.event);
+        }
+    }
+
+    fn absolute(&self, value: u64) {
+        self.inner.absolute(value);
+    }
+}
+
+struct TapHistogram {
+    inner: Histogram,
+}
+
+impl HistogramFn for TapHistogram {
+    fn record(&self, value: f64) {
+        self.inner.record(value);
+        timeline::global().event(Event::BatchStart(value as u64));
+    }
+}
+
+impl Recorder for Tapped {
+    fn describe_counter(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.inner.describe_counter(key, unit, description);
+    }
+
+    fn describe_gauge(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.inner.describe_gauge(key, unit, description);
+    }
+
+    fn describe_histogram(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.inner.describe_histogram(key, unit, description);
+    }
+
+    fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
+        let inner = self.inner.register_counter(key, metadata);
+        let event = match key.name() {
+            RECORDS => Event::Decided,
+            COMMITS => Event::Commit,
+            _ => return inner,
+        };
+        Counter::from_arc(Arc::new(TapCounter { inner, event }))
+    }
+
+    fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> Gauge {
+        self.inner.register_gauge(key, metadata)
+    }
+
+    fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
+        let inner = self.inner.register_histogram(key, metadata);
+        if key.name() == BATCH_SIZE {
+            return Histogram::from_arc(Arc::new(TapHistogram { inner }));
+        }
+        inner
+    }
+}
+
+/// Installs the tapped recorder as the process's recorder. Must run before
+/// anything records a metric (and before `http::prometheus`, which then
+/// finds a recorder installed and serves an empty /metrics).
+pub(crate) fn install() -> anyhow::Result<()> {
+    let inner = PrometheusBuilder::new().build_recorder();
+    metrics::set_global_recorder(Tapped { inner })
+        .map_err(|_| anyhow::anyhow!("a metrics recorder was installed already"))?;
+    crate::metrics::describe();
+    Ok(())
+}

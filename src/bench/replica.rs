@@ -1,0 +1,104 @@
+//! The bench's child processes, one per worker replica (and one for the
+//! per-record baseline), so each one's CPU time is its own
+//! (`/proc/<pid>/stat`).
+//!
+//! A worker replica is `idemgate run` with the store wrapped in the
+//! counting decorator and the Prometheus recorder wrapped by the timeline's
+//! tap: the same `Worker`, /metrics listener and store watcher. The protocol with the harness is
+//! line-based: the child prints `connected` once its store answers, waits
+//! for `go` on stdin (so every replica starts together and the round-trip
+//! counter can be read before any batch), runs until `stop` (or stdin
+//! closes), then prints `report <json>` and exits.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
+
+use super::baseline::{self, BaselineReport, BaselineSpec};
+use super::counting::{CountingStore, StoreTally};
+use super::timeline::{self, TimelineReport};
+use crate::config::Config;
+use crate::store::ClaimStore;
+use crate::worker::Worker;
+
+#[derive(Serialize, Deserialize)]
+pub(crate) enum Role {
+    /// A worker replica: the TOML config it runs.
+    Worker {
+        config: String,
+    },
+    Baseline(BaselineSpec),
+}
+
+#[derive(Serialize, Deserialize)]
+pub(crate) enum Report {
+    Worker {
+        tally: Box<StoreTally>,
+        timeline: Box<TimelineReport>,
+    },
+    Baseline(BaselineReport),
+}
+
+pub(crate) const CONNECTED: &str = "connected";
+pub(crate) const GO: &str = "go";
+pub(crate) const STOP: &str = "stop";
+pub(crate) const REPORT: &str = "report ";
+
+/// Runs the child side of a replica from its spec file.
+pub(crate) async fn run(spec: &Path) -> Result<()> {
+    let text = std::fs::read_to_string(spec)
+        .with_context(|| format!("reading replica spec {}", spec.display()))?;
+    let role: Role = serde_json::from_str(&text).context("parsing replica spec")?;
+    let mut stdin = BufReader::new(tokio::io::stdin()).lines();
+    let report = match role {
+        Role::Worker { config } => {
+            let tally = worker(&config, &mut stdin).await?;
+            Report::Worker {
+                tally: Box::new(tally),
+                timeline: Box::new(timeline::global().report()),
+            }
+        }
+        Role::Baseline(spec) => Report::Baseline(baseline::run(&spec, &mut stdin).await?),
+    };
+    println!("{REPORT}{}", serde_json::to_string(&report)?);
+    Ok(())
+}
+
+/// Waits for `word` on stdin; `false` if stdin closed first.
+pub(crate) async fn wait_for(stdin: &mut Lines<BufReader<Stdin>>, word: &str) -> Result<bool> {
+    while let Some(line) = stdin.next_line().await? {
+        if line.trim() == word {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+async fn worker(config: &str, stdin: &mut Lines<BufReader<Stdin>>) -> Result<StoreTally> {
+    super::recorder::install()?;
+    let config = Config::parse(config).context("the replica's config")?;
+    let inner = crate::store::open(&config).await?;
+    let store = Arc::new(CountingStore::new(inner));
+    println!("{CONNECTED}");
+    if !wait_for(stdin, GO).await? {
+        bail!("the harness went away before go");
+    }
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let worker = Worker::new(&config, store.clone(), stop_rx.clone()).await?;
+    // As `idemgate run` does: metrics recorder, listener and store watcher.
+    let health = crate::http::Health::new(worker.group());
+    let server =
+        crate::http::serve(&config.metrics_listen, health.clone(), stop_rx.clone()).await?;
+    let dyn_store: Arc<dyn ClaimStore> = store.clone();
+    let stats = tokio::spawn(crate::http::watch_store(dyn_store, health, stop_rx));
+    let running = tokio::spawn(worker.run());
+    wait_for(stdin, STOP).await?;
+    let _ = stop_tx.send(true);
+    running.await.context("worker task")??;
+    let _ = stats.await;
+    let _ = server.await;
+    Ok(store.tally())
+}

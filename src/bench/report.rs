@@ -1,0 +1,403 @@
+//! The figures as a table on stdout, as `BENCHMARKS.md` (with the machine,
+//! the versions, what each figure means, the targets and a closing note
+//! derived from the figures) and as `BENCHMARKS.json`.
+
+use std::fmt::Write as _;
+use std::process::Command;
+
+use serde::Serialize;
+
+use super::runs::{Dataset, Mode, RunResult, Setup};
+use super::BenchArgs;
+
+#[derive(Serialize)]
+pub(crate) struct Report {
+    pub generated_at: String,
+    pub command: String,
+    /// The whole invocation, loading and every run, seconds.
+    pub total_seconds: f64,
+    pub machine: Vec<(String, String)>,
+    pub versions: Vec<(String, String)>,
+    pub batch_records: usize,
+    pub partitions: i32,
+    pub feed_rate: f64,
+    pub datasets: Vec<Dataset>,
+    pub runs: Vec<RunResult>,
+    pub baseline: Option<RunResult>,
+    /// Exact mode, one replica, over the per-record baseline (records/s).
+    pub baseline_ratio: Option<f64>,
+    pub targets: Vec<Target>,
+    /// The extra run under perf, when asked for (not in the table).
+    pub profiled: Option<RunResult>,
+    pub profile: Option<super::profile::Profile>,
+}
+
+#[derive(Clone, Serialize)]
+pub(crate) struct Target {
+    pub target: String,
+    pub figure: String,
+    pub met: Option<bool>,
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+fn output(program: &str, args: &[&str]) -> Option<String> {
+    let out = Command::new(program).args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn machine() -> Vec<(String, String)> {
+    let cpu = read("/proc/cpuinfo")
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mem_kb: f64 = read("/proc/meminfo")
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|l| l.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0.0);
+    let os = read("/etc/os-release")
+        .lines()
+        .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+        .map(|l| l.trim_matches('"').to_string())
+        .unwrap_or_default();
+    vec![
+        ("CPU".into(), format!("{cpu}, {cores} cores")),
+        (
+            "memory".into(),
+            format!("{:.1} GiB", mem_kb / 1024.0 / 1024.0),
+        ),
+        (
+            "OS".into(),
+            format!("{os}, Linux {}", read("/proc/sys/kernel/osrelease").trim()),
+        ),
+    ]
+}
+
+fn versions(setup: &Setup) -> Vec<(String, String)> {
+    let commit = output(
+        "git",
+        &[
+            "-C",
+            env!("CARGO_MANIFEST_DIR"),
+            "rev-parse",
+            "--short",
+            "HEAD",
+        ],
+    )
+    .map(|c| format!(" (built from the tree at commit {c}, with any uncommitted changes)"))
+    .unwrap_or_default();
+    let mut v = vec![
+        (
+            "idemgate".into(),
+            format!("{}{commit}, release build", env!("CARGO_PKG_VERSION")),
+        ),
+        (
+            "rustc".into(),
+            output("rustc", &["--version"]).unwrap_or_else(|| "unknown".into()),
+        ),
+        (
+            "librdkafka".into(),
+            format!(
+                "{} (bundled by rdkafka-sys)",
+                rdkafka::util::get_rdkafka_version().1
+            ),
+        ),
+        (
+            "broker".into(),
+            format!("{}, memory storage engine", setup.tansu.version),
+        ),
+        ("redis".into(), setup.redis.version.clone()),
+    ];
+    if let Some(bloom) = &setup.redis.bloom_version {
+        v.push(("RedisBloom".into(), format!("module version {bloom}")));
+    }
+    v
+}
+
+fn now_utc() -> String {
+    time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+fn exact_one(runs: &[RunResult]) -> Option<&RunResult> {
+    runs.iter()
+        .find(|r| r.mode == Some(Mode::Exact) && r.replicas == 1)
+}
+
+impl Report {
+    pub fn new(
+        args: &BenchArgs,
+        setup: &Setup,
+        datasets: Vec<Dataset>,
+        runs: Vec<RunResult>,
+        baseline: Option<RunResult>,
+        profiled: Option<RunResult>,
+        total_seconds: f64,
+    ) -> Report {
+        let command = std::env::args()
+            .skip(1)
+            .collect::<Vec<_>>()
+            .join(" ")
+            .replace(&setup.exe.display().to_string(), "idemgate");
+        let baseline_ratio = match (exact_one(&runs), &baseline) {
+            (Some(e), Some(b)) if b.records_per_s > 0.0 => Some(e.records_per_s / b.records_per_s),
+            _ => None,
+        };
+        let profile = profiled.as_ref().and_then(|p| p.profile.clone());
+        let mut report = Report {
+            generated_at: now_utc(),
+            command: format!("idemgate {command}"),
+            total_seconds,
+            machine: machine(),
+            versions: versions(setup),
+            batch_records: args.batch,
+            partitions: args.partitions,
+            feed_rate: args.feed_rate,
+            datasets,
+            runs,
+            baseline,
+            baseline_ratio,
+            targets: Vec::new(),
+            profiled,
+            profile,
+        };
+        report.targets = report.targets();
+        report
+    }
+
+    fn targets(&self) -> Vec<Target> {
+        let mut t = Vec::new();
+        let exact = exact_one(&self.runs);
+        t.push(Target {
+            target: "≥ 100,000 records/s per replica end to end, exact mode".into(),
+            figure: exact.map_or("not run".into(), |r| {
+                format!("{} records/s (one replica)", rate(r.records_per_s))
+            }),
+            met: exact.map(|r| r.records_per_s >= 100_000.0),
+        });
+        t.push(Target {
+            target: "≥ 5x the per-record baseline".into(),
+            figure: self
+                .baseline_ratio
+                .map_or("not run".into(), |x| format!("{x:.1}x")),
+            met: self.baseline_ratio.map(|x| x >= 5.0),
+        });
+        // A claim call carries both tiers; a finalize call spends one round
+        // trip per tier. A batch whose records wait on each other makes
+        // more than one call of each (a second decision round), so the
+        // protocol's figure is per call; the per-batch one is shown too.
+        let per_tier: Vec<(String, bool)> = self
+            .runs
+            .iter()
+            .filter_map(|r| {
+                let rt = r.round_trips?;
+                let t = r.tally.as_ref()?;
+                let tiers = if r.mode == Some(Mode::Exact) {
+                    1.0
+                } else {
+                    2.0
+                };
+                let per_claim = rt.claim as f64 / t.claim_calls.max(1) as f64;
+                let per_finalize = (rt.tier1_settle + rt.tier2_insert) as f64
+                    / t.finalize_calls.max(1) as f64
+                    / tiers;
+                let per_batch = rt.protocol_round_trips() as f64 / r.batches.max(1) as f64;
+                // Allowed on top: one NOSCRIPT retry per replica (the first
+                // finalize on a server that has not seen the script).
+                let spare = r.replicas as u64;
+                let ok = rt.claim <= t.claim_calls + spare
+                    && rt.tier1_settle + rt.tier2_insert <= t.finalize_calls * tiers as u64 + spare;
+                Some((
+                    format!(
+                        "{}: {per_claim:.3} per claim call (both tiers), {per_finalize:.3} per \
+                         tier per finalize call; {per_batch:.2} in all per batch",
+                        run_name(r)
+                    ),
+                    ok,
+                ))
+            })
+            .collect();
+        t.push(Target {
+            target: "one round trip per tier per batch (per claim and finalize call)".into(),
+            figure: if per_tier.is_empty() {
+                "not run".into()
+            } else {
+                per_tier
+                    .iter()
+                    .map(|(s, _)| s.clone())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            },
+            met: (!per_tier.is_empty()).then(|| per_tier.iter().all(|(_, ok)| *ok)),
+        });
+        let tier1 = exact.and_then(|r| r.memory.as_ref());
+        t.push(Target {
+            target: "tier 1 ≤ 150 bytes per key, claim value included".into(),
+            figure: tier1.map_or("not run".into(), |m| {
+                format!(
+                    "{:.0} bytes per key (used_memory growth, exact mode)",
+                    m.tier1_bytes_per_key
+                )
+            }),
+            met: tier1.map(|m| m.tier1_bytes_per_key <= 150.0),
+        });
+        for mode in [Mode::RedisBloom, Mode::Bitmap] {
+            let tier2 = self
+                .runs
+                .iter()
+                .filter(|r| r.mode == Some(mode))
+                .find_map(|r| r.memory.as_ref()?.tier2.clone());
+            t.push(Target {
+                target: format!("tier 2 ≤ 15 bits per key at 1e-3 ({})", mode.label()),
+                figure: tier2.as_ref().map_or("not run".into(), |m| {
+                    format!(
+                        "{:.2} bits per key of capacity held ({:.2} per key inserted; sizing {:.2})",
+                        m.bits_per_capacity_key, m.bits_per_inserted_key, m.sized_bits_per_key
+                    )
+                }),
+                met: tier2.map(|m| m.bits_per_capacity_key <= 15.0),
+            });
+        }
+        t
+    }
+
+    pub(crate) fn all_runs(&self) -> impl Iterator<Item = &RunResult> {
+        self.runs.iter().chain(self.baseline.iter())
+    }
+
+    /// The main table, for stdout and the Markdown alike.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        out.push_str("| run | records | records/s | per replica | p50 ms | p99 ms | worker CPU s / M records | Redis round trips / batch | tier-1 bytes / key | tier-2 bits / key |\n");
+        out.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+        for r in self.all_runs() {
+            let memory = r.memory.as_ref();
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} |",
+                run_name(r),
+                count(r.records),
+                rate(r.records_per_s),
+                rate(r.records_per_s / r.replicas as f64),
+                opt(r.latency_p50_ms, 1),
+                opt(r.latency_p99_ms, 1),
+                r.worker_cpu_s_per_million,
+                r.round_trips_per_batch
+                    .map_or("1 per record".into(), |x| format!("{x:.2}")),
+                memory.map_or("".into(), |m| format!("{:.0}", m.tier1_bytes_per_key)),
+                memory
+                    .and_then(|m| m.tier2.as_ref())
+                    .map_or("".into(), |t| format!("{:.2}", t.bits_per_capacity_key)),
+            );
+        }
+        if let Some(x) = self.baseline_ratio {
+            let _ = writeln!(
+                out,
+                "\nexact mode, one replica, over the per-record baseline: {x:.1}x records/s"
+            );
+        }
+        out
+    }
+
+    pub fn markdown(&self) -> String {
+        let mut md = String::new();
+        md.push_str("# idemgate: end-to-end benchmark\n\n");
+        let _ = writeln!(
+            md,
+            "Generated {} by `{}` in {:.1} minutes (`scripts/bench.sh` runs it: it starts the test \
+             services for the Tansu binary and the RedisBloom module, then `cargo run --release -- \
+             bench \"$@\"`). Every figure below comes from that run; regenerate rather than edit.\n",
+            self.generated_at,
+            self.command,
+            self.total_seconds / 60.0
+        );
+        md.push_str("## Machine and versions\n\n| | |\n|---|---|\n");
+        for (k, v) in self.machine.iter().chain(&self.versions) {
+            let _ = writeln!(md, "| {k} | {v} |");
+        }
+        md.push_str(
+            "\nEverything runs on this one machine and shares its cores: the worker replicas \
+             (child processes), the Tansu broker, the redis-server, and the harness (its Redis \
+             round-trip proxy and the commit watcher). The bench starts its own Tansu and \
+             redis-server on spare loopback ports, so no other session's keys or topics are in \
+             its figures. Redis runs with `maxmemory-policy noeviction`, no persistence.\n\n",
+        );
+        self.workload_section(&mut md);
+        md.push_str("## Results\n\n");
+        md.push_str(&self.table());
+        md.push('\n');
+        self.detail_sections(&mut md);
+        md.push_str("## Targets\n\n| target | figure | met |\n|---|---|---|\n");
+        for t in &self.targets {
+            let met = match t.met {
+                Some(true) => "yes",
+                Some(false) => "**no**",
+                None => "—",
+            };
+            let _ = writeln!(md, "| {} | {} | {met} |", t.target, t.figure);
+        }
+        md.push('\n');
+        md.push_str(super::report_details::DEFINITIONS);
+        md.push_str(&super::report_notes::closing_note(self));
+        md
+    }
+}
+
+pub(crate) fn run_name(r: &RunResult) -> String {
+    match r.mode {
+        Some(mode) => format!(
+            "{}, {} replica{}",
+            mode.label(),
+            r.replicas,
+            if r.replicas == 1 { "" } else { "s" }
+        ),
+        None => "per-record baseline".into(),
+    }
+}
+
+pub(crate) fn opt(x: Option<f64>, digits: usize) -> String {
+    x.map_or("".into(), |x| format!("{x:.digits$}"))
+}
+
+pub(crate) fn count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+pub(crate) fn rate(x: f64) -> String {
+    count(x.round().max(0.0) as u64)
+}
+
+pub(crate) fn bytes(n: i64) -> String {
+    let x = n as f64;
+    if x.abs() >= 1048576.0 {
+        format!("{:.1} MiB", x / 1048576.0)
+    } else if x.abs() >= 1024.0 {
+        format!("{:.1} KiB", x / 1024.0)
+    } else {
+        format!("{n} B")
+    }
+}
+
+pub(crate) fn human_seconds(s: i64) -> String {
+    match (s / 3600, (s % 3600) / 60) {
+        (0, m) => format!("{m} min"),
+        (h, 0) => format!("{h} h"),
+        (h, m) => format!("{h} h {m} min"),
+    }
+}

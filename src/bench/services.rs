@@ -1,0 +1,336 @@
+//! The servers a bench run owns: a Tansu broker and a redis-server (with the
+//! RedisBloom module when there is one), on spare loopback ports, each killed
+//! when dropped. Owning them keeps the memory figures clean (no other
+//! session's keys) and keeps the bench from disturbing the shared test
+//! servers; their pids give their CPU time.
+
+use std::fs::File;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use rdkafka::admin::AdminClient;
+use rdkafka::client::DefaultClientContext;
+use rdkafka::ClientConfig;
+
+/// A child process of ours, killed on drop.
+pub(crate) struct Owned {
+    child: Child,
+    name: &'static str,
+}
+
+impl Owned {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn check_alive(&mut self, log: &Path) -> Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!(
+                "{} exited during start-up ({status}); see {}",
+                self.name,
+                log.display()
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A port the kernel just handed out and we released: free unless
+/// something grabs it within milliseconds.
+pub(crate) fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+pub(crate) struct Tansu {
+    pub process: Owned,
+    pub brokers: String,
+    pub version: String,
+}
+
+impl Tansu {
+    pub fn start(binary: &Path, dir: &Path) -> Result<Tansu> {
+        let version = version_line(binary, "--version")?;
+        let port = free_port()?;
+        let url = format!("tcp://127.0.0.1:{port}");
+        let work = dir.join("tansu");
+        std::fs::create_dir_all(&work)?;
+        let log_path = dir.join("tansu.log");
+        let log = File::create(&log_path)?;
+        let child = Command::new(binary)
+            .args(["broker", "--storage-engine", "memory://tansu/"])
+            .args(["--listener-url", &url, "--advertised-listener-url", &url])
+            // Tansu reads settings from the environment too: none of ours.
+            .env_remove("SCHEMA_REGISTRY")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .current_dir(&work)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let mut process = Owned {
+            child,
+            name: "tansu",
+        };
+        let brokers = format!("127.0.0.1:{port}");
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .set("log_level", "3")
+            .create()?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            process.check_alive(&log_path)?;
+            if admin
+                .inner()
+                .fetch_metadata(None, Duration::from_millis(500))
+                .is_ok()
+            {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("tansu on {brokers} did not answer within 30s");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(Tansu {
+            process,
+            brokers,
+            version,
+        })
+    }
+}
+
+pub(crate) struct RedisServer {
+    pub process: Owned,
+    pub url: String,
+    pub port: u16,
+    pub version: String,
+    /// The RedisBloom module's version, when it was loaded.
+    pub bloom_version: Option<String>,
+}
+
+impl RedisServer {
+    pub async fn start(binary: &Path, module: Option<&Path>, dir: &Path) -> Result<RedisServer> {
+        let version = version_line(binary, "--version")?;
+        let port = free_port()?;
+        let work = dir.join(format!("redis-{port}"));
+        std::fs::create_dir_all(&work)?;
+        let log_path = dir.join("redis.log");
+        let mut command = Command::new(binary);
+        command
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--maxmemory-policy", "noeviction"])
+            .arg("--dir")
+            .arg(&work)
+            .arg("--logfile")
+            .arg(&log_path);
+        if let Some(module) = module {
+            command.arg("--loadmodule").arg(module);
+        }
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let mut process = Owned {
+            child,
+            name: "redis-server",
+        };
+        let url = format!("redis://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            process.check_alive(&log_path)?;
+            if let Ok(mut conn) = connect(&url).await {
+                if redis::cmd("PING")
+                    .query_async::<String>(&mut conn)
+                    .await
+                    .is_ok()
+                {
+                    break;
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("redis-server on {url} did not answer within 15s");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let bloom_version = match module {
+            Some(_) => Some(module_field(&url, "bf", "ver").await?.with_context(|| {
+                format!("redis-server on {url} loaded the module but lists no bf")
+            })?),
+            None => None,
+        };
+        Ok(RedisServer {
+            process,
+            url,
+            port,
+            version,
+            bloom_version,
+        })
+    }
+}
+
+/// The harness's own connection: `FLUSHALL` of two million keys and a
+/// `SCAN` over them take longer than the client's default 500 ms.
+pub(crate) async fn connect(url: &str) -> Result<redis::aio::MultiplexedConnection> {
+    let client = redis::Client::open(url).with_context(|| url.to_string())?;
+    let config =
+        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(300)));
+    Ok(client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?)
+}
+
+/// A field (`ver`, `path`) of a module in `MODULE LIST`.
+pub(crate) async fn module_field(url: &str, module: &str, field: &str) -> Result<Option<String>> {
+    let mut conn = connect(url).await?;
+    let list: redis::Value = redis::cmd("MODULE")
+        .arg("LIST")
+        .query_async(&mut conn)
+        .await?;
+    let redis::Value::Array(modules) = list else {
+        return Ok(None);
+    };
+    for entry in modules {
+        let pairs: Vec<(String, String)> = match entry {
+            redis::Value::Array(flat) => flat
+                .chunks(2)
+                .map(|c| (text(&c[0]), c.get(1).map(text).unwrap_or_default()))
+                .collect(),
+            redis::Value::Map(map) => map.iter().map(|(k, v)| (text(k), text(v))).collect(),
+            _ => continue,
+        };
+        if pairs.iter().any(|(k, v)| k == "name" && v == module) {
+            return Ok(pairs.into_iter().find(|(k, _)| k == field).map(|(_, v)| v));
+        }
+    }
+    Ok(None)
+}
+
+fn text(value: &redis::Value) -> String {
+    match value {
+        redis::Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        redis::Value::SimpleString(s) => s.clone(),
+        redis::Value::Int(n) => n.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// One `field:value` of `INFO <section>`.
+pub(crate) async fn info_field(
+    conn: &mut redis::aio::MultiplexedConnection,
+    section: &str,
+    field: &str,
+) -> Result<String> {
+    let text: String = redis::cmd("INFO").arg(section).query_async(conn).await?;
+    text.lines()
+        .find_map(|line| line.strip_prefix(&format!("{field}:")))
+        .map(|v| v.trim().to_string())
+        .with_context(|| format!("INFO {section} has no {field}"))
+}
+
+fn version_line(binary: &Path, flag: &str) -> Result<String> {
+    let output = Command::new(binary)
+        .arg(flag)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {} {flag}", binary.display()))?;
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_string())
+}
+
+/// CPU seconds (user + system) a process has used, from `/proc/<pid>/stat`
+/// (in USER_HZ ticks, 100 a second on every Linux).
+pub(crate) fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces: fields are counted after its ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// CPU seconds the whole machine has been busy (every core, user, system,
+/// interrupts and steal), from `/proc/stat`.
+pub(crate) fn machine_busy_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let fields: Vec<f64> = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal
+    let busy = [0, 1, 2, 5, 6, 7]
+        .iter()
+        .filter_map(|&i| fields.get(i))
+        .sum::<f64>();
+    Some(busy / 100.0)
+}
+
+/// A memory figure of a process from `/proc/<pid>/status`: `VmRSS`
+/// (resident now) or `VmHWM` (peak resident).
+pub(crate) fn status_bytes(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+/// Values of `target/test-services/env` (written by
+/// `scripts/test-services.sh start`), looked up from the current directory
+/// and from the source tree the binary was built from.
+pub(crate) fn test_services_env(name: &str) -> Option<String> {
+    if let Ok(value) = std::env::var(name) {
+        if !value.is_empty() {
+            return Some(value);
+        }
+    }
+    let candidates = [
+        PathBuf::from("target/test-services/env"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-services/env"),
+    ];
+    for path in candidates {
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            if let Some(value) = text
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{name}=")))
+            {
+                return Some(value.trim().to_string());
+            }
+        }
+    }
+    None
+}
+
+/// `name` on PATH, if it is there.
+pub(crate) fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|candidate| candidate.is_file())
+    })
+}

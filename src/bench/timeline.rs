@@ -1,0 +1,229 @@
+//! Where a replica's wall time goes, batch by batch, and every record's
+//! decision latency, from events the worker already emits: its metrics
+//! (`recorder.rs` sees them) and its store calls (`counting.rs`).
+//!
+//! A replica runs one batch at a time (DESIGN.md §1):
+//!
+//! ```text
+//! poll ─► batch-size metric ─► fingerprint ─► claim ─► produce, await acks ─► records metric
+//!   ▲                                           ▲   (per record) ─► finalize ─┐
+//!   └── commits metric ◄── commit ◄─────────────┴─ next round (held records) ◄┘
+//! ```
+//!
+//! so the time between two consecutive events belongs to one phase, told by
+//! the pair of events. A record's *decision latency* runs from its batch's
+//! batch-size metric (the poll is done, nothing else has happened to the
+//! batch) to its own records metric, which the worker emits once the output
+//! of the record's round has been acknowledged by the broker.
+//!
+//! The timeline is process-wide (a replica is a process), like the metrics
+//! recorder it is fed by.
+
+use std::sync::{Mutex, OnceLock};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use super::histogram::Histogram;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Event {
+    /// The batch-size metric: a poll returned this many records.
+    BatchStart(u64),
+    ClaimStart,
+    ClaimEnd,
+    /// The records metric: one record's output was acknowledged.
+    Decided,
+    SettleStart,
+    SettleEnd,
+    /// The offset-commits metric.
+    Commit,
+}
+
+/// Summed wall time per phase, µs.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(crate) struct Phases {
+    pub fingerprint: u64,
+    pub claim: u64,
+    /// From the end of a claim call to the first acknowledged output of
+    /// that round: building and producing the outputs, awaiting the acks.
+    pub produce: u64,
+    /// Between the acknowledged outputs of a round and its finalize: the
+    /// per-record metrics and decision logs.
+    pub bookkeeping: u64,
+    pub finalize: u64,
+    pub commit: u64,
+    pub poll: u64,
+    /// A round that decided nothing (held behind another batch's claim)
+    /// backs off before the next.
+    pub wait: u64,
+    pub other: u64,
+}
+
+impl Phases {
+    pub fn add(&mut self, o: &Phases) {
+        self.fingerprint += o.fingerprint;
+        self.claim += o.claim;
+        self.produce += o.produce;
+        self.bookkeeping += o.bookkeeping;
+        self.finalize += o.finalize;
+        self.commit += o.commit;
+        self.poll += o.poll;
+        self.wait += o.wait;
+        self.other += o.other;
+    }
+
+    /// (name, µs) in the order of a batch.
+    pub fn named(&self) -> [(&'static str, u64); 9] {
+        [
+            ("fingerprint", self.fingerprint),
+            ("claim", self.claim),
+            ("produce + acks", self.produce),
+            ("per-record metrics, logs", self.bookkeeping),
+            ("finalize", self.finalize),
+            ("commit", self.commit),
+            ("poll", self.poll),
+            ("backoff", self.wait),
+            ("other", self.other),
+        ]
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(crate) struct TimelineReport {
+    pub batches: u64,
+    pub batch_records: u64,
+    pub decided: u64,
+    pub commits: u64,
+    pub phases: Phases,
+    /// Per record, µs.
+    pub latency: Histogram,
+    /// Batch-size metric to the next, µs.
+    pub batch_cycle: Histogram,
+    /// Unix µs of the first poll's batch and of the last acknowledged
+    /// output.
+    pub first_batch_us: Option<i64>,
+    pub last_decided_us: Option<i64>,
+}
+
+#[derive(Default)]
+struct State {
+    report: TimelineReport,
+    last: Option<(Event, Instant)>,
+    batch_started: Option<Instant>,
+}
+
+pub(crate) struct Timeline {
+    state: Mutex<State>,
+}
+
+fn unix_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}
+
+/// The process's timeline.
+pub(crate) fn global() -> &'static Timeline {
+    static TIMELINE: OnceLock<Timeline> = OnceLock::new();
+    TIMELINE.get_or_init(|| Timeline {
+        state: Mutex::new(State::default()),
+    })
+}
+
+impl Timeline {
+    pub fn event(&self, event: Event) {
+        let now = Instant::now();
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.record(event, now);
+    }
+
+    pub fn report(&self) -> TimelineReport {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.report.clone()
+    }
+}
+
+impl State {
+    fn record(&mut self, event: Event, now: Instant) {
+        use Event::*;
+        if let BatchStart(records) = event {
+            let r = &mut self.report;
+            r.batches += 1;
+            r.batch_records += records;
+            if r.first_batch_us.is_none() {
+                r.first_batch_us = Some(unix_us());
+            }
+            if let Some(started) = self.batch_started.replace(now) {
+                r.batch_cycle.record((now - started).as_micros() as u64);
+            }
+        }
+        // Nothing is timed before the first batch (the group join).
+        if self.batch_started.is_none() {
+            return;
+        }
+        if let Some((last, at)) = self.last {
+            let us = (now - at).as_micros() as u64;
+            let p = &mut self.report.phases;
+            let slot = match (last, event) {
+                (BatchStart(_), ClaimStart) => &mut p.fingerprint,
+                (ClaimStart, ClaimEnd) => &mut p.claim,
+                (ClaimEnd, Decided) | (ClaimEnd, SettleStart) => &mut p.produce,
+                (Decided, Decided) | (Decided, SettleStart) => &mut p.bookkeeping,
+                (SettleStart, SettleEnd) => &mut p.finalize,
+                (ClaimEnd, ClaimStart) => &mut p.wait,
+                (_, Commit) => &mut p.commit,
+                (_, BatchStart(_)) => &mut p.poll,
+                _ => &mut p.other,
+            };
+            *slot += us;
+        }
+        if event == Decided {
+            if let Some(started) = self.batch_started {
+                self.report
+                    .latency
+                    .record((now - started).as_micros() as u64);
+            }
+            self.report.decided += 1;
+            self.report.last_decided_us = Some(unix_us());
+        }
+        if event == Commit {
+            self.report.commits += 1;
+        }
+        self.last = Some((event, now));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn each_gap_goes_to_the_phase_its_events_bound() {
+        let mut state = State::default();
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        state.record(Event::ClaimStart, ms(0)); // before any batch: ignored
+        state.record(Event::BatchStart(2), ms(10));
+        state.record(Event::ClaimStart, ms(12));
+        state.record(Event::ClaimEnd, ms(15));
+        state.record(Event::Decided, ms(25));
+        state.record(Event::Decided, ms(26));
+        state.record(Event::SettleStart, ms(27));
+        state.record(Event::SettleEnd, ms(30));
+        state.record(Event::Commit, ms(31));
+        state.record(Event::BatchStart(1), ms(40));
+        let r = &state.report;
+        assert_eq!(r.phases.fingerprint, 2_000);
+        assert_eq!(r.phases.claim, 3_000);
+        assert_eq!(r.phases.produce, 10_000);
+        assert_eq!(r.phases.bookkeeping, 2_000);
+        assert_eq!(r.phases.finalize, 3_000);
+        assert_eq!(r.phases.commit, 1_000);
+        assert_eq!(r.phases.poll, 9_000);
+        assert_eq!((r.batches, r.batch_records, r.decided), (2, 3, 2));
+        assert_eq!(r.latency.count(), 2);
+    }
+}
