@@ -144,10 +144,11 @@ fn throughput(md: &mut String, report: &Report, r: &RunResult) {
         ));
         if share(p.finalize) >= 12.0 {
             causes.push(format!(
-                "**Finalize costs a script call per record** ({:.1} ms a batch): one `EVALSHA` \
-                 per key, each a Lua call on the server. One script call per hash-tag group (at \
-                 most 64 a batch) that compares and sets all of its keys would cut the server's \
-                 work and the round trip's length",
+                "**Finalize is a second Redis round trip** ({:.1} ms a batch): one `EVALSHA` per \
+                 hash-tag group (up to 64 a batch), each a Lua loop that reads, compares and \
+                 rewrites every key of its group, after the outputs are acknowledged. Overlapping \
+                 it with the next batch's claim (it does not gate the next batch, only the \
+                 commit) would take it off the batch cycle",
                 ms(p.finalize)
             ));
         }
