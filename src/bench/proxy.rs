@@ -31,9 +31,11 @@ const READ_BUFFER: usize = 1 << 20;
 enum Purpose {
     /// `SET ... NX PX ... GET` first: a claim (both tiers in one pipeline).
     Claim,
-    /// A three-argument script: finalize of tier 1 (or the rare take-over).
+    /// A script with three arguments per key (holder, done value, TTL):
+    /// tier-1 finalize, one call per hash tag (or the rare one-key
+    /// take-over, which has the same shape).
     Tier1Settle,
-    /// A one-argument script: release.
+    /// A script with one argument per key (holder): release.
     Release,
     /// `BF.INSERT`, `BITFIELD`, `INCRBY`, `PEXPIRE`: tier-2 inserts.
     Tier2Insert,
@@ -44,13 +46,20 @@ enum Purpose {
 
 const PURPOSES: usize = 5;
 
-fn purpose(name: &[u8], argc: usize) -> Purpose {
+/// `numkeys` is the third element, for scripts (`EVALSHA sha numkeys
+/// keys... args...`; `argc` counts every element).
+fn purpose(name: &[u8], argc: usize, numkeys: Option<usize>) -> Purpose {
     let upper = name.to_ascii_uppercase();
     match upper.as_slice() {
         b"SET" => Purpose::Claim,
-        // EVALSHA sha numkeys key args...: argc counts every element.
-        b"EVALSHA" | b"EVAL" if argc >= 7 => Purpose::Tier1Settle,
-        b"EVALSHA" | b"EVAL" => Purpose::Release,
+        b"EVALSHA" | b"EVAL" => match numkeys {
+            Some(keys) if keys > 0 => match argc.saturating_sub(3 + keys) {
+                args if args == 3 * keys => Purpose::Tier1Settle,
+                args if args == keys => Purpose::Release,
+                _ => Purpose::Other,
+            },
+            _ => Purpose::Other,
+        },
         b"BF.INSERT" | b"BITFIELD" | b"INCRBY" | b"PEXPIRE" => Purpose::Tier2Insert,
         _ => Purpose::Other,
     }
@@ -172,9 +181,9 @@ async fn relay(client: TcpStream, server: TcpStream, counts: Arc<Counts>) {
                     w.classify_next = true;
                 }
                 let classify = &mut w.classify_next;
-                let complete = w.requests.feed(&buf[..n], |name, argc| {
+                let complete = w.requests.feed(&buf[..n], |name, argc, numkeys| {
                     if std::mem::take(classify) {
-                        up_counts.round_trips[purpose(name, argc) as usize]
+                        up_counts.round_trips[purpose(name, argc, numkeys) as usize]
                             .fetch_add(1, Ordering::SeqCst);
                     }
                 });
@@ -196,7 +205,7 @@ async fn relay(client: TcpStream, server: TcpStream, counts: Arc<Counts>) {
             };
             {
                 let mut w = wire.lock().unwrap_or_else(|e| e.into_inner());
-                let complete = w.replies.feed(&buf[..n], |_, _| {});
+                let complete = w.replies.feed(&buf[..n], |_, _, _| {});
                 w.outstanding = w.outstanding.saturating_sub(complete);
                 counts.bytes_down.fetch_add(n as u64, Ordering::SeqCst);
             }
@@ -220,9 +229,9 @@ impl Resp {
     }
 
     /// Appends bytes; returns how many values they completed, telling
-    /// `each` the first element and the element count of every complete
-    /// array.
-    fn feed(&mut self, bytes: &[u8], mut each: impl FnMut(&[u8], usize)) -> u64 {
+    /// `each` the first element, the element count and the third element
+    /// read as a number (a script's key count) of every complete array.
+    fn feed(&mut self, bytes: &[u8], mut each: impl FnMut(&[u8], usize, Option<usize>)) -> u64 {
         let parse_from_scratch = self.pending.is_empty();
         let buf: &[u8] = if parse_from_scratch {
             bytes
@@ -233,8 +242,8 @@ impl Resp {
         let mut at = 0;
         let mut complete = 0;
         while let Some(end) = value_end(buf, at) {
-            if let Some((name, argc)) = head(buf, at) {
-                each(name, argc);
+            if let Some((name, argc, third)) = head(buf, at) {
+                each(name, argc, third);
             }
             at = end;
             complete += 1;
@@ -259,20 +268,31 @@ fn number(text: &[u8]) -> Option<i64> {
     std::str::from_utf8(text).ok()?.parse().ok()
 }
 
-/// First element and element count of a complete array of bulk strings
-/// starting at `at` (how clients send commands).
-fn head(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
+/// One bulk string starting at `at`: its bytes and where it ends.
+fn bulk(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
+    if *buf.get(at)? != b'$' {
+        return None;
+    }
+    let (start, len) = line(buf, at + 1)?;
+    let len = usize::try_from(number(len)?).ok()?;
+    Some((buf.get(start..start + len)?, start + len + 2))
+}
+
+/// First element, element count and third element (as a number, if it is
+/// one) of a complete array of bulk strings starting at `at`: how clients
+/// send commands.
+fn head(buf: &[u8], at: usize) -> Option<(&[u8], usize, Option<usize>)> {
     if *buf.get(at)? != b'*' {
         return None;
     }
     let (after, text) = line(buf, at + 1)?;
     let argc = usize::try_from(number(text)?).ok()?;
-    if *buf.get(after)? != b'$' {
-        return None;
-    }
-    let (start, len) = line(buf, after + 1)?;
-    let len = usize::try_from(number(len)?).ok()?;
-    Some((buf.get(start..start + len)?, argc))
+    let (name, next) = bulk(buf, after)?;
+    let third = bulk(buf, next)
+        .and_then(|(_, next)| bulk(buf, next))
+        .and_then(|(text, _)| number(text))
+        .and_then(|n| usize::try_from(n).ok());
+    Some((name, argc, third))
 }
 
 /// Where the RESP2/RESP3 value starting at `at` ends, if it is complete.
@@ -316,22 +336,32 @@ mod tests {
         let mut resp = Resp::default();
         let set = b"*7\r\n$3\r\nSET\r\n$2\r\nk1\r\n$3\r\nabc\r\n$2\r\nNX\r\n$2\r\nPX\r\n$2\r\n10\r\n$3\r\nGET\r\n";
         let mut seen = Vec::new();
-        assert_eq!(resp.feed(&set[..10], |n, c| seen.push((n.to_vec(), c))), 0);
+        let mut note = |n: &[u8], c, t| seen.push((n.to_vec(), c, t));
+        assert_eq!(resp.feed(&set[..10], &mut note), 0);
         assert!(!resp.is_idle());
-        assert_eq!(resp.feed(&set[10..], |n, c| seen.push((n.to_vec(), c))), 1);
+        assert_eq!(resp.feed(&set[10..], &mut note), 1);
         assert!(resp.is_idle());
-        assert_eq!(seen, vec![(b"SET".to_vec(), 7)]);
-        assert_eq!(purpose(b"set", 7), Purpose::Claim);
-        assert_eq!(purpose(b"EVALSHA", 7), Purpose::Tier1Settle);
-        assert_eq!(purpose(b"EVALSHA", 5), Purpose::Release);
-        assert_eq!(purpose(b"BITFIELD", 9), Purpose::Tier2Insert);
+        assert_eq!(seen, vec![(b"SET".to_vec(), 7, None)]);
+        let script = b"*7\r\n$7\r\nEVALSHA\r\n$2\r\nab\r\n$1\r\n2\r\n$2\r\nk1\r\n$2\r\nk2\r\n$1\r\nh\r\n$1\r\nh\r\n";
+        let mut heads = Vec::new();
+        resp.feed(script, |n, c, t| heads.push((n.to_vec(), c, t)));
+        assert_eq!(heads, vec![(b"EVALSHA".to_vec(), 7, Some(2))]);
+        assert_eq!(purpose(b"set", 7, None), Purpose::Claim);
+        // Two keys: three arguments each is a finalize, one each a release.
+        assert_eq!(
+            purpose(b"EVALSHA", 3 + 2 + 6, Some(2)),
+            Purpose::Tier1Settle
+        );
+        assert_eq!(purpose(b"EVALSHA", 3 + 2 + 2, Some(2)), Purpose::Release);
+        assert_eq!(purpose(b"EVALSHA", 3 + 1 + 1, Some(1)), Purpose::Release);
+        assert_eq!(purpose(b"BITFIELD", 9, None), Purpose::Tier2Insert);
     }
 
     #[test]
     fn replies_of_every_shape_are_counted() {
         let mut resp = Resp::default();
         let replies = b"$-1\r\n$3\r\nabc\r\n*2\r\n:1\r\n:0\r\n-NOSCRIPT no\r\n*0\r\n+OK\r\n";
-        assert_eq!(resp.feed(replies, |_, _| {}), 6);
+        assert_eq!(resp.feed(replies, |_, _, _| {}), 6);
         assert!(resp.is_idle());
     }
 }

@@ -238,13 +238,13 @@ level (every non-novel decision is logged, to a file). Tansu, Redis and the harn
 beside it: they share the two cores.\n\
 - **Redis round trips per batch**: counted on the wire by a proxy between the replicas and \
 redis-server that parses RESP both ways; a round trip is a burst the client starts while none \
-of its requests is unanswered, named by its first command (`SET` = claim, a 3-argument script = \
-tier-1 finalize, a 1-argument script = release, `BF.INSERT`/`BITFIELD`/`INCRBY`/`PEXPIRE` = \
-tier-2 insert). A batch is a poll of up to the batch size; the per-batch figure is the claim \
+of its requests is unanswered, named by its first command (`SET` = claim, a script with three \
+arguments per key = tier-1 finalize, one per key = release, \
+`BF.INSERT`/`BITFIELD`/`INCRBY`/`PEXPIRE` = tier-2 insert). A batch is a poll of up to the batch size; the per-batch figure is the claim \
 protocol's round trips (connection set-up and the stats watcher's `INFO` every 5 s are listed \
 apart) over the batches. The claim round trip carries both tiers (the `SET NX PX GET` of every \
-record and the filter probes); finalize spends one round trip on tier 1 and, in tiered mode, one \
-on tier 2. The worker's Redis connection goes through the proxy; the baseline's does not.\n\
+record and the filter probes); finalize spends one round trip on tier 1 (one script call per \
+hash tag, up to 64, pipelined together) and, in tiered mode, one on tier 2. The worker's Redis connection goes through the proxy; the baseline's does not.\n\
 - **tier-1 bytes per key**: growth of redis-server's `used_memory` over the run (emptied before \
 it), less the tier-2 keys' `MEMORY USAGE`, per tier-1 key: the key, the 33-byte claim value \
 (`done`), the expiry entry and the hash tables' share. `MEMORY USAGE` of single keys (which \
