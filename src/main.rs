@@ -124,7 +124,10 @@ fn run(cli: Cli) -> Result<()> {
                 .map(|s| s.spec.name.as_str())
                 .collect();
             tracing::info!(store = ?config.store, streams = ?streams, "starting");
-            runtime()?.block_on(idemgate::worker::run(config, shutdown_signal()))
+            runtime()?.block_on(idemgate::worker::run(
+                config,
+                idemgate::worker::shutdown_signal(),
+            ))
         }
         Command::Demo {
             transactions,
@@ -154,29 +157,6 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?)
-}
-
-/// Resolves on SIGTERM (what orchestrators send) or SIGINT (Ctrl-C).
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut terminate) => {
-                tokio::select! {
-                    _ = interrupt => {}
-                    _ = terminate.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = interrupt.await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = interrupt.await;
-    }
 }
 
 fn hash(args: HashArgs) -> Result<()> {

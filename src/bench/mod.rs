@@ -122,22 +122,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     // Dropping the bench future on a signal kills every process it owns.
     tokio::select! {
         result = bench(args) => result,
-        _ = interrupted() => bail!("interrupted: the servers and replicas of this run were stopped"),
-    }
-}
-
-async fn interrupted() {
-    let interrupt = tokio::signal::ctrl_c();
-    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(mut terminate) => {
-            tokio::select! {
-                _ = interrupt => {}
-                _ = terminate.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = interrupt.await;
-        }
+        _ = crate::worker::shutdown_signal() => bail!("interrupted: the servers and replicas of this run were stopped"),
     }
 }
 
