@@ -17,6 +17,8 @@
 //!   audit) and the headers that say why.
 //! - [`worker`]: the consumer-group loop: poll a batch, fingerprint, claim,
 //!   route, produce, finalize or release, commit.
+//! - [`bench`]: `idemgate bench`, the end-to-end benchmark against Tansu and
+//!   Redis, with a per-record baseline; writes BENCHMARKS.md and .json.
 //! - [`demo`]: the whole product in one process on librdkafka's mock
 //!   cluster, with a realistic at-least-once workload.
 //! - [`metrics`], [`http`]: every metric declared once; /metrics, /healthz

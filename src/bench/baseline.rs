@@ -52,6 +52,9 @@ pub(crate) struct BaselineReport {
     pub latency: Histogram,
     pub first_consumed_us: Option<i64>,
     pub last_committed_us: Option<i64>,
+    /// Peak resident memory of the baseline process, read by itself (it
+    /// exits right after its report).
+    pub peak_rss_bytes: u64,
 }
 
 fn unix_us() -> i64 {
@@ -127,6 +130,7 @@ pub(crate) async fn run(
     }
     consumer.commit_consumer_state(CommitMode::Sync)?;
     report.last_committed_us = Some(unix_us());
+    report.peak_rss_bytes = super::services::status_bytes(std::process::id(), "VmHWM").unwrap_or(0);
     Ok(report)
 }
 

@@ -30,6 +30,7 @@ pub(crate) fn closing_note(report: &Report) -> String {
             tier1(&mut md, r, m);
         }
     }
+    modes(&mut md, report);
     tier2(&mut md, report);
     if let Some(profile) = &report.profile {
         md.push_str("### Sampled profile (perf, exact mode, one replica, an extra run)\n\n");
@@ -214,6 +215,67 @@ fn throughput(md: &mut String, report: &Report, r: &RunResult) {
     }
     for cause in causes {
         let _ = writeln!(md, "- {cause}.");
+    }
+    md.push('\n');
+}
+
+/// How the tiered runs compare with exact mode, one replica each: what the
+/// second tier costs per batch and on the server.
+fn modes(md: &mut String, report: &Report) {
+    let one = |mode| {
+        report
+            .runs
+            .iter()
+            .find(|r| r.mode == Some(mode) && r.replicas == 1)
+    };
+    let Some(exact) = one(Mode::Exact) else {
+        return;
+    };
+    let ms = |r: &RunResult, us: fn(&super::timeline::Phases) -> u64| {
+        r.phases
+            .as_ref()
+            .map_or(0.0, |p| us(p) as f64 / 1000.0 / r.batches.max(1) as f64)
+    };
+    let mut lines = Vec::new();
+    for mode in [Mode::RedisBloom, Mode::Bitmap] {
+        let Some(r) = one(mode) else { continue };
+        let up = r.round_trips.map_or(0.0, |rt| {
+            rt.bytes_up as f64 / r.batches.max(1) as f64 / 1024.0
+        });
+        lines.push(format!(
+            "- {}: {} records/s ({:.0} % of exact mode). Claim {:.1} ms and finalize {:.1} ms a \
+             batch (exact: {:.1} and {:.1}); redis-server {:.1} CPU s per million records (exact: \
+             {:.1}); {:.0} KiB sent to Redis a batch.{}",
+            run_name(r),
+            rate(r.records_per_s),
+            r.records_per_s * 100.0 / exact.records_per_s.max(1e-9),
+            ms(r, |p| p.claim),
+            ms(r, |p| p.finalize),
+            ms(exact, |p| p.claim),
+            ms(exact, |p| p.finalize),
+            r.redis_cpu_s * 1e6 / r.records.max(1) as f64,
+            exact.redis_cpu_s * 1e6 / exact.records.max(1) as f64,
+            up,
+            if mode == Mode::Bitmap {
+                " On bitmaps a record's probe is k bit reads (10 at 1e-3) in every live \
+                 generation (2 or 3), each a `GET u1 <offset>` sub-command of `BITFIELD_RO` \
+                 (three arguments), and its insert k `SET u1 <offset> 1`: the server parses \
+                 and executes some 100 arguments per record where RedisBloom gets the hash once \
+                 per generation and computes the positions itself. Skipping generations that do \
+                 not exist would halve the reads here (the stream is new, so the previous \
+                 generation is absent); in steady state both are live and read."
+            } else {
+                ""
+            }
+        ));
+    }
+    if lines.is_empty() {
+        return;
+    }
+    md.push_str("### Tiered mode\n\n");
+    for line in lines {
+        md.push_str(&line);
+        md.push('\n');
     }
     md.push('\n');
 }

@@ -517,7 +517,7 @@ pub(crate) async fn baseline(setup: &Setup, dataset: &Dataset, records: u64) -> 
         batch_cycle_p99_ms: None,
         worker_cpu_s: worker_cpu,
         worker_cpu_s_per_million: worker_cpu / report.processed.max(1) as f64 * 1e6,
-        worker_peak_rss_mb: status_bytes(child.pid, "VmHWM").unwrap_or(0) as f64 / 1048576.0,
+        worker_peak_rss_mb: report.peak_rss_bytes as f64 / 1048576.0,
         tansu_rss_mb: rss_mb(setup.tansu.process.pid()),
         redis_rss_mb: rss_mb(setup.redis.process.pid()),
         tansu_cpu_s: cpu_after.tansu - cpu_before.tansu,
