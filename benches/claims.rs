@@ -14,8 +14,7 @@
 mod fingerprints;
 #[path = "claims/footprint.rs"]
 mod footprint;
-#[path = "claims/proxy.rs"]
-mod proxy;
+use idemgate::bench::proxy;
 #[path = "claims/report.rs"]
 mod report;
 #[path = "claims/servers.rs"]
@@ -107,7 +106,6 @@ async fn run(bench: bool) -> anyhow::Result<bool> {
     let sizes = if bench { &BENCH } else { &SMOKE };
     let mut complete = true;
     let mut report = report::Report::new(bench);
-    proxy::self_check().context("resp counter self-check")?;
 
     eprintln!(
         "[claims] fingerprints: {} records per profile",

@@ -42,12 +42,12 @@ fn grouped(n: f64) -> String {
     out
 }
 
-fn per_batch(trips: &Trips, pick: fn(&Trips) -> super::proxy::Snapshot) -> String {
+fn per_batch(trips: &Trips, pick: fn(&Trips) -> idemgate::bench::proxy::Snapshot) -> String {
     let s = pick(trips);
     let n = trips.batches.max(1) as f64;
     format!(
         "{:.2} rt / {} cmd",
-        s.round_trips as f64 / n,
+        s.round_trips() as f64 / n,
         grouped(s.commands as f64 / n)
     )
 }

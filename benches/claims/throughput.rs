@@ -16,7 +16,7 @@ use idemgate::store::{
 };
 use sha2::{Digest, Sha256};
 
-use super::proxy::{Counts, Snapshot};
+use idemgate::bench::proxy::{Counts, Snapshot};
 
 /// The batch size the figures are for; the smoke pass uses smaller ones.
 pub const BATCH: usize = 1000;
@@ -229,13 +229,9 @@ async fn one_batch(
     times.finalize_new += t2 - t1;
     times.claim_duplicate += t3 - t2;
     if let Some((_, trips)) = counts {
-        let add = |a: Snapshot, b: Snapshot| Snapshot {
-            round_trips: a.round_trips + b.round_trips,
-            commands: a.commands + b.commands,
-        };
-        trips.claim = add(trips.claim, s1 - s0);
-        trips.finalize = add(trips.finalize, s2 - s1);
-        trips.duplicate = add(trips.duplicate, s3 - s2);
+        trips.claim = trips.claim + (s1 - s0);
+        trips.finalize = trips.finalize + (s2 - s1);
+        trips.duplicate = trips.duplicate + (s3 - s2);
         trips.batches += 1;
     }
     Ok(())

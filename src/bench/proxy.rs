@@ -66,7 +66,7 @@ fn purpose(name: &[u8], argc: usize, numkeys: Option<usize>) -> Purpose {
 }
 
 #[derive(Default)]
-pub(crate) struct Counts {
+pub struct Counts {
     round_trips: [AtomicU64; PURPOSES],
     commands: AtomicU64,
     bytes_up: AtomicU64,
@@ -75,7 +75,7 @@ pub(crate) struct Counts {
 
 /// Round trips by purpose, commands and bytes, over a window.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
-pub(crate) struct Snapshot {
+pub struct Snapshot {
     pub claim: u64,
     pub tier1_settle: u64,
     pub release: u64,
@@ -87,6 +87,11 @@ pub(crate) struct Snapshot {
 }
 
 impl Snapshot {
+    /// Every round trip, whatever it was for.
+    pub fn round_trips(&self) -> u64 {
+        self.protocol_round_trips() + self.other
+    }
+
     /// Round trips the claim protocol made (set-up and stats excluded).
     pub fn protocol_round_trips(&self) -> u64 {
         self.claim + self.tier1_settle + self.release + self.tier2_insert
@@ -109,6 +114,22 @@ impl Counts {
     }
 }
 
+impl std::ops::Add for Snapshot {
+    type Output = Snapshot;
+    fn add(self, other: Snapshot) -> Snapshot {
+        Snapshot {
+            claim: self.claim + other.claim,
+            tier1_settle: self.tier1_settle + other.tier1_settle,
+            release: self.release + other.release,
+            tier2_insert: self.tier2_insert + other.tier2_insert,
+            other: self.other + other.other,
+            commands: self.commands + other.commands,
+            bytes_up: self.bytes_up + other.bytes_up,
+            bytes_down: self.bytes_down + other.bytes_down,
+        }
+    }
+}
+
 impl std::ops::Sub for Snapshot {
     type Output = Snapshot;
     fn sub(self, earlier: Snapshot) -> Snapshot {
@@ -127,7 +148,7 @@ impl std::ops::Sub for Snapshot {
 
 /// A proxy on a free loopback port in front of `upstream`; it lives as long
 /// as the runtime (the bench's whole run).
-pub(crate) async fn start(upstream: SocketAddr) -> anyhow::Result<(SocketAddr, Arc<Counts>)> {
+pub async fn start(upstream: SocketAddr) -> anyhow::Result<(SocketAddr, Arc<Counts>)> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let address = listener.local_addr()?;
     let counts = Arc::new(Counts::default());
