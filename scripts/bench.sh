@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# scripts/bench.sh — the end-to-end benchmark: `idemgate bench` (see BENCHMARKS.md).
+# scripts/bench.sh — the end-to-end benchmark: `idemgate-bench e2e` (see BENCHMARKS.md).
 #
 #   scripts/bench.sh                     the default run: 2 million records, every mode, 1 and 2 replicas
 #   scripts/bench.sh --records 200000    a quicker one; `scripts/bench.sh --help` lists every option
+#   scripts/bench.sh claims              the claims bench instead (fingerprints/s, claim batches per
+#                                        backend, round trips, bytes per key; see BENCHMARKS-claims.md)
 #
 # The bench starts a Tansu broker and a redis-server of its own on spare loopback ports (clean
 # memory figures, nothing shared with the tests). It takes the Tansu binary and the RedisBloom
@@ -15,4 +17,12 @@ REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO_ROOT"
 
 "$REPO_ROOT/scripts/test-services.sh" start
-exec cargo run --release -- bench "$@"
+if [[ ${1:-} == claims ]]; then
+  shift
+  set -a
+  # shellcheck disable=SC1090
+  . "$("$REPO_ROOT/scripts/test-services.sh" env-file)"
+  set +a
+  exec cargo run --release --locked -p idemgate-bench -- claims "$@"
+fi
+exec cargo run --release --locked -p idemgate-bench -- e2e "$@"

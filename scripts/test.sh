@@ -9,7 +9,8 @@
 # 2. exports IDEMGATE_TEST_REDIS_URL, IDEMGATE_TEST_REDISBLOOM_URL, IDEMGATE_TEST_REDIS_CLUSTER,
 #    IDEMGATE_TEST_KAFKA_BROKERS and IDEMGATE_TEST_TANSU (the tests fail loudly without them,
 #    so we check they are set before running cargo),
-# 3. runs `cargo test --all-targets --locked "$@"`,
+# 3. runs `cargo test --workspace --all-targets --locked "$@"` (the product, the bench and
+#    the test kit),
 # 4. stops the servers again if this run started them (always, via a trap), and
 # 5. exits with cargo's status, after a one-line summary of the test counts.
 #
@@ -84,11 +85,11 @@ run_cargo() {
   ((status != 0)) || status=$rc   # keep the first failure
 }
 
-run_cargo test --all-targets --locked "$@"
+run_cargo test --workspace --all-targets --locked "$@"
 
 doc=${IDEMGATE_TEST_DOC:-$(($# == 0 ? 1 : 0))}
 if [[ $doc == 1 && -f src/lib.rs ]]; then
-  run_cargo test --doc --locked "$@"
+  run_cargo test --workspace --doc --locked "$@"
 fi
 
 stop_services

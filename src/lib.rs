@@ -17,14 +17,14 @@
 //!   audit) and the headers that say why.
 //! - [`worker`]: the consumer-group loop: poll a batch, fingerprint, claim,
 //!   route, produce, finalize or release, commit.
-//! - [`bench`]: `idemgate bench`, the end-to-end benchmark against Tansu and
-//!   Redis, with a per-record baseline; writes BENCHMARKS.md and .json.
+//! - [`app`]: the one place a replica is wired (store, worker, /metrics,
+//!   store watcher) and run until shutdown.
 //! - [`demo`]: the whole product in one process on librdkafka's mock
 //!   cluster, with a realistic at-least-once workload.
 //! - [`metrics`], [`http`]: every metric declared once; /metrics, /healthz
 //!   and /readyz.
 
-pub mod bench;
+pub mod app;
 pub mod config;
 pub mod decision;
 pub mod demo;

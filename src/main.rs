@@ -46,9 +46,6 @@ enum Command {
     /// `delivery_id`, `sender` and `received_at` (RFC 3339 or unix ms) on
     /// stdin.
     Horizon,
-    /// End-to-end benchmark against a Tansu broker and redis-server of its
-    /// own: writes BENCHMARKS.md and BENCHMARKS.json.
-    Bench(idemgate::bench::BenchArgs),
 }
 
 #[derive(Args)]
@@ -124,10 +121,7 @@ fn run(cli: Cli) -> Result<()> {
                 .map(|s| s.spec.name.as_str())
                 .collect();
             tracing::info!(store = ?config.store, streams = ?streams, "starting");
-            runtime()?.block_on(idemgate::worker::run(
-                config,
-                idemgate::worker::shutdown_signal(),
-            ))
+            runtime()?.block_on(idemgate::app::run(config, idemgate::app::shutdown_signal()))
         }
         Command::Demo {
             transactions,
@@ -149,7 +143,6 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Horizon => horizon(),
-        Command::Bench(args) => runtime()?.block_on(idemgate::bench::run(args)),
     }
 }
 

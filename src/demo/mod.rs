@@ -8,7 +8,6 @@ pub mod mock;
 pub mod workload;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,11 +18,11 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
 use rdkafka::{ClientConfig, Message, TopicPartitionList};
 
+use crate::app::Replica;
 use crate::config::Config;
 use crate::decision::{DECISION, TIER};
 use crate::store::memory::MemoryStore;
 use crate::store::ClaimStore;
-use crate::worker::Worker;
 use mock::MockKafka;
 use workload::{Kind, Raw};
 
@@ -120,16 +119,12 @@ pub async fn run(transactions: u64, vehicles: u64, minutes: u64) -> Result<Repor
 
     let streams = config.streams.iter().map(|s| s.spec.clone()).collect();
     let store: Arc<dyn ClaimStore> = Arc::new(MemoryStore::new(streams));
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut replicas = Vec::new();
-    let mut groups = Vec::new();
     for _ in 0..2 {
-        let worker = Worker::new(&config, store.clone(), stop_rx.clone()).await?;
-        groups.push(worker.group());
-        replicas.push(tokio::spawn(worker.run()));
+        replicas.push(Replica::start(&config, store.clone()).await?);
     }
     wait_until(Duration::from_secs(30), || {
-        groups.iter().all(|g| g.assigned.load(Ordering::SeqCst))
+        replicas.iter().all(Replica::assigned)
     })
     .await
     .context("the two replicas did not both get partitions")?;
@@ -154,9 +149,8 @@ pub async fn run(transactions: u64, vehicles: u64, minutes: u64) -> Result<Repor
         }
     }
     let outputs = read_outputs(&brokers, &config, raws.len(), Duration::from_secs(120)).await?;
-    let _ = stop_tx.send(true);
     for replica in replicas {
-        replica.await.context("replica task")??;
+        replica.stop().await?;
     }
 
     for output in &outputs {

@@ -13,7 +13,6 @@ pub mod consumer;
 mod output;
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -306,51 +305,4 @@ fn is_consumer_only(key: &str) -> bool {
         || key == "isolation.level"
         || key.starts_with("enable.auto")
         || key == "check.crcs"
-}
-
-/// Runs a worker with a store built from the config until `shutdown`
-/// resolves, serving /metrics, /healthz and /readyz meanwhile.
-pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<()> {
-    let store = crate::store::open(&config).await?;
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let worker = Worker::new(&config, store.clone(), stop_rx.clone()).await?;
-    let health = crate::http::Health::new(worker.group());
-    let server =
-        crate::http::serve(&config.metrics_listen, health.clone(), stop_rx.clone()).await?;
-    let stats = tokio::spawn(crate::http::watch_store(
-        store,
-        health.clone(),
-        stop_rx.clone(),
-    ));
-    let running = tokio::spawn(worker.run());
-    shutdown.await;
-    info!("shutdown requested: finishing the batch in flight");
-    let _ = stop_tx.send(true);
-    let result = running.await.context("worker task")?;
-    let _ = stats.await;
-    let _ = server.await;
-    result
-}
-
-/// Resolves on SIGTERM (what orchestrators send) or SIGINT (Ctrl-C).
-pub async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut terminate) => {
-                tokio::select! {
-                    _ = interrupt => {}
-                    _ = terminate.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = interrupt.await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = interrupt.await;
-    }
 }

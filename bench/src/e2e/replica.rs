@@ -2,9 +2,10 @@
 //! per-record baseline), so each one's CPU time is its own
 //! (`/proc/<pid>/stat`).
 //!
-//! A worker replica is `idemgate run` with the store wrapped in the
-//! counting decorator and the Prometheus recorder wrapped by the timeline's
-//! tap: the same `Worker`, /metrics listener and store watcher. The protocol with the harness is
+//! A worker replica is `idemgate run` (`idemgate::app::run_with_store`)
+//! with the store wrapped in the counting decorator and the Prometheus
+//! recorder wrapped by the timeline's tap: the same worker, /metrics
+//! listener and store watcher. The protocol with the harness is
 //! line-based: the child prints `connected` once its store answers, waits
 //! for `go` on stdin (so every replica starts together and the round-trip
 //! counter can be read before any batch), runs until `stop` (or stdin
@@ -20,9 +21,7 @@ use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 use super::baseline::{self, BaselineReport, BaselineSpec};
 use super::counting::{CountingStore, StoreTally};
 use super::timeline::{self, TimelineReport};
-use crate::config::Config;
-use crate::store::ClaimStore;
-use crate::worker::Worker;
+use idemgate::config::Config;
 
 #[derive(Serialize, Deserialize)]
 pub(crate) enum Role {
@@ -80,25 +79,16 @@ pub(crate) async fn wait_for(stdin: &mut Lines<BufReader<Stdin>>, word: &str) ->
 async fn worker(config: &str, stdin: &mut Lines<BufReader<Stdin>>) -> Result<StoreTally> {
     super::recorder::install()?;
     let config = Config::parse(config).context("the replica's config")?;
-    let inner = crate::store::open(&config).await?;
+    let inner = idemgate::store::open(&config).await?;
     let store = Arc::new(CountingStore::new(inner));
     println!("{CONNECTED}");
     if !wait_for(stdin, GO).await? {
         bail!("the harness went away before go");
     }
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let worker = Worker::new(&config, store.clone(), stop_rx.clone()).await?;
-    // As `idemgate run` does: metrics recorder, listener and store watcher.
-    let health = crate::http::Health::new(worker.group());
-    let server =
-        crate::http::serve(&config.metrics_listen, health.clone(), stop_rx.clone()).await?;
-    let dyn_store: Arc<dyn ClaimStore> = store.clone();
-    let stats = tokio::spawn(crate::http::watch_store(dyn_store, health, stop_rx));
-    let running = tokio::spawn(worker.run());
-    wait_for(stdin, STOP).await?;
-    let _ = stop_tx.send(true);
-    running.await.context("worker task")??;
-    let _ = stats.await;
-    let _ = server.await;
+    // As `idemgate run` does, on the counting store, until `stop`.
+    let stop = async {
+        let _ = wait_for(stdin, STOP).await;
+    };
+    idemgate::app::run_with_store(&config, store.clone(), stop).await?;
     Ok(store.tally())
 }

@@ -219,7 +219,7 @@ fn rfc3339(ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fingerprint::{fingerprint, Profile, RecordView};
+    use idemgate::fingerprint::{fingerprint, Profile, RecordView};
 
     #[test]
     fn the_duplicate_fraction_is_what_was_asked_and_copies_follow_their_original() {

@@ -2,30 +2,24 @@
 //! second, claim-batch throughput per backend, round trips per batch, and
 //! Redis memory per claimed key.
 //!
-//! `cargo bench --bench claims` passes `--bench` and gets the full run
-//! (release build; the Redis backends come from `IDEMGATE_TEST_REDIS_URL`,
-//! `IDEMGATE_TEST_REDISBLOOM_URL` and `IDEMGATE_TEST_REDIS_CLUSTER`, as for
-//! the test suite; a missing one is reported and fails the run).
-//! Without `--bench` (how `cargo test --all-targets` runs a bench target,
-//! in debug) it is a smoke pass: tiny sizes, the memory backend plus the
-//! Redis backends whose variables are set, every outcome still checked.
+//! `idemgate-bench claims` is the full run (release build; the Redis
+//! backends come from `IDEMGATE_TEST_REDIS_URL`, `IDEMGATE_TEST_REDISBLOOM_URL`
+//! and `IDEMGATE_TEST_REDIS_CLUSTER`, as for the test suite; a missing one
+//! is reported and fails the run). `idemgate-bench claims --smoke` (run by
+//! the bench package's test) is the same on tiny sizes, every outcome still
+//! checked.
 
-#[path = "claims/fingerprints.rs"]
 mod fingerprints;
-#[path = "claims/footprint.rs"]
 mod footprint;
-use idemgate::bench::proxy;
-#[path = "claims/report.rs"]
 mod report;
-#[path = "claims/servers.rs"]
 mod servers;
-#[path = "claims/throughput.rs"]
 mod throughput;
 
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{ensure, Context};
+
+use crate::proxy;
 use idemgate::store::memory::MemoryStore;
 use idemgate::store::redis::{FilterBackend, RedisOptions, RedisStore, RedisTarget};
 use idemgate::store::{ClaimStore, StreamId};
@@ -72,25 +66,6 @@ const SMOKE: Sizes = Sizes {
     footprint_keys: 1_000,
 };
 
-fn main() -> ExitCode {
-    let bench = std::env::args().any(|a| a == "--bench");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    match runtime.block_on(run(bench)) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => {
-            eprintln!("\n!!! some figures were NOT measured (see above): failing the run");
-            ExitCode::FAILURE
-        }
-        Err(error) => {
-            eprintln!("\n!!! bench failed: {error:#}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
 /// Unique per run, so keys never meet another run's (or another
 /// session's) and can be removed by prefix afterwards.
 fn run_prefix() -> String {
@@ -101,8 +76,9 @@ fn run_prefix() -> String {
     )
 }
 
-/// Runs every figure; `Ok(false)` when something went unmeasured.
-async fn run(bench: bool) -> anyhow::Result<bool> {
+/// Runs every figure (`bench`: full sizes; otherwise the smoke sizes);
+/// `Ok(false)` when something went unmeasured.
+pub async fn run(bench: bool) -> anyhow::Result<bool> {
     let sizes = if bench { &BENCH } else { &SMOKE };
     let mut complete = true;
     let mut report = report::Report::new(bench);
@@ -123,12 +99,8 @@ async fn run(bench: bool) -> anyhow::Result<bool> {
 
     let (backends, missing) = servers::from_env();
     for (label, why) in &missing {
-        if bench {
-            eprintln!("\n!!! NOT MEASURED: backend {label}: {why}\n");
-            complete = false;
-        } else {
-            eprintln!("[claims] smoke: skipping {label}: {why}");
-        }
+        eprintln!("\n!!! NOT MEASURED: backend {label}: {why}\n");
+        complete = false;
         report
             .unmeasured
             .push(format!("{label}: not measured ({why})"));
@@ -164,9 +136,8 @@ async fn run(bench: bool) -> anyhow::Result<bool> {
         }
     }
 
-    match footprint_figure(sizes, bench, &backends).await {
-        Ok(Some(figure)) => report.tier1 = Some(figure),
-        Ok(None) => {}
+    match footprint_figure(sizes).await {
+        Ok(figure) => report.tier1 = Some(figure),
         Err(error) => {
             eprintln!("\n!!! NOT MEASURED: tier-1 memory per key: {error:#}\n");
             report
@@ -229,28 +200,13 @@ async fn timed(
     Ok(row)
 }
 
-/// The tier-1 figure needs a `redis-server` binary to start a scratch
-/// server; in smoke mode its absence only skips the figure.
-async fn footprint_figure(
-    sizes: &Sizes,
-    bench: bool,
-    backends: &[RedisBackend],
-) -> anyhow::Result<Option<footprint::Tier1>> {
-    let have_binary = std::process::Command::new("redis-server")
-        .arg("--version")
-        .output()
-        .is_ok();
-    if !bench && (!have_binary || backends.is_empty()) {
-        eprintln!(
-            "[claims] smoke: skipping the tier-1 memory figure (no redis-server or no redis env)"
-        );
-        return Ok(None);
-    }
+/// The tier-1 figure starts a scratch `redis-server` of its own.
+async fn footprint_figure(sizes: &Sizes) -> anyhow::Result<footprint::Tier1> {
     eprintln!(
         "[claims] tier-1 memory: {} keys on a scratch redis-server",
         sizes.footprint_keys
     );
-    Ok(Some(footprint::tier1(sizes.footprint_keys).await?))
+    footprint::tier1(sizes.footprint_keys).await
 }
 
 /// Throughput on both streams, the tier-2 footprint and (standalone only)

@@ -42,7 +42,7 @@ fn grouped(n: f64) -> String {
     out
 }
 
-fn per_batch(trips: &Trips, pick: fn(&Trips) -> idemgate::bench::proxy::Snapshot) -> String {
+fn per_batch(trips: &Trips, pick: fn(&Trips) -> crate::proxy::Snapshot) -> String {
     let s = pick(trips);
     let n = trips.batches.max(1) as f64;
     format!(

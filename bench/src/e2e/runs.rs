@@ -21,11 +21,11 @@ use super::histogram::Histogram;
 use super::kafka::{create_topics, CommitWatch, Loaded, Progress};
 use super::memory::{self, Memory};
 use super::profile::{self, Profile};
-use super::proxy::{Counts, Snapshot};
 use super::replica::{Report, Role, CONNECTED, GO, STOP};
 use super::services::{cpu_seconds, machine_busy_seconds, status_bytes, RedisServer, Tansu};
 use super::timeline::Phases;
-use crate::store::FilterSizing;
+use crate::proxy::{Counts, Snapshot};
+use idemgate::store::FilterSizing;
 
 pub(crate) const PREFIX: &str = "idemgate:";
 pub(crate) const STREAM: &str = "bank";

@@ -235,7 +235,7 @@ commit → next poll returned: poll. A round that decides nothing backs off.\n\
 `go` to the last commit, per million records. A replica is `idemgate run` in a child process: \
 the same worker, Prometheus recorder, /metrics listener and store watcher, at the default log \
 level (every non-novel decision is logged, to a file). Tansu, Redis and the harness are given \
-beside it: they share the two cores.\n\
+beside it: they share the machine's cores (see Machine and versions).\n\
 - **Redis round trips per batch**: counted on the wire by a proxy between the replicas and \
 redis-server that parses RESP both ways; a round trip is a burst the client starts while none \
 of its requests is unanswered, named by its first command (`SET` = claim, a script with three \

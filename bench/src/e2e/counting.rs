@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use super::timeline::{self, Event};
-use crate::store::{
+use idemgate::store::{
     Claim, ClaimOutcome, ClaimState, ClaimStore, Millis, Settle, StoreError, StoreStats, Tier,
 };
 
@@ -159,9 +159,9 @@ impl ClaimStore for CountingStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fingerprint::{PayloadDigest, SourceHash};
-    use crate::store::memory::MemoryStore;
-    use crate::store::{Coordinates, Mode, StreamId, StreamSpec, TopicTag};
+    use idemgate::fingerprint::{PayloadDigest, SourceHash};
+    use idemgate::store::memory::MemoryStore;
+    use idemgate::store::{Coordinates, Mode, StreamId, StreamSpec, TopicTag};
     use std::time::Duration;
 
     fn claim(offset: i64, hash: u8) -> Claim {

@@ -14,7 +14,7 @@ use metrics::{
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
 
 use super::timeline::{self, Event};
-use crate::metrics::{BATCH_SIZE, COMMITS, RECORDS};
+use idemgate::metrics::{BATCH_SIZE, COMMITS, RECORDS};
 
 struct Tapped {
     inner: PrometheusRecorder,
@@ -92,6 +92,6 @@ pub(crate) fn install() -> anyhow::Result<()> {
     let inner = PrometheusBuilder::new().build_recorder();
     metrics::set_global_recorder(Tapped { inner })
         .map_err(|_| anyhow::anyhow!("a metrics recorder was installed already"))?;
-    crate::metrics::describe();
+    idemgate::metrics::describe();
     Ok(())
 }

@@ -313,8 +313,8 @@ impl Report {
         let _ = writeln!(
             md,
             "Generated {} by `{}` in {:.1} minutes (`scripts/bench.sh` runs it: it starts the test \
-             services for the Tansu binary and the RedisBloom module, then `cargo run --release -- \
-             bench \"$@\"`). Every figure below comes from that run; regenerate rather than edit.\n",
+             services for the Tansu binary and the RedisBloom module, then `cargo run --release -p \
+             idemgate-bench -- e2e \"$@\"`). Every figure below comes from that run; regenerate rather than edit.\n",
             self.generated_at,
             self.command,
             self.total_seconds / 60.0
@@ -346,7 +346,6 @@ impl Report {
         }
         md.push('\n');
         md.push_str(super::report_details::DEFINITIONS);
-        md.push_str(&super::report_notes::closing_note(self));
         md
     }
 }

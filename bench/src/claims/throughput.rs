@@ -16,7 +16,7 @@ use idemgate::store::{
 };
 use sha2::{Digest, Sha256};
 
-use idemgate::bench::proxy::{Counts, Snapshot};
+use crate::proxy::{Counts, Snapshot};
 
 /// The batch size the figures are for; the smoke pass uses smaller ones.
 pub const BATCH: usize = 1000;
@@ -145,7 +145,7 @@ pub struct Row {
 
 /// CPU seconds spent per record over the three timed phases (new claim,
 /// finalize, duplicate claim), against the wall time of those phases: shows
-/// whether the client or the server is the limit on these 2 cores.
+/// whether the client or the server is the limit on this machine.
 #[derive(Clone, Copy, Debug)]
 pub struct Cpu {
     pub wall_us: f64,

@@ -21,22 +21,21 @@ pub(crate) struct ChildProcess {
 }
 
 impl ChildProcess {
-    /// Starts `exe bench --replica <spec>` with the role written to the
+    /// Starts `exe replica <spec>` with the role written to the
     /// spec file; its log (stderr) goes to `<dir>/<name>.log`.
     pub fn spawn(exe: &Path, dir: &Path, name: &str, role: &Role) -> Result<ChildProcess> {
         let spec = dir.join(format!("{name}.json"));
         std::fs::write(&spec, serde_json::to_vec(role)?)?;
         let log = dir.join(format!("{name}.log"));
         let mut process = Command::new(exe)
-            .arg("bench")
-            .arg("--replica")
+            .arg("replica")
             .arg(&spec)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(File::create(&log)?)
             .kill_on_drop(true)
             .spawn()
-            .with_context(|| format!("starting {} bench --replica", exe.display()))?;
+            .with_context(|| format!("starting {} replica", exe.display()))?;
         let pid = process.id().context("child without a pid")?;
         let stdin = process.stdin.take().context("child stdin")?;
         let stdout = process.stdout.take().context("child stdout")?;

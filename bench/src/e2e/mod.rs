@@ -22,7 +22,7 @@
 //! decorator), `recorder` (the metrics tap) and `timeline` (phases of a
 //! batch, decision latency), `proxy` (round trips on the wire), `baseline`,
 //! `runs` (one timed run), `memory`, `profile` (perf), and `report`,
-//! `report_details`, `report_notes` (the table, BENCHMARKS.md and .json).
+//! `report_details` (the table, BENCHMARKS.md and .json).
 
 mod baseline;
 mod children;
@@ -31,13 +31,10 @@ mod histogram;
 mod kafka;
 mod memory;
 mod profile;
-/// Counts Redis round trips on the wire; the claims bench uses it too.
-pub mod proxy;
 mod recorder;
 mod replica;
 mod report;
 mod report_details;
-mod report_notes;
 mod runs;
 mod services;
 mod timeline;
@@ -48,6 +45,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 
+use crate::proxy;
 use runs::{Dataset, Mode, Setup};
 use services::{on_path, test_services_env, RedisServer, Tansu};
 use workload::Workload;
@@ -110,20 +108,19 @@ pub struct BenchArgs {
     /// Where logs, specs and profiles of the run go.
     #[arg(long, default_value = "target/bench")]
     pub work_dir: PathBuf,
-    /// Internal: run as one of the bench's child processes.
-    #[arg(long, hide = true)]
-    pub replica: Option<PathBuf>,
 }
 
-/// Runs the bench (or, with `--replica`, one of its child processes).
+/// Runs one of the bench's child processes from its spec file.
+pub async fn replica(spec: &std::path::Path) -> Result<()> {
+    replica::run(spec).await
+}
+
+/// Runs the bench.
 pub async fn run(args: BenchArgs) -> Result<()> {
-    if let Some(spec) = &args.replica {
-        return replica::run(spec).await;
-    }
     // Dropping the bench future on a signal kills every process it owns.
     tokio::select! {
         result = bench(args) => result,
-        _ = crate::worker::shutdown_signal() => bail!("interrupted: the servers and replicas of this run were stopped"),
+        _ = idemgate::app::shutdown_signal() => bail!("interrupted: the servers and replicas of this run were stopped"),
     }
 }
 
@@ -158,7 +155,7 @@ fn unix_s() -> u64 {
 }
 
 async fn load(setup: &Setup, name: &str, records: u64, args: &BenchArgs) -> Result<Dataset> {
-    let end_ms = crate::worker::wall_ms();
+    let end_ms = idemgate::worker::wall_ms();
     let workload = Workload::generate(records, args.duplicates, args.feed_rate, end_ms);
     let topic = format!("{}.{name}", setup.run_id);
     kafka::create_topics(&setup.tansu.brokers, &[&topic], setup.partitions).await?;

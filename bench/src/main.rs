@@ -1,0 +1,87 @@
+//! `idemgate-bench`: the figures idemgate's claims about its cost rest on.
+//!
+//! # Layout
+//!
+//! - `e2e`: the end-to-end bench (`idemgate-bench e2e`, run by
+//!   `scripts/bench.sh`): a Tansu broker and a redis-server of its own, the
+//!   worker as child processes in every mode, a per-record baseline;
+//!   writes BENCHMARKS.md and BENCHMARKS.json.
+//! - `claims`: the claims bench (`idemgate-bench claims`): fingerprints per
+//!   second, claim batches per backend, round trips, bytes per key; writes
+//!   BENCHMARKS-claims.md.
+//! - `proxy`: counts Redis round trips on the wire, for both.
+
+mod claims;
+mod e2e;
+mod proxy;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "idemgate-bench", about = "idemgate's benchmarks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// End to end against a Tansu broker and a redis-server of its own:
+    /// writes BENCHMARKS.md and BENCHMARKS.json.
+    E2e(e2e::BenchArgs),
+    /// Fingerprints/s, claim batches per backend, round trips and bytes
+    /// per key against the test services' Redis servers.
+    Claims {
+        /// Tiny sizes: every figure computed and checked, none meaningful.
+        #[arg(long)]
+        smoke: bool,
+    },
+    /// One of the e2e bench's child processes (started by the bench).
+    #[command(hide = true)]
+    Replica { spec: PathBuf },
+}
+
+fn main() -> ExitCode {
+    tracing_init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("idemgate-bench: no tokio runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match Cli::parse().command {
+            Command::E2e(args) => e2e::run(args).await,
+            Command::Replica { spec } => e2e::replica(&spec).await,
+            Command::Claims { smoke } => match claims::run(!smoke).await? {
+                true => Ok(()),
+                false => anyhow::bail!("some figures were NOT measured (see above)"),
+            },
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("idemgate-bench: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs on stderr (the replicas' go to their log files), `info` unless
+/// `RUST_LOG` says otherwise, as `idemgate run` does.
+fn tracing_init() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+}

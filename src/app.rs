@@ -1,0 +1,123 @@
+//! The one place a worker replica is wired: its claim store, the worker
+//! loop, the /metrics listener and the store watcher, started together and
+//! stopped together. `idemgate run`, the demo, the tests and the bench all
+//! start replicas through here, so what they run is what operators run.
+
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::info;
+
+use crate::config::Config;
+use crate::store::ClaimStore;
+use crate::worker::{Group, Worker};
+
+/// Runs one replica with the store its config names until `shutdown`
+/// resolves (or the worker fails), then commits what is finished and leaves
+/// the group.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<()> {
+    let store = crate::store::open(&config).await?;
+    run_with_store(&config, store, shutdown).await
+}
+
+/// As [`run`], on a store the caller built (a decorated or shared one).
+pub async fn run_with_store(
+    config: &Config,
+    store: Arc<dyn ClaimStore>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<()> {
+    let mut replica = Replica::start(config, store).await?;
+    tokio::select! {
+        _ = shutdown => {
+            info!("shutdown requested: finishing the batch in flight");
+            replica.stop().await
+        }
+        ended = &mut replica.worker => {
+            let _ = replica.stop.send(true);
+            for task in replica.serving {
+                let _ = task.await;
+            }
+            ended.context("worker task")?
+        }
+    }
+}
+
+/// A running replica. Dropping it without [`Replica::stop`] leaves the
+/// worker running until the runtime ends.
+pub struct Replica {
+    stop: watch::Sender<bool>,
+    worker: JoinHandle<Result<()>>,
+    /// The /metrics listener and the store watcher: they end with `stop`.
+    serving: Vec<JoinHandle<()>>,
+    group: Arc<Group>,
+}
+
+impl Replica {
+    /// Creates the worker (its consumer joins the group), binds the metrics
+    /// listener of `metrics.listen` and starts watching the store.
+    pub async fn start(config: &Config, store: Arc<dyn ClaimStore>) -> Result<Replica> {
+        let (stop, stop_rx) = watch::channel(false);
+        let worker = Worker::new(config, store.clone(), stop_rx.clone()).await?;
+        let group = worker.group();
+        let health = crate::http::Health::new(group.clone());
+        let server =
+            crate::http::serve(&config.metrics_listen, health.clone(), stop_rx.clone()).await?;
+        let watcher = tokio::spawn(crate::http::watch_store(store, health, stop_rx));
+        Ok(Replica {
+            stop,
+            worker: tokio::spawn(worker.run()),
+            serving: vec![server, watcher],
+            group,
+        })
+    }
+
+    /// Membership and assignment, as the rebalance callbacks see them.
+    pub fn group(&self) -> &Arc<Group> {
+        &self.group
+    }
+
+    /// Whether the group gave this replica partitions (and has not taken
+    /// them all back).
+    pub fn assigned(&self) -> bool {
+        self.group.assigned.load(Ordering::SeqCst)
+    }
+
+    /// Graceful stop: the batch in flight finishes, the finished work is
+    /// committed, the replica leaves the group; the worker's error if it
+    /// had one.
+    pub async fn stop(self) -> Result<()> {
+        let _ = self.stop.send(true);
+        let result = self.worker.await.context("worker task")?;
+        for task in self.serving {
+            let _ = task.await;
+        }
+        result
+    }
+}
+
+/// Resolves on SIGTERM (what orchestrators send) or SIGINT (Ctrl-C).
+pub async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = interrupt => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = interrupt.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}

@@ -1,0 +1,1 @@
+//! What idemgate's tests and its bench share.
