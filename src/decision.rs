@@ -1,4 +1,4 @@
-//! Decisions (DESIGN.md §2): what happens to a record, where it goes, and
+//! Decisions (docs/design.md §2): what happens to a record, where it goes, and
 //! the headers that say why. Pure functions over plain data.
 
 use crate::fingerprint::{Invalid, SourceHash};

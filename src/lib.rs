@@ -2,7 +2,7 @@
 //!
 //! # Layout
 //!
-//! The modules follow the data flow of `DESIGN.md` §1:
+//! The modules follow the data flow of `docs/design.md` §1:
 //!
 //! - [`fingerprint`]: a record's canonical source hash and payload digest
 //!   (profiles `header`, `fields`, `payload`; presets `bank-txn`,

@@ -1,4 +1,4 @@
-//! Every metric idemgate exports, declared once (DESIGN.md §10). The loop
+//! Every metric idemgate exports, declared once (docs/design.md §11). The loop
 //! calls the small functions below where things happen. Labels are low
 //! cardinality: stream, decision, tier, operation; never a hash or offset.
 

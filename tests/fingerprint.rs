@@ -1,4 +1,4 @@
-//! Canonical source hashes as a stream sees them (DESIGN.md §3): what must
+//! Canonical source hashes as a stream sees them (docs/design.md §3): what must
 //! hash alike, what must not, and why a record is refused.
 
 use std::collections::hash_map::DefaultHasher;

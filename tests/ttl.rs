@@ -1,4 +1,4 @@
-//! TTLs from evidence (DESIGN.md §9), through the public API only.
+//! TTLs from evidence (docs/design.md §9), through the public API only.
 
 use std::time::Duration;
 

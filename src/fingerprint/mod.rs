@@ -1,4 +1,4 @@
-//! Canonical source hashes (DESIGN.md §3).
+//! Canonical source hashes (docs/design.md §3).
 //!
 //! A record's identity is a SHA-256 over a canonical form, never over raw
 //! bytes, so two deliveries of one event hash alike however the sender

@@ -1,6 +1,6 @@
 //! Tier-2 arithmetic shared by every backend: which Bloom generations are
 //! live at a given time, which one a hash is written to, and how big each
-//! one is (DESIGN.md §5).
+//! one is (docs/design.md §5).
 //!
 //! Generation `e` covers epoch `floor(t / horizon) = e` and expires at
 //! `(e + slots) * horizon + skew`. A reader checks every generation that can

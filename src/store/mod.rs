@@ -1,5 +1,5 @@
 //! The claim store: where a source hash is claimed before anything else
-//! happens to its record (DESIGN.md §4-§6).
+//! happens to its record (docs/design.md §4-§6).
 //!
 //! The contract is batch-first. The worker claims every hash of a poll batch
 //! in one call, produces the outputs, then finalizes (claims whose output was

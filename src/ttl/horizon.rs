@@ -1,4 +1,4 @@
-//! The retry horizon measured from a recorded topic (DESIGN.md §9).
+//! The retry horizon measured from a recorded topic (docs/design.md §9).
 //!
 //! A sender's published retry schedule is a lower bound: the attempts nobody
 //! documented are the ones that arrive after a TTL chosen from the

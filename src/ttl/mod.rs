@@ -1,4 +1,4 @@
-//! TTLs derived from evidence, never guessed (DESIGN.md §9).
+//! TTLs derived from evidence, never guessed (docs/design.md §9).
 //!
 //! A claim TTL shorter than a sender's retry horizon does not fail loudly: it
 //! lets the late retries through as new records, hours after every test has

@@ -1,5 +1,5 @@
 //! TTL policies: the evidence a stream's claim TTL is derived from
-//! (DESIGN.md §9).
+//! (docs/design.md §9).
 //!
 //! A claim that expires before the sender's last retry lets that retry
 //! through as a new record, silently and hours after any test has finished.

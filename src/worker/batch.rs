@@ -1,4 +1,4 @@
-//! One batch, from fingerprint to finished (DESIGN.md §1-§2, §4, §8):
+//! One batch, from fingerprint to finished (docs/design.md §1, §2, §4.5, §7, §8):
 //!
 //! ```text
 //! fingerprint ─► claim ─► route ─► produce ─► finalize │ release ─► (next round)

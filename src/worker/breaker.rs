@@ -1,4 +1,4 @@
-//! The store circuit breaker (DESIGN.md §8). After `THRESHOLD` consecutive
+//! The store circuit breaker (docs/design.md §8). After `THRESHOLD` consecutive
 //! failures it opens: calls are not attempted until a cool-down has passed,
 //! then one trial call decides whether it closes again. The cool-down grows
 //! with each failed trial, up to `MAX_COOLDOWN`.

@@ -1,4 +1,4 @@
-//! The consumer-group worker (DESIGN.md §1, §7, §8): poll a batch, decide
+//! The consumer-group worker (docs/design.md §1, §7, §8): poll a batch, decide
 //! every record, deliver every output, commit the finished offsets.
 //!
 //! - `consumer`: group membership, rebalance protocol, batches, commits;

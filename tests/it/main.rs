@@ -8,5 +8,4 @@
 
 mod e2e;
 mod store;
-mod support;
 mod worker;

@@ -9,7 +9,9 @@ use anyhow::{ensure, Context};
 use idemgate::store::redis::{RedisOptions, RedisStore, RedisTarget};
 use idemgate::store::{ClaimStore, Mode, Settle, StreamId, StreamSpec};
 
-use super::servers::{self, Scratch};
+use idemgate_testkit::servers::{RedisServer, ServerOptions};
+
+use super::servers;
 use super::throughput::{self, BATCH};
 
 /// A realistic deployment prefix and stream name, so the key length is
@@ -33,8 +35,11 @@ pub struct Tier1 {
 /// Claims then finalizes `keys` distinct hashes (batches of 1000) in an
 /// exact stream on a scratch server; reports the `used_memory` delta.
 pub async fn tier1(keys: usize) -> anyhow::Result<Tier1> {
-    let scratch = Scratch::start()?;
-    scratch.ready().await?;
+    let scratch =
+        tokio::task::spawn_blocking(|| RedisServer::start("claims", ServerOptions::default()))
+            .await
+            .context("starting a scratch redis-server")?;
+    let url = scratch.url();
     let spec = StreamSpec {
         name: STREAM.into(),
         ..throughput::streams().remove(0)
@@ -44,7 +49,7 @@ pub async fn tier1(keys: usize) -> anyhow::Result<Tier1> {
         "tier-1 figure needs the exact stream"
     );
     let options = RedisOptions {
-        target: RedisTarget::Standalone(scratch.url.clone()),
+        target: RedisTarget::Standalone(url.clone()),
         key_prefix: PREFIX.into(),
         filter_backend: None,
         allow_eviction: false,
@@ -52,7 +57,7 @@ pub async fn tier1(keys: usize) -> anyhow::Result<Tier1> {
     let store = RedisStore::connect(&options, vec![spec]).await?;
     let stream = StreamId(0);
 
-    let before = servers::used_memory(&scratch.url).await?;
+    let before = servers::used_memory(&url).await?;
     let batches = keys.div_ceil(BATCH);
     for b in 0..batches {
         let claims = throughput::batch(
@@ -77,10 +82,10 @@ pub async fn tier1(keys: usize) -> anyhow::Result<Tier1> {
             "footprint batch {b}: not every claim done"
         );
     }
-    let after = servers::used_memory(&scratch.url).await?;
+    let after = servers::used_memory(&url).await?;
 
     let total = (batches * BATCH) as u64;
-    let mut conn = servers::node(&scratch.url).await?;
+    let mut conn = servers::node(&url).await?;
     let dbsize: u64 = redis::cmd("DBSIZE").query_async(&mut conn).await?;
     ensure!(
         dbsize == total,
@@ -91,7 +96,7 @@ pub async fn tier1(keys: usize) -> anyhow::Result<Tier1> {
     let value: Vec<u8> = redis::cmd("GET").arg(&key).query_async(&mut conn).await?;
     let ttl: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut conn).await?;
     ensure!(ttl > 0, "a tier-1 key without expiry (pttl {ttl})");
-    let memory_usage_one = servers::memory_usage(&scratch.url, &key).await?;
+    let memory_usage_one = servers::memory_usage(&url, &key).await?;
     Ok(Tier1 {
         keys: total,
         used_before: before,

@@ -2,12 +2,12 @@
 //! are found and removed afterwards, and a scratch `redis-server` of our
 //! own for the memory figure.
 
-use std::net::{SocketAddr, TcpListener};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::SocketAddr;
+use std::process::Command;
 
 use anyhow::{bail, Context};
 use idemgate::store::redis::{FilterBackend, RedisTarget};
+use idemgate_testkit::servers::scan_async;
 
 /// A Redis backend under test, as named by the environment.
 #[derive(Clone, Debug)]
@@ -100,27 +100,10 @@ pub async fn masters(target: &RedisTarget) -> anyhow::Result<Vec<String>> {
     }
 }
 
-/// Keys under `prefix` on one node (SCAN, never KEYS: the shared server
-/// holds other people's keys).
+/// Keys matching `pattern` on one node (SCAN: the test kit's).
 pub async fn keys_under(url: &str, pattern: &str) -> anyhow::Result<Vec<Vec<u8>>> {
     let mut conn = node(url).await?;
-    let mut cursor: u64 = 0;
-    let mut keys = Vec::new();
-    loop {
-        let (next, batch): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut conn)
-            .await?;
-        keys.extend(batch);
-        if next == 0 {
-            return Ok(keys);
-        }
-        cursor = next;
-    }
+    scan_async(&mut conn, pattern).await
 }
 
 /// Removes every key under `prefix` on every master: SCAN + UNLINK, so the
@@ -189,70 +172,6 @@ pub fn socket_of(url: &str) -> anyhow::Result<SocketAddr> {
         .to_socket_addrs()?
         .next()
         .with_context(|| format!("{url} resolves to nothing"))
-}
-
-/// A `redis-server` started for one figure and killed when dropped, so no
-/// other session's keys sit in the memory it reports.
-pub struct Scratch {
-    child: Child,
-    pub url: String,
-    dir: std::path::PathBuf,
-}
-
-impl Scratch {
-    pub fn start() -> anyhow::Result<Scratch> {
-        // A port the kernel just handed out and we released: free unless
-        // something grabs it in the next few milliseconds.
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let dir = std::env::temp_dir().join(format!("idemgate-bench-redis-{port}"));
-        std::fs::create_dir_all(&dir)?;
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .args(["--maxmemory-policy", "noeviction"])
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting redis-server (is it on PATH?)")?;
-        Ok(Scratch {
-            child,
-            url: format!("redis://127.0.0.1:{port}"),
-            dir,
-        })
-    }
-
-    pub async fn ready(&self) -> anyhow::Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(mut conn) = node(&self.url).await {
-                if redis::cmd("PING")
-                    .query_async::<String>(&mut conn)
-                    .await
-                    .is_ok()
-                {
-                    return Ok(());
-                }
-            }
-            if Instant::now() > deadline {
-                bail!("scratch redis-server on {} did not answer", self.url);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 /// `redis-server --version`, `MODULE LIST`'s `bf` version on a server.

@@ -12,15 +12,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use futures::stream::{FuturesUnordered, StreamExt};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use super::workload::Workload;
+use idemgate_testkit::feed::Workload;
 
 /// A line on stderr rewritten in place (carriage return), at most five
 /// times a second.
@@ -80,48 +78,17 @@ impl Progress {
     }
 }
 
-pub(crate) fn admin(brokers: &str) -> Result<AdminClient<DefaultClientContext>> {
-    Ok(ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()?)
-}
-
-/// Creates the topics and waits until the broker's metadata lists every
-/// partition of each.
+/// Creates the topics (the test kit's, which waits until the broker's
+/// metadata lists every partition of each).
 pub(crate) async fn create_topics(brokers: &str, topics: &[&str], partitions: i32) -> Result<()> {
-    let admin = admin(brokers)?;
-    let new: Vec<NewTopic<'_>> = topics
-        .iter()
-        .map(|name| NewTopic::new(name, partitions, TopicReplication::Fixed(1)))
-        .collect();
-    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(20)));
-    for result in admin.create_topics(&new, &options).await? {
-        match result {
-            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((topic, code)) => bail!("creating topic {topic}: {code:?}"),
-        }
-    }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    for name in topics {
-        loop {
-            let metadata = admin
-                .inner()
-                .fetch_metadata(Some(name), Duration::from_secs(5))?;
-            let seen = metadata
-                .topics()
-                .iter()
-                .find(|t| t.name() == *name && t.error().is_none())
-                .map_or(0, |t| t.partitions().len() as i32);
-            if seen == partitions {
-                break;
-            }
-            if Instant::now() > deadline {
-                bail!("topic {name}: metadata shows {seen} of {partitions} partitions after 20s");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-    Ok(())
+    let brokers = brokers.to_string();
+    let topics: Vec<String> = topics.iter().map(|t| t.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let topics: Vec<(&str, i32)> = topics.iter().map(|t| (t.as_str(), partitions)).collect();
+        idemgate_testkit::kafka::create_topics(&brokers, &topics);
+    })
+    .await
+    .context("creating topics")
 }
 
 /// Where the loaded records are: per partition, the offset after the last.

@@ -12,6 +12,7 @@
 //!   the configured sizing (bits per key at capacity).
 
 use anyhow::Result;
+use idemgate_testkit::servers::scan_async;
 use redis::aio::MultiplexedConnection;
 use serde::Serialize;
 
@@ -62,26 +63,6 @@ pub(crate) async fn used_memory(conn: &mut MultiplexedConnection) -> Result<i64>
     Ok(info_field(conn, "memory", "used_memory").await?.parse()?)
 }
 
-async fn scan(conn: &mut MultiplexedConnection, pattern: &str) -> Result<Vec<Vec<u8>>> {
-    let mut cursor: u64 = 0;
-    let mut keys = Vec::new();
-    loop {
-        let (next, batch): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(10_000)
-            .query_async(conn)
-            .await?;
-        keys.extend(batch);
-        if next == 0 {
-            return Ok(keys);
-        }
-        cursor = next;
-    }
-}
-
 async fn memory_usage(conn: &mut MultiplexedConnection, key: &[u8]) -> Result<u64> {
     let usage: Option<u64> = redis::cmd("MEMORY")
         .arg("USAGE")
@@ -104,8 +85,8 @@ pub(crate) async fn measure(
 ) -> Result<Memory> {
     let after = used_memory(conn).await?;
     let keys: u64 = redis::cmd("DBSIZE").query_async(conn).await?;
-    let tier2_keys = scan(conn, &format!("{prefix}{stream}:[fb]:*")).await?;
-    let counters = scan(conn, &format!("{prefix}{stream}:n:*")).await?;
+    let tier2_keys = scan_async(conn, &format!("{prefix}{stream}:[fb]:*")).await?;
+    let counters = scan_async(conn, &format!("{prefix}{stream}:n:*")).await?;
     let mut tier2_bytes = 0;
     for key in tier2_keys.iter().chain(&counters) {
         tier2_bytes += memory_usage(conn, key).await?;

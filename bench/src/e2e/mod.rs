@@ -16,9 +16,9 @@
 //! 4. prints the table and writes it to `BENCHMARKS.md` and
 //!    `BENCHMARKS.json` with the machine and versions.
 //!
-//! Layout: `workload` (the records), `kafka` (topics, loader, commit
+//! Layout: `idemgate_testkit::feed` (the records), `kafka` (topics, loader, commit
 //! watcher), `services` (the servers it owns), `replica` and `children`
-//! (the child processes and their line protocol), `counting` (the store
+//! (the child processes and their line protocol), `idemgate_testkit::counting` (the store
 //! decorator), `recorder` (the metrics tap) and `timeline` (phases of a
 //! batch, decision latency), `proxy` (round trips on the wire), `baseline`,
 //! `runs` (one timed run), `memory`, `profile` (perf), and `report`,
@@ -26,7 +26,6 @@
 
 mod baseline;
 mod children;
-mod counting;
 mod histogram;
 mod kafka;
 mod memory;
@@ -38,7 +37,7 @@ mod report_details;
 mod runs;
 mod services;
 mod timeline;
-mod workload;
+
 
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -46,9 +45,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 
 use crate::proxy;
+use idemgate_testkit::servers::Tansu;
 use runs::{Dataset, Mode, Setup};
-use services::{on_path, test_services_env, RedisServer, Tansu};
-use workload::Workload;
+use services::{on_path, test_services_env, Redis};
+use idemgate_testkit::feed::Workload;
 
 /// `idemgate bench` options.
 #[derive(clap::Args, Clone, Debug)]
@@ -204,8 +204,8 @@ async fn bench(args: BenchArgs) -> Result<()> {
     std::fs::create_dir_all(&dir)?;
     eprintln!("bench {run_id}: logs in {}", dir.display());
     let tansu = Tansu::start(&tansu_bin, &dir)?;
-    let redis = RedisServer::start(&redis_bin, module.as_deref(), &dir).await?;
-    let upstream = format!("127.0.0.1:{}", redis.port).parse()?;
+    let redis = Redis::start(&redis_bin, module.as_deref(), &dir).await?;
+    let upstream = format!("127.0.0.1:{}", redis.server.port).parse()?;
     let (proxy_address, proxy) = proxy::start(upstream).await?;
     let setup = Setup {
         tansu,

@@ -19,9 +19,9 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 
 use super::baseline::{self, BaselineReport, BaselineSpec};
-use super::counting::{CountingStore, StoreTally};
-use super::timeline::{self, TimelineReport};
+use super::timeline::{self, Event, TimelineReport};
 use idemgate::config::Config;
+use idemgate_testkit::counting::{Call, CountingStore, StoreTally};
 
 #[derive(Serialize, Deserialize)]
 pub(crate) enum Role {
@@ -80,7 +80,16 @@ async fn worker(config: &str, stdin: &mut Lines<BufReader<Stdin>>) -> Result<Sto
     super::recorder::install()?;
     let config = Config::parse(config).context("the replica's config")?;
     let inner = idemgate::store::open(&config).await?;
-    let store = Arc::new(CountingStore::new(inner));
+    let store = Arc::new(
+        CountingStore::new(inner).with_observer(Box::new(|call, start| {
+            timeline::global().event(match (call, start) {
+                (Call::Claim, true) => Event::ClaimStart,
+                (Call::Claim, false) => Event::ClaimEnd,
+                (Call::Settle, true) => Event::SettleStart,
+                (Call::Settle, false) => Event::SettleEnd,
+            })
+        })),
+    );
     println!("{CONNECTED}");
     if !wait_for(stdin, GO).await? {
         bail!("the harness went away before go");

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use super::report::{bytes, count, human_seconds, opt, rate, run_name, Report};
-use super::workload::{LADDER, PAYLOAD_BYTES};
+use idemgate_testkit::feed::{LADDER, PAYLOAD_BYTES};
 
 impl Report {
     pub(crate) fn workload_section(&self, md: &mut String) {

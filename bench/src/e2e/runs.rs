@@ -16,16 +16,17 @@ use serde::Serialize;
 
 use super::baseline::{BaselineReport, BaselineSpec};
 use super::children::ChildProcess;
-use super::counting::StoreTally;
 use super::histogram::Histogram;
 use super::kafka::{create_topics, CommitWatch, Loaded, Progress};
 use super::memory::{self, Memory};
 use super::profile::{self, Profile};
 use super::replica::{Report, Role, CONNECTED, GO, STOP};
-use super::services::{cpu_seconds, machine_busy_seconds, status_bytes, RedisServer, Tansu};
+use super::services::{cpu_seconds, machine_busy_seconds, status_bytes, Redis};
 use super::timeline::Phases;
 use crate::proxy::{Counts, Snapshot};
 use idemgate::store::FilterSizing;
+use idemgate_testkit::counting::StoreTally;
+use idemgate_testkit::servers::Tansu;
 
 pub(crate) const PREFIX: &str = "idemgate:";
 pub(crate) const STREAM: &str = "bank";
@@ -70,7 +71,7 @@ impl Mode {
 /// What every run shares: the servers, the proxy, where files go.
 pub(crate) struct Setup {
     pub tansu: Tansu,
-    pub redis: RedisServer,
+    pub redis: Redis,
     pub proxy_url: String,
     pub proxy: Arc<Counts>,
     pub dir: PathBuf,
@@ -172,8 +173,8 @@ fn cpu_now(setup: &Setup, children: &[ChildProcess]) -> Cpu {
             .iter()
             .map(|c| cpu_seconds(c.pid).unwrap_or(0.0))
             .collect(),
-        tansu: cpu_seconds(setup.tansu.process.pid()).unwrap_or(0.0),
-        redis: cpu_seconds(setup.redis.process.pid()).unwrap_or(0.0),
+        tansu: cpu_seconds(setup.tansu.pid()).unwrap_or(0.0),
+        redis: cpu_seconds(setup.redis.server.pid()).unwrap_or(0.0),
         harness: cpu_seconds(std::process::id()).unwrap_or(0.0),
         machine: machine_busy_seconds().unwrap_or(0.0),
     }
@@ -318,8 +319,8 @@ pub(crate) async fn workers(
     let cpu_before = cpu_now(setup, &children);
     let recorder = if record_profile {
         let mut pids: Vec<u32> = children.iter().map(|c| c.pid).collect();
-        pids.push(setup.tansu.process.pid());
-        pids.push(setup.redis.process.pid());
+        pids.push(setup.tansu.pid());
+        pids.push(setup.redis.server.pid());
         Some(profile::Recorder::start(&setup.dir, &name, &pids)?)
     } else {
         None
@@ -341,8 +342,8 @@ pub(crate) async fn workers(
                 .iter()
                 .map(|c| (c.pid, "worker".to_string()))
                 .chain([
-                    (setup.tansu.process.pid(), "tansu".to_string()),
-                    (setup.redis.process.pid(), "redis-server".to_string()),
+                    (setup.tansu.pid(), "tansu".to_string()),
+                    (setup.redis.server.pid(), "redis-server".to_string()),
                 ])
                 .collect();
             Some(recorder.finish(&roles).await?)
@@ -408,8 +409,8 @@ pub(crate) async fn workers(
         worker_cpu_s: worker_cpu,
         worker_cpu_s_per_million: worker_cpu / dataset.records as f64 * 1e6,
         worker_peak_rss_mb: rss as f64 / 1048576.0,
-        tansu_rss_mb: rss_mb(setup.tansu.process.pid()),
-        redis_rss_mb: rss_mb(setup.redis.process.pid()),
+        tansu_rss_mb: rss_mb(setup.tansu.pid()),
+        redis_rss_mb: rss_mb(setup.redis.server.pid()),
         tansu_cpu_s: cpu_after.tansu - cpu_before.tansu,
         redis_cpu_s: cpu_after.redis - cpu_before.redis,
         harness_cpu_s: cpu_after.harness - cpu_before.harness,
@@ -518,8 +519,8 @@ pub(crate) async fn baseline(setup: &Setup, dataset: &Dataset, records: u64) -> 
         worker_cpu_s: worker_cpu,
         worker_cpu_s_per_million: worker_cpu / report.processed.max(1) as f64 * 1e6,
         worker_peak_rss_mb: report.peak_rss_bytes as f64 / 1048576.0,
-        tansu_rss_mb: rss_mb(setup.tansu.process.pid()),
-        redis_rss_mb: rss_mb(setup.redis.process.pid()),
+        tansu_rss_mb: rss_mb(setup.tansu.pid()),
+        redis_rss_mb: rss_mb(setup.redis.server.pid()),
         tansu_cpu_s: cpu_after.tansu - cpu_before.tansu,
         redis_cpu_s: cpu_after.redis - cpu_before.redis,
         harness_cpu_s: cpu_after.harness - cpu_before.harness,

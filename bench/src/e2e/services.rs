@@ -1,181 +1,47 @@
 //! The servers a bench run owns: a Tansu broker and a redis-server (with the
 //! RedisBloom module when there is one), on spare loopback ports, each killed
-//! when dropped. Owning them keeps the memory figures clean (no other
+//! when dropped (the test kit's guards), and what the bench reads of
+//! processes. Owning them keeps the memory figures clean (no other
 //! session's keys) and keeps the bench from disturbing the shared test
 //! servers; their pids give their CPU time.
 
-use std::fs::File;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
-use rdkafka::admin::AdminClient;
-use rdkafka::client::DefaultClientContext;
-use rdkafka::ClientConfig;
+use anyhow::{Context, Result};
+use idemgate_testkit::servers::{version_line, RedisServer, ServerOptions};
 
-/// A child process of ours, killed on drop.
-pub(crate) struct Owned {
-    child: Child,
-    name: &'static str,
-}
-
-impl Owned {
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn check_alive(&mut self, log: &Path) -> Result<()> {
-        if let Some(status) = self.child.try_wait()? {
-            bail!(
-                "{} exited during start-up ({status}); see {}",
-                self.name,
-                log.display()
-            );
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Owned {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A port the kernel just handed out and we released: free unless
-/// something grabs it within milliseconds.
-pub(crate) fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-pub(crate) struct Tansu {
-    pub process: Owned,
-    pub brokers: String,
-    pub version: String,
-}
-
-impl Tansu {
-    pub fn start(binary: &Path, dir: &Path) -> Result<Tansu> {
-        let version = version_line(binary, "--version")?;
-        let port = free_port()?;
-        let url = format!("tcp://127.0.0.1:{port}");
-        let work = dir.join("tansu");
-        std::fs::create_dir_all(&work)?;
-        let log_path = dir.join("tansu.log");
-        let log = File::create(&log_path)?;
-        let child = Command::new(binary)
-            .args(["broker", "--storage-engine", "memory://tansu/"])
-            .args(["--listener-url", &url, "--advertised-listener-url", &url])
-            // Tansu reads settings from the environment too: none of ours.
-            .env_remove("SCHEMA_REGISTRY")
-            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .current_dir(&work)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
-        let mut process = Owned {
-            child,
-            name: "tansu",
-        };
-        let brokers = format!("127.0.0.1:{port}");
-        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-            .set("bootstrap.servers", &brokers)
-            .set("log_level", "3")
-            .create()?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            process.check_alive(&log_path)?;
-            if admin
-                .inner()
-                .fetch_metadata(None, Duration::from_millis(500))
-                .is_ok()
-            {
-                break;
-            }
-            if Instant::now() > deadline {
-                bail!("tansu on {brokers} did not answer within 30s");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Ok(Tansu {
-            process,
-            brokers,
-            version,
-        })
-    }
-}
-
-pub(crate) struct RedisServer {
-    pub process: Owned,
+/// The bench's redis-server (the test kit's guard) with the versions the
+/// report names.
+pub(crate) struct Redis {
+    pub server: RedisServer,
     pub url: String,
-    pub port: u16,
     pub version: String,
     /// The RedisBloom module's version, when it was loaded.
     pub bloom_version: Option<String>,
 }
 
-impl RedisServer {
-    pub async fn start(binary: &Path, module: Option<&Path>, dir: &Path) -> Result<RedisServer> {
+impl Redis {
+    pub async fn start(binary: &Path, module: Option<&Path>, dir: &Path) -> Result<Redis> {
         let version = version_line(binary, "--version")?;
-        let port = free_port()?;
-        let work = dir.join(format!("redis-{port}"));
-        std::fs::create_dir_all(&work)?;
-        let log_path = dir.join("redis.log");
-        let mut command = Command::new(binary);
-        command
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .args(["--maxmemory-policy", "noeviction"])
-            .arg("--dir")
-            .arg(&work)
-            .arg("--logfile")
-            .arg(&log_path);
-        if let Some(module) = module {
-            command.arg("--loadmodule").arg(module);
-        }
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
-        let mut process = Owned {
-            child,
-            name: "redis-server",
+        let options = ServerOptions {
+            binary: Some(binary.to_path_buf()),
+            module: module.map(Path::to_path_buf),
+            dir: Some(dir.to_path_buf()),
         };
-        let url = format!("redis://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            process.check_alive(&log_path)?;
-            if let Ok(mut conn) = connect(&url).await {
-                if redis::cmd("PING")
-                    .query_async::<String>(&mut conn)
-                    .await
-                    .is_ok()
-                {
-                    break;
-                }
-            }
-            if Instant::now() > deadline {
-                bail!("redis-server on {url} did not answer within 15s");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let server = tokio::task::spawn_blocking(move || RedisServer::start("bench", options))
+            .await
+            .context("starting redis-server")?;
+        let url = server.url();
         let bloom_version = match module {
             Some(_) => Some(module_field(&url, "bf", "ver").await?.with_context(|| {
                 format!("redis-server on {url} loaded the module but lists no bf")
             })?),
             None => None,
         };
-        Ok(RedisServer {
-            process,
+        Ok(Redis {
+            server,
             url,
-            port,
             version,
             bloom_version,
         })
@@ -239,20 +105,6 @@ pub(crate) async fn info_field(
         .find_map(|line| line.strip_prefix(&format!("{field}:")))
         .map(|v| v.trim().to_string())
         .with_context(|| format!("INFO {section} has no {field}"))
-}
-
-fn version_line(binary: &Path, flag: &str) -> Result<String> {
-    let output = Command::new(binary)
-        .arg(flag)
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("running {} {flag}", binary.display()))?;
-    Ok(String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_string())
 }
 
 /// CPU seconds (user + system) a process has used, from `/proc/<pid>/stat`

@@ -1,8 +1,8 @@
 //! Where a replica's wall time goes, batch by batch, and every record's
 //! decision latency, from events the worker already emits: its metrics
-//! (`recorder.rs` sees them) and its store calls (`counting.rs`).
+//! (`recorder.rs` sees them) and its store calls (the counting store's observer).
 //!
-//! A replica runs one batch at a time (DESIGN.md §1):
+//! A replica runs one batch at a time (docs/design.md §1):
 //!
 //! ```text
 //! poll ─► batch-size metric ─► fingerprint ─► claim ─► produce, await acks ─► records metric

@@ -1,4 +1,4 @@
-//! The Redis store, standalone or cluster (DESIGN.md §4-§6).
+//! The Redis store, standalone or cluster (docs/design.md §4-§6).
 //!
 //! A claim batch is one pipelined round trip carrying both tiers: `SET NX PX
 //! GET` for every hash and the filter probes of the tiered ones. Two rare

@@ -3,25 +3,26 @@
 
 use std::time::{Duration, Instant};
 
-use super::check::{check, Expect};
-use super::kafka::{read_inputs, Producer, Reader, Topics};
-use super::process::{key_ttls, say, Gate, GateConfig};
-use super::workload::{Bank, Planned};
-use super::{BOUND, SETTLE};
-use crate::support::env;
+use idemgate_testkit::check::{check, Expect};
+use idemgate_testkit::kafka::{read_inputs, Producer, Reader, Topics};
+use idemgate_testkit::servers::key_ttls;
+
+use super::process::{Gate, GateConfig};
+use idemgate_testkit::workload::{Bank, Planned};
+use idemgate_testkit::{env, say, tansu_brokers, BOUND, SETTLE};
 
 #[test]
 fn binary_against_tansu_and_redis_counts_exactly() {
     const TEST: &str = "exact";
     let began = Instant::now();
-    let topics = Topics::create(TEST, 3, 2);
+    let topics = Topics::create(&tansu_brokers(), TEST, 3, 2);
     let mut bank = Bank::new(TEST, 24);
     bank.conflict_rate = 0.03;
     // Half is waiting when the gateway starts, half arrives while it runs;
     // the second half redelivers some events of the first.
     let first = bank.phase(300, 0, 10);
     let second = bank.phase(200, 60, 6);
-    let producer = Producer::new();
+    let producer = Producer::new(&tansu_brokers());
     let mut delivered = producer.send(&topics.input, &first, 100, Duration::ZERO);
     say(
         TEST,
@@ -45,7 +46,7 @@ fn binary_against_tansu_and_redis_counts_exactly() {
         ),
     );
 
-    let mut reader = Reader::new(&topics.outputs());
+    let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
     let all = reader.read_until(
         BOUND,
         |reader| reader.records.len() >= plan.len(),
@@ -62,7 +63,7 @@ fn binary_against_tansu_and_redis_counts_exactly() {
     say(TEST, format!("all outputs read at {:?}", began.elapsed()));
     reader.read_for(SETTLE);
 
-    let landed = read_inputs(&topics.input, topics.input_partitions, plan.len());
+    let landed = read_inputs(&tansu_brokers(), &topics.input, topics.input_partitions, plan.len());
     let misreported = landed
         .iter()
         .filter(|(id, at)| delivered[*id] != **at)

@@ -7,7 +7,7 @@
 //!
 //! Twice: with every redelivery keyed like its original (so in its
 //! partition), and with redeliveries keyed on their own, so the copies of
-//! one event meet on different replicas (DESIGN.md §7: which replica sees
+//! one event meet on different replicas (docs/design.md §7: which replica sees
 //! which copy must not matter).
 //!
 //! The kill is aimed: right after the doomed replica logs a delivered
@@ -17,12 +17,13 @@
 
 use std::time::{Duration, Instant};
 
-use super::check::{check, Expect};
-use super::kafka::{read_inputs, Producer, Reader, Topics};
-use super::process::{key_ttls, say, Gate, GateConfig};
-use super::workload::{Bank, Planned};
-use super::{BOUND, SETTLE};
-use crate::support::env;
+use idemgate_testkit::check::{check, Expect};
+use idemgate_testkit::kafka::{read_inputs, Producer, Reader, Topics};
+use idemgate_testkit::servers::key_ttls;
+
+use super::process::{Gate, GateConfig};
+use idemgate_testkit::workload::{Bank, Planned};
+use idemgate_testkit::{env, say, tansu_brokers, BOUND, SETTLE};
 
 #[test]
 fn two_workers_one_killed_mid_stream_lose_nothing() {
@@ -37,7 +38,7 @@ fn two_workers_one_killed_with_copies_across_partitions_double_nothing() {
 fn failover(test: &str, copies_share_key: bool) {
     let began = Instant::now();
     let partitions = 4;
-    let topics = Topics::create(test, partitions, 2);
+    let topics = Topics::create(&tansu_brokers(), test, partitions, 2);
     let mut bank = Bank::new(test, 64);
     bank.copy_rate = (0.30, 0.08);
     bank.copies_share_key = copies_share_key;
@@ -84,13 +85,13 @@ fn failover(test: &str, copies_share_key: bool) {
     let producing = {
         let topic = topics.input.clone();
         std::thread::spawn(move || {
-            let producer = Producer::new();
+            let producer = Producer::new(&tansu_brokers());
             let mut landed = producer.send(&topic, &burst, 250, Duration::from_millis(10));
             landed.extend(producer.send(&topic, &tail, 50, Duration::from_millis(100)));
             landed
         })
     };
-    let mut reader = Reader::new(&topics.outputs());
+    let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
     let part = plan.len() * 3 / 10;
     let reached = reader.read_until(
         BOUND,
@@ -142,7 +143,7 @@ fn failover(test: &str, copies_share_key: bool) {
     let delivered = producing.join().expect("producer thread");
     reader.read_for(SETTLE);
 
-    let landed = read_inputs(&topics.input, topics.input_partitions, plan.len());
+    let landed = read_inputs(&tansu_brokers(), &topics.input, topics.input_partitions, plan.len());
     assert!(
         landed.iter().all(|(id, at)| delivered[id] == *at),
         "delivery reports disagree with the log"

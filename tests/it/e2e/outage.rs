@@ -1,5 +1,5 @@
 //! The claim store goes away for ten seconds while records flow
-//! (DESIGN.md §8). Each test runs a redis-server of its own, so stopping it
+//! (docs/design.md §8). Each test runs a redis-server of its own, so stopping it
 //! touches no other test.
 //!
 //! Two shapes of outage:
@@ -21,11 +21,13 @@
 
 use std::time::{Duration, Instant};
 
-use super::check::{check, Expect};
-use super::kafka::{read_inputs, Landed, Producer, Reader, Topics};
-use super::process::{key_ttls, say, Gate, GateConfig, OwnRedis};
-use super::workload::{Bank, Planned};
-use super::{BOUND, SETTLE};
+use idemgate_testkit::check::{check, Expect};
+use idemgate_testkit::kafka::{read_inputs, Landed, Producer, Reader, Topics};
+use idemgate_testkit::servers::{key_ttls, RedisServer, ServerOptions};
+
+use super::process::{Gate, GateConfig};
+use idemgate_testkit::workload::{Bank, Planned};
+use idemgate_testkit::{env, say, tansu_brokers, BOUND, SETTLE};
 
 /// How long the store is away.
 const OUTAGE: Duration = Duration::from_secs(10);
@@ -35,7 +37,7 @@ struct Outage {
     topics: Topics,
     config: GateConfig,
     gate: Gate,
-    redis: OwnRedis,
+    redis: RedisServer,
     plan: Vec<Planned>,
     /// Test ids of the records produced while the store was away.
     during: Vec<String>,
@@ -54,12 +56,12 @@ fn run_outage(
     test: &str,
     fail_mode: &'static str,
     lease: &'static str,
-    stop: fn(&mut OwnRedis),
-    resume: fn(&mut OwnRedis),
+    stop: fn(&mut RedisServer),
+    resume: fn(&mut RedisServer),
 ) -> Outage {
     let began = Instant::now();
-    let topics = Topics::create(test, 3, 2);
-    let redis = OwnRedis::start(test);
+    let topics = Topics::create(&tansu_brokers(), test, 3, 2);
+    let redis = RedisServer::start(test, ServerOptions::default());
     let mut bank = Bank::new(test, 24);
     let before = bank.phase(300, 0, 6);
     let during = bank.phase(150, 100, 6);
@@ -76,10 +78,10 @@ fn run_outage(
         let topic = topics.input.clone();
         let records = before.clone();
         std::thread::spawn(move || {
-            Producer::new().send(&topic, &records, 10, Duration::from_millis(40))
+            Producer::new(&tansu_brokers()).send(&topic, &records, 10, Duration::from_millis(40))
         })
     };
-    let mut reader = Reader::new(&topics.outputs());
+    let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
     let half = before.len() / 2;
     let reached = reader.read_until(
         BOUND,
@@ -111,7 +113,7 @@ fn run_outage(
         let records = during.clone();
         std::thread::spawn(move || {
             let mut delivered = producing.join().expect("producer thread");
-            delivered.extend(Producer::new().send(&topic, &records, 10, Duration::from_millis(30)));
+            delivered.extend(Producer::new(&tansu_brokers()).send(&topic, &records, 10, Duration::from_millis(30)));
             delivered
         })
     };
@@ -132,7 +134,7 @@ fn run_outage(
         ),
     );
 
-    delivered.extend(Producer::new().send(&topics.input, &after, 50, Duration::from_millis(20)));
+    delivered.extend(Producer::new(&tansu_brokers()).send(&topics.input, &after, 50, Duration::from_millis(20)));
     let plan: Vec<Planned> = before
         .into_iter()
         .chain(during.iter().cloned())
@@ -171,6 +173,7 @@ fn run_outage(
 impl Outage {
     fn landed(&self) -> std::collections::HashMap<String, Landed> {
         let landed = read_inputs(
+            &tansu_brokers(),
             &self.topics.input,
             self.topics.input_partitions,
             self.plan.len(),
@@ -197,19 +200,19 @@ impl Outage {
     }
 }
 
-fn shutdown_save(redis: &mut OwnRedis) {
+fn shutdown_save(redis: &mut RedisServer) {
     redis.shutdown_save();
 }
 
-fn restart(redis: &mut OwnRedis) {
+fn restart(redis: &mut RedisServer) {
     redis.restart();
 }
 
-fn freeze(redis: &mut OwnRedis) {
+fn freeze(redis: &mut RedisServer) {
     redis.freeze();
 }
 
-fn thaw(redis: &mut OwnRedis) {
+fn thaw(redis: &mut RedisServer) {
     redis.thaw();
 }
 

@@ -1,7 +1,6 @@
-//! Processes the end-to-end tests run: the built `idemgate` binary, and a
-//! redis-server of the test's own for the outage tests. Both are guards:
-//! dropping one kills its process, so a failed assertion leaves nothing
-//! running; on a panic the gateway's log tail is printed first.
+//! The built `idemgate` binary as a guard: dropping one kills its process,
+//! so a failed assertion leaves nothing running; on a panic the gateway's
+//! log tail is printed first.
 
 use std::fs::File;
 use std::io::Write;
@@ -9,19 +8,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use super::kafka::{brokers, Topics};
-use crate::support::unique;
-
-/// Sends a signal by name (`TERM`, `KILL`, `STOP`, `CONT`) with kill(1): no
-/// new dependency for a syscall.
-pub fn signal(pid: u32, name: &str) {
-    let status = Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg(pid.to_string())
-        .status()
-        .expect("running kill");
-    assert!(status.success(), "kill -{name} {pid} failed: {status}");
-}
+use idemgate_testkit::kafka::Topics;
+use idemgate_testkit::servers::signal;
+use idemgate_testkit::{tansu_brokers, unique};
 
 /// What one gateway process is told, as the TOML file `idemgate run` reads.
 pub struct GateConfig {
@@ -45,7 +34,7 @@ impl GateConfig {
     /// key prefix.
     pub fn new(test: &str, topics: &Topics, redis_url: String) -> GateConfig {
         GateConfig {
-            brokers: brokers(),
+            brokers: tansu_brokers(),
             group: unique(&format!("{test}-group")),
             input: topics.input.clone(),
             clean: topics.clean.clone(),
@@ -282,213 +271,4 @@ impl Drop for Gate {
             let _ = std::fs::remove_file(&self.log);
         }
     }
-}
-
-/// A redis-server of the test's own, on a free port, so it can be stopped
-/// without touching the shared one. It persists only when told to
-/// (`SHUTDOWN SAVE`), into its own directory, and restarts from that dump on
-/// the same port.
-pub struct OwnRedis {
-    pub port: u16,
-    dir: PathBuf,
-    child: Option<Child>,
-    frozen: bool,
-}
-
-impl OwnRedis {
-    pub fn start(name: &str) -> OwnRedis {
-        let port = free_port();
-        let dir = std::env::temp_dir().join(format!("idemgate-e2e-redis-{}", unique(name)));
-        std::fs::create_dir_all(&dir).expect("redis dir");
-        let mut redis = OwnRedis {
-            port,
-            dir,
-            child: None,
-            frozen: false,
-        };
-        redis.spawn();
-        redis
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn spawn(&mut self) {
-        let log = File::options()
-            .create(true)
-            .append(true)
-            .open(self.dir.join("redis.log"))
-            .expect("redis log");
-        let child = Command::new("redis-server")
-            .args(["--bind", "127.0.0.1", "--port"])
-            .arg(self.port.to_string())
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .arg("--dir")
-            .arg(&self.dir)
-            .args(["--dbfilename", "dump.rdb"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log handle"))
-            .stderr(log)
-            .spawn()
-            .expect("spawning redis-server (is it on PATH?)");
-        self.child = Some(child);
-        let until = Instant::now() + Duration::from_secs(20);
-        loop {
-            if self.ping() {
-                return;
-            }
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().expect("try_wait"))
-            {
-                panic!(
-                    "redis-server on {} exited at start ({status}): {}",
-                    self.port,
-                    std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
-                );
-            }
-            assert!(
-                Instant::now() < until,
-                "redis-server on {} did not answer within 20s",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn connection(&self) -> redis::RedisResult<redis::Connection> {
-        let client = redis::Client::open(self.url())?;
-        client.get_connection_with_timeout(Duration::from_secs(2))
-    }
-
-    fn ping(&self) -> bool {
-        self.connection()
-            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
-            .is_ok()
-    }
-
-    /// `SHUTDOWN SAVE`: the server writes its dump and exits, as in a
-    /// planned restart; clients see refused connections until `restart`.
-    pub fn shutdown_save(&mut self) {
-        let mut connection = self.connection().expect("redis connection");
-        // The server closes the connection instead of answering.
-        let _ = redis::cmd("SHUTDOWN")
-            .arg("SAVE")
-            .query::<()>(&mut connection);
-        let mut child = self.child.take().expect("running");
-        let until = Instant::now() + Duration::from_secs(20);
-        loop {
-            if child.try_wait().expect("try_wait").is_some() {
-                break;
-            }
-            assert!(
-                Instant::now() < until,
-                "redis-server did not exit on SHUTDOWN SAVE"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        assert!(
-            self.dir.join("dump.rdb").exists(),
-            "SHUTDOWN SAVE left no dump.rdb"
-        );
-    }
-
-    /// Starts the server again on the same port; it loads the dump.
-    pub fn restart(&mut self) {
-        assert!(self.child.is_none(), "restart of a running redis-server");
-        self.spawn();
-    }
-
-    /// SIGSTOP: the server keeps its sockets but answers nothing, as when it
-    /// hangs or the network drops packets.
-    pub fn freeze(&mut self) {
-        signal(self.child.as_ref().expect("running").id(), "STOP");
-        self.frozen = true;
-    }
-
-    pub fn thaw(&mut self) {
-        signal(self.child.as_ref().expect("running").id(), "CONT");
-        self.frozen = false;
-    }
-}
-
-impl Drop for OwnRedis {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            if self.frozen {
-                let _ = Command::new("kill")
-                    .arg("-CONT")
-                    .arg(child.id().to_string())
-                    .status();
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-}
-
-/// Every key under `prefix`, by SCAN (never KEYS on a shared server).
-/// Claim keys end in raw hash bytes, hence bytes.
-fn scan(connection: &mut redis::Connection, prefix: &str) -> Vec<Vec<u8>> {
-    let mut keys = Vec::new();
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, batch): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{prefix}*"))
-            .arg("COUNT")
-            .arg(1000)
-            .query(connection)
-            .expect("SCAN");
-        keys.extend(batch);
-        if next == 0 {
-            return keys;
-        }
-        cursor = next;
-    }
-}
-
-/// The remaining lifetime (ms) of every key under `prefix`, after
-/// asserting each one expires (DESIGN.md §4: a key without expiry is a
-/// bug). A key that expired between SCAN and PTTL is left out.
-pub fn key_ttls(url: &str, prefix: &str) -> Vec<i64> {
-    let client = redis::Client::open(url).expect("redis url");
-    let mut connection = client
-        .get_connection_with_timeout(Duration::from_secs(5))
-        .expect("redis connection");
-    let mut ttls = Vec::new();
-    for key in scan(&mut connection, prefix) {
-        let ttl: i64 = redis::cmd("PTTL")
-            .arg(&key)
-            .query(&mut connection)
-            .expect("PTTL");
-        assert!(
-            ttl > 0 || ttl == -2,
-            "key {} has PTTL {ttl}: every claim must expire",
-            String::from_utf8_lossy(&key)
-        );
-        if ttl > 0 {
-            ttls.push(ttl);
-        }
-    }
-    ttls
-}
-
-/// A port nothing listens on right now (the OS's pick, released).
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr").port()
-}
-
-/// A line for the test's output, flushed at once (tests run in parallel).
-pub fn say(test: &str, line: impl std::fmt::Display) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "[{test}] {line}");
-    let _ = out.flush();
 }

@@ -5,18 +5,19 @@
 
 use std::time::{Duration, Instant};
 
-use super::check::{check, Expect};
-use super::kafka::{read_inputs, Producer, Reader, Topics};
-use super::process::{key_ttls, say, Gate, GateConfig};
-use super::workload::{Bank, Planned};
-use super::{BOUND, SETTLE};
-use crate::support::env;
+use idemgate_testkit::check::{check, Expect};
+use idemgate_testkit::kafka::{read_inputs, Producer, Reader, Topics};
+use idemgate_testkit::servers::key_ttls;
+
+use super::process::{Gate, GateConfig};
+use idemgate_testkit::workload::{Bank, Planned};
+use idemgate_testkit::{env, say, tansu_brokers, BOUND, SETTLE};
 
 #[test]
 fn a_restart_resumes_from_committed_offsets_and_loses_nothing() {
     const TEST: &str = "restart";
     let began = Instant::now();
-    let topics = Topics::create(TEST, 3, 2);
+    let topics = Topics::create(&tansu_brokers(), TEST, 3, 2);
     let mut bank = Bank::new(TEST, 24);
     bank.conflict_rate = 0.02;
     let before = bank.phase(600, 0, 12);
@@ -38,10 +39,10 @@ fn a_restart_resumes_from_committed_offsets_and_loses_nothing() {
         let topic = topics.input.clone();
         let records = before.clone();
         std::thread::spawn(move || {
-            Producer::new().send(&topic, &records, 20, Duration::from_millis(40))
+            Producer::new(&tansu_brokers()).send(&topic, &records, 20, Duration::from_millis(40))
         })
     };
-    let mut reader = Reader::new(&topics.outputs());
+    let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
     let part = before.len() / 3;
     let reached = reader.read_until(
         BOUND,
@@ -77,7 +78,7 @@ fn a_restart_resumes_from_committed_offsets_and_loses_nothing() {
 
     // The rest of the stream, and more, arrive while no gateway runs.
     let mut delivered = producing.join().expect("producer thread");
-    delivered.extend(Producer::new().send(&topics.input, &after, 100, Duration::ZERO));
+    delivered.extend(Producer::new(&tansu_brokers()).send(&topics.input, &after, 100, Duration::ZERO));
     let plan: Vec<Planned> = before.into_iter().chain(after).collect();
     assert!(
         at_stop < plan.len(),
@@ -105,7 +106,7 @@ fn a_restart_resumes_from_committed_offsets_and_loses_nothing() {
     );
     reader.read_for(SETTLE);
 
-    let landed = read_inputs(&topics.input, topics.input_partitions, plan.len());
+    let landed = read_inputs(&tansu_brokers(), &topics.input, topics.input_partitions, plan.len());
     assert!(
         landed.iter().all(|(id, at)| delivered[id] == *at),
         "delivery reports disagree with the log"

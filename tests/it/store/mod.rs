@@ -19,7 +19,8 @@ pub trait Harness: Send + Sync {
     fn salt(&self) -> &str;
 }
 
-use crate::support::{env, unique};
+use idemgate_testkit::servers::scan_async;
+use idemgate_testkit::{env, unique};
 
 struct Memory {
     salt: String,
@@ -108,9 +109,7 @@ pub async fn ttls(redis: &Redis) -> Vec<(Vec<u8>, i64)> {
     for url in nodes {
         let client = redis::Client::open(url.as_str()).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-        let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
-            .arg(format!("{}*", redis.prefix))
-            .query_async(&mut conn)
+        let keys = scan_async(&mut conn, &format!("{}*", redis.prefix))
             .await
             .unwrap();
         for key in keys {

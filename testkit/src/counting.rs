@@ -1,25 +1,28 @@
-//! A `ClaimStore` decorator that counts what the worker asks of the store,
-//! and tells the timeline (`timeline.rs`) when each call starts and ends.
+//! A `ClaimStore` decorator that counts what the worker asks of the store
+//! (the tests' evidence, seen from outside, that claims were released after
+//! failed deliveries; the bench's calls per batch), notes which records
+//! asked for a claim, and tells an optional observer (the bench's timeline)
+//! when each call starts and ends.
 //!
 //! The worker runs a batch in rounds: one `claim` call for every undecided
 //! record, then it produces the decided records' outputs, then one
-//! `finalize` call for the novel ones (DESIGN.md §1). A record held behind
-//! another record's pending claim (`Held`) is claimed again in the next
-//! round, so claim calls per batch above one are retry rounds.
+//! `finalize` call for the novel ones (docs/design.md §1). A record held
+//! behind another record's pending claim (`Held`) is claimed again in the
+//! next round, so claim calls per batch above one are retry rounds.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use super::timeline::{self, Event};
 use idemgate::store::{
     Claim, ClaimOutcome, ClaimState, ClaimStore, Millis, Settle, StoreError, StoreStats, Tier,
 };
 
 /// What one replica's store calls showed.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub(crate) struct StoreTally {
+pub struct StoreTally {
     pub claim_calls: u64,
     pub finalize_calls: u64,
     pub release_calls: u64,
@@ -78,9 +81,24 @@ impl StoreTally {
     }
 }
 
-pub(crate) struct CountingStore {
+/// Which store call an observer hears of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Call {
+    Claim,
+    /// Finalize or release.
+    Settle,
+}
+
+/// Told when a call starts (`true`) and ends (`false`).
+pub type Observer = Box<dyn Fn(Call, bool) + Send + Sync>;
+
+pub struct CountingStore {
     inner: Arc<dyn ClaimStore>,
     tally: Mutex<StoreTally>,
+    /// (partition, offset) of every record that asked for a claim since the
+    /// last `take_holders`.
+    holders: Mutex<BTreeSet<(i32, i64)>>,
+    observer: Option<Observer>,
 }
 
 impl CountingStore {
@@ -88,7 +106,14 @@ impl CountingStore {
         CountingStore {
             inner,
             tally: Mutex::new(StoreTally::default()),
+            holders: Mutex::new(BTreeSet::new()),
+            observer: None,
         }
+    }
+
+    pub fn with_observer(mut self, observer: Observer) -> CountingStore {
+        self.observer = Some(observer);
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, StoreTally> {
@@ -97,17 +122,42 @@ impl CountingStore {
         self.tally.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn observe(&self, call: Call, start: bool) {
+        if let Some(observer) = &self.observer {
+            observer(call, start);
+        }
+    }
+
     pub fn tally(&self) -> StoreTally {
         self.lock().clone()
+    }
+
+    /// Claims really released (deleted) so far.
+    pub fn released(&self) -> u64 {
+        self.lock().released
+    }
+
+    /// Claims finalized to done so far.
+    pub fn finalized(&self) -> u64 {
+        self.lock().finalized
+    }
+
+    /// The records that asked for a claim since the last call.
+    pub fn take_holders(&self) -> BTreeSet<(i32, i64)> {
+        std::mem::take(&mut *self.holders.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
 #[async_trait]
 impl ClaimStore for CountingStore {
     async fn claim(&self, batch: &[Claim]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        timeline::global().event(Event::ClaimStart);
+        self.observe(Call::Claim, true);
         let result = self.inner.claim(batch).await;
-        timeline::global().event(Event::ClaimEnd);
+        self.observe(Call::Claim, false);
+        self.holders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(batch.iter().map(|c| (c.holder.partition, c.holder.offset)));
         let mut tally = self.lock();
         tally.claim_calls += 1;
         tally.claimed += batch.len() as u64;
@@ -119,9 +169,9 @@ impl ClaimStore for CountingStore {
     }
 
     async fn finalize(&self, batch: &[Settle]) -> Result<Vec<bool>, StoreError> {
-        timeline::global().event(Event::SettleStart);
+        self.observe(Call::Settle, true);
         let result = self.inner.finalize(batch).await;
-        timeline::global().event(Event::SettleEnd);
+        self.observe(Call::Settle, false);
         let mut tally = self.lock();
         tally.finalize_calls += 1;
         match &result {
@@ -136,9 +186,9 @@ impl ClaimStore for CountingStore {
     }
 
     async fn release(&self, batch: &[Settle]) -> Result<Vec<bool>, StoreError> {
-        timeline::global().event(Event::SettleStart);
+        self.observe(Call::Settle, true);
         let result = self.inner.release(batch).await;
-        timeline::global().event(Event::SettleEnd);
+        self.observe(Call::Settle, false);
         let mut tally = self.lock();
         tally.release_calls += 1;
         match &result {
@@ -148,8 +198,7 @@ impl ClaimStore for CountingStore {
         result
     }
 
-    /// The store watcher's call, from its own task: counted, kept off the
-    /// timeline.
+    /// The store watcher's call, from its own task: counted, not observed.
     async fn stats(&self, at: Millis) -> Result<StoreStats, StoreError> {
         self.lock().stats_calls += 1;
         self.inner.stats(at).await

@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use idemgate::decision::{FIRST_SEEN, REASON, SOURCE_HASH, TIER};
 
-use super::kafka::{Landed, Out, Topics};
-use super::workload::{Kind, Planned};
+use crate::kafka::{Landed, Out, Topics};
+use crate::workload::{Kind, Planned};
 
 /// How strict the verdict is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -43,6 +43,33 @@ pub struct Planned {
     pub kind: Kind,
     /// The library's verdict: hex source hash, or the invalid reason code.
     pub hash: Result<String, &'static str>,
+    /// An explicit partition; by key otherwise.
+    pub partition: Option<i32>,
+    /// Headers besides `x-test-id` (an idempotency key, say).
+    pub headers: Vec<(String, Vec<u8>)>,
+}
+
+impl Planned {
+    /// A record written by hand (a poison record, a header-keyed job):
+    /// `hash` is what the test expects the gateway to find.
+    pub fn custom(
+        id: impl Into<String>,
+        key: &[u8],
+        payload: Option<&[u8]>,
+        kind: Kind,
+        hash: Result<String, &'static str>,
+    ) -> Planned {
+        Planned {
+            id: id.into(),
+            key: key.to_vec(),
+            payload: payload.map(<[u8]>::to_vec),
+            event: None,
+            kind,
+            hash,
+            partition: None,
+            headers: Vec::new(),
+        }
+    }
 }
 
 struct Event {
@@ -87,6 +114,10 @@ pub struct Bank {
     /// partition, the default), or each by a key of its own (a sender that
     /// keys by delivery attempt), so copies of one event land anywhere.
     pub copies_share_key: bool,
+    /// How far behind its original a redelivery may come, in tenths of a
+    /// record: 300 (the default) keeps copies within about 30 records, in
+    /// the same batch or the next; larger spreads them over the phase.
+    pub copy_spread: u64,
 }
 
 impl Bank {
@@ -105,6 +136,7 @@ impl Bank {
             copy_rate: (0.35, 0.10),
             conflict_rate: 0.0,
             copies_share_key: true,
+            copy_spread: 300,
         }
     }
 
@@ -138,12 +170,12 @@ impl Bank {
             let (one, two) = self.copy_rate;
             let copies = usize::from(self.rng.gen_bool(one)) + usize::from(self.rng.gen_bool(two));
             for _ in 0..copies {
-                let later = at + self.rng.gen_range(1..=300);
+                let later = at + self.rng.gen_range(1..=self.copy_spread.max(1));
                 let record = self.copy(event, false);
                 slots.push((later, record));
             }
             if self.rng.gen_bool(self.conflict_rate) {
-                let later = at + self.rng.gen_range(1..=300);
+                let later = at + self.rng.gen_range(1..=self.copy_spread.max(1));
                 let record = self.copy(event, true);
                 slots.push((later, record));
             }
@@ -263,6 +295,8 @@ impl Bank {
             event,
             kind,
             hash,
+            partition: None,
+            headers: Vec::new(),
         }
     }
 

@@ -21,14 +21,14 @@
 //! Deterministic: a seeded generator, so every run loads the same records.
 
 /// Seconds after the first attempt.
-pub(crate) const LADDER: [i64; 7] = [60, 300, 1_800, 5_400, 12_000, 21_600, 33_600];
-pub(crate) const PAYLOAD_BYTES: usize = 200;
+pub const LADDER: [i64; 7] = [60, 300, 1_800, 5_400, 12_000, 21_600, 33_600];
+pub const PAYLOAD_BYTES: usize = 200;
 const ACCOUNTS: u64 = 50_000;
 const CURRENCIES: [&str; 4] = ["EUR", "USD", "GBP", "CHF"];
 
 /// One record of the raw topic, in arrival order.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Planned {
+pub struct Planned {
     pub event: u32,
     /// 0 for the first attempt.
     pub attempt: u8,
@@ -36,7 +36,7 @@ pub(crate) struct Planned {
     pub arrival_ms: i64,
 }
 
-pub(crate) struct Workload {
+pub struct Workload {
     pub records: Vec<Planned>,
     pub events: u64,
     pub copies: u64,
@@ -47,7 +47,7 @@ pub(crate) struct Workload {
     span_ms: i64,
 }
 
-pub(crate) struct Rng(u64);
+pub struct Rng(u64);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {

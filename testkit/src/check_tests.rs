@@ -7,10 +7,10 @@ use std::time::Instant;
 
 use idemgate::decision::{DECISION, FIRST_SEEN, REASON, SOURCE_HASH, TIER};
 
-use super::check::{judge, Expect};
-use super::kafka::{Landed, Out, Topics};
-use super::workload::{Bank, Kind, Planned};
-use super::TEST_ID;
+use crate::check::{judge, Expect};
+use crate::kafka::{Landed, Out, Topics};
+use crate::workload::{Bank, Kind, Planned};
+use crate::TEST_ID;
 
 fn topics() -> Topics {
     Topics {

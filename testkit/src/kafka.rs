@@ -1,6 +1,8 @@
-//! The Kafka side of the end-to-end tests: topics on the real broker, the
-//! producer that writes a workload, and the readers that collect what the
-//! gateway wrote (and read the inputs back to learn their coordinates).
+//! The Kafka side of a test: its topics, the producer that writes a
+//! workload, and the reader that collects what the gateway wrote (and reads
+//! the inputs back to learn their coordinates). Works on any broker: the
+//! mock cluster (topics made through it) or Tansu (topics made with the
+//! admin client).
 //!
 //! Tansu's high watermark is wrong (the first offset of the last batch + 1),
 //! so nothing here asks for watermarks or lag: readers start at the
@@ -19,17 +21,23 @@ use rdkafka::message::{Header, Headers, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-use super::workload::Planned;
-use super::TEST_ID;
-use crate::support::{env, unique};
+use idemgate::demo::mock::MockKafka;
 
-/// The broker under test (Tansu), from `scripts/test-services.sh`.
-pub fn brokers() -> String {
-    env("IDEMGATE_TEST_KAFKA_BROKERS")
+use crate::workload::Planned;
+use crate::{unique, TEST_ID};
+
+/// An admin client for `brokers`.
+pub fn admin(brokers: &str) -> AdminClient<DefaultClientContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("log_level", "3")
+        .create()
+        .expect("admin client")
 }
 
 /// One test's topics: a raw input, and the gateway's clean and audit
 /// outputs, all with names no other test uses.
+#[derive(Clone, Debug)]
 pub struct Topics {
     pub input: String,
     pub clean: String,
@@ -39,22 +47,51 @@ pub struct Topics {
 }
 
 impl Topics {
-    /// Creates the three topics with rdkafka's admin client and waits until
-    /// the broker's metadata lists every partition.
-    pub fn create(test: &str, input_partitions: i32, output_partitions: i32) -> Topics {
-        let topics = Topics {
+    /// Names for the three topics; nothing is created.
+    pub fn named(test: &str, input_partitions: i32, output_partitions: i32) -> Topics {
+        Topics {
             input: unique(&format!("{test}-raw")),
             clean: unique(&format!("{test}-clean")),
             audit: unique(&format!("{test}-audit")),
             input_partitions,
             output_partitions,
-        };
-        create_topics(&[
-            (&topics.input, input_partitions),
-            (&topics.clean, output_partitions),
-            (&topics.audit, output_partitions),
-        ]);
+        }
+    }
+
+    /// Creates the three topics on `brokers` with rdkafka's admin client and
+    /// waits until the broker's metadata lists every partition.
+    pub fn create(
+        brokers: &str,
+        test: &str,
+        input_partitions: i32,
+        output_partitions: i32,
+    ) -> Topics {
+        let topics = Topics::named(test, input_partitions, output_partitions);
+        create_topics(brokers, &topics.all());
         topics
+    }
+
+    /// Creates the three topics on the mock cluster, which has no
+    /// CreateTopics handler.
+    pub fn create_on_mock(
+        kafka: &MockKafka,
+        test: &str,
+        input_partitions: i32,
+        output_partitions: i32,
+    ) -> Topics {
+        let topics = Topics::named(test, input_partitions, output_partitions);
+        for (name, partitions) in topics.all() {
+            kafka
+                .create_topic(name, partitions)
+                .expect("creating a mock topic");
+        }
+        topics
+    }
+
+    fn all(&self) -> Vec<(&str, i32)> {
+        let mut all = vec![(self.input.as_str(), self.input_partitions)];
+        all.extend(self.outputs());
+        all
     }
 
     pub fn outputs(&self) -> Vec<(&str, i32)> {
@@ -65,11 +102,10 @@ impl Topics {
     }
 }
 
-fn create_topics(topics: &[(&str, i32)]) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", brokers())
-        .create()
-        .expect("admin client");
+/// Creates topics on `brokers` and waits until its metadata lists every
+/// partition.
+pub fn create_topics(brokers: &str, topics: &[(&str, i32)]) {
+    let admin = admin(brokers);
     let new: Vec<NewTopic<'_>> = topics
         .iter()
         .map(|(name, partitions)| NewTopic::new(name, *partitions, TopicReplication::Fixed(1)))
@@ -122,9 +158,9 @@ pub struct Producer {
 }
 
 impl Producer {
-    pub fn new() -> Producer {
+    pub fn new(brokers: &str) -> Producer {
         let inner = ClientConfig::new()
-            .set("bootstrap.servers", brokers())
+            .set("bootstrap.servers", brokers)
             // Order within a partition is what makes an event's first copy
             // its first offset; idempotence keeps it across retries.
             .set("enable.idempotence", "true")
@@ -153,13 +189,22 @@ impl Producer {
             }
             let mut pending = Vec::with_capacity(part.len());
             for record in part {
-                let headers = OwnedHeaders::new().insert(Header {
+                let mut headers = OwnedHeaders::new().insert(Header {
                     key: TEST_ID,
                     value: Some(record.id.as_bytes()),
                 });
+                for (key, value) in &record.headers {
+                    headers = headers.insert(Header {
+                        key,
+                        value: Some(value.as_slice()),
+                    });
+                }
                 let mut message: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic)
                     .key(record.key.as_slice())
                     .headers(headers);
+                if let Some(partition) = record.partition {
+                    message = message.partition(partition);
+                }
                 if let Some(payload) = record.payload.as_deref() {
                     message = message.payload(payload);
                 }
@@ -241,10 +286,10 @@ pub struct Reader {
 }
 
 impl Reader {
-    pub fn new(topics: &[(&str, i32)]) -> Reader {
+    pub fn new(brokers: &str, topics: &[(&str, i32)]) -> Reader {
         let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", brokers())
-            .set("group.id", unique("e2e-reader"))
+            .set("bootstrap.servers", brokers)
+            .set("group.id", unique("reader"))
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "earliest")
             .create()
@@ -336,8 +381,13 @@ impl Reader {
 /// Reads an input topic back: where each planned record really is, by test
 /// id. Panics if a record is missing or was written twice (the workload's
 /// own producer must not be the source of a duplicate).
-pub fn read_inputs(topic: &str, partitions: i32, expected: usize) -> HashMap<String, Landed> {
-    let mut reader = Reader::new(&[(topic, partitions)]);
+pub fn read_inputs(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+    expected: usize,
+) -> HashMap<String, Landed> {
+    let mut reader = Reader::new(brokers, &[(topic, partitions)]);
     let read = reader.read_until(
         Duration::from_secs(60),
         |reader| reader.records.len() >= expected,

@@ -1,0 +1,376 @@
+//! Servers a test or the bench owns, as guards: a redis-server and a Tansu
+//! broker on spare loopback ports, killed (and their directories removed)
+//! when dropped, so a failed assertion leaves nothing running. Plus what
+//! reading a shared Redis takes: SCAN, never KEYS, under a prefix.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::unique;
+
+/// Sends a signal by name (`TERM`, `KILL`, `STOP`, `CONT`) with kill(1): no
+/// new dependency for a syscall.
+pub fn signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("running kill");
+    assert!(status.success(), "kill -{name} {pid} failed: {status}");
+}
+
+/// A port the kernel just handed out and we released: free unless
+/// something grabs it within milliseconds.
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local address").port()
+}
+
+/// How to start a redis-server of one's own.
+#[derive(Clone, Debug, Default)]
+pub struct ServerOptions {
+    /// The binary; `redis-server` on PATH by default.
+    pub binary: Option<PathBuf>,
+    /// A module to load (RedisBloom's `redisbloom.so`).
+    pub module: Option<PathBuf>,
+    /// Where its directory and log go; the temp dir by default (and then
+    /// removed on drop).
+    pub dir: Option<PathBuf>,
+}
+
+/// A redis-server of one's own, so it can be stopped, frozen or measured
+/// without touching a shared one. `noeviction`, no persistence but when told
+/// (`SHUTDOWN SAVE`, into its own directory); it restarts from that dump on
+/// the same port.
+pub struct RedisServer {
+    pub port: u16,
+    options: ServerOptions,
+    dir: PathBuf,
+    /// Whether `dir` is ours to remove.
+    temporary: bool,
+    child: Option<Child>,
+    frozen: bool,
+}
+
+impl RedisServer {
+    /// Starts it and waits until it answers PING; panics with its log if
+    /// it does not.
+    pub fn start(name: &str, options: ServerOptions) -> RedisServer {
+        let port = free_port();
+        let (dir, temporary) = match &options.dir {
+            Some(dir) => (dir.join(format!("redis-{port}")), false),
+            None => (
+                std::env::temp_dir().join(format!("idemgate-redis-{}", unique(name))),
+                true,
+            ),
+        };
+        std::fs::create_dir_all(&dir).expect("redis dir");
+        let mut redis = RedisServer {
+            port,
+            options,
+            dir,
+            temporary,
+            child: None,
+            frozen: false,
+        };
+        redis.spawn();
+        redis
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    pub fn log(&self) -> PathBuf {
+        self.dir.join("redis.log")
+    }
+
+    fn binary(&self) -> &Path {
+        self.options
+            .binary
+            .as_deref()
+            .unwrap_or(Path::new("redis-server"))
+    }
+
+    fn spawn(&mut self) {
+        let mut command = Command::new(self.binary());
+        command
+            .args(["--bind", "127.0.0.1", "--port"])
+            .arg(self.port.to_string())
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(["--maxmemory-policy", "noeviction"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(["--dbfilename", "dump.rdb"])
+            .arg("--logfile")
+            .arg(self.log());
+        if let Some(module) = &self.options.module {
+            command.arg("--loadmodule").arg(module);
+        }
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawning {}: {e}", self.binary().display()));
+        self.child = Some(child);
+        let until = Instant::now() + Duration::from_secs(20);
+        loop {
+            if self.ping() {
+                return;
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().expect("try_wait"))
+            {
+                panic!(
+                    "redis-server on {} exited at start ({status}): {}",
+                    self.port,
+                    std::fs::read_to_string(self.log()).unwrap_or_default()
+                );
+            }
+            assert!(
+                Instant::now() < until,
+                "redis-server on {} did not answer within 20s",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn connection(&self) -> redis::RedisResult<redis::Connection> {
+        let client = redis::Client::open(self.url())?;
+        client.get_connection_with_timeout(Duration::from_secs(2))
+    }
+
+    fn ping(&self) -> bool {
+        self.connection()
+            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+            .is_ok()
+    }
+
+    /// `SHUTDOWN SAVE`: the server writes its dump and exits, as in a
+    /// planned restart; clients see refused connections until `restart`.
+    pub fn shutdown_save(&mut self) {
+        let mut connection = self.connection().expect("redis connection");
+        // The server closes the connection instead of answering.
+        let _ = redis::cmd("SHUTDOWN")
+            .arg("SAVE")
+            .query::<()>(&mut connection);
+        let mut child = self.child.take().expect("running");
+        let until = Instant::now() + Duration::from_secs(20);
+        while child.try_wait().expect("try_wait").is_none() {
+            assert!(
+                Instant::now() < until,
+                "redis-server did not exit on SHUTDOWN SAVE"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            self.dir.join("dump.rdb").exists(),
+            "SHUTDOWN SAVE left no dump.rdb"
+        );
+    }
+
+    /// Starts the server again on the same port; it loads the dump.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "restart of a running redis-server");
+        self.spawn();
+    }
+
+    /// SIGSTOP: the server keeps its sockets but answers nothing, as when it
+    /// hangs or the network drops packets.
+    pub fn freeze(&mut self) {
+        signal(self.pid(), "STOP");
+        self.frozen = true;
+    }
+
+    pub fn thaw(&mut self) {
+        signal(self.pid(), "CONT");
+        self.frozen = false;
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            if self.frozen {
+                let _ = Command::new("kill")
+                    .arg("-CONT")
+                    .arg(child.id().to_string())
+                    .status();
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if self.temporary && !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// A Tansu broker of one's own (memory storage) on a spare port.
+pub struct Tansu {
+    child: Child,
+    pub brokers: String,
+    /// What `tansu --version` printed.
+    pub version: String,
+}
+
+impl Tansu {
+    /// Starts `binary` with its work dir and log under `dir`, and waits
+    /// until it serves metadata.
+    pub fn start(binary: &Path, dir: &Path) -> Result<Tansu> {
+        let version = version_line(binary, "--version")?;
+        let port = free_port();
+        let url = format!("tcp://127.0.0.1:{port}");
+        let work = dir.join("tansu");
+        std::fs::create_dir_all(&work)?;
+        let log_path = dir.join("tansu.log");
+        let log = File::create(&log_path)?;
+        let child = Command::new(binary)
+            .args(["broker", "--storage-engine", "memory://tansu/"])
+            .args(["--listener-url", &url, "--advertised-listener-url", &url])
+            // Tansu reads settings from the environment too: none of ours.
+            .env_remove("SCHEMA_REGISTRY")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .current_dir(&work)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let mut tansu = Tansu {
+            child,
+            brokers: format!("127.0.0.1:{port}"),
+            version,
+        };
+        let admin = crate::kafka::admin(&tansu.brokers);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = tansu.child.try_wait()? {
+                bail!(
+                    "tansu exited during start-up ({status}); see {}",
+                    log_path.display()
+                );
+            }
+            if admin
+                .inner()
+                .fetch_metadata(None, Duration::from_millis(500))
+                .is_ok()
+            {
+                return Ok(tansu);
+            }
+            if Instant::now() > deadline {
+                bail!("tansu on {} did not answer within 30s", tansu.brokers);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Tansu {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The first line `binary flag` prints.
+pub fn version_line(binary: &Path, flag: &str) -> Result<String> {
+    let output = Command::new(binary)
+        .arg(flag)
+        .output()
+        .with_context(|| format!("running {} {flag}", binary.display()))?;
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_string())
+}
+
+/// Every key matching `pattern` (`prefix*`) on one node, by SCAN (never
+/// KEYS: a shared server holds other tests' and sessions' keys). Claim keys
+/// end in raw hash bytes, hence bytes.
+pub fn scan(connection: &mut redis::Connection, pattern: &str) -> Vec<Vec<u8>> {
+    let mut keys = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, batch): (u64, Vec<Vec<u8>>) =
+            scan_step(cursor, pattern).query(connection).expect("SCAN");
+        keys.extend(batch);
+        if next == 0 {
+            return keys;
+        }
+        cursor = next;
+    }
+}
+
+/// One SCAN call: the next cursor and a batch of keys.
+fn scan_step(cursor: u64, pattern: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("SCAN");
+    cmd.arg(cursor)
+        .arg("MATCH")
+        .arg(pattern)
+        .arg("COUNT")
+        .arg(10_000);
+    cmd
+}
+
+/// `scan` on an async connection (the bench's), with errors returned.
+pub async fn scan_async(
+    connection: &mut redis::aio::MultiplexedConnection,
+    pattern: &str,
+) -> Result<Vec<Vec<u8>>> {
+    let mut keys = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, batch): (u64, Vec<Vec<u8>>) =
+            scan_step(cursor, pattern).query_async(connection).await?;
+        keys.extend(batch);
+        if next == 0 {
+            return Ok(keys);
+        }
+        cursor = next;
+    }
+}
+
+/// The remaining lifetime (ms) of every key under `prefix`, after
+/// asserting each one expires (docs/design.md §4: a key without expiry is
+/// a bug). A key that expired between SCAN and PTTL is left out.
+pub fn key_ttls(url: &str, prefix: &str) -> Vec<i64> {
+    let client = redis::Client::open(url).expect("redis url");
+    let mut connection = client
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .expect("redis connection");
+    let mut ttls = Vec::new();
+    for key in scan(&mut connection, &format!("{prefix}*")) {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query(&mut connection)
+            .expect("PTTL");
+        assert!(
+            ttl > 0 || ttl == -2,
+            "key {} has PTTL {ttl}: every claim must expire",
+            String::from_utf8_lossy(&key)
+        );
+        if ttl > 0 {
+            ttls.push(ttl);
+        }
+    }
+    ttls
+}
