@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use idemgate::fingerprint::{fingerprint, Profile, RecordView};
-use idemgate::ttl::{measure_horizon, parse_duration, Delivery, TtlPolicy};
+use idemgate::ttl::{format_duration, measure_horizon, parse_duration, Delivery, TtlPolicy};
 
 #[derive(Parser)]
 #[command(name = "idemgate", version, about = "Deduplication gateway for Kafka")]
@@ -57,10 +57,10 @@ struct HashArgs {
     #[arg(long)]
     fields: Option<String>,
     /// For `header`: the header's name (default x-idempotency-key).
-    #[arg(long)]
+    #[arg(long, requires = "key")]
     header: Option<String>,
     /// For `header`: the header's value (stdin is then the payload).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     key: Option<String>,
     /// Records larger than this are invalid.
     #[arg(long, default_value_t = 1 << 20)]
@@ -70,28 +70,34 @@ struct HashArgs {
 #[derive(Args)]
 struct TtlArgs {
     /// An explicit duration.
-    #[arg(long, conflicts_with_all = ["retention_years", "p99", "horizon"])]
+    #[arg(long, allow_hyphen_values = true, conflicts_with_all = ["retention_years", "p99", "horizon"])]
     explicit: Option<String>,
     /// Retention policy: years of 365.25 days.
     #[arg(long, conflicts_with_all = ["p99", "horizon"])]
     retention_years: Option<u32>,
     /// Job policy: p99 job duration ...
-    #[arg(long, requires_all = ["retry_ladder", "fallback"], conflicts_with = "horizon")]
+    #[arg(long, requires_all = ["retry_ladder", "fallback", "margin"], conflicts_with = "horizon", allow_hyphen_values = true)]
     p99: Option<String>,
     /// ... the retry ladder's waits, comma separated ...
-    #[arg(long, value_delimiter = ',')]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        requires = "p99",
+        allow_hyphen_values = true
+    )]
     retry_ladder: Vec<String>,
     /// ... the fallback replay window ...
-    #[arg(long)]
+    #[arg(long, requires = "p99", allow_hyphen_values = true)]
     fallback: Option<String>,
-    /// ... and a safety margin as a fraction of their sum.
-    #[arg(long, default_value_t = 0.0)]
-    margin: f64,
+    /// ... and a safety margin as a fraction of their sum (required, as in
+    /// the config: 0 says "no margin" on purpose).
+    #[arg(long, requires = "p99", allow_hyphen_values = true)]
+    margin: Option<f64>,
     /// Measured horizon ...
-    #[arg(long, requires = "outage")]
+    #[arg(long, requires = "outage", allow_hyphen_values = true)]
     horizon: Option<String>,
     /// ... plus outage tolerance.
-    #[arg(long)]
+    #[arg(long, requires = "horizon", allow_hyphen_values = true)]
     outage: Option<String>,
 }
 
@@ -138,8 +144,9 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Hash(args) => hash(args),
         Command::Ttl(args) => {
-            let policy = ttl_policy(args)?;
-            println!("{}", policy.ttl()?.as_secs());
+            let ttl = ttl_policy(args)?.ttl()?;
+            // Seconds first, for scripts; then as a config would write it.
+            println!("{}\t{}", ttl.as_secs(), format_duration(ttl));
             Ok(())
         }
         Command::Horizon => horizon(),
@@ -164,6 +171,10 @@ fn hash(args: HashArgs) -> Result<()> {
         .context("reading the record from stdin")?;
     let header_name = match &profile {
         Profile::Header { name } => name.clone(),
+        _ if args.key.is_some() => bail!(
+            "--key is the header's value for --profile header; profile {} reads stdin only",
+            args.profile
+        ),
         _ => String::new(),
     };
     let headers: Vec<(&str, Option<&[u8]>)> = match &args.key {
@@ -202,11 +213,12 @@ fn ttl_policy(args: TtlArgs) -> Result<TtlPolicy> {
             .map(|step| duration("retry-ladder", step))
             .collect::<Result<_>>()?;
         let fallback = args.fallback.context("--fallback is needed with --p99")?;
+        let margin = args.margin.context("--margin is needed with --p99")?;
         return Ok(TtlPolicy::Job {
             p99: duration("p99", &p99)?,
             retry_ladder,
             fallback: duration("fallback", &fallback)?,
-            margin: args.margin,
+            margin,
         });
     }
     if let (Some(horizon), Some(outage)) = (args.horizon, args.outage) {
