@@ -91,7 +91,7 @@ struct TtlArgs {
     fallback: Option<String>,
     /// ... and a safety margin as a fraction of their sum (required, as in
     /// the config: 0 says "no margin" on purpose).
-    #[arg(long, requires = "p99", allow_hyphen_values = true)]
+    #[arg(long, requires = "p99", conflicts_with_all = ["explicit", "retention_years", "horizon"], allow_hyphen_values = true)]
     margin: Option<f64>,
     /// Measured horizon ...
     #[arg(long, requires = "outage", allow_hyphen_values = true)]

@@ -63,7 +63,12 @@ fn binary_against_tansu_and_redis_counts_exactly() {
     say(TEST, format!("all outputs read at {:?}", began.elapsed()));
     reader.read_for(SETTLE);
 
-    let landed = read_inputs(&tansu_brokers(), &topics.input, topics.input_partitions, plan.len());
+    let landed = read_inputs(
+        &tansu_brokers(),
+        &topics.input,
+        topics.input_partitions,
+        plan.len(),
+    );
     let misreported = landed
         .iter()
         .filter(|(id, at)| delivered[*id] != **at)

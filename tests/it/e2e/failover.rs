@@ -143,7 +143,12 @@ fn failover(test: &str, copies_share_key: bool) {
     let delivered = producing.join().expect("producer thread");
     reader.read_for(SETTLE);
 
-    let landed = read_inputs(&tansu_brokers(), &topics.input, topics.input_partitions, plan.len());
+    let landed = read_inputs(
+        &tansu_brokers(),
+        &topics.input,
+        topics.input_partitions,
+        plan.len(),
+    );
     assert!(
         landed.iter().all(|(id, at)| delivered[id] == *at),
         "delivery reports disagree with the log"

@@ -113,7 +113,12 @@ fn run_outage(
         let records = during.clone();
         std::thread::spawn(move || {
             let mut delivered = producing.join().expect("producer thread");
-            delivered.extend(Producer::new(&tansu_brokers()).send(&topic, &records, 10, Duration::from_millis(30)));
+            delivered.extend(Producer::new(&tansu_brokers()).send(
+                &topic,
+                &records,
+                10,
+                Duration::from_millis(30),
+            ));
             delivered
         })
     };
@@ -134,7 +139,12 @@ fn run_outage(
         ),
     );
 
-    delivered.extend(Producer::new(&tansu_brokers()).send(&topics.input, &after, 50, Duration::from_millis(20)));
+    delivered.extend(Producer::new(&tansu_brokers()).send(
+        &topics.input,
+        &after,
+        50,
+        Duration::from_millis(20),
+    ));
     let plan: Vec<Planned> = before
         .into_iter()
         .chain(during.iter().cloned())

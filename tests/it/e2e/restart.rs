@@ -78,7 +78,12 @@ fn a_restart_resumes_from_committed_offsets_and_loses_nothing() {
 
     // The rest of the stream, and more, arrive while no gateway runs.
     let mut delivered = producing.join().expect("producer thread");
-    delivered.extend(Producer::new(&tansu_brokers()).send(&topics.input, &after, 100, Duration::ZERO));
+    delivered.extend(Producer::new(&tansu_brokers()).send(
+        &topics.input,
+        &after,
+        100,
+        Duration::ZERO,
+    ));
     let plan: Vec<Planned> = before.into_iter().chain(after).collect();
     assert!(
         at_stop < plan.len(),
@@ -106,7 +111,12 @@ fn a_restart_resumes_from_committed_offsets_and_loses_nothing() {
     );
     reader.read_for(SETTLE);
 
-    let landed = read_inputs(&tansu_brokers(), &topics.input, topics.input_partitions, plan.len());
+    let landed = read_inputs(
+        &tansu_brokers(),
+        &topics.input,
+        topics.input_partitions,
+        plan.len(),
+    );
     assert!(
         landed.iter().all(|(id, at)| delivered[id] == *at),
         "delivery reports disagree with the log"
