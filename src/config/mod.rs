@@ -1,6 +1,8 @@
 //! Configuration in two stages: `RawConfig` is the TOML as written; `Config`
 //! is what survives the cross-field checks. A bad config is refused at start
-//! with the field named (`streams[0].lease: ...`).
+//! with the field named (`streams[0].lease: ...`); a value of the wrong type
+//! (an unknown `fail_mode`, a zero `max_records`) is refused by the TOML
+//! parser, whose message quotes the line with the field and marks the value.
 
 mod raw;
 
@@ -8,7 +10,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
 
-pub use raw::{RawBatch, RawConfig, RawMetrics, RawStore, RawStream};
+pub use raw::{
+    Clock, FailMode, FilterChoice, RawBatch, RawConfig, RawMetrics, RawStore, RawStream, StoreKind,
+};
 
 use crate::fingerprint::Profile;
 use crate::store::redis::{FilterBackend, RedisOptions, RedisTarget};
@@ -21,6 +25,8 @@ pub enum ConfigError {
         path: String,
         source: std::io::Error,
     },
+    /// Not TOML, or a value serde refuses (unknown field or enum variant, a
+    /// zero count); the message quotes the offending line.
     #[error("cannot parse config: {0}")]
     Parse(#[from] toml::de::Error),
     /// A value that parses but cannot be right; names the field.
@@ -86,13 +92,6 @@ pub enum StoreConfig {
     Redis(RedisOptions),
 }
 
-/// What happens to a stream's records while the store is unreachable.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FailMode {
-    Closed,
-    Open,
-}
-
 #[derive(Clone, Debug)]
 pub struct StreamConfig {
     pub inputs: Vec<String>,
@@ -135,11 +134,11 @@ pub fn apply_env(raw: &mut RawConfig, var: impl Fn(&str) -> Option<String>) {
         raw.kafka.insert("bootstrap.servers".into(), brokers);
     }
     if let Some(url) = var(ENV_REDIS_URL) {
-        raw.store.kind = "redis".into();
+        raw.store.kind = StoreKind::Redis;
         raw.store.url = Some(url);
     }
     if let Some(nodes) = var(ENV_REDIS_NODES) {
-        raw.store.kind = "cluster".into();
+        raw.store.kind = StoreKind::Cluster;
         raw.store.nodes = nodes.split(',').map(|n| n.trim().to_string()).collect();
     }
 }
@@ -174,9 +173,6 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         }
         streams.push(validated);
     }
-    if raw.batch.max_records == 0 {
-        return Err(invalid("batch.max_records", "must be above zero"));
-    }
     let longest_lease = streams
         .iter()
         .map(|s| s.spec.lease)
@@ -193,7 +189,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         store,
         metrics_listen: raw.metrics.listen,
         batch: BatchConfig {
-            max_records: raw.batch.max_records,
+            max_records: raw.batch.max_records.get(),
             linger: raw.batch.linger,
         },
         streams,
@@ -207,47 +203,26 @@ fn validate_store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
             "letters, digits, '.', '_', '-' and ':' only (braces would turn into cluster hash tags)",
         ));
     }
-    let filter_backend = match raw.filter.as_str() {
-        "auto" => None,
-        "redisbloom" => Some(FilterBackend::RedisBloom),
-        "bitmap" => Some(FilterBackend::Bitmap),
-        other => {
-            return Err(invalid(
-                "store.filter",
-                format!("{other} is not auto, redisbloom or bitmap"),
-            ))
-        }
+    let filter_backend = match raw.filter {
+        FilterChoice::Auto => None,
+        FilterChoice::RedisBloom => Some(FilterBackend::RedisBloom),
+        FilterChoice::Bitmap => Some(FilterBackend::Bitmap),
     };
-    let event_time = match raw.clock.as_str() {
-        "wall" => false,
-        "event" => true,
-        other => {
-            return Err(invalid(
-                "store.clock",
-                format!("{other} is not wall or event"),
-            ))
-        }
-    };
-    let target = match raw.kind.as_str() {
-        "memory" => return Ok(StoreConfig::Memory { event_time }),
-        "redis" => RedisTarget::Standalone(
+    let event_time = raw.clock == Clock::Event;
+    let target = match raw.kind {
+        StoreKind::Memory => return Ok(StoreConfig::Memory { event_time }),
+        StoreKind::Redis => RedisTarget::Standalone(
             raw.url
                 .clone()
                 .ok_or_else(|| invalid("store.url", "kind = \"redis\" needs a url"))?,
         ),
-        "cluster" if raw.nodes.is_empty() => {
+        StoreKind::Cluster if raw.nodes.is_empty() => {
             return Err(invalid(
                 "store.nodes",
                 "kind = \"cluster\" needs seed nodes",
             ))
         }
-        "cluster" => RedisTarget::Cluster(raw.nodes.clone()),
-        other => {
-            return Err(invalid(
-                "store.kind",
-                format!("{other} is not memory, redis or cluster"),
-            ))
-        }
+        StoreKind::Cluster => RedisTarget::Cluster(raw.nodes.clone()),
     };
     if event_time {
         return Err(invalid(
@@ -299,19 +274,6 @@ fn validate_stream(
     }
     let profile = Profile::resolve(&raw.profile, raw.fields.as_deref(), raw.header.as_deref())
         .map_err(|e| invalid(field("profile"), e.to_string()))?;
-    if raw.max_record_bytes == 0 {
-        return Err(invalid(field("max_record_bytes"), "must be above zero"));
-    }
-    let fail_mode = match raw.fail_mode.as_str() {
-        "closed" => FailMode::Closed,
-        "open" => FailMode::Open,
-        other => {
-            return Err(invalid(
-                field("fail_mode"),
-                format!("{other} is not closed or open"),
-            ))
-        }
-    };
     let remembered = raw
         .ttl
         .ttl()
@@ -354,8 +316,8 @@ fn validate_stream(
         clean: raw.clean.clone(),
         audit: raw.audit.clone(),
         profile,
-        max_record_bytes: raw.max_record_bytes,
-        fail_mode,
+        max_record_bytes: raw.max_record_bytes.get(),
+        fail_mode: raw.fail_mode,
         spec: StreamSpec {
             name: raw.name.clone(),
             mode: raw.mode,
@@ -382,7 +344,7 @@ fn filter_plan(
             ),
         ));
     }
-    if raw.filter_slots < 2 {
+    if raw.filter_slots.get() < 2 {
         return Err(invalid(
             field("filter_slots"),
             "at least 2, or a key written just before a rotation is forgotten just after it",
@@ -391,12 +353,10 @@ fn filter_plan(
     if !(raw.fp_rate > 0.0 && raw.fp_rate < 0.5) {
         return Err(invalid(field("fp_rate"), "must be above 0 and below 0.5"));
     }
-    let peak_rate = raw.peak_rate.filter(|rate| *rate > 0).ok_or_else(|| {
-        invalid(
-            field("peak_rate"),
-            "mode = \"tiered\" needs a peak rate above 0",
-        )
-    })?;
+    let peak_rate = raw
+        .peak_rate
+        .ok_or_else(|| invalid(field("peak_rate"), "mode = \"tiered\" needs it"))?
+        .get();
     if raw.clock_skew * 4 >= horizon {
         return Err(invalid(
             field("clock_skew"),
@@ -405,7 +365,7 @@ fn filter_plan(
     }
     Ok(GenerationPlan {
         horizon,
-        slots: raw.filter_slots,
+        slots: raw.filter_slots.get(),
         skew: raw.clock_skew,
         sizing: FilterSizing::for_rate(peak_rate, horizon, raw.fp_rate),
     })

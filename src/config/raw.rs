@@ -2,6 +2,7 @@
 //! Nothing here is trusted until `validate` has turned it into a `Config`.
 
 use std::collections::BTreeMap;
+use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -30,10 +31,9 @@ pub struct RawConfig {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawStore {
-    /// `memory` (in-process, one replica), `redis` (one server, `url`) or
-    /// `cluster` (Redis Cluster, `nodes`). Default `memory`.
-    #[serde(default = "default_kind")]
-    pub kind: String,
+    /// Which store holds the claims. Default `memory`.
+    #[serde(default)]
+    pub kind: StoreKind,
     /// `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS.
     pub url: Option<String>,
     /// Seed nodes of a Redis Cluster, as URLs.
@@ -43,31 +43,84 @@ pub struct RawStore {
     /// Default `idemgate:`.
     #[serde(default = "default_prefix")]
     pub key_prefix: String,
-    /// Tier-2 structure: `auto` (RedisBloom where every node has it, plain
-    /// bitmaps otherwise), `redisbloom` or `bitmap`. Default `auto`.
-    #[serde(default = "default_filter")]
-    pub filter: String,
+    /// Tier-2 structure of a Redis store. Default `auto`.
+    #[serde(default)]
+    pub filter: FilterChoice,
     /// Accept a Redis whose `maxmemory-policy` can evict claims. Default
     /// false: an eviction silently shortens a TTL.
     #[serde(default)]
     pub allow_eviction: bool,
-    /// Memory store only: `wall` (default) or `event`, which uses each
-    /// record's timestamp as the clock (a nine-hour retry ladder replayed
-    /// in seconds).
-    #[serde(default = "default_clock")]
-    pub clock: String,
+    /// What time a claim is made at. `event` needs the memory store: Redis
+    /// expires keys on its own wall clock. Default `wall`.
+    #[serde(default)]
+    pub clock: Clock,
+}
+
+/// Where claims live (`store.kind`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    /// In-process, for one replica: claims die with it. The default.
+    #[default]
+    Memory,
+    /// One Redis server, at `store.url`.
+    Redis,
+    /// A Redis Cluster, reached through the seed `store.nodes`.
+    Cluster,
+}
+
+/// Which structure holds tier-2 filter generations (`store.filter`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FilterChoice {
+    /// RedisBloom where every node has the module, plain bitmaps otherwise.
+    /// The default.
+    #[default]
+    Auto,
+    /// RedisBloom's `BF.*` commands; refused at start where a node lacks it.
+    RedisBloom,
+    /// Plain Redis bitmaps (`BITFIELD`), which every server has.
+    Bitmap,
+}
+
+/// What time a claim is made at, and so when its TTL runs out
+/// (`store.clock`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Clock {
+    /// The machine's clock. The default.
+    #[default]
+    Wall,
+    /// Each record's Kafka timestamp (the wall clock for a record without
+    /// one), so a nine-hour retry ladder replays in seconds. Memory store
+    /// only.
+    Event,
+}
+
+/// What happens to a stream's records while the store is unreachable
+/// (`streams[].fail_mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FailMode {
+    /// Pause the stream until the store answers: nothing passes unchecked.
+    /// The default, for payments.
+    #[default]
+    Closed,
+    /// Pass records to the clean topic marked `unverified`, for feeds where
+    /// a lost record costs more than a double.
+    Open,
 }
 
 impl Default for RawStore {
     fn default() -> RawStore {
         RawStore {
-            kind: default_kind(),
+            kind: StoreKind::default(),
             url: None,
             nodes: Vec::new(),
             key_prefix: default_prefix(),
-            filter: default_filter(),
+            filter: FilterChoice::default(),
             allow_eviction: false,
-            clock: default_clock(),
+            clock: Clock::default(),
         }
     }
 }
@@ -94,7 +147,7 @@ impl Default for RawMetrics {
 pub struct RawBatch {
     /// Most records per batch: one claim round trip per tier each. Default 1000.
     #[serde(default = "default_max_records")]
-    pub max_records: usize,
+    pub max_records: NonZeroUsize,
     /// How long a batch waits for more records after its first. Default 20ms.
     #[serde(default = "default_linger", with = "crate::ttl::serde_duration")]
     pub linger: Duration,
@@ -109,8 +162,8 @@ impl Default for RawBatch {
     }
 }
 
-fn default_max_records() -> usize {
-    1000
+fn default_max_records() -> NonZeroUsize {
+    const { nonzero_usize(1000) }
 }
 fn default_linger() -> Duration {
     Duration::from_millis(20)
@@ -137,7 +190,7 @@ pub struct RawStream {
     pub header: Option<String>,
     /// Larger records are `invalid` (reason `too-large`). Default 1 MiB.
     #[serde(default = "default_max_record_bytes")]
-    pub max_record_bytes: usize,
+    pub max_record_bytes: NonZeroUsize,
     /// `exact` (payments, edits: no false positives) or `tiered`.
     pub mode: Mode,
     /// How long a hash is remembered. In `exact` mode this is the tier-1
@@ -149,13 +202,13 @@ pub struct RawStream {
     pub tier1_ttl: Option<Duration>,
     /// Tiered mode: live filter generations, 2 or more. Default 2.
     #[serde(default = "default_slots")]
-    pub filter_slots: u32,
+    pub filter_slots: NonZeroU32,
     /// Tiered mode: false-positive rate of one generation. Default 0.001.
     #[serde(default = "default_fp_rate")]
     pub fp_rate: f64,
     /// Tiered mode: expected peak records per second; with the horizon it
     /// sizes each generation.
-    pub peak_rate: Option<u64>,
+    pub peak_rate: Option<NonZeroU64>,
     /// Tiered mode: largest clock difference between replicas that a
     /// rotation tolerates. Default 5s.
     #[serde(default = "default_skew", with = "crate::ttl::serde_duration")]
@@ -164,32 +217,22 @@ pub struct RawStream {
     /// shorter than the tier-1 TTL. Default 60s.
     #[serde(default = "default_lease", with = "crate::ttl::serde_duration")]
     pub lease: Duration,
-    /// What happens while the store is unreachable: `closed` (pause, the
-    /// default, for payments) or `open` (pass records as `unverified`).
-    #[serde(default = "default_fail_mode")]
-    pub fail_mode: String,
+    /// What happens while the store is unreachable. Default `closed`.
+    #[serde(default)]
+    pub fail_mode: FailMode,
 }
 
-fn default_kind() -> String {
-    "memory".into()
-}
 fn default_prefix() -> String {
     "idemgate:".into()
-}
-fn default_filter() -> String {
-    "auto".into()
-}
-fn default_clock() -> String {
-    "wall".into()
 }
 fn default_listen() -> String {
     "127.0.0.1:9464".into()
 }
-fn default_max_record_bytes() -> usize {
-    1 << 20
+fn default_max_record_bytes() -> NonZeroUsize {
+    const { nonzero_usize(1 << 20) }
 }
-fn default_slots() -> u32 {
-    2
+fn default_slots() -> NonZeroU32 {
+    const { nonzero_u32(2) }
 }
 fn default_fp_rate() -> f64 {
     0.001
@@ -200,6 +243,18 @@ fn default_skew() -> Duration {
 fn default_lease() -> Duration {
     Duration::from_secs(60)
 }
-fn default_fail_mode() -> String {
-    "closed".into()
+
+// Default counts, checked when the crate compiles (callers use them in a
+// `const` block): a zero default fails the build, not a start.
+const fn nonzero_usize(n: usize) -> NonZeroUsize {
+    match NonZeroUsize::new(n) {
+        Some(n) => n,
+        None => panic!("a default count is zero"),
+    }
+}
+const fn nonzero_u32(n: u32) -> NonZeroU32 {
+    match NonZeroU32::new(n) {
+        Some(n) => n,
+        None => panic!("a default count is zero"),
+    }
 }

@@ -46,6 +46,9 @@ fn a_plain_exact_stream_is_accepted() {
         config.store,
         StoreConfig::Memory { event_time: false }
     ));
+    assert_eq!(stream.fail_mode, FailMode::Closed);
+    assert_eq!(config.batch.max_records, 1000);
+    assert_eq!(stream.max_record_bytes, 1 << 20);
 }
 
 #[test]
@@ -82,6 +85,95 @@ fn a_tier1_ttl_not_shorter_than_the_horizon_is_refused() {
 fn fewer_than_two_filter_slots_are_refused() {
     let error = refused(&tiered("tier1_ttl = \"2h\"\nfilter_slots = 1"));
     assert!(error.starts_with("streams[0].filter_slots:"), "{error}");
+}
+
+/// Refused by the TOML parser rather than by `validate`: the message must
+/// still show the user which field is wrong, and why.
+fn refused_by_the_parser(text: &str, field: &str, why: &str) {
+    let error = refused(text);
+    assert!(error.starts_with("cannot parse config:"), "{error}");
+    assert!(error.contains(field), "field {field} not named: {error}");
+    assert!(error.contains(why), "reason {why:?} not given: {error}");
+}
+
+#[test]
+fn an_unknown_fail_mode_is_refused_naming_the_field() {
+    refused_by_the_parser(
+        &format!("{BASE}fail_mode = \"sideways\"\n"),
+        "fail_mode",
+        "unknown variant `sideways`, expected `closed` or `open`",
+    );
+}
+
+#[test]
+fn an_unknown_store_kind_is_refused_naming_the_field() {
+    refused_by_the_parser(
+        &format!("[store]\nkind = \"postgres\"\n{BASE}"),
+        "kind",
+        "unknown variant `postgres`, expected one of `memory`, `redis`, `cluster`",
+    );
+}
+
+#[test]
+fn an_unknown_filter_is_refused_naming_the_field() {
+    refused_by_the_parser(
+        &format!(
+            "[store]\nkind = \"redis\"\nurl = \"redis://127.0.0.1\"\nfilter = \"cuckoo\"\n{BASE}"
+        ),
+        "filter",
+        "unknown variant `cuckoo`, expected one of `auto`, `redisbloom`, `bitmap`",
+    );
+}
+
+#[test]
+fn an_unknown_clock_is_refused_naming_the_field() {
+    refused_by_the_parser(
+        &format!("[store]\nclock = \"lunar\"\n{BASE}"),
+        "clock",
+        "unknown variant `lunar`, expected `wall` or `event`",
+    );
+}
+
+#[test]
+fn zero_records_per_batch_are_refused_naming_the_field() {
+    refused_by_the_parser(
+        &format!("[batch]\nmax_records = 0\n{BASE}"),
+        "max_records",
+        "nonzero",
+    );
+}
+
+#[test]
+fn zero_filter_slots_are_refused_naming_the_field() {
+    refused_by_the_parser(
+        &tiered("tier1_ttl = \"2h\"\nfilter_slots = 0"),
+        "filter_slots",
+        "nonzero",
+    );
+}
+
+#[test]
+fn a_zero_record_size_limit_is_refused_naming_the_field() {
+    refused_by_the_parser(
+        &format!("{BASE}max_record_bytes = 0\n"),
+        "max_record_bytes",
+        "nonzero",
+    );
+}
+
+#[test]
+fn a_zero_peak_rate_is_refused_naming_the_field() {
+    refused_by_the_parser(
+        &tiered("tier1_ttl = \"2h\"").replace("peak_rate = 1000", "peak_rate = 0"),
+        "peak_rate",
+        "nonzero",
+    );
+}
+
+#[test]
+fn a_tiered_stream_without_peak_rate_is_refused() {
+    let error = refused(&tiered("tier1_ttl = \"2h\"").replace("peak_rate = 1000", ""));
+    assert!(error.starts_with("streams[0].peak_rate:"), "{error}");
 }
 
 #[test]
@@ -137,6 +229,25 @@ fn the_environment_overrides_broker_and_store_addresses() {
         StoreConfig::Redis(options) => assert_eq!(
             options.target,
             crate::store::redis::RedisTarget::Standalone("redis://cache:6379".into())
+        ),
+        other => panic!("store not overridden: {other:?}"),
+    }
+}
+
+#[test]
+fn the_environment_can_make_the_store_a_cluster() {
+    let mut raw: RawConfig = toml::from_str(BASE).unwrap();
+    apply_env(&mut raw, |name| {
+        (name == ENV_REDIS_NODES).then(|| "redis://a:7000, redis://b:7000".into())
+    });
+    assert_eq!(raw.store.kind, StoreKind::Cluster);
+    match validate(raw).unwrap().store {
+        StoreConfig::Redis(options) => assert_eq!(
+            options.target,
+            crate::store::redis::RedisTarget::Cluster(vec![
+                "redis://a:7000".into(),
+                "redis://b:7000".into()
+            ])
         ),
         other => panic!("store not overridden: {other:?}"),
     }
