@@ -5,33 +5,45 @@
 //! parser, whose message quotes the line with the field and marks the value.
 
 mod raw;
+mod substitute;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
 
 pub use raw::{
-    Clock, FailMode, FilterChoice, RawBatch, RawConfig, RawMetrics, RawStore, RawStream, StoreKind,
+    Clock, FailMode, FilterChoice, KafkaValue, RawBatch, RawConfig, RawMetrics, RawStore,
+    RawStream, StoreKind,
 };
+pub use substitute::{substitute, SubstituteError};
 
 use crate::fingerprint::Profile;
 use crate::store::redis::{FilterBackend, RedisOptions, RedisTarget};
 use crate::store::{FilterSizing, GenerationPlan, Mode, StreamSpec};
 
+/// Why a config was refused. Each message is whole on its own (no source
+/// chain to print again) and names the field; `load` adds the file.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("cannot read config file {path}: {reason}")]
+    Read { path: String, reason: String },
+    /// `${VAR}` without the variable set (or malformed).
+    #[error("{0}")]
+    Substitute(SubstituteError),
     /// Not TOML, or a value serde refuses (unknown field or enum variant, a
-    /// zero count); the message quotes the offending line.
-    #[error("cannot parse config: {0}")]
-    Parse(#[from] toml::de::Error),
+    /// zero count): the field's path, then the parser's message, which
+    /// quotes the offending line.
+    #[error("{field}: {message}")]
+    Parse { field: String, message: String },
     /// A value that parses but cannot be right; names the field.
     #[error("{field}: {reason}")]
     Invalid { field: String, reason: String },
+    /// Any of the above, in this file.
+    #[error("{path}: {error}")]
+    InFile {
+        path: String,
+        error: Box<ConfigError>,
+    },
 }
 
 fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
@@ -105,25 +117,54 @@ pub struct StreamConfig {
 }
 
 impl Config {
+    /// Reads the file, expands `${VAR}` from the environment, applies the
+    /// environment's overrides and validates; an error names the file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.display().to_string(),
-            source,
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+            path: shown.clone(),
+            reason: error.to_string(),
         })?;
-        Config::parse_with_env(&text)
+        Config::parse_with_env(&text).map_err(|error| ConfigError::InFile {
+            path: shown,
+            error: Box::new(error),
+        })
     }
 
+    /// The text as it is: no `${VAR}` expansion, no overrides.
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
-        let raw: RawConfig = toml::from_str(text)?;
-        validate(raw)
+        validate(parse_raw(text)?)
     }
 
-    /// Like `parse`, with the environment's overrides applied first.
+    /// Like `parse`, with `${VAR}` expanded and the environment's overrides
+    /// applied first.
     pub fn parse_with_env(text: &str) -> Result<Config, ConfigError> {
-        let mut raw: RawConfig = toml::from_str(text)?;
-        apply_env(&mut raw, |name| std::env::var(name).ok());
+        Config::parse_with_vars(text, |name| std::env::var(name).ok())
+    }
+
+    /// `parse_with_env` with the variables read through `var`.
+    pub fn parse_with_vars(
+        text: &str,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let text = substitute(text, &var).map_err(ConfigError::Substitute)?;
+        let mut raw = parse_raw(&text)?;
+        apply_env(&mut raw, var);
         validate(raw)
     }
+}
+
+/// TOML into `RawConfig`, keeping the path of the field serde refused
+/// (`streams[1].fail_mode`) beside the parser's message.
+pub fn parse_raw(text: &str) -> Result<RawConfig, ConfigError> {
+    let deserializer = toml::Deserializer::new(text);
+    serde_path_to_error::deserialize(deserializer).map_err(|error| {
+        let field = error.path().to_string();
+        ConfigError::Parse {
+            field: if field == "." { "config".into() } else { field },
+            message: error.into_inner().to_string().trim_end().to_string(),
+        }
+    })
 }
 
 /// `IDEMGATE_KAFKA_BROKERS` sets `bootstrap.servers`; `IDEMGATE_REDIS_URL`
@@ -131,7 +172,8 @@ impl Config {
 /// (comma separated) a cluster.
 pub fn apply_env(raw: &mut RawConfig, var: impl Fn(&str) -> Option<String>) {
     if let Some(brokers) = var(ENV_BROKERS) {
-        raw.kafka.insert("bootstrap.servers".into(), brokers);
+        raw.kafka
+            .insert("bootstrap.servers".into(), KafkaValue::Text(brokers));
     }
     if let Some(url) = var(ENV_REDIS_URL) {
         raw.store.kind = StoreKind::Redis;
@@ -185,7 +227,11 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         ));
     }
     Ok(Config {
-        kafka: raw.kafka,
+        kafka: raw
+            .kafka
+            .into_iter()
+            .map(|(key, value)| (key, value.into_text()))
+            .collect(),
         store,
         metrics_listen: raw.metrics.listen,
         batch: BatchConfig {

@@ -14,9 +14,10 @@ use crate::ttl::TtlPolicy;
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
     /// librdkafka properties, passed through as they are
-    /// (`"bootstrap.servers"`, `"security.protocol"`, ...).
+    /// (`"bootstrap.servers"`, `"security.protocol"`, ...): strings,
+    /// integers (`"session.timeout.ms" = 10000`) or booleans.
     #[serde(default)]
-    pub kafka: BTreeMap<String, String>,
+    pub kafka: BTreeMap<String, KafkaValue>,
     #[serde(default)]
     pub store: RawStore,
     #[serde(default)]
@@ -25,6 +26,33 @@ pub struct RawConfig {
     pub batch: RawBatch,
     #[serde(default)]
     pub streams: Vec<RawStream>,
+}
+
+/// A librdkafka property's value as TOML writes it; librdkafka takes them
+/// all as text.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum KafkaValue {
+    Text(String),
+    Integer(i64),
+    Flag(bool),
+}
+
+impl KafkaValue {
+    /// As librdkafka reads it: `true`/`false` for flags.
+    pub fn into_text(self) -> String {
+        match self {
+            KafkaValue::Text(text) => text,
+            KafkaValue::Integer(n) => n.to_string(),
+            KafkaValue::Flag(flag) => flag.to_string(),
+        }
+    }
+}
+
+impl From<String> for KafkaValue {
+    fn from(text: String) -> KafkaValue {
+        KafkaValue::Text(text)
+    }
 }
 
 /// Where claims live.

@@ -91,8 +91,17 @@ fn fewer_than_two_filter_slots_are_refused() {
 /// still show the user which field is wrong, and why.
 fn refused_by_the_parser(text: &str, field: &str, why: &str) {
     let error = refused(text);
-    assert!(error.starts_with("cannot parse config:"), "{error}");
-    assert!(error.contains(field), "field {field} not named: {error}");
+    let first = error.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("streams[0].")
+            || first.starts_with("batch.")
+            || first.starts_with("store."),
+        "no field path first: {error}"
+    );
+    assert!(
+        first.contains(field),
+        "field {field} not named first: {error}"
+    );
     assert!(error.contains(why), "reason {why:?} not given: {error}");
 }
 
@@ -258,4 +267,66 @@ fn secrets_in_kafka_properties_are_hidden_from_debug_output() {
     let text = format!("[kafka]\n\"sasl.password\" = \"hunter2\"\n{BASE}");
     let shown = format!("{:?}", Config::parse(&text).unwrap());
     assert!(!shown.contains("hunter2"), "{shown}");
+}
+
+#[test]
+fn kafka_properties_may_be_strings_integers_or_booleans() {
+    let text = format!(
+        "[kafka]\n\"session.timeout.ms\" = 10000\n\"enable.ssl.certificate.verification\" = false\n\"client.id\" = \"gate-1\"\n{BASE}"
+    );
+    let config = Config::parse(&text).unwrap();
+    assert_eq!(config.kafka["session.timeout.ms"], "10000");
+    assert_eq!(config.kafka["enable.ssl.certificate.verification"], "false");
+    assert_eq!(config.kafka["client.id"], "gate-1");
+}
+
+#[test]
+fn a_kafka_property_of_another_type_is_refused_naming_it() {
+    let error = refused(&format!("[kafka]\n\"linger.ms\" = [5]\n{BASE}"));
+    assert!(error.starts_with("kafka.linger.ms:"), "{error}");
+}
+
+#[test]
+fn secrets_and_addresses_come_from_the_environment() {
+    let text = format!(
+        "[kafka]\n\"bootstrap.servers\" = \"${{BROKERS:-localhost:9092}}\"\n\"sasl.password\" = \"${{SASL_PASSWORD}}\"\n[batch]\nmax_records = ${{BATCH:-250}}\n{BASE}"
+    );
+    let var = |name: &str| (name == "SASL_PASSWORD").then(|| "hunter2".to_string());
+    let config = Config::parse_with_vars(&text, var).unwrap();
+    assert_eq!(config.kafka["sasl.password"], "hunter2");
+    assert_eq!(config.kafka["bootstrap.servers"], "localhost:9092");
+    assert_eq!(config.batch.max_records, 250);
+    assert!(!format!("{config:?}").contains("hunter2"));
+}
+
+#[test]
+fn an_unset_variable_is_refused_naming_it_and_its_line() {
+    let text = format!("[kafka]\n\"sasl.password\" = \"${{SASL_PASSWORD}}\"\n{BASE}");
+    let error = Config::parse_with_vars(&text, |_| None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("line 2") && error.contains("${SASL_PASSWORD}"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_file_error_names_the_file_once_and_the_field() {
+    let dir = std::env::temp_dir().join(format!("idemgate-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let missing = dir.join("missing.toml");
+    let error = Config::load(&missing).unwrap_err().to_string();
+    assert!(error.contains("missing.toml"), "{error}");
+    assert!(error.starts_with("cannot read config file"), "{error}");
+
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, format!("{BASE}fail_mode = \"sideways\"\n")).unwrap();
+    let error = Config::load(&bad).unwrap_err().to_string();
+    assert!(
+        error.starts_with(&format!("{}: streams[0].fail_mode:", bad.display())),
+        "{error}"
+    );
+    assert_eq!(error.matches("unknown variant").count(), 1, "{error}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
