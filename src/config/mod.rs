@@ -13,12 +13,12 @@ use std::time::Duration;
 
 pub use raw::{
     Clock, FailMode, FilterChoice, KafkaValue, RawBatch, RawConfig, RawMetrics, RawStore,
-    RawStream, StoreKind,
+    RawStream, RawTls, StoreKind,
 };
 pub use substitute::{substitute, SubstituteError};
 
 use crate::fingerprint::Profile;
-use crate::store::redis::{FilterBackend, RedisOptions, RedisTarget};
+use crate::store::redis::{Auth, FilterBackend, RedisOptions, RedisTarget, TlsFiles};
 use crate::store::{FilterSizing, GenerationPlan, Mode, StreamSpec};
 
 /// Why a config was refused. Each message is whole on its own (no source
@@ -277,11 +277,49 @@ fn validate_store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
         ));
     }
     Ok(StoreConfig::Redis(RedisOptions {
-        target,
-        key_prefix: raw.key_prefix.clone(),
         filter_backend,
         allow_eviction: raw.allow_eviction,
+        require_eviction_check: raw.require_eviction_check,
+        auth: Auth {
+            username: raw.username.clone(),
+            password: raw.password.clone(),
+        },
+        tls: validate_tls(&raw.tls, &target)?,
+        ..RedisOptions::new(target, raw.key_prefix.clone())
     }))
+}
+
+/// TLS files only make sense with `rediss://`, and a client certificate
+/// only with its key.
+fn validate_tls(raw: &RawTls, target: &RedisTarget) -> Result<Option<TlsFiles>, ConfigError> {
+    let files = TlsFiles {
+        ca_file: raw.ca_file.clone(),
+        cert_file: raw.cert_file.clone(),
+        key_file: raw.key_file.clone(),
+    };
+    if files == TlsFiles::default() {
+        return Ok(None);
+    }
+    if raw.cert_file.is_some() != raw.key_file.is_some() {
+        return Err(invalid(
+            "store.tls",
+            "cert_file and key_file go together (a client certificate and its key)",
+        ));
+    }
+    let urls = match target {
+        RedisTarget::Standalone(url) => vec![url.as_str()],
+        RedisTarget::Cluster(nodes) => nodes.iter().map(String::as_str).collect(),
+    };
+    if let Some(plain) = urls.iter().find(|u| !u.starts_with("rediss://")) {
+        return Err(invalid(
+            "store.tls",
+            format!(
+                "{} is not a rediss:// url: TLS files need a TLS connection",
+                crate::store::redis::redact(plain)
+            ),
+        ));
+    }
+    Ok(Some(files))
 }
 
 fn is_plain_name(text: &str, extra: &str) -> bool {

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -55,6 +56,18 @@ impl From<String> for KafkaValue {
     }
 }
 
+/// PEM files for a Redis over TLS.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTls {
+    /// A CA to trust instead of the system's roots (a private CA).
+    pub ca_file: Option<PathBuf>,
+    /// A client certificate, for servers that require one (with `key_file`).
+    pub cert_file: Option<PathBuf>,
+    /// The client certificate's private key.
+    pub key_file: Option<PathBuf>,
+}
+
 /// Where claims live.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -78,6 +91,19 @@ pub struct RawStore {
     /// false: an eviction silently shortens a TTL.
     #[serde(default)]
     pub allow_eviction: bool,
+    /// Refuse to start when the server will not tell its
+    /// `maxmemory-policy` (managed services refuse `CONFIG`). Default
+    /// false: a warning, and the operator vouches for `noeviction`.
+    #[serde(default)]
+    pub require_eviction_check: bool,
+    /// ACL user, where it is not in the URL.
+    pub username: Option<String>,
+    /// Password (of the ACL user, or `requirepass`), where it is not in the
+    /// URL: `password = "${REDIS_PASSWORD}"` keeps it out of the file.
+    pub password: Option<String>,
+    /// TLS for `rediss://` URLs: files beyond the system's trust store.
+    #[serde(default)]
+    pub tls: RawTls,
     /// What time a claim is made at. `event` needs the memory store: Redis
     /// expires keys on its own wall clock. Default `wall`.
     #[serde(default)]
@@ -148,6 +174,10 @@ impl Default for RawStore {
             key_prefix: default_prefix(),
             filter: FilterChoice::default(),
             allow_eviction: false,
+            require_eviction_check: false,
+            username: None,
+            password: None,
+            tls: RawTls::default(),
             clock: Clock::default(),
         }
     }

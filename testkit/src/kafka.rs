@@ -159,7 +159,16 @@ pub struct Producer {
 
 impl Producer {
     pub fn new(brokers: &str) -> Producer {
-        let inner = ClientConfig::new()
+        Producer::with_properties(brokers, &[])
+    }
+
+    /// With further librdkafka properties (`compression.type`, say).
+    pub fn with_properties(brokers: &str, properties: &[(&str, &str)]) -> Producer {
+        let mut config = ClientConfig::new();
+        for (key, value) in properties {
+            config.set(*key, *value);
+        }
+        let inner = config
             .set("bootstrap.servers", brokers)
             // Order within a partition is what makes an event's first copy
             // its first offset; idempotence keeps it across retries.

@@ -40,6 +40,8 @@ pub struct ServerOptions {
     /// Where its directory and log go; the temp dir by default (and then
     /// removed on drop).
     pub dir: Option<PathBuf>,
+    /// Further arguments (`--requirepass`, `--rename-command`, ...).
+    pub args: Vec<String>,
 }
 
 /// A redis-server of one's own, so it can be stopped, frozen or measured
@@ -115,6 +117,7 @@ impl RedisServer {
         if let Some(module) = &self.options.module {
             command.arg("--loadmodule").arg(module);
         }
+        command.args(&self.options.args);
         let child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -152,10 +155,15 @@ impl RedisServer {
         client.get_connection_with_timeout(Duration::from_secs(2))
     }
 
+    /// Up: it answers PING, or refuses it for want of a password.
     fn ping(&self) -> bool {
-        self.connection()
+        match self
+            .connection()
             .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
-            .is_ok()
+        {
+            Ok(_) => true,
+            Err(error) => error.code() == Some("NOAUTH"),
+        }
     }
 
     /// `SHUTDOWN SAVE`: the server writes its dump and exits, as in a

@@ -48,12 +48,7 @@ pub async fn tier1(keys: usize) -> anyhow::Result<Tier1> {
         spec.mode == Mode::Exact,
         "tier-1 figure needs the exact stream"
     );
-    let options = RedisOptions {
-        target: RedisTarget::Standalone(url.clone()),
-        key_prefix: PREFIX.into(),
-        filter_backend: None,
-        allow_eviction: false,
-    };
+    let options = RedisOptions::new(RedisTarget::Standalone(url.clone()), PREFIX);
     let store = RedisStore::connect(&options, vec![spec]).await?;
     let stream = StreamId(0);
 

@@ -218,10 +218,8 @@ async fn redis_backend(
     report: &mut report::Report,
 ) -> anyhow::Result<()> {
     let options = RedisOptions {
-        target: backend.target.clone(),
-        key_prefix: prefix.to_string(),
         filter_backend: Some(backend.filter),
-        allow_eviction: false,
+        ..RedisOptions::new(backend.target.clone(), prefix)
     };
     let store = RedisStore::connect(&options, throughput::streams())
         .await

@@ -38,17 +38,16 @@ mod runs;
 mod services;
 mod timeline;
 
-
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 
 use crate::proxy;
+use idemgate_testkit::feed::Workload;
 use idemgate_testkit::servers::Tansu;
 use runs::{Dataset, Mode, Setup};
 use services::{on_path, test_services_env, Redis};
-use idemgate_testkit::feed::Workload;
 
 /// `idemgate bench` options.
 #[derive(clap::Args, Clone, Debug)]

@@ -14,8 +14,12 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
-use redis::{Cmd, RedisError, RedisResult, Value};
+use redis::{
+    Client, ClientTlsConfig, Cmd, ConnectionInfo, IntoConnectionInfo, RedisError, RedisResult,
+    TlsCertificates, Value,
+};
 
+use super::RedisOptions;
 use crate::store::StoreError;
 
 /// Where the store lives: one server, or the seed nodes of a cluster.
@@ -44,6 +48,53 @@ impl std::fmt::Debug for RedisTarget {
     }
 }
 
+/// Credentials given beside the URL (a password from `${VAR}` need not be
+/// URL-encoded). `Debug` hides the password.
+#[derive(Clone, Default, PartialEq)]
+pub struct Auth {
+    pub username: Option<String>,
+    pub password: Option<String>,
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Auth")
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+/// PEM files for TLS: a CA to trust instead of the system's roots, and a
+/// client certificate with its key for servers that require one.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TlsFiles {
+    pub ca_file: Option<std::path::PathBuf>,
+    pub cert_file: Option<std::path::PathBuf>,
+    pub key_file: Option<std::path::PathBuf>,
+}
+
+impl TlsFiles {
+    fn read(&self) -> Result<TlsCertificates, StoreError> {
+        let read = |path: &std::path::Path| {
+            std::fs::read(path).map_err(|error| {
+                StoreError::Refused(format!("cannot read {}: {error}", path.display()))
+            })
+        };
+        let client_tls = match (&self.cert_file, &self.key_file) {
+            (Some(cert), Some(key)) => Some(ClientTlsConfig {
+                client_cert: read(cert)?,
+                client_key: read(key)?,
+            }),
+            _ => None,
+        };
+        Ok(TlsCertificates {
+            client_tls,
+            root_cert: self.ca_file.as_deref().map(read).transpose()?,
+        })
+    }
+}
+
 /// `redis://user:secret@host:6379/0` -> `redis://***@host:6379/0`.
 pub(crate) fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
@@ -63,7 +114,9 @@ pub(crate) struct Keyed {
 #[derive(Clone)]
 pub(crate) enum Conn {
     Standalone(ConnectionManager),
-    Cluster(ClusterConnection),
+    /// With the options, to reach each master on its own (start-up checks,
+    /// INFO figures) with the same credentials and TLS.
+    Cluster(ClusterConnection, RedisOptions),
 }
 
 /// Commands time out after this long: the breaker, not a hung socket,
@@ -71,15 +124,62 @@ pub(crate) enum Conn {
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// A failed call: credentials the server refused are a refusal (a config
+/// to fix, named as the server names it); anything else is the store being
+/// unavailable.
 pub(crate) fn unavailable(error: RedisError) -> StoreError {
-    StoreError::Unavailable(error.to_string())
+    match error.code() {
+        Some("NOAUTH") => StoreError::Refused(format!(
+            "redis wants a password (NOAUTH): set store.password (or put it in the url): {error}"
+        )),
+        Some("WRONGPASS") => StoreError::Refused(format!(
+            "redis refused the username or password (WRONGPASS): {error}"
+        )),
+        Some("NOPERM") => StoreError::Refused(format!("redis refused a command (NOPERM): {error}")),
+        _ if error.kind() == redis::ErrorKind::AuthenticationFailed => {
+            StoreError::Refused(format!("redis refused the credentials: {error}"))
+        }
+        _ if is_refused_command(&error) => StoreError::Refused(error.to_string()),
+        _ => StoreError::Unavailable(error.to_string()),
+    }
+}
+
+/// `ERR unknown command 'CONFIG'` (a renamed or disabled command).
+fn is_refused_command(error: &RedisError) -> bool {
+    let text = error.to_string();
+    text.contains("unknown command") || text.contains("unknown subcommand")
+}
+
+/// One node's client: its URL with the options' credentials and TLS files.
+fn client(url: &str, options: &RedisOptions) -> Result<Client, StoreError> {
+    let mut info: ConnectionInfo = url.into_connection_info().map_err(unavailable)?;
+    let mut redis_info = info.redis_settings().clone();
+    if let Some(username) = &options.auth.username {
+        redis_info = redis_info.set_username(username);
+    }
+    if let Some(password) = &options.auth.password {
+        redis_info = redis_info.set_password(password);
+    }
+    info = info.set_redis_settings(redis_info);
+    match &options.tls {
+        Some(files) => Client::build_with_tls(info, files.read()?).map_err(unavailable),
+        None => Client::open(info).map_err(unavailable),
+    }
 }
 
 impl Conn {
-    pub async fn connect(target: &RedisTarget) -> Result<Conn, StoreError> {
-        match target {
+    /// Connects, and asks every node for PING so that a missing or wrong
+    /// password is reported as such at start.
+    pub async fn connect(options: &RedisOptions) -> Result<Conn, StoreError> {
+        let conn = Conn::open(options).await?;
+        conn.on_every_node(&redis::cmd("PING")).await?;
+        Ok(conn)
+    }
+
+    async fn open(options: &RedisOptions) -> Result<Conn, StoreError> {
+        match &options.target {
             RedisTarget::Standalone(url) => {
-                let client = redis::Client::open(url.as_str()).map_err(unavailable)?;
+                let client = client(url, options)?;
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(CONNECT_TIMEOUT))
                     .set_response_timeout(Some(RESPONSE_TIMEOUT))
@@ -95,14 +195,22 @@ impl Conn {
                 Ok(Conn::Standalone(manager))
             }
             RedisTarget::Cluster(nodes) => {
-                let client = ClusterClientBuilder::new(nodes.clone())
+                let mut builder = ClusterClientBuilder::new(nodes.clone())
                     .connection_timeout(CONNECT_TIMEOUT)
                     .response_timeout(RESPONSE_TIMEOUT)
-                    .retries(2)
-                    .build()
-                    .map_err(unavailable)?;
+                    .retries(2);
+                if let Some(username) = &options.auth.username {
+                    builder = builder.username(username);
+                }
+                if let Some(password) = &options.auth.password {
+                    builder = builder.password(password);
+                }
+                if let Some(files) = &options.tls {
+                    builder = builder.certs(files.read()?);
+                }
+                let client = builder.build().map_err(unavailable)?;
                 let connection = client.get_async_connection().await.map_err(unavailable)?;
-                Ok(Conn::Cluster(connection))
+                Ok(Conn::Cluster(connection, options.clone()))
             }
         }
     }
@@ -123,7 +231,7 @@ impl Conn {
                 let mut connection = manager.clone();
                 pipe.query_async(&mut connection).await.map_err(unavailable)
             }
-            Conn::Cluster(cluster) => run_by_slot(cluster, commands).await,
+            Conn::Cluster(cluster, _) => run_by_slot(cluster, commands).await,
         }
     }
 
@@ -139,7 +247,7 @@ impl Conn {
                     .map_err(unavailable)?;
                 Ok(vec![value])
             }
-            Conn::Cluster(cluster) => {
+            Conn::Cluster(cluster, options) => {
                 let mut connection = cluster.clone();
                 let mut nodes_cmd = redis::cmd("CLUSTER");
                 nodes_cmd.arg("NODES");
@@ -148,9 +256,12 @@ impl Conn {
                     .await
                     .map_err(unavailable)?;
                 let mut values = Vec::new();
+                let seed = match &options.target {
+                    RedisTarget::Cluster(seeds) => seeds.first().cloned().unwrap_or_default(),
+                    RedisTarget::Standalone(url) => url.clone(),
+                };
                 for address in masters(&nodes) {
-                    let url = format!("redis://{address}");
-                    let client = redis::Client::open(url.as_str()).map_err(unavailable)?;
+                    let client = client(&node_url(&seed, &address), options)?;
                     let mut node = client
                         .get_multiplexed_async_connection()
                         .await
@@ -161,6 +272,18 @@ impl Conn {
             }
         }
     }
+}
+
+/// A seed URL with its host and port replaced by another node's `address`:
+/// the scheme (TLS or not), the credentials and the database are kept.
+fn node_url(seed: &str, address: &str) -> String {
+    let (scheme, rest) = seed.split_once("://").unwrap_or(("redis", seed));
+    let (userinfo, hostpart) = match rest.rfind('@') {
+        Some(at) => (&rest[..=at], &rest[at + 1..]),
+        None => ("", rest),
+    };
+    let path = hostpart.find('/').map_or("", |slash| &hostpart[slash..]);
+    format!("{scheme}://{userinfo}{address}{path}")
 }
 
 /// Addresses of the masters in `CLUSTER NODES` output
@@ -226,7 +349,19 @@ async fn run_by_slot(
 
 #[cfg(test)]
 mod tests {
-    use super::{masters, redact, RedisTarget};
+    use super::{masters, node_url, redact, RedisTarget};
+
+    #[test]
+    fn a_node_is_reached_like_the_seed_it_was_learnt_from() {
+        assert_eq!(
+            node_url("rediss://app:pw@seed:7000/0", "10.0.0.2:7001"),
+            "rediss://app:pw@10.0.0.2:7001/0"
+        );
+        assert_eq!(
+            node_url("redis://seed:7000", "10.0.0.3:7002"),
+            "redis://10.0.0.3:7002"
+        );
+    }
 
     #[test]
     fn credentials_never_reach_a_log_line() {

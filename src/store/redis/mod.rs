@@ -15,7 +15,8 @@ mod tier2;
 use redis::Value;
 use tracing::warn;
 
-pub use conn::RedisTarget;
+pub(crate) use conn::redact;
+pub use conn::{Auth, RedisTarget, TlsFiles};
 use conn::{Conn, Keyed};
 use tier1::Scripts;
 pub use tier2::FilterBackend;
@@ -37,6 +38,31 @@ pub struct RedisOptions {
     /// Accept a `maxmemory-policy` that can evict claims. Eviction silently
     /// shortens every TTL, so this is off unless an operator says so.
     pub allow_eviction: bool,
+    /// Refuse to start when the server will not tell its
+    /// `maxmemory-policy` (managed services refuse `CONFIG`); otherwise
+    /// that is a warning.
+    pub require_eviction_check: bool,
+    /// ACL user and password, where they are not in the URLs.
+    pub auth: Auth,
+    /// Certificates for `rediss://` URLs, where the system's roots and no
+    /// client certificate are not enough.
+    pub tls: Option<TlsFiles>,
+}
+
+impl RedisOptions {
+    /// The defaults: auto filter, no eviction, the eviction check a
+    /// warning where refused, no extra credentials or certificates.
+    pub fn new(target: RedisTarget, key_prefix: impl Into<String>) -> RedisOptions {
+        RedisOptions {
+            target,
+            key_prefix: key_prefix.into(),
+            filter_backend: None,
+            allow_eviction: false,
+            require_eviction_check: false,
+            auth: Auth::default(),
+            tls: None,
+        }
+    }
 }
 
 pub struct RedisStore {
@@ -56,8 +82,8 @@ impl RedisStore {
         options: &RedisOptions,
         streams: Vec<StreamSpec>,
     ) -> Result<RedisStore, StoreError> {
-        let conn = Conn::connect(&options.target).await?;
-        check_eviction_policy(&conn, options.allow_eviction).await?;
+        let conn = Conn::connect(options).await?;
+        check_eviction_policy(&conn, options).await?;
         let has_bloom = every_node_has_bloom(&conn).await?;
         let filter_backend = match options.filter_backend {
             Some(FilterBackend::RedisBloom) if !has_bloom => {
@@ -203,10 +229,27 @@ impl RedisStore {
     }
 }
 
-async fn check_eviction_policy(conn: &Conn, allow: bool) -> Result<(), StoreError> {
+/// Only `noeviction` keeps claims for their TTL. A server that will not say
+/// (managed services refuse `CONFIG`) is a warning, or a refusal where the
+/// config requires the check.
+async fn check_eviction_policy(conn: &Conn, options: &RedisOptions) -> Result<(), StoreError> {
+    let allow = options.allow_eviction;
     let mut cmd = redis::cmd("CONFIG");
     cmd.arg("GET").arg("maxmemory-policy");
-    for answer in conn.on_every_node(&cmd).await? {
+    let answers = match conn.on_every_node(&cmd).await {
+        Ok(answers) => answers,
+        Err(StoreError::Refused(why)) if !options.require_eviction_check => {
+            warn!(reason = %why, "cannot read redis maxmemory-policy (CONFIG refused): make sure the service never evicts keys, or every eviction shortens a ttl");
+            return Ok(());
+        }
+        Err(StoreError::Refused(why)) => {
+            return Err(StoreError::Refused(format!(
+                "cannot read redis maxmemory-policy ({why}) and store.require_eviction_check = true"
+            )))
+        }
+        Err(other) => return Err(other),
+    };
+    for answer in answers {
         let policy = config_value(answer)
             .ok_or_else(|| StoreError::Protocol("CONFIG GET maxmemory-policy".into()))?;
         // Every claim carries a TTL, so volatile-* policies evict claims as

@@ -17,6 +17,7 @@
 //! `RUST_LOG=info`; `IDEMGATE_E2E_ASSIGNMENT` sets the failover tests'
 //! `partition.assignment.strategy` (the worker's default is eager).
 
+mod codecs;
 mod exact;
 mod failover;
 mod outage;

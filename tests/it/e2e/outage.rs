@@ -27,7 +27,7 @@ use idemgate_testkit::servers::{key_ttls, RedisServer, ServerOptions};
 
 use super::process::{Gate, GateConfig};
 use idemgate_testkit::workload::{Bank, Planned};
-use idemgate_testkit::{env, say, tansu_brokers, BOUND, SETTLE};
+use idemgate_testkit::{say, tansu_brokers, BOUND, SETTLE};
 
 /// How long the store is away.
 const OUTAGE: Duration = Duration::from_secs(10);

@@ -3,7 +3,6 @@
 //! log tail is printed first.
 
 use std::fs::File;
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};

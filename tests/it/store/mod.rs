@@ -2,12 +2,15 @@
 //! with bitmaps, Redis with RedisBloom, and a three-master Redis Cluster.
 
 mod conformance;
+mod deployments;
 
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use idemgate::store::memory::MemoryStore;
-use idemgate::store::redis::{FilterBackend, RedisOptions, RedisStore, RedisTarget};
+use idemgate::store::redis::{
+    Auth, FilterBackend, RedisOptions, RedisStore, RedisTarget, TlsFiles,
+};
 use idemgate::store::{ClaimStore, StreamSpec};
 
 /// Opens stores that share one state: each `open` is a new connection to
@@ -45,6 +48,31 @@ pub struct Redis {
     pub target: RedisTarget,
     pub backend: FilterBackend,
     pub prefix: String,
+    /// The TLS server's ACL user and certificates (backend `tls`).
+    pub auth: Auth,
+    pub tls: Option<TlsFiles>,
+}
+
+/// The test services' TLS Redis (tls-port, client certificates required):
+/// its ACL user `user_var`/`password_var`, the CA and client certificate
+/// made at start.
+pub fn tls_options(prefix: &str, user_var: &str, password_var: &str) -> RedisOptions {
+    let dir = std::path::PathBuf::from(env("IDEMGATE_TEST_REDIS_TLS_DIR"));
+    RedisOptions {
+        auth: Auth {
+            username: Some(env(user_var)),
+            password: Some(env(password_var)),
+        },
+        tls: Some(TlsFiles {
+            ca_file: Some(dir.join("ca.pem")),
+            cert_file: Some(dir.join("client.pem")),
+            key_file: Some(dir.join("client.key")),
+        }),
+        ..RedisOptions::new(
+            RedisTarget::Standalone(env("IDEMGATE_TEST_REDIS_TLS_URL")),
+            prefix,
+        )
+    }
 }
 
 impl Redis {
@@ -67,6 +95,23 @@ impl Redis {
                 ),
                 FilterBackend::Bitmap,
             ),
+            "tls" => {
+                let salt = unique(test);
+                let prefix = format!("{salt}:");
+                let options = tls_options(
+                    &prefix,
+                    "IDEMGATE_TEST_REDIS_TLS_USER",
+                    "IDEMGATE_TEST_REDIS_TLS_PASSWORD",
+                );
+                return Redis {
+                    prefix,
+                    salt,
+                    target: options.target,
+                    backend: FilterBackend::Bitmap,
+                    auth: options.auth,
+                    tls: options.tls,
+                };
+            }
             other => panic!("unknown backend {other}"),
         };
         let salt = unique(test);
@@ -75,6 +120,8 @@ impl Redis {
             salt,
             target,
             backend,
+            auth: Auth::default(),
+            tls: None,
         }
     }
 }
@@ -83,10 +130,10 @@ impl Redis {
 impl Harness for Redis {
     async fn open(&self, streams: Vec<StreamSpec>) -> Arc<dyn ClaimStore> {
         let options = RedisOptions {
-            target: self.target.clone(),
-            key_prefix: self.prefix.clone(),
             filter_backend: Some(self.backend),
-            allow_eviction: false,
+            auth: self.auth.clone(),
+            tls: self.tls.clone(),
+            ..RedisOptions::new(self.target.clone(), self.prefix.clone())
         };
         let store = RedisStore::connect(&options, streams)
             .await
@@ -107,7 +154,27 @@ pub async fn ttls(redis: &Redis) -> Vec<(Vec<u8>, i64)> {
     };
     let mut out = Vec::new();
     for url in nodes {
-        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut info = redis::IntoConnectionInfo::into_connection_info(url.as_str()).unwrap();
+        let mut settings = info.redis_settings().clone();
+        if let (Some(user), Some(password)) = (&redis.auth.username, &redis.auth.password) {
+            settings = settings.set_username(user).set_password(password);
+        }
+        info = info.set_redis_settings(settings);
+        let client = match &redis.tls {
+            Some(files) => {
+                let read =
+                    |p: &Option<std::path::PathBuf>| std::fs::read(p.as_ref().unwrap()).unwrap();
+                let certs = redis::TlsCertificates {
+                    client_tls: Some(redis::ClientTlsConfig {
+                        client_cert: read(&files.cert_file),
+                        client_key: read(&files.key_file),
+                    }),
+                    root_cert: Some(read(&files.ca_file)),
+                };
+                redis::Client::build_with_tls(info, certs).unwrap()
+            }
+            None => redis::Client::open(info).unwrap(),
+        };
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
         let keys = scan_async(&mut conn, &format!("{}*", redis.prefix))
             .await
@@ -141,6 +208,7 @@ macro_rules! conformance {
         conformance!(@redis redis_bitmap, "bitmap", $($test),*);
         conformance!(@redis redis_bloom, "bloom", $($test),*);
         conformance!(@redis redis_cluster, "cluster", $($test),*);
+        conformance!(@redis redis_tls, "tls", $($test),*);
     };
     (@redis $module:ident, $kind:literal, $($test:ident),*) => {
         mod $module {
