@@ -401,7 +401,10 @@ fn the_bank_example_keeps_every_transaction_seven_years_in_exact_keys() {
     let StoreConfig::Redis(options) = &config.store else {
         panic!("not redis")
     };
-    assert_eq!(options.auth.password.as_deref(), Some("test-REDIS_PASSWORD"));
+    assert_eq!(
+        options.auth.password.as_deref(),
+        Some("test-REDIS_PASSWORD")
+    );
     assert!(options.tls.is_some());
 }
 
@@ -409,7 +412,11 @@ fn the_bank_example_keeps_every_transaction_seven_years_in_exact_keys() {
 fn the_spatial_jobs_example_remembers_a_job_for_its_retry_policy() {
     let config = example("spatial-jobs.toml");
     let jobs = &config.streams[0];
-    assert!(matches!(jobs.profile, Profile::Fields(_)), "{:?}", jobs.profile);
+    assert!(
+        matches!(jobs.profile, Profile::Fields(_)),
+        "{:?}",
+        jobs.profile
+    );
     // (40m + 1m + 5m + 30m + 2h + 1h) x 1.25
     assert_eq!(jobs.spec.tier1_ttl, Duration::from_secs(19_200));
 }

@@ -28,6 +28,10 @@ pub enum Expect {
     /// `unverified` record may reach clean more than once, all others are
     /// held to `Exact`.
     Open,
+    /// A tiered stream: as `Exact`, but a copy may also be suppressed by the
+    /// filter (tier `filter`), which knows hashes, not holders, so names no
+    /// first copy.
+    Filtered,
 }
 
 /// Counts for the test's report.
@@ -43,20 +47,23 @@ pub struct Summary {
     pub replayed_inputs: usize,
     /// Events that reached clean through more than one input (open mode).
     pub events_through_two_inputs: usize,
+    /// Copies the filter suppressed (`Expect::Filtered`).
+    pub filter_duplicates: usize,
 }
 
 impl std::fmt::Display for Summary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} inputs, {} outputs, {} events; decisions {:?}; extra clean copies {}, replayed inputs {}, events in clean through 2+ inputs {}",
+            "{} inputs, {} outputs, {} events; decisions {:?}; extra clean copies {}, replayed inputs {}, events in clean through 2+ inputs {}, filter duplicates {}",
             self.inputs,
             self.outputs,
             self.events,
             self.decisions,
             self.extra_clean,
             self.replayed_inputs,
-            self.events_through_two_inputs
+            self.events_through_two_inputs,
+            self.filter_duplicates
         )
     }
 }
@@ -110,7 +117,7 @@ pub fn judge(
             .decisions
             .entry(out.decision().to_string())
             .or_default() += 1;
-        check_output(out, input, topics, &mut bad);
+        check_output(out, input, topics, expect, &mut bad);
     }
 
     for input in plan {
@@ -243,6 +250,14 @@ pub fn judge(
                 "duplicate"
             };
             for o in outputs(p) {
+                let by_filter = expect == Expect::Filtered
+                    && o.decision() == "duplicate"
+                    && o.header(TIER) == Some("filter")
+                    && o.header(FIRST_SEEN).is_none();
+                if by_filter {
+                    summary.filter_duplicates += 1;
+                    continue;
+                }
                 if o.decision() != want || o.header(FIRST_SEEN) != Some(first_seen.as_str()) {
                     bad.push(format!(
                         "event {event}: {} ({:?}) decided {} first-seen {:?}, expected {want} naming {first_seen} ({})",
@@ -276,7 +291,13 @@ fn ids(inputs: &[&Planned]) -> Vec<String> {
 /// What holds for every output on its own: where it went, byte-for-byte
 /// payload and key, and decision headers that agree with the library's
 /// fingerprint of the input.
-fn check_output(out: &Out, input: &Planned, topics: &Topics, bad: &mut Vec<String>) {
+fn check_output(
+    out: &Out,
+    input: &Planned,
+    topics: &Topics,
+    expect: Expect,
+    bad: &mut Vec<String>,
+) {
     let at = format!(
         "{} -> {}/{}/{}",
         input.id, out.topic, out.partition, out.offset
@@ -340,13 +361,17 @@ fn check_output(out: &Out, input: &Planned, topics: &Topics, bad: &mut Vec<Strin
             }
         }
     }
-    if decision == "duplicate" && out.header(TIER) != Some("exact") {
+    let filter_hit = expect == Expect::Filtered && out.header(TIER) == Some("filter");
+    if decision == "duplicate" && out.header(TIER) != Some("exact") && !filter_hit {
         bad.push(format!(
             "{at}: duplicate with tier {:?} in exact mode",
             out.header(TIER)
         ));
     }
-    if matches!(decision, "duplicate" | "conflict") && out.header(FIRST_SEEN).is_none() {
+    if matches!(decision, "duplicate" | "conflict")
+        && out.header(FIRST_SEEN).is_none()
+        && !filter_hit
+    {
         bad.push(format!("{at}: {decision} without {FIRST_SEEN}"));
     }
     if decision == "unverified" && out.header(REASON).is_none() {

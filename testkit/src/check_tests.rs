@@ -93,7 +93,12 @@ fn fails(plan: &[Planned], outs: &[Out], landed: &HashMap<String, Landed>, expec
 fn a_faithful_gateway_passes_every_verdict() {
     let plan = plan();
     let (landed, outs) = faithful(&plan);
-    for expect in [Expect::Exact, Expect::Replays, Expect::Open] {
+    for expect in [
+        Expect::Exact,
+        Expect::Replays,
+        Expect::Open,
+        Expect::Filtered,
+    ] {
         assert!(!fails(&plan, &outs, &landed, expect), "{expect:?}");
     }
 }
@@ -103,7 +108,12 @@ fn a_lost_record_fails_every_verdict() {
     let plan = plan();
     let (landed, mut outs) = faithful(&plan);
     outs.remove(outs.len() / 2);
-    for expect in [Expect::Exact, Expect::Replays, Expect::Open] {
+    for expect in [
+        Expect::Exact,
+        Expect::Replays,
+        Expect::Open,
+        Expect::Filtered,
+    ] {
         assert!(fails(&plan, &outs, &landed, expect), "{expect:?}");
     }
 }
@@ -136,7 +146,12 @@ fn a_second_input_of_an_event_in_clean_fails_even_with_replays() {
         .retain(|(k, _)| k != DECISION && k != TIER && k != FIRST_SEEN);
     copy.headers
         .push((DECISION.into(), Some(b"novel".to_vec())));
-    for expect in [Expect::Exact, Expect::Replays, Expect::Open] {
+    for expect in [
+        Expect::Exact,
+        Expect::Replays,
+        Expect::Open,
+        Expect::Filtered,
+    ] {
         assert!(fails(&plan, &outs, &landed, expect), "{expect:?}");
     }
 }
@@ -209,4 +224,51 @@ fn a_copy_in_another_partition_may_win_but_one_beside_its_original_may_not() {
     landed.get_mut(&copy.id).unwrap().partition = 1;
     assert!(!fails(&plan, &swap(&landed), &landed, Expect::Exact));
     assert!(!fails(&plan, &swap(&landed), &landed, Expect::Replays));
+}
+
+/// A filter hit: tier `filter`, and no first copy named (the filter knows
+/// hashes, not holders).
+fn as_filter_hit(out: &mut Out) {
+    out.headers.retain(|(k, _)| k != FIRST_SEEN && k != TIER);
+    out.headers
+        .push((TIER.to_string(), Some(b"filter".to_vec())));
+}
+
+#[test]
+fn a_filter_duplicate_passes_only_for_a_tiered_stream() {
+    let plan = plan();
+    let (landed, mut outs) = faithful(&plan);
+    let copy = outs
+        .iter_mut()
+        .find(|o| o.decision() == "duplicate")
+        .expect("a duplicate");
+    as_filter_hit(copy);
+    assert!(fails(&plan, &outs, &landed, Expect::Exact));
+    let summary = judge(&plan, &landed, &topics(), &outs, Expect::Filtered).unwrap();
+    assert_eq!(summary.filter_duplicates, 1);
+}
+
+#[test]
+fn a_filter_duplicate_of_an_event_that_never_reached_clean_fails() {
+    let plan = plan();
+    let (landed, mut outs) = faithful(&plan);
+    // The event's clean output goes; its copy stays, "known to the filter".
+    let novel = outs
+        .iter()
+        .position(|o| o.decision() == "novel")
+        .expect("a novel output");
+    let event = plan
+        .iter()
+        .find(|p| p.id == outs[novel].test_id())
+        .and_then(|p| p.event);
+    outs.remove(novel);
+    for out in outs.iter_mut() {
+        let of_event = plan
+            .iter()
+            .any(|p| p.id == out.test_id() && p.event == event && p.kind == Kind::Copy);
+        if of_event {
+            as_filter_hit(out);
+        }
+    }
+    assert!(fails(&plan, &outs, &landed, Expect::Filtered));
 }

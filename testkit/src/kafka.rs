@@ -348,6 +348,26 @@ impl Reader {
         }
     }
 
+    /// Reads until each of `inputs` inputs has an output, calling `alive`
+    /// between polls (a crashed gateway fails the test at once), then for
+    /// `SETTLE` longer: a doubled output arrives then or not at all. Panics
+    /// with `what` if `bound` passes first.
+    pub fn read_every_input(
+        &mut self,
+        inputs: usize,
+        bound: Duration,
+        what: &str,
+        alive: impl FnMut(),
+    ) {
+        let all = self.read_until(bound, |reader| reader.ids.len() >= inputs, alive);
+        assert!(
+            all,
+            "{} of {inputs} inputs have an output within {bound:?} {what}",
+            self.ids.len()
+        );
+        self.read_for(crate::SETTLE);
+    }
+
     /// Waits up to `timeout` for a record, then takes whatever else is
     /// already there.
     fn poll_once(&mut self, timeout: Duration) {
@@ -385,6 +405,29 @@ impl Reader {
             }
         }
     }
+}
+
+/// `read_inputs` of a test's input topic, checked against where the
+/// producer's delivery reports said each record went.
+pub fn read_inputs_as_delivered(
+    brokers: &str,
+    topics: &Topics,
+    delivered: &HashMap<String, Landed>,
+) -> HashMap<String, Landed> {
+    let landed = read_inputs(
+        brokers,
+        &topics.input,
+        topics.input_partitions,
+        delivered.len(),
+    );
+    for (id, at) in &landed {
+        assert_eq!(
+            delivered.get(id),
+            Some(at),
+            "input {id}: the delivery report disagrees with the log"
+        );
+    }
+    landed
 }
 
 /// Reads an input topic back: where each planned record really is, by test

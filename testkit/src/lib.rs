@@ -5,6 +5,8 @@
 //! - [`workload`]: the seeded generator of bank transactions for the
 //!   correctness tests: redeliveries re-serialized, conflicts, malformed
 //!   records, each record fingerprinted by the library as the oracle.
+//! - [`telemetry`]: vehicle readings re-sent byte for byte, soon or late,
+//!   for tiered streams; fingerprinted the same way.
 //! - [`feed`]: the bank feed the bench loads: millions of fixed-size
 //!   records, deterministic, redeliveries along a retry ladder.
 //! - [`kafka`]: a test's topics, the producer that writes a workload, the
@@ -25,6 +27,7 @@ pub mod counting;
 pub mod feed;
 pub mod kafka;
 pub mod servers;
+pub mod telemetry;
 pub mod workload;
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ impl Redis {
             binary: Some(binary.to_path_buf()),
             module: module.map(Path::to_path_buf),
             dir: Some(dir.to_path_buf()),
+            args: Vec::new(),
         };
         let server = tokio::task::spawn_blocking(move || RedisServer::start("bench", options))
             .await

@@ -136,9 +136,11 @@ pub(crate) fn unavailable(error: RedisError) -> StoreError {
             "redis refused the username or password (WRONGPASS): {error}"
         )),
         Some("NOPERM") => StoreError::Refused(format!("redis refused a command (NOPERM): {error}")),
-        _ if error.kind() == redis::ErrorKind::AuthenticationFailed => {
-            StoreError::Refused(format!("redis refused the credentials: {error}"))
-        }
+        // redis-rs keeps only its own words for a failed AUTH; the server
+        // said WRONGPASS (a wrong password, an unknown or disabled user).
+        _ if error.kind() == redis::ErrorKind::AuthenticationFailed => StoreError::Refused(format!(
+            "redis refused the username or password (WRONGPASS): {error}"
+        )),
         _ if is_refused_command(&error) => StoreError::Refused(error.to_string()),
         _ => StoreError::Unavailable(error.to_string()),
     }
@@ -236,7 +238,8 @@ impl Conn {
     }
 
     /// Runs one command against every master (standalone: the server), for
-    /// start-up checks and INFO figures.
+    /// start-up checks and INFO figures. A server's error answer (NOAUTH,
+    /// NOPERM) is an error, classified by `unavailable`.
     pub async fn on_every_node(&self, cmd: &Cmd) -> Result<Vec<Value>, StoreError> {
         match self {
             Conn::Standalone(manager) => {
@@ -244,6 +247,7 @@ impl Conn {
                 let value = connection
                     .req_packed_command(cmd)
                     .await
+                    .and_then(Value::extract_error)
                     .map_err(unavailable)?;
                 Ok(vec![value])
             }
@@ -266,7 +270,12 @@ impl Conn {
                         .get_multiplexed_async_connection()
                         .await
                         .map_err(unavailable)?;
-                    values.push(node.req_packed_command(cmd).await.map_err(unavailable)?);
+                    let value = node
+                        .req_packed_command(cmd)
+                        .await
+                        .and_then(Value::extract_error)
+                        .map_err(unavailable)?;
+                    values.push(value);
                 }
                 Ok(values)
             }

@@ -85,16 +85,20 @@ impl RedisStore {
         let conn = Conn::connect(options).await?;
         check_eviction_policy(&conn, options).await?;
         let has_bloom = every_node_has_bloom(&conn).await?;
-        let filter_backend = match options.filter_backend {
-            Some(FilterBackend::RedisBloom) if !has_bloom => {
+        let filter_backend = match (options.filter_backend, has_bloom) {
+            // A service that will not list its modules: the operator's word
+            // for RedisBloom, bitmaps (which work everywhere) for auto.
+            (Some(backend), None) => backend,
+            (None, None) => FilterBackend::Bitmap,
+            (Some(FilterBackend::RedisBloom), Some(false)) => {
                 return Err(StoreError::Refused(
                     "store.filter = \"redisbloom\" but the server has no RedisBloom module (bf)"
                         .into(),
                 ));
             }
-            Some(backend) => backend,
-            None if has_bloom => FilterBackend::RedisBloom,
-            None => FilterBackend::Bitmap,
+            (Some(backend), Some(_)) => backend,
+            (None, Some(true)) => FilterBackend::RedisBloom,
+            (None, Some(false)) => FilterBackend::Bitmap,
         };
         Ok(RedisStore {
             conn,
@@ -278,13 +282,22 @@ fn config_value(answer: Value) -> Option<String> {
     redis::from_redis_value::<String>(second).ok()
 }
 
-async fn every_node_has_bloom(conn: &Conn) -> Result<bool, StoreError> {
+/// Whether every node has RedisBloom; `None` where `MODULE LIST` is
+/// refused (a managed service).
+async fn every_node_has_bloom(conn: &Conn) -> Result<Option<bool>, StoreError> {
     let mut cmd = redis::cmd("MODULE");
     cmd.arg("LIST");
-    let answers = conn.on_every_node(&cmd).await?;
-    Ok(answers
-        .iter()
-        .all(|answer| module_names(answer).iter().any(|name| name == "bf")))
+    let answers = match conn.on_every_node(&cmd).await {
+        Ok(answers) => answers,
+        Err(StoreError::Refused(why)) => {
+            warn!(reason = %why, "cannot list redis modules: tier 2 on bitmaps unless store.filter says otherwise");
+            return Ok(None);
+        }
+        Err(other) => return Err(other),
+    };
+    Ok(Some(answers.iter().all(|answer| {
+        module_names(answer).iter().any(|name| name == "bf")
+    })))
 }
 
 fn module_names(answer: &Value) -> Vec<String> {

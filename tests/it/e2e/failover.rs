@@ -18,12 +18,12 @@
 use std::time::{Duration, Instant};
 
 use idemgate_testkit::check::{check, Expect};
-use idemgate_testkit::kafka::{read_inputs, Producer, Reader, Topics};
+use idemgate_testkit::kafka::{read_inputs_as_delivered, Producer, Reader, Topics};
 use idemgate_testkit::servers::key_ttls;
 
 use super::process::{Gate, GateConfig};
 use idemgate_testkit::workload::{Bank, Planned};
-use idemgate_testkit::{env, say, tansu_brokers, BOUND, SETTLE};
+use idemgate_testkit::{env, say, tansu_brokers, BOUND};
 
 #[test]
 fn two_workers_one_killed_mid_stream_lose_nothing() {
@@ -122,17 +122,7 @@ fn failover(test: &str, copies_share_key: bool) {
         "the kill came after the whole stream was produced"
     );
 
-    let all = reader.read_until(
-        BOUND,
-        |reader| reader.ids.len() >= plan.len(),
-        || survivor.assert_alive(),
-    );
-    assert!(
-        all,
-        "{} of {} inputs have an output within {BOUND:?} of the kill",
-        reader.ids.len(),
-        plan.len()
-    );
+    reader.read_every_input(plan.len(), BOUND, "of the kill", || survivor.assert_alive());
     say(
         test,
         format!(
@@ -141,18 +131,7 @@ fn failover(test: &str, copies_share_key: bool) {
         ),
     );
     let delivered = producing.join().expect("producer thread");
-    reader.read_for(SETTLE);
-
-    let landed = read_inputs(
-        &tansu_brokers(),
-        &topics.input,
-        topics.input_partitions,
-        plan.len(),
-    );
-    assert!(
-        landed.iter().all(|(id, at)| delivered[id] == *at),
-        "delivery reports disagree with the log"
-    );
+    let landed = read_inputs_as_delivered(&tansu_brokers(), &topics, &delivered);
     // When outputs arrived, by second since the kill: the gap is the
     // session timeout and the rebalance.
     let mut arrivals = std::collections::BTreeMap::<i64, usize>::new();

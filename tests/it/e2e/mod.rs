@@ -23,3 +23,4 @@ mod failover;
 mod outage;
 mod process;
 mod restart;
+mod tiered;

@@ -22,12 +22,12 @@
 use std::time::{Duration, Instant};
 
 use idemgate_testkit::check::{check, Expect};
-use idemgate_testkit::kafka::{read_inputs, Landed, Producer, Reader, Topics};
+use idemgate_testkit::kafka::{read_inputs_as_delivered, Landed, Producer, Reader, Topics};
 use idemgate_testkit::servers::{key_ttls, RedisServer, ServerOptions};
 
 use super::process::{Gate, GateConfig};
 use idemgate_testkit::workload::{Bank, Planned};
-use idemgate_testkit::{say, tansu_brokers, BOUND, SETTLE};
+use idemgate_testkit::{say, tansu_brokers, BOUND};
 
 /// How long the store is away.
 const OUTAGE: Duration = Duration::from_secs(10);
@@ -150,22 +150,13 @@ fn run_outage(
         .chain(during.iter().cloned())
         .chain(after)
         .collect();
-    let all = reader.read_until(
-        BOUND,
-        |reader| reader.ids.len() >= plan.len(),
-        || gate.assert_alive(),
-    );
-    assert!(
-        all,
-        "{} of {} inputs have an output within {BOUND:?} of the store's return",
-        reader.ids.len(),
-        plan.len()
-    );
+    reader.read_every_input(plan.len(), BOUND, "of the store's return", || {
+        gate.assert_alive()
+    });
     say(
         test,
         format!("every input has an output at {:?}", began.elapsed()),
     );
-    reader.read_for(SETTLE);
     Outage {
         topics,
         config,
@@ -182,17 +173,7 @@ fn run_outage(
 
 impl Outage {
     fn landed(&self) -> std::collections::HashMap<String, Landed> {
-        let landed = read_inputs(
-            &tansu_brokers(),
-            &self.topics.input,
-            self.topics.input_partitions,
-            self.plan.len(),
-        );
-        assert!(
-            landed.iter().all(|(id, at)| self.delivered[id] == *at),
-            "delivery reports disagree with the log"
-        );
-        landed
+        read_inputs_as_delivered(&tansu_brokers(), &self.topics, &self.delivered)
     }
 
     /// Outputs (read while the store was down) of records produced while it

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use idemgate_testkit::kafka::Topics;
 use idemgate_testkit::servers::signal;
-use idemgate_testkit::{tansu_brokers, unique};
+use idemgate_testkit::{env, tansu_brokers, unique};
 
 /// What one gateway process is told, as the TOML file `idemgate run` reads.
 pub struct GateConfig {
@@ -26,6 +26,11 @@ pub struct GateConfig {
     pub max_records: usize,
     /// Further librdkafka properties for `[kafka]`.
     pub kafka: Vec<(&'static str, String)>,
+    /// Further `[store]` lines (credentials, a `[store.tls]` table last).
+    pub store: String,
+    /// The stream's lines after its topics, instead of the bank-txn ones
+    /// (which use `lease` and `fail_mode`).
+    pub stream: Option<String>,
 }
 
 impl GateConfig {
@@ -50,7 +55,22 @@ impl GateConfig {
                 ("session.timeout.ms", "6000".into()),
                 ("heartbeat.interval.ms", "500".into()),
             ],
+            store: String::new(),
+            stream: None,
         }
+    }
+
+    /// The test services' TLS Redis: `rediss://`, its ACL user, the CA and
+    /// the client certificate the server requires.
+    pub fn over_tls(mut self) -> GateConfig {
+        let dir = env("IDEMGATE_TEST_REDIS_TLS_DIR");
+        self.redis_url = env("IDEMGATE_TEST_REDIS_TLS_URL");
+        self.store = format!(
+            "username = \"{}\"\npassword = \"{}\"\n[store.tls]\nca_file = \"{dir}/ca.pem\"\ncert_file = \"{dir}/client.pem\"\nkey_file = \"{dir}/client.key\"\n",
+            env("IDEMGATE_TEST_REDIS_TLS_USER"),
+            env("IDEMGATE_TEST_REDIS_TLS_PASSWORD"),
+        );
+        self
     }
 
     pub fn toml(&self) -> String {
@@ -68,7 +88,7 @@ impl GateConfig {
 kind = "redis"
 url = "{url}"
 key_prefix = "{prefix}"
-
+{store}
 [metrics]
 listen = "127.0.0.1:0"
 
@@ -81,20 +101,19 @@ name = "bank"
 inputs = ["{input}"]
 clean = "{clean}"
 audit = "{audit}"
-profile = "bank-txn"
-mode = "exact"
-ttl = {{ explicit = "1h" }}
-lease = "{lease}"
-fail_mode = "{fail_mode}"
+{stream}
 "#,
             url = self.redis_url,
             prefix = self.key_prefix,
+            store = self.store,
             max_records = self.max_records,
             input = self.input,
             clean = self.clean,
             audit = self.audit,
-            lease = self.lease,
-            fail_mode = self.fail_mode,
+            stream = self.stream.clone().unwrap_or_else(|| format!(
+                "profile = \"bank-txn\"\nmode = \"exact\"\nttl = {{ explicit = \"1h\" }}\nlease = \"{}\"\nfail_mode = \"{}\"",
+                self.lease, self.fail_mode
+            )),
         )
     }
 }

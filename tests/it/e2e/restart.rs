@@ -6,12 +6,12 @@
 use std::time::{Duration, Instant};
 
 use idemgate_testkit::check::{check, Expect};
-use idemgate_testkit::kafka::{read_inputs, Producer, Reader, Topics};
+use idemgate_testkit::kafka::{read_inputs_as_delivered, Producer, Reader, Topics};
 use idemgate_testkit::servers::key_ttls;
 
 use super::process::{Gate, GateConfig};
 use idemgate_testkit::workload::{Bank, Planned};
-use idemgate_testkit::{env, say, tansu_brokers, BOUND, SETTLE};
+use idemgate_testkit::{env, say, tansu_brokers, BOUND};
 
 #[test]
 fn a_restart_resumes_from_committed_offsets_and_loses_nothing() {
@@ -98,29 +98,10 @@ fn a_restart_resumes_from_committed_offsets_and_loses_nothing() {
     );
 
     let mut second = Gate::start(&format!("{TEST}-2"), &config);
-    let all = reader.read_until(
-        BOUND,
-        |reader| reader.records.len() >= plan.len(),
-        || second.assert_alive(),
-    );
-    assert!(
-        all,
-        "{} of {} outputs within {BOUND:?} of the restart",
-        reader.records.len(),
-        plan.len()
-    );
-    reader.read_for(SETTLE);
-
-    let landed = read_inputs(
-        &tansu_brokers(),
-        &topics.input,
-        topics.input_partitions,
-        plan.len(),
-    );
-    assert!(
-        landed.iter().all(|(id, at)| delivered[id] == *at),
-        "delivery reports disagree with the log"
-    );
+    reader.read_every_input(plan.len(), BOUND, "of the restart", || {
+        second.assert_alive()
+    });
+    let landed = read_inputs_as_delivered(&tansu_brokers(), &topics, &delivered);
     // Exact: an input decided before the stop and again after it would
     // have two outputs; one lost would have none.
     let summary = check(&plan, &landed, &topics, &reader.records, Expect::Exact);

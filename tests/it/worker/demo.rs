@@ -3,6 +3,8 @@
 
 use std::time::Instant;
 
+use idemgate_testkit::say;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_demo_reports_every_event_exactly_once() {
     super::support::logs();
@@ -49,5 +51,8 @@ async fn the_demo_reports_every_event_exactly_once() {
     );
     assert!(telemetry.duplicate_exact > 0, "{}", report.table());
     assert!(telemetry.duplicate_filter > 0, "{}", report.table());
-    eprintln!("{}took {:?}", report.table(), started.elapsed());
+    say(
+        "demo",
+        format!("{}took {:?}", report.table(), started.elapsed()),
+    );
 }

@@ -4,14 +4,16 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use idemgate::app::Replica;
+use idemgate_testkit::check::{check, Expect};
+use idemgate_testkit::workload::Planned;
+use idemgate_testkit::{say, BOUND};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use rdkafka::util::Timeout;
 use rdkafka::ClientConfig;
 
-use super::support::{
-    bank_workload, check_exactly_once, logs, produce, wait_until, Options, Replica, Setup, LIMIT,
-};
+use super::support::{bank, count, start_assigned, stop, wait_until, Options, Setup};
 
 /// How many Produce requests the brokers refuse outright.
 const REFUSED_REQUESTS: usize = 8;
@@ -33,32 +35,28 @@ const REFUSED_REQUESTS: usize = 8;
 /// the run succeeds, so the worker's Produce requests (the only ones made
 /// since the errors were pushed) used every one of them up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn produce_errors_on_the_clean_topic_release_claims_and_retry_without_loss() {
-    logs();
+async fn produce_errors_on_the_clean_topic_release_claims_and_retry_without_loss(
+) -> anyhow::Result<()> {
+    const TEST: &str = "produce-errors";
     let started = Instant::now();
-    let setup = Setup::new("produce-errors", 3);
+    let setup = Setup::new(TEST, 3);
     let config = setup.config(&Options::default());
     let store = setup.store(&config);
-    let sent = produce(
-        &setup.brokers,
-        &setup.topics.raw,
-        &bank_workload(300, 11),
-        &[],
-    )
-    .await;
+    let plan = bank(TEST).phase(300, 0, 0);
+    let landed = setup
+        .produce(&setup.topics.input, &plan, plan.len(), Duration::ZERO)
+        .await?;
 
-    let cluster = setup.kafka.cluster().unwrap();
-    cluster
-        .topic_error(
-            &setup.topics.clean,
-            RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
-        )
-        .unwrap();
+    let cluster = setup.kafka.cluster()?;
+    cluster.topic_error(
+        &setup.topics.clean,
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+    )?;
     cluster.request_errors(
         RDKafkaApiKey::Produce,
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE; REFUSED_REQUESTS],
     );
-    let replica = Replica::start(&config, store.clone()).await;
+    let replica = Replica::start(&config, store.clone()).await?;
     wait_until("a clean delivery fails and its claim is released", || {
         store.released() > 0
     })
@@ -66,23 +64,23 @@ async fn produce_errors_on_the_clean_topic_release_claims_and_retry_without_loss
     // Keep refusing for a while: the records retry (with a backoff) and
     // release their claims again each time.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    cluster
-        .topic_error(
-            &setup.topics.clean,
-            RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR,
-        )
-        .unwrap();
+    cluster.topic_error(
+        &setup.topics.clean,
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR,
+    )?;
 
-    let outputs = setup.read(sent.len()).await;
-    replica.stop().await;
-    let counts = check_exactly_once(&setup.topics, &sent, &outputs);
-    assert_eq!(counts.events, 300);
-    assert_eq!(counts.novel, 300);
-    assert!(counts.duplicate > 0 && counts.conflict > 0, "{counts:?}");
-    assert_eq!(
-        counts.novel + counts.duplicate + counts.conflict,
-        sent.len()
+    let outputs = setup.read(&setup.topics, plan.len()).await?;
+    stop(replica).await?;
+    let summary = check(&plan, &landed, &setup.topics, &outputs, Expect::Exact);
+    let (novel, duplicate, conflict) = (
+        count(&summary, &["novel"]),
+        count(&summary, &["duplicate"]),
+        count(&summary, &["conflict"]),
     );
+    assert_eq!(summary.events, 300);
+    assert_eq!(novel, 300);
+    assert!(duplicate > 0 && conflict > 0, "{summary}");
+    assert_eq!(novel + duplicate + conflict, plan.len());
 
     let released = store.released();
     assert!(released > 0, "no claim was released");
@@ -97,12 +95,11 @@ async fn produce_errors_on_the_clean_topic_release_claims_and_retry_without_loss
 
     let probe: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", &setup.brokers)
-        .create()
-        .unwrap();
+        .create()?;
     let delivered = probe
         .send(
-            FutureRecord::<[u8], [u8]>::to(&setup.topics.raw).payload(b"probe"),
-            Timeout::After(LIMIT),
+            FutureRecord::<[u8], [u8]>::to(&setup.topics.input).payload(b"probe"),
+            Timeout::After(BOUND),
         )
         .await;
     assert!(
@@ -110,10 +107,14 @@ async fn produce_errors_on_the_clean_topic_release_claims_and_retry_without_loss
         "the brokers still refuse produce requests: the worker did not meet all \
          {REFUSED_REQUESTS} injected errors ({delivered:?})"
     );
-    eprintln!(
-        "{counts:?}, {released} claims released, took {:?}",
-        started.elapsed()
+    say(
+        TEST,
+        format!(
+            "{summary}; {released} claims released, took {:?}",
+            started.elapsed()
+        ),
     );
+    Ok(())
 }
 
 /// Every broker goes down mid-stream for three seconds while more records
@@ -123,58 +124,58 @@ async fn produce_errors_on_the_clean_topic_release_claims_and_retry_without_loss
 /// partitions are fetched again from the last committed offsets. The
 /// worker resumes: nothing lost, nothing doubled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn all_brokers_down_then_up_the_worker_resumes() {
-    logs();
+async fn all_brokers_down_then_up_the_worker_resumes() -> anyhow::Result<()> {
+    const TEST: &str = "brokers-down";
     let started = Instant::now();
-    let setup = Setup::new("brokers-down", 3);
+    let setup = Setup::new(TEST, 3);
     let config = setup.config(&Options {
         kafka: &[("session.timeout.ms", "2000")],
         max_records: 50,
         ..Options::default()
     });
     let store = setup.store(&config);
-    let replica = Replica::start(&config, store.clone()).await;
-    replica
-        .wait_assigned("the worker gets its partitions")
-        .await;
-    let revocations = replica.group.revocations.load(Ordering::SeqCst);
+    let replica = start_assigned(&config, &store).await?;
+    let revocations = replica.group().revocations.load(Ordering::SeqCst);
 
-    let workload = bank_workload(400, 22);
-    let (first, rest) = workload.split_at(workload.len() / 2);
-    let mut sent = produce(&setup.brokers, &setup.topics.raw, first, &[]).await;
+    let mut bank = bank(TEST);
+    // The records after the outage also redeliver events from before it.
+    let first = bank.phase(200, 0, 0);
+    let rest = bank.phase(200, 80, 0);
+    let mut landed = setup
+        .produce(&setup.topics.input, &first, first.len(), Duration::ZERO)
+        .await?;
     wait_until("the worker is mid-stream", || store.finalized() > 20).await;
 
-    let cluster = setup.kafka.cluster().unwrap();
+    let cluster = setup.kafka.cluster()?;
     for broker in 1..=3 {
-        cluster.broker_down(broker).unwrap();
+        cluster.broker_down(broker)?;
     }
     // Records sent during the outage wait in the producer's queue.
-    let brokers = setup.brokers.clone();
-    let raw = setup.topics.raw.clone();
-    let rest = rest.to_vec();
-    let late = tokio::spawn(async move { produce(&brokers, &raw, &rest, &[]).await });
+    let late = setup.produce(&setup.topics.input, &rest, rest.len(), Duration::ZERO);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let finalized_during_outage = store.finalized();
     for broker in 1..=3 {
-        cluster.broker_up(broker).unwrap();
+        cluster.broker_up(broker)?;
     }
-    sent.extend(late.await.expect("the late producer panicked"));
+    landed.extend(late.await?);
+    let plan: Vec<Planned> = first.into_iter().chain(rest).collect();
 
-    let outputs = setup.read(sent.len()).await;
+    let outputs = setup.read(&setup.topics, plan.len()).await?;
     assert!(
-        replica.group.revocations.load(Ordering::SeqCst) > revocations && replica.assigned(),
+        replica.group().revocations.load(Ordering::SeqCst) > revocations && replica.assigned(),
         "the worker was not dropped from the group and taken back"
     );
-    replica.stop().await;
-    let counts = check_exactly_once(&setup.topics, &sent, &outputs);
-    assert_eq!(counts.events, 400);
+    stop(replica).await?;
+    let summary = check(&plan, &landed, &setup.topics, &outputs, Expect::Exact);
+    assert_eq!(summary.events, 400);
     assert_eq!(
-        counts.novel + counts.duplicate + counts.conflict,
-        sent.len()
+        count(&summary, &["novel", "duplicate", "conflict"]),
+        plan.len()
     );
     assert!(
         store.finalized() > finalized_during_outage,
         "nothing was finalized after the brokers came back"
     );
-    eprintln!("{counts:?}, took {:?}", started.elapsed());
+    say(TEST, format!("{summary}, took {:?}", started.elapsed()));
+    Ok(())
 }

@@ -9,13 +9,19 @@
 //! flow; the second joins and leaves while records flow and asserts what
 //! must hold even then.
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use idemgate::app::Replica;
+use idemgate::config::Config;
+use idemgate_testkit::check::{check, Expect};
+use idemgate_testkit::counting::CountingStore;
+use idemgate_testkit::say;
+use idemgate_testkit::workload::Planned;
+
 use super::support::{
-    bank_workload, check_exactly_once, logs, produce, wait_committed, wait_until, Flow, Options,
-    Replica, Setup,
+    bank, count, ends, start_assigned, stop, wait_committed, wait_until, Options, Setup,
 };
 
 const CHUNK: usize = 30;
@@ -24,63 +30,86 @@ const PAUSE: Duration = Duration::from_millis(150);
 /// to join.
 const QUICK_GROUP: &[(&str, &str)] = &[("session.timeout.ms", "3000")];
 
-/// One replica reads half the workload; a second joins (a rebalance: the
-/// partitions are split); the rest flows in and, part way through it, the
-/// first replica stops gracefully (a second rebalance: the survivor takes
-/// every partition, its own ones fetched again from the committed offsets).
-/// Every record has exactly one output.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_replicas_with_a_rebalance_mid_stream_lose_and_double_nothing() {
-    logs();
-    let started = Instant::now();
-    let setup = Setup::new("rebalance", 4);
+/// Four partitions, small batches, quick rebalances.
+fn busy_group(test: &str) -> (Setup, Config, Arc<CountingStore>) {
+    let setup = Setup::new(test, 4);
     let config = setup.config(&Options {
         kafka: QUICK_GROUP,
         max_records: 40,
         ..Options::default()
     });
     let store = setup.store(&config);
-    let workload = bank_workload(500, 33);
-    let (first_half, rest) = workload.split_at(workload.len() / 2);
+    (setup, config, store)
+}
 
-    let first = Replica::start(&config, store.clone()).await;
-    first
-        .wait_assigned("the first replica gets partitions")
-        .await;
-    let mut sent = Flow::start(&setup, first_half, CHUNK, PAUSE).finish().await;
-    // Decided and committed before the join (see the module comment).
-    wait_committed(&setup, &sent).await;
+fn revocations(replica: &Replica) -> u64 {
+    replica.group().revocations.load(Ordering::SeqCst)
+}
 
-    let second = Replica::start(&config, store.clone()).await;
+/// Waits until `second` joined `first` and the group split the
+/// partitions between them.
+async fn wait_split(first: &Replica, second: &Replica) {
     wait_until(
         "the group splits the partitions between two replicas",
-        || {
-            first.group.revocations.load(Ordering::SeqCst) > 0
-                && first.assigned()
-                && second.assigned()
-        },
+        || revocations(first) > 0 && first.assigned() && second.assigned(),
     )
     .await;
+}
 
-    let flow = Flow::start(&setup, rest, CHUNK, PAUSE);
-    flow.wait_sent(flow.chunks / 3).await;
-    let revoked = second.group.revocations.load(Ordering::SeqCst);
-    first.stop().await;
-    sent.extend(flow.finish().await);
-
-    let outputs = setup.read(sent.len()).await;
+/// Waits until `survivor`, after revocation number `revoked`, holds
+/// partitions again: it took every partition of the replica that left.
+async fn wait_takes_all(survivor: &Replica, revoked: u64) {
     wait_until("the survivor takes every partition", || {
-        second.group.revocations.load(Ordering::SeqCst) > revoked && second.assigned()
+        revocations(survivor) > revoked && survivor.assigned()
     })
     .await;
-    second.stop().await;
-    let counts = check_exactly_once(&setup.topics, &sent, &outputs);
-    assert_eq!(counts.events, 500);
+}
+
+/// One replica reads half the workload; a second joins (a rebalance: the
+/// partitions are split); the rest flows in and, part way through it, the
+/// first replica stops gracefully (a second rebalance: the survivor takes
+/// every partition, its own ones fetched again from the committed offsets).
+/// Every record has exactly one output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_with_a_rebalance_mid_stream_lose_and_double_nothing() -> anyhow::Result<()> {
+    const TEST: &str = "rebalance";
+    let started = Instant::now();
+    let (setup, config, store) = busy_group(TEST);
+    let input = &setup.topics.input;
+    let mut bank = bank(TEST);
+    // The second half also redelivers events of the first.
+    let first_half = bank.phase(250, 0, 0);
+    let rest = bank.phase(250, 100, 0);
+
+    let first = start_assigned(&config, &store).await?;
+    let mut landed = setup.produce(input, &first_half, CHUNK, PAUSE).await?;
+    // Decided and committed before the join (see the module comment).
+    wait_committed(&setup, &landed).await?;
+
+    let second = Replica::start(&config, store.clone()).await?;
+    wait_split(&first, &second).await;
+
+    // A third of the rest, then the first replica stops while the others
+    // still flow.
+    let (early, late) = rest.split_at(rest.len() / 3);
+    landed.extend(setup.produce(input, early, CHUNK, PAUSE).await?);
+    let flowing = setup.produce(input, late, CHUNK, PAUSE);
+    let revoked = revocations(&second);
+    stop(first).await?;
+    landed.extend(flowing.await?);
+    let plan: Vec<Planned> = first_half.into_iter().chain(rest).collect();
+
+    let outputs = setup.read(&setup.topics, plan.len()).await?;
+    wait_takes_all(&second, revoked).await;
+    stop(second).await?;
+    let summary = check(&plan, &landed, &setup.topics, &outputs, Expect::Exact);
+    assert_eq!(summary.events, 500);
     assert_eq!(
-        counts.novel + counts.duplicate + counts.conflict,
-        sent.len()
+        count(&summary, &["novel", "duplicate", "conflict"]),
+        plan.len()
     );
-    eprintln!("{counts:?}, took {:?}", started.elapsed());
+    say(TEST, format!("{summary}, took {:?}", started.elapsed()));
+    Ok(())
 }
 
 /// A second replica joins while records flow and leaves again while they
@@ -92,125 +121,105 @@ async fn two_replicas_with_a_rebalance_mid_stream_lose_and_double_nothing() {
 /// repeats in clean, and a repeated output is the same decision naming the
 /// same original.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_replica_joining_while_records_flow_never_doubles_a_clean_event() {
-    logs();
+async fn a_replica_joining_while_records_flow_never_doubles_a_clean_event() -> anyhow::Result<()> {
+    const TEST: &str = "join-busy";
     let started = Instant::now();
-    let setup = Setup::new("join-busy", 4);
-    let config = setup.config(&Options {
-        kafka: QUICK_GROUP,
-        max_records: 40,
-        ..Options::default()
-    });
-    let store = setup.store(&config);
-    let workload = bank_workload(500, 55);
+    let (setup, config, store) = busy_group(TEST);
+    let input = &setup.topics.input;
+    let mut bank = bank(TEST);
+    let early = bank.phase(300, 0, 0);
+    let late = bank.phase(200, 80, 0);
 
-    let (early, late) = workload.split_at(workload.len() * 3 / 5);
+    let first = start_assigned(&config, &store).await?;
+    // A quarter of the early records, then the second replica joins while
+    // the others flow.
+    let (before, during) = early.split_at(early.len() / 4);
+    let mut landed = setup.produce(input, before, CHUNK, PAUSE).await?;
+    let flowing = setup.produce(input, during, CHUNK, PAUSE);
+    let second = Replica::start(&config, store.clone()).await?;
+    wait_split(&first, &second).await;
+    landed.extend(flowing.await?);
 
-    let first = Replica::start(&config, store.clone()).await;
-    first
-        .wait_assigned("the first replica gets partitions")
-        .await;
-    let flow = Flow::start(&setup, early, CHUNK, PAUSE);
-    flow.wait_sent(flow.chunks / 4).await;
-    let second = Replica::start(&config, store.clone()).await;
-    wait_until(
-        "the group splits the partitions between two replicas",
-        || {
-            first.group.revocations.load(Ordering::SeqCst) > 0
-                && first.assigned()
-                && second.assigned()
-        },
-    )
-    .await;
-    let mut sent = flow.finish().await;
-
-    let flow = Flow::start(&setup, late, CHUNK, PAUSE);
-    flow.wait_sent(flow.chunks / 3).await;
-    let revoked = first.group.revocations.load(Ordering::SeqCst);
-    second.stop().await;
-    sent.extend(flow.finish().await);
+    // A third of the late records, then the second replica leaves while
+    // the others flow.
+    let (before, during) = late.split_at(late.len() / 3);
+    landed.extend(setup.produce(input, before, CHUNK, PAUSE).await?);
+    let flowing = setup.produce(input, during, CHUNK, PAUSE);
+    let revoked = revocations(&first);
+    stop(second).await?;
+    landed.extend(flowing.await?);
+    let plan: Vec<Planned> = early.into_iter().chain(late).collect();
 
     // Repeats may come on top of one output per input.
-    let outputs = setup.read(sent.len()).await;
-    wait_until("the first replica takes every partition back", || {
-        first.group.revocations.load(Ordering::SeqCst) > revoked && first.assigned()
-    })
-    .await;
-    first.stop().await;
+    let outputs = setup.read(&setup.topics, plan.len()).await?;
+    wait_takes_all(&first, revoked).await;
+    stop(first).await?;
 
-    // One output per input once repeats are set aside; repeats identical.
-    let mut by_seq: HashMap<usize, Vec<_>> = HashMap::new();
-    for output in &outputs {
-        by_seq.entry(output.seq()).or_default().push(output);
-    }
-    let mut firsts = Vec::new();
-    let mut repeats = 0;
-    for (seq, outs) in &by_seq {
-        let one = outs[0];
-        for other in &outs[1..] {
-            repeats += 1;
-            assert_eq!(
-                other.topic, setup.topics.audit,
-                "input {seq} repeated in clean"
-            );
-            assert_eq!(
-                (other.decision(), other.header("idemgate-first-seen")),
-                (one.decision(), one.header("idemgate-first-seen")),
-                "input {seq} decided twice, differently"
-            );
-        }
-        firsts.push(one.clone());
-    }
-    let counts = check_exactly_once(&setup.topics, &sent, &firsts);
-    assert_eq!(counts.events, 500);
-    eprintln!(
-        "{counts:?}, {repeats} audit outputs repeated, took {:?}",
-        started.elapsed()
+    // Replays: an input may have more than one output, all the same
+    // decision naming the same original; every event reaches clean through
+    // one input.
+    let summary = check(&plan, &landed, &setup.topics, &outputs, Expect::Replays);
+    assert_eq!(
+        summary.extra_clean, 0,
+        "an input repeated in clean: {summary}"
     );
+    assert_eq!(summary.events, 500);
+    say(
+        TEST,
+        format!(
+            "{summary}; {} audit outputs repeated, took {:?}",
+            outputs.len() - plan.len(),
+            started.elapsed()
+        ),
+    );
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_restart_resumes_from_committed_offsets() {
-    logs();
+async fn a_restart_resumes_from_committed_offsets() -> anyhow::Result<()> {
+    const TEST: &str = "restart";
     let started = Instant::now();
-    let setup = Setup::new("restart", 3);
+    let setup = Setup::new(TEST, 3);
+    let input = &setup.topics.input;
     let config = setup.config(&Options {
         max_records: 50,
         ..Options::default()
     });
     // One store across the restart, as a shared Redis would be.
     let store = setup.store(&config);
-    let workload = bank_workload(300, 44);
-    let (part, rest) = workload.split_at(workload.len() / 2);
+    let mut bank = bank(TEST);
+    let part = bank.phase(150, 0, 0);
+    let rest = bank.phase(150, 60, 0);
 
-    let before = Replica::start(&config, store.clone()).await;
-    let mut sent = produce(&setup.brokers, &setup.topics.raw, part, &[]).await;
-    setup.read(sent.len()).await;
-    before.stop().await;
+    let before = Replica::start(&config, store.clone()).await?;
+    let mut landed = setup
+        .produce(input, &part, part.len(), Duration::ZERO)
+        .await?;
+    setup.read(&setup.topics, part.len()).await?;
+    stop(before).await?;
 
     // The graceful stop committed every finished record: each partition's
     // committed offset is the end of what was produced to it.
-    let committed = setup.committed(&setup.topics.raw).await;
-    for partition in 0..setup.partitions {
-        let end = sent
-            .iter()
-            .filter(|s| s.partition == partition)
-            .map(|s| s.offset + 1)
-            .max();
-        assert_eq!(
-            committed[partition as usize], end,
-            "committed offset of partition {partition}"
-        );
-    }
+    let committed = setup.committed(&setup.topics).await?;
+    assert_eq!(
+        committed,
+        ends(&landed, setup.topics.input_partitions),
+        "committed offsets per partition"
+    );
     store.take_holders();
 
-    sent.extend(produce(&setup.brokers, &setup.topics.raw, rest, &[]).await);
-    let after = Replica::start(&config, store.clone()).await;
-    let outputs = setup.read(sent.len()).await;
-    after.stop().await;
+    landed.extend(
+        setup
+            .produce(input, &rest, rest.len(), Duration::ZERO)
+            .await?,
+    );
+    let plan: Vec<Planned> = part.into_iter().chain(rest).collect();
+    let after = Replica::start(&config, store.clone()).await?;
+    let outputs = setup.read(&setup.topics, plan.len()).await?;
+    stop(after).await?;
 
-    let counts = check_exactly_once(&setup.topics, &sent, &outputs);
-    assert_eq!(counts.events, 300);
+    let summary = check(&plan, &landed, &setup.topics, &outputs, Expect::Exact);
+    assert_eq!(summary.events, 300);
     // The new worker started at the committed offsets: it never asked for
     // a claim on a record before them.
     let claimed = store.take_holders();
@@ -223,5 +232,6 @@ async fn a_restart_resumes_from_committed_offsets() {
         reread.is_empty(),
         "the restarted worker re-read committed records: {reread:?}"
     );
-    eprintln!("{counts:?}, took {:?}", started.elapsed());
+    say(TEST, format!("{summary}, took {:?}", started.elapsed()));
+    Ok(())
 }

@@ -1,6 +1,7 @@
 //! The worker in-process on librdkafka's mock cluster: failed deliveries,
 //! brokers down, poison records, rebalances, restarts, and the demo. Each
-//! test has its own mock cluster, topics, group and key prefix.
+//! test has its own mock cluster, topics, group and key prefix; workloads,
+//! the readers and the exactly-once check are the test kit's.
 
 mod demo;
 mod faults;

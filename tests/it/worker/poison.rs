@@ -1,13 +1,17 @@
 //! Records no hash can be computed for: each goes to audit as `invalid` with
 //! its reason, and the records behind it on the same partition flow on.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use idemgate::decision::SOURCE_HASH;
+use idemgate::app::Replica;
+use idemgate::decision::{REASON, SOURCE_HASH};
+use idemgate::fingerprint::{fingerprint, Profile, RecordView};
+use idemgate_testkit::check::{check, Expect};
+use idemgate_testkit::kafka::{Landed, Producer, Topics};
+use idemgate_testkit::say;
+use idemgate_testkit::workload::{Kind, Planned};
 
-use super::support::{
-    check_exactly_once, logs, produce, Options, Record, Replica, Setup, BANK_STREAM,
-};
+use super::support::{count, stop, Options, Setup, BANK_STREAM};
 
 /// Raised so a 2 MB record can be produced, stored, fetched and produced
 /// again to audit (librdkafka's defaults stop at 1 MB).
@@ -15,158 +19,229 @@ const BIG: &[(&str, &str)] = &[
     ("message.max.bytes", "4194304"),
     ("fetch.message.max.bytes", "4194304"),
 ];
+/// The payments stream's `max_record_bytes` in this test.
+const MAX_BYTES: usize = 1 << 20;
+const IDEMPOTENCY_KEY: &str = "x-idempotency-key";
+const BAD_KEY: &[u8] = &[0x6a, 0x6f, 0x62, 0xff, 0xfe];
 
-fn bank(seq: usize, txn: &str, payload: String) -> Record {
-    Record {
-        seq,
-        event: Some(format!("ACC-1/{txn}")),
-        variant: 0,
-        key: b"ACC-1".to_vec(),
-        payload: payload.into_bytes(),
-        headers: Vec::new(),
-        partition: Some(0),
-    }
+/// What the library makes of a record under `profile`: its source hash, or
+/// the code of why it has none.
+fn verdict(profile: &Profile, record: &Planned) -> Result<String, &'static str> {
+    let headers: Vec<(&str, Option<&[u8]>)> = record
+        .headers
+        .iter()
+        .map(|(name, value)| (name.as_str(), Some(value.as_slice())))
+        .collect();
+    let view = RecordView {
+        payload: record.payload.as_deref(),
+        headers: &headers,
+    };
+    fingerprint(profile, MAX_BYTES, &view)
+        .map(|print| print.hash.to_string())
+        .map_err(|invalid| invalid.code())
 }
 
-fn good(seq: usize, txn: &str) -> Record {
-    bank(
-        seq,
-        txn,
-        format!(
-            r#"{{"account_id":"ACC-1","bank_txn_id":"{txn}","amount":"12.50","currency":"EUR","posted_at":"2024-03-01T10:00:00Z"}}"#
-        ),
-    )
+/// A record on partition 0 of account ACC-1, of event `event` (`None` for
+/// poison), its expected hash the library's.
+fn on_partition_0(
+    id: &str,
+    key: &[u8],
+    payload: &[u8],
+    headers: Vec<(String, Vec<u8>)>,
+    (event, kind): (Option<usize>, Kind),
+    profile: &Profile,
+) -> Planned {
+    let mut record = Planned::custom(id, key, Some(payload), kind, Err("unset"));
+    record.event = event;
+    record.partition = Some(0);
+    record.headers = headers;
+    record.hash = verdict(profile, &record);
+    record
 }
 
-fn poison(seq: usize, payload: Vec<u8>) -> Record {
-    Record {
-        seq,
-        event: None,
-        variant: 0,
-        key: b"ACC-1".to_vec(),
-        payload,
-        headers: Vec::new(),
-        partition: Some(0),
-    }
+fn good(id: &str, txn: &str, event: (Option<usize>, Kind), profile: &Profile) -> Planned {
+    let payload = format!(
+        r#"{{"account_id":"ACC-1","bank_txn_id":"{txn}","amount":"12.50","currency":"EUR","posted_at":"2024-03-01T10:00:00Z"}}"#
+    );
+    on_partition_0(id, b"ACC-1", payload.as_bytes(), Vec::new(), event, profile)
 }
 
-fn job(seq: usize, key: &[u8], payload: &str) -> Record {
-    Record {
-        seq,
-        event: std::str::from_utf8(key).ok().map(str::to_string),
-        variant: 0,
-        key: b"jobs".to_vec(),
-        payload: payload.as_bytes().to_vec(),
-        headers: vec![("x-idempotency-key".into(), key.to_vec())],
-        partition: Some(0),
-    }
+fn poison(id: &str, payload: &[u8], profile: &Profile) -> Planned {
+    let kind = (None, Kind::Malformed);
+    on_partition_0(id, b"ACC-1", payload, Vec::new(), kind, profile)
+}
+
+fn job(id: &str, key: &[u8], payload: &str, event: (Option<usize>, Kind)) -> Planned {
+    let profile = Profile::resolve("header", None, Some(IDEMPOTENCY_KEY)).expect("header profile");
+    let headers = vec![(IDEMPOTENCY_KEY.to_string(), key.to_vec())];
+    on_partition_0(id, b"jobs", payload.as_bytes(), headers, event, &profile)
+}
+
+/// Produces one record with `BIG` limits (the kit's producer, told them):
+/// where it landed.
+async fn produce_big(brokers: &str, topic: &str, record: &Planned) -> anyhow::Result<Landed> {
+    let (brokers, topic, record) = (brokers.to_string(), topic.to_string(), record.clone());
+    let landed = tokio::task::spawn_blocking(move || {
+        Producer::with_properties(&brokers, BIG).send(&topic, &[record], 1, Duration::ZERO)
+    })
+    .await?;
+    landed
+        .into_values()
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("the big record was not delivered"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn poison_records_go_to_audit_with_their_reason_and_the_partition_keeps_flowing() {
-    logs();
+async fn poison_records_go_to_audit_with_their_reason_and_the_partition_keeps_flowing(
+) -> anyhow::Result<()> {
+    const TEST: &str = "poison";
     let started = Instant::now();
-    let setup = Setup::new("poison", 2);
-    let jobs = setup.more_topics("jobs");
-    let more = format!(
-        r#"[[streams]]
-name = "{}-jobs"
-inputs = ["{}"]
-clean = "{}"
-audit = "{}"
-profile = "header"
-header = "x-idempotency-key"
+    let setup = Setup::new(TEST, 2);
+    let jobs = Topics::create_on_mock(&setup.kafka, "poison-jobs", 2, 2);
+    let jobs_stream = format!(
+        r#"profile = "header"
+header = "{IDEMPOTENCY_KEY}"
 mode = "exact"
 ttl = {{ explicit = "1h" }}
-lease = "30s"
-"#,
-        setup.stream, jobs.raw, jobs.clean, jobs.audit
+lease = "30s""#
     );
-    let stream = format!("{BANK_STREAM}\nmax_record_bytes = 1048576");
+    let stream = format!("{BANK_STREAM}\nmax_record_bytes = {MAX_BYTES}");
     let config = setup.config(&Options {
         kafka: BIG,
         stream: &stream,
-        more: &more,
+        more: &[(&jobs, &jobs_stream)],
         ..Options::default()
     });
     let store = setup.store(&config);
 
+    let bank = Profile::resolve("bank-txn", None, None)?;
     let huge = format!(
         r#"{{"account_id":"ACC-1","bank_txn_id":"T-huge","amount":"1.00","currency":"EUR","posted_at":"2024-03-01T10:00:00Z","memo":"{}"}}"#,
         "x".repeat(2 << 20)
     );
+    let new = |event| (Some(event), Kind::Original);
     // Everything on partition 0, a poison record between good ones.
     let bank_inputs = vec![
-        good(0, "T-1"),
-        poison(1, b"{\"account_id\": \"ACC-1\", \"amount\": ".to_vec()),
-        good(2, "T-2"),
+        good("bank-0", "T-1", new(0), &bank),
+        poison("bank-1", b"{\"account_id\": \"ACC-1\", \"amount\": ", &bank),
+        good("bank-2", "T-2", new(1), &bank),
         poison(
-            3,
-            br#"{"account_id":"ACC-1","bank_txn_id":"T-3","currency":"EUR","posted_at":"2024-03-01T10:00:00Z"}"#.to_vec(),
+            "bank-3",
+            br#"{"account_id":"ACC-1","bank_txn_id":"T-3","currency":"EUR","posted_at":"2024-03-01T10:00:00Z"}"#,
+            &bank,
         ),
-        good(4, "T-4"),
-        poison(5, huge.into_bytes()),
-        good(6, "T-6"),
-        good(7, "T-1"),
-        good(8, "T-8"),
+        good("bank-4", "T-4", new(2), &bank),
+        poison("bank-5", huge.as_bytes(), &bank),
+        good("bank-6", "T-6", new(3), &bank),
+        good("bank-7", "T-1", (Some(0), Kind::Copy), &bank),
+        good("bank-8", "T-8", new(4), &bank),
     ];
     let job_inputs = vec![
-        job(100, b"job-1", r#"{"bbox":[1,2,3,4]}"#),
+        job("job-0", b"job-1", r#"{"bbox":[1,2,3,4]}"#, new(0)),
         job(
-            101,
-            &[0x6a, 0x6f, 0x62, 0xff, 0xfe],
+            "job-1",
+            BAD_KEY,
             r#"{"bbox":[5,6,7,8]}"#,
+            (None, Kind::Malformed),
         ),
-        job(102, b"job-2", r#"{"bbox":[9,9,9,9]}"#),
-        job(103, b"job-1", r#"{"bbox":[1,2,3,4]}"#),
-        job(104, b"job-3", r#"{"bbox":[0,0,0,0]}"#),
+        job("job-2", b"job-2", r#"{"bbox":[9,9,9,9]}"#, new(1)),
+        job(
+            "job-3",
+            b"job-1",
+            r#"{"bbox":[1,2,3,4]}"#,
+            (Some(0), Kind::Copy),
+        ),
+        job("job-4", b"job-3", r#"{"bbox":[0,0,0,0]}"#, new(2)),
     ];
-    let replica = Replica::start(&config, store.clone()).await;
-    let bank_sent = produce(&setup.brokers, &setup.topics.raw, &bank_inputs, BIG).await;
-    let job_sent = produce(&setup.brokers, &jobs.raw, &job_inputs, BIG).await;
-    assert!(bank_sent.iter().chain(&job_sent).all(|s| s.partition == 0));
-
-    let bank_outputs = setup.read(bank_sent.len()).await;
-    let job_outputs = setup.read_topics(&jobs, job_sent.len()).await;
-    replica.stop().await;
-
-    let bank_counts = check_exactly_once(&setup.topics, &bank_sent, &bank_outputs);
-    assert_eq!(
-        (
-            bank_counts.novel,
-            bank_counts.duplicate,
-            bank_counts.invalid
-        ),
-        (5, 1, 3)
+    let replica = Replica::start(&config, store.clone()).await?;
+    // In order on partition 0; the 2 MB record by a producer of its own.
+    let input = &setup.topics.input;
+    let (before, after) = (&bank_inputs[..5], &bank_inputs[6..]);
+    let mut bank_landed = setup.produce(input, before, 10, Duration::ZERO).await?;
+    let huge = &bank_inputs[5];
+    bank_landed.insert(
+        huge.id.clone(),
+        produce_big(&setup.brokers, input, huge).await?,
     );
-    let job_counts = check_exactly_once(&jobs, &job_sent, &job_outputs);
-    assert_eq!(
-        (job_counts.novel, job_counts.duplicate, job_counts.invalid),
-        (3, 1, 1)
+    bank_landed.extend(setup.produce(input, after, 10, Duration::ZERO).await?);
+    let job_landed = setup
+        .produce(&jobs.input, &job_inputs, 10, Duration::ZERO)
+        .await?;
+    assert!(bank_landed
+        .values()
+        .chain(job_landed.values())
+        .all(|at| at.partition == 0));
+
+    let bank_outputs = setup.read(&setup.topics, bank_inputs.len()).await?;
+    let job_outputs = setup.read(&jobs, job_inputs.len()).await?;
+    stop(replica).await?;
+
+    let bank_summary = check(
+        &bank_inputs,
+        &bank_landed,
+        &setup.topics,
+        &bank_outputs,
+        Expect::Exact,
     );
+    let job_summary = check(&job_inputs, &job_landed, &jobs, &job_outputs, Expect::Exact);
+    for (summary, expected) in [(&bank_summary, (5, 1, 3)), (&job_summary, (3, 1, 1))] {
+        assert_eq!(
+            (
+                count(summary, &["novel"]),
+                count(summary, &["duplicate"]),
+                count(summary, &["invalid"])
+            ),
+            expected,
+            "(novel, duplicate, invalid): {summary}"
+        );
+    }
 
     let expect_invalid = [
-        (&bank_outputs, 1, "not-json", "payload is not json"),
-        (&bank_outputs, 3, "missing-field", "`amount`"),
-        (&bank_outputs, 5, "too-large", "over the limit of 1048576"),
-        (&job_outputs, 101, "header-not-utf8", "`x-idempotency-key`"),
+        (
+            &bank_outputs,
+            &bank_inputs,
+            "bank-1",
+            "not-json",
+            "payload is not json",
+        ),
+        (
+            &bank_outputs,
+            &bank_inputs,
+            "bank-3",
+            "missing-field",
+            "`amount`",
+        ),
+        (
+            &bank_outputs,
+            &bank_inputs,
+            "bank-5",
+            "too-large",
+            "over the limit of 1048576",
+        ),
+        (
+            &job_outputs,
+            &job_inputs,
+            "job-1",
+            "header-not-utf8",
+            "`x-idempotency-key`",
+        ),
     ];
-    for (outputs, seq, code, detail) in expect_invalid {
+    for (outputs, inputs, id, code, detail) in expect_invalid {
         let output = outputs
             .iter()
-            .find(|o| o.seq() == seq)
-            .unwrap_or_else(|| panic!("no output for poison input {seq}"));
-        let audit = if seq >= 100 {
+            .find(|o| o.test_id() == id)
+            .unwrap_or_else(|| panic!("no output for poison input {id}"));
+        let audit = if id.starts_with("job") {
             &jobs.audit
         } else {
             &setup.topics.audit
         };
-        assert_eq!(&output.topic, audit, "poison input {seq}");
-        assert_eq!(output.decision(), "invalid", "poison input {seq}");
-        let reason = output.reason();
+        assert_eq!(&output.topic, audit, "poison input {id}");
+        assert_eq!(output.decision(), "invalid", "poison input {id}");
+        let reason = output.header(REASON).unwrap_or_default();
         assert!(
             reason.starts_with(&format!("{code}: ")) && reason.contains(detail),
-            "poison input {seq}: reason {reason:?}, expected {code} naming {detail}"
+            "poison input {id}: reason {reason:?}, expected {code} naming {detail}"
         );
         assert_eq!(
             output.header(SOURCE_HASH),
@@ -175,33 +250,29 @@ lease = "30s"
         );
         // The payload byte for byte (checked for every output above, said
         // again here for the 2 MB one).
-        let input = bank_sent
-            .iter()
-            .chain(&job_sent)
-            .find(|s| s.record.seq == seq)
-            .unwrap();
-        assert_eq!(
-            output.payload.as_deref(),
-            Some(input.record.payload.as_slice())
-        );
+        let input = inputs.iter().find(|p| p.id == id).unwrap();
+        assert_eq!(output.payload, input.payload, "payload of {id}");
     }
     // The non-UTF-8 key header travels on unchanged too.
-    let bad_key = job_outputs.iter().find(|o| o.seq() == 101).unwrap();
-    assert!(bad_key.headers.iter().any(|(k, v)| k == "x-idempotency-key"
-        && v.as_deref() == Some(&[0x6a, 0x6f, 0x62, 0xff, 0xfe][..])));
+    let bad_key = job_outputs.iter().find(|o| o.test_id() == "job-1").unwrap();
+    assert!(bad_key
+        .headers
+        .iter()
+        .any(|(k, v)| k == IDEMPOTENCY_KEY && v.as_deref() == Some(BAD_KEY)));
 
     // The partition flowed past every poison record: the group committed
     // the end of both inputs.
-    let ends = [
-        (&setup.topics.raw, bank_sent.last().unwrap().offset + 1),
-        (&jobs.raw, job_sent.last().unwrap().offset + 1),
-    ];
-    for (topic, end) in ends {
-        let committed = setup.committed(topic).await;
-        assert_eq!(committed[0], Some(end), "committed offsets of {topic}");
+    for (topics, landed) in [(&setup.topics, &bank_landed), (&jobs, &job_landed)] {
+        let end = landed.values().map(|at| at.offset + 1).max();
+        let committed = setup.committed(topics).await?;
+        assert_eq!(committed[0], end, "committed offsets of {}", topics.input);
     }
-    eprintln!(
-        "{bank_counts:?} {job_counts:?}, took {:?}",
-        started.elapsed()
+    say(
+        TEST,
+        format!(
+            "bank: {bank_summary}; jobs: {job_summary}; took {:?}",
+            started.elapsed()
+        ),
     );
+    Ok(())
 }
