@@ -108,7 +108,9 @@ impl Worker {
         for (key, value) in &config.kafka {
             // Consumer-only and producer-only properties are told apart by
             // librdkafka itself only with warnings; the common ones go to both.
-            consumer_config.set(key, value);
+            if !is_producer_only(key) {
+                consumer_config.set(key, value);
+            }
             if !is_consumer_only(key) {
                 producer_config.set(key, value);
             }
@@ -292,6 +294,25 @@ impl Worker {
         self.consumer.unsubscribe();
         info!(at = now_ms(), "worker stopped: finished work committed");
     }
+}
+
+fn is_producer_only(key: &str) -> bool {
+    key.starts_with("compression.")
+        || key.starts_with("queue.buffering.")
+        || key.starts_with("batch.")
+        || key.starts_with("transaction")
+        || matches!(
+            key,
+            "linger.ms"
+                | "acks"
+                | "request.required.acks"
+                | "enable.idempotence"
+                | "message.timeout.ms"
+                | "delivery.timeout.ms"
+                | "retries"
+                | "message.send.max.retries"
+                | "partitioner"
+        )
 }
 
 fn is_consumer_only(key: &str) -> bool {
