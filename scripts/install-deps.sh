@@ -14,8 +14,12 @@ set -euo pipefail
 #   wheel), both for scripts/test-services.sh.
 # docker-compose: only to validate docker-compose.yml (`config` needs no Docker engine).
 # openssl: the test services make the TLS Redis's certificates with it at every start.
+# prometheus: `promtool` (tests/monitoring.rs checks and unit-tests deploy/prometheus/) and
+#   the `prometheus` server the e2e monitoring test starts on a port of its own. Debian's
+#   postinst does not start the packaged service here (policy-rc.d denies it), and nothing
+#   needs it running.
 pkgs=(redis-server redis-tools build-essential cmake pkg-config libssl-dev zlib1g-dev
-  libsasl2-dev libcurl4-openssl-dev docker-compose openssl)
+  libsasl2-dev libcurl4-openssl-dev docker-compose openssl prometheus)
 if ! { python3 -m pip --version || /usr/bin/python3 -m pip --version; } >/dev/null 2>&1; then
   pkgs+=(python3-pip)
 fi

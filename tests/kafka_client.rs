@@ -37,7 +37,15 @@ fn builtin_features() -> String {
 fn every_codec_and_sasl_over_tls_are_built_in() {
     let features = builtin_features();
     let have: Vec<&str> = features.split(',').collect();
-    for feature in ["gzip", "snappy", "lz4", "zstd", "ssl", "sasl_plain", "sasl_scram"] {
+    for feature in [
+        "gzip",
+        "snappy",
+        "lz4",
+        "zstd",
+        "ssl",
+        "sasl_plain",
+        "sasl_scram",
+    ] {
         assert!(
             have.contains(&feature),
             "librdkafka lacks {feature}: builtin.features = {features}"

@@ -20,6 +20,7 @@
 mod codecs;
 mod exact;
 mod failover;
+mod monitoring;
 mod outage;
 mod process;
 mod restart;

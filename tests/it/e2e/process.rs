@@ -31,6 +31,11 @@ pub struct GateConfig {
     /// The stream's lines after its topics, instead of the bank-txn ones
     /// (which use `lease` and `fail_mode`).
     pub stream: Option<String>,
+    /// `[metrics] listen`: `127.0.0.1:0` (any free port) unless a test
+    /// scrapes it and needs to know where.
+    pub metrics_listen: String,
+    /// Further `[[streams]]` tables, after the bank one.
+    pub more_streams: String,
 }
 
 impl GateConfig {
@@ -57,6 +62,8 @@ impl GateConfig {
             ],
             store: String::new(),
             stream: None,
+            metrics_listen: "127.0.0.1:0".into(),
+            more_streams: String::new(),
         }
     }
 
@@ -90,7 +97,7 @@ url = "{url}"
 key_prefix = "{prefix}"
 {store}
 [metrics]
-listen = "127.0.0.1:0"
+listen = "{listen}"
 
 [batch]
 max_records = {max_records}
@@ -102,8 +109,10 @@ inputs = ["{input}"]
 clean = "{clean}"
 audit = "{audit}"
 {stream}
-"#,
+{more_streams}"#,
             url = self.redis_url,
+            listen = self.metrics_listen,
+            more_streams = self.more_streams,
             prefix = self.key_prefix,
             store = self.store,
             max_records = self.max_records,
