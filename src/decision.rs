@@ -6,7 +6,7 @@ use crate::store::{ClaimOutcome, ClaimState, Coordinates, Tier};
 
 /// The one decision a record gets, carried on its output.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// This record won the claim.
     Novel,
     /// Another record's claim on the hash is done.
@@ -23,7 +23,7 @@ pub enum Decision {
 }
 
 impl Decision {
-    pub fn label(&self) -> &'static str {
+    pub(crate) fn label(&self) -> &'static str {
         match self {
             Decision::Novel => "novel",
             Decision::Duplicate { .. } => "duplicate",
@@ -33,7 +33,7 @@ impl Decision {
         }
     }
 
-    pub fn route(&self) -> Route {
+    pub(crate) fn route(&self) -> Route {
         match self {
             Decision::Novel | Decision::Unverified => Route::Clean,
             Decision::Duplicate { .. } | Decision::Conflict { .. } | Decision::Invalid(_) => {
@@ -45,14 +45,14 @@ impl Decision {
 
 /// Where an output goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Route {
+pub(crate) enum Route {
     Clean,
     Audit,
 }
 
 /// What the loop does with a claim outcome.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Next {
+pub(crate) enum Next {
     /// Produce with this decision.
     Emit(Decision),
     /// The record's own claim is done: its output was delivered before the
@@ -62,7 +62,7 @@ pub enum Next {
     Wait { holder: Coordinates },
 }
 
-pub fn next(outcome: ClaimOutcome) -> Next {
+pub(crate) fn next(outcome: ClaimOutcome) -> Next {
     match outcome {
         ClaimOutcome::Won | ClaimOutcome::Own(ClaimState::Pending) => Next::Emit(Decision::Novel),
         ClaimOutcome::Own(ClaimState::Done) => Next::AlreadyDelivered,
@@ -83,7 +83,7 @@ pub const REASON: &str = "idemgate-reason";
 
 /// The headers written on an output, beside the record's own. `topic_name`
 /// turns a stored topic tag back into a name.
-pub fn headers(
+pub(crate) fn headers(
     decision: &Decision,
     hash: Option<&SourceHash>,
     topic_name: &dyn Fn(&Coordinates) -> String,

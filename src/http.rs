@@ -18,27 +18,27 @@ use crate::worker::Group;
 
 /// What readiness is judged from.
 #[derive(Clone)]
-pub struct Health {
+pub(crate) struct Health {
     group: Arc<Group>,
     store_ok: Arc<AtomicBool>,
 }
 
 impl Health {
-    pub fn new(group: Arc<Group>) -> Health {
+    pub(crate) fn new(group: Arc<Group>) -> Health {
         Health {
             group,
             store_ok: Arc::new(AtomicBool::new(true)),
         }
     }
 
-    pub fn ready(&self) -> bool {
+    pub(crate) fn ready(&self) -> bool {
         self.group.assigned.load(Ordering::SeqCst) && self.store_ok.load(Ordering::SeqCst)
     }
 }
 
 /// The process-wide Prometheus recorder, installed once (the demo runs two
 /// replicas in one process).
-pub fn prometheus() -> Option<&'static PrometheusHandle> {
+pub(crate) fn prometheus() -> Option<&'static PrometheusHandle> {
     static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
@@ -49,7 +49,7 @@ pub fn prometheus() -> Option<&'static PrometheusHandle> {
         .as_ref()
 }
 
-pub async fn serve(
+pub(crate) async fn serve(
     listen: &str,
     health: Health,
     mut stop: watch::Receiver<bool>,
@@ -101,7 +101,7 @@ pub async fn serve(
 
 /// Reads the store's figures every few seconds: evicted keys, filter fill
 /// (with an alarm as a generation nears capacity), reachability.
-pub async fn watch_store(
+pub(crate) async fn watch_store(
     store: Arc<dyn ClaimStore>,
     health: Health,
     mut stop: watch::Receiver<bool>,

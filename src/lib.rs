@@ -21,7 +21,7 @@
 //!   store watcher) and run until shutdown.
 //! - [`demo`]: the whole product in one process on librdkafka's mock
 //!   cluster, with a realistic at-least-once workload.
-//! - [`metrics`], [`http`]: every metric declared once; /metrics, /healthz
+//! - [`metrics`], `http`: every metric declared once; /metrics, /healthz
 //!   and /readyz.
 
 pub mod app;
@@ -29,7 +29,7 @@ pub mod config;
 pub mod decision;
 pub mod demo;
 pub mod fingerprint;
-pub mod http;
+pub(crate) mod http;
 pub mod metrics;
 pub mod store;
 pub mod ttl;

@@ -11,18 +11,18 @@ use crate::decision::Decision;
 use crate::store::{StoreStats, Tier};
 
 pub const RECORDS: &str = "idemgate_records_total";
-pub const TIER_HITS: &str = "idemgate_tier_hits_total";
-pub const RELEASES: &str = "idemgate_claims_released_total";
-pub const REPLAYS: &str = "idemgate_replayed_records_total";
-pub const WAITS: &str = "idemgate_claim_waits_total";
-pub const PRODUCE_FAILURES: &str = "idemgate_produce_failures_total";
-pub const STORE_LATENCY: &str = "idemgate_store_latency_seconds";
-pub const STORE_ERRORS: &str = "idemgate_store_errors_total";
+pub(crate) const TIER_HITS: &str = "idemgate_tier_hits_total";
+pub(crate) const RELEASES: &str = "idemgate_claims_released_total";
+pub(crate) const REPLAYS: &str = "idemgate_replayed_records_total";
+pub(crate) const WAITS: &str = "idemgate_claim_waits_total";
+pub(crate) const PRODUCE_FAILURES: &str = "idemgate_produce_failures_total";
+pub(crate) const STORE_LATENCY: &str = "idemgate_store_latency_seconds";
+pub(crate) const STORE_ERRORS: &str = "idemgate_store_errors_total";
 pub const BATCH_SIZE: &str = "idemgate_batch_records";
-pub const BREAKER_OPEN: &str = "idemgate_breaker_open";
-pub const FILTER_INSERTS: &str = "idemgate_filter_inserts";
-pub const FILTER_CAPACITY: &str = "idemgate_filter_capacity";
-pub const EVICTED_KEYS: &str = "idemgate_store_evicted_keys";
+pub(crate) const BREAKER_OPEN: &str = "idemgate_breaker_open";
+pub(crate) const FILTER_INSERTS: &str = "idemgate_filter_inserts";
+pub(crate) const FILTER_CAPACITY: &str = "idemgate_filter_capacity";
+pub(crate) const EVICTED_KEYS: &str = "idemgate_store_evicted_keys";
 pub const COMMITS: &str = "idemgate_offset_commits_total";
 
 /// Registers names, units and help texts with the installed recorder.
@@ -83,7 +83,7 @@ pub fn describe() {
     describe_counter!(COMMITS, Unit::Count, "offset commits");
 }
 
-pub fn decided(stream: &str, decision: &Decision) {
+pub(crate) fn decided(stream: &str, decision: &Decision) {
     counter!(RECORDS, "stream" => stream.to_string(), "decision" => decision.label()).increment(1);
     if let Decision::Duplicate { tier, .. } = decision {
         tier_hit(stream, *tier);
@@ -94,42 +94,42 @@ fn tier_hit(stream: &str, tier: Tier) {
     counter!(TIER_HITS, "stream" => stream.to_string(), "tier" => tier.as_str()).increment(1);
 }
 
-pub fn released(stream: &str, count: u64) {
+pub(crate) fn released(stream: &str, count: u64) {
     counter!(RELEASES, "stream" => stream.to_string()).increment(count);
 }
 
-pub fn replayed(stream: &str) {
+pub(crate) fn replayed(stream: &str) {
     counter!(REPLAYS, "stream" => stream.to_string()).increment(1);
 }
 
-pub fn waited(count: u64) {
+pub(crate) fn waited(count: u64) {
     counter!(WAITS).increment(count);
 }
 
-pub fn produce_failed(stream: &str) {
+pub(crate) fn produce_failed(stream: &str) {
     counter!(PRODUCE_FAILURES, "stream" => stream.to_string()).increment(1);
 }
 
-pub fn store_call(operation: &'static str, took: Duration, ok: bool) {
+pub(crate) fn store_call(operation: &'static str, took: Duration, ok: bool) {
     histogram!(STORE_LATENCY, "op" => operation).record(took.as_secs_f64());
     if !ok {
         counter!(STORE_ERRORS, "op" => operation).increment(1);
     }
 }
 
-pub fn batch(records: usize) {
+pub(crate) fn batch(records: usize) {
     histogram!(BATCH_SIZE).record(records as f64);
 }
 
-pub fn breaker(open: bool) {
+pub(crate) fn breaker(open: bool) {
     gauge!(BREAKER_OPEN).set(if open { 1.0 } else { 0.0 });
 }
 
-pub fn committed() {
+pub(crate) fn committed() {
     counter!(COMMITS).increment(1);
 }
 
-pub fn store_stats(stats: &StoreStats) {
+pub(crate) fn store_stats(stats: &StoreStats) {
     gauge!(EVICTED_KEYS).set(stats.evicted_keys as f64);
     for fill in &stats.filters {
         gauge!(FILTER_INSERTS, "stream" => fill.stream.clone()).set(fill.inserts as f64);

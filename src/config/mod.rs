@@ -11,11 +11,11 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
 
-pub use raw::{
-    Clock, FailMode, FilterChoice, KafkaValue, RawBatch, RawConfig, RawMetrics, RawStore,
-    RawStream, RawTls, StoreKind,
+pub(crate) use raw::{
+    Clock, FailMode, FilterChoice, KafkaValue, RawConfig, RawStore, RawStream, RawTls, StoreKind,
 };
-pub use substitute::{substitute, SubstituteError};
+pub(crate) use substitute::substitute;
+pub use substitute::SubstituteError;
 
 use crate::fingerprint::Profile;
 use crate::store::redis::{Auth, FilterBackend, RedisOptions, RedisTarget, TlsFiles};
@@ -57,10 +57,10 @@ fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
 /// that carry secrets.
 #[derive(Clone)]
 pub struct Config {
-    pub kafka: BTreeMap<String, String>,
+    pub(crate) kafka: BTreeMap<String, String>,
     pub store: StoreConfig,
-    pub metrics_listen: String,
-    pub batch: BatchConfig,
+    pub(crate) metrics_listen: String,
+    pub(crate) batch: BatchConfig,
     pub streams: Vec<StreamConfig>,
 }
 
@@ -87,16 +87,16 @@ impl std::fmt::Debug for Config {
 }
 
 #[derive(Clone, Debug)]
-pub struct BatchConfig {
-    pub max_records: usize,
-    pub linger: Duration,
+pub(crate) struct BatchConfig {
+    pub(crate) max_records: usize,
+    pub(crate) linger: Duration,
 }
 
 /// Environment variables that override the file, so one config serves
 /// every environment: brokers and store addresses.
-pub const ENV_BROKERS: &str = "IDEMGATE_KAFKA_BROKERS";
-pub const ENV_REDIS_URL: &str = "IDEMGATE_REDIS_URL";
-pub const ENV_REDIS_NODES: &str = "IDEMGATE_REDIS_NODES";
+pub(crate) const ENV_BROKERS: &str = "IDEMGATE_KAFKA_BROKERS";
+pub(crate) const ENV_REDIS_URL: &str = "IDEMGATE_REDIS_URL";
+pub(crate) const ENV_REDIS_NODES: &str = "IDEMGATE_REDIS_NODES";
 
 #[derive(Clone, Debug)]
 pub enum StoreConfig {
@@ -106,12 +106,12 @@ pub enum StoreConfig {
 
 #[derive(Clone, Debug)]
 pub struct StreamConfig {
-    pub inputs: Vec<String>,
-    pub clean: String,
-    pub audit: String,
-    pub profile: Profile,
-    pub max_record_bytes: usize,
-    pub fail_mode: FailMode,
+    pub(crate) inputs: Vec<String>,
+    pub(crate) clean: String,
+    pub(crate) audit: String,
+    pub(crate) profile: Profile,
+    pub(crate) max_record_bytes: usize,
+    pub(crate) fail_mode: FailMode,
     /// What the claim store needs: name, mode, lease, TTLs, filter plan.
     pub spec: StreamSpec,
 }
@@ -138,12 +138,12 @@ impl Config {
 
     /// Like `parse`, with `${VAR}` expanded and the environment's overrides
     /// applied first.
-    pub fn parse_with_env(text: &str) -> Result<Config, ConfigError> {
+    pub(crate) fn parse_with_env(text: &str) -> Result<Config, ConfigError> {
         Config::parse_with_vars(text, |name| std::env::var(name).ok())
     }
 
     /// `parse_with_env` with the variables read through `var`.
-    pub fn parse_with_vars(
+    pub(crate) fn parse_with_vars(
         text: &str,
         var: impl Fn(&str) -> Option<String>,
     ) -> Result<Config, ConfigError> {
@@ -156,7 +156,7 @@ impl Config {
 
 /// TOML into `RawConfig`, keeping the path of the field serde refused
 /// (`streams[1].fail_mode`) beside the parser's message.
-pub fn parse_raw(text: &str) -> Result<RawConfig, ConfigError> {
+pub(crate) fn parse_raw(text: &str) -> Result<RawConfig, ConfigError> {
     let deserializer = toml::Deserializer::new(text);
     serde_path_to_error::deserialize(deserializer).map_err(|error| {
         let field = error.path().to_string();
@@ -170,7 +170,7 @@ pub fn parse_raw(text: &str) -> Result<RawConfig, ConfigError> {
 /// `IDEMGATE_KAFKA_BROKERS` sets `bootstrap.servers`; `IDEMGATE_REDIS_URL`
 /// makes the store a standalone Redis at that URL; `IDEMGATE_REDIS_NODES`
 /// (comma separated) a cluster.
-pub fn apply_env(raw: &mut RawConfig, var: impl Fn(&str) -> Option<String>) {
+pub(crate) fn apply_env(raw: &mut RawConfig, var: impl Fn(&str) -> Option<String>) {
     if let Some(brokers) = var(ENV_BROKERS) {
         raw.kafka
             .insert("bootstrap.servers".into(), KafkaValue::Text(brokers));
@@ -185,7 +185,7 @@ pub fn apply_env(raw: &mut RawConfig, var: impl Fn(&str) -> Option<String>) {
     }
 }
 
-pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
+pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     let store = validate_store(&raw.store)?;
     if raw.streams.is_empty() {
         return Err(invalid(

@@ -13,27 +13,27 @@ use crate::ttl::TtlPolicy;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawConfig {
+pub(crate) struct RawConfig {
     /// librdkafka properties, passed through as they are
     /// (`"bootstrap.servers"`, `"security.protocol"`, ...): strings,
     /// integers (`"session.timeout.ms" = 10000`) or booleans.
     #[serde(default)]
-    pub kafka: BTreeMap<String, KafkaValue>,
+    pub(crate) kafka: BTreeMap<String, KafkaValue>,
     #[serde(default)]
-    pub store: RawStore,
+    pub(crate) store: RawStore,
     #[serde(default)]
-    pub metrics: RawMetrics,
+    pub(crate) metrics: RawMetrics,
     #[serde(default)]
-    pub batch: RawBatch,
+    pub(crate) batch: RawBatch,
     #[serde(default)]
-    pub streams: Vec<RawStream>,
+    pub(crate) streams: Vec<RawStream>,
 }
 
 /// A librdkafka property's value as TOML writes it; librdkafka takes them
 /// all as text.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(untagged)]
-pub enum KafkaValue {
+pub(crate) enum KafkaValue {
     Text(String),
     Integer(i64),
     Flag(bool),
@@ -41,7 +41,7 @@ pub enum KafkaValue {
 
 impl KafkaValue {
     /// As librdkafka reads it: `true`/`false` for flags.
-    pub fn into_text(self) -> String {
+    pub(crate) fn into_text(self) -> String {
         match self {
             KafkaValue::Text(text) => text,
             KafkaValue::Integer(n) => n.to_string(),
@@ -59,61 +59,61 @@ impl From<String> for KafkaValue {
 /// PEM files for a Redis over TLS.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawTls {
+pub(crate) struct RawTls {
     /// A CA to trust instead of the system's roots (a private CA).
-    pub ca_file: Option<PathBuf>,
+    pub(crate) ca_file: Option<PathBuf>,
     /// A client certificate, for servers that require one (with `key_file`).
-    pub cert_file: Option<PathBuf>,
+    pub(crate) cert_file: Option<PathBuf>,
     /// The client certificate's private key.
-    pub key_file: Option<PathBuf>,
+    pub(crate) key_file: Option<PathBuf>,
 }
 
 /// Where claims live.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawStore {
+pub(crate) struct RawStore {
     /// Which store holds the claims. Default `memory`.
     #[serde(default)]
-    pub kind: StoreKind,
+    pub(crate) kind: StoreKind,
     /// `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS.
-    pub url: Option<String>,
+    pub(crate) url: Option<String>,
     /// Seed nodes of a Redis Cluster, as URLs.
     #[serde(default)]
-    pub nodes: Vec<String>,
+    pub(crate) nodes: Vec<String>,
     /// Prepended to every key, so deployments can share a server.
     /// Default `idemgate:`.
     #[serde(default = "default_prefix")]
-    pub key_prefix: String,
+    pub(crate) key_prefix: String,
     /// Tier-2 structure of a Redis store. Default `auto`.
     #[serde(default)]
-    pub filter: FilterChoice,
+    pub(crate) filter: FilterChoice,
     /// Accept a Redis whose `maxmemory-policy` can evict claims. Default
     /// false: an eviction silently shortens a TTL.
     #[serde(default)]
-    pub allow_eviction: bool,
+    pub(crate) allow_eviction: bool,
     /// Refuse to start when the server will not tell its
     /// `maxmemory-policy` (managed services refuse `CONFIG`). Default
     /// false: a warning, and the operator vouches for `noeviction`.
     #[serde(default)]
-    pub require_eviction_check: bool,
+    pub(crate) require_eviction_check: bool,
     /// ACL user, where it is not in the URL.
-    pub username: Option<String>,
+    pub(crate) username: Option<String>,
     /// Password (of the ACL user, or `requirepass`), where it is not in the
     /// URL: `password = "${REDIS_PASSWORD}"` keeps it out of the file.
-    pub password: Option<String>,
+    pub(crate) password: Option<String>,
     /// TLS for `rediss://` URLs: files beyond the system's trust store.
     #[serde(default)]
-    pub tls: RawTls,
+    pub(crate) tls: RawTls,
     /// What time a claim is made at. `event` needs the memory store: Redis
     /// expires keys on its own wall clock. Default `wall`.
     #[serde(default)]
-    pub clock: Clock,
+    pub(crate) clock: Clock,
 }
 
 /// Where claims live (`store.kind`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum StoreKind {
+pub(crate) enum StoreKind {
     /// In-process, for one replica: claims die with it. The default.
     #[default]
     Memory,
@@ -126,7 +126,7 @@ pub enum StoreKind {
 /// Which structure holds tier-2 filter generations (`store.filter`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum FilterChoice {
+pub(crate) enum FilterChoice {
     /// RedisBloom where every node has the module, plain bitmaps otherwise.
     /// The default.
     #[default]
@@ -141,7 +141,7 @@ pub enum FilterChoice {
 /// (`store.clock`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Clock {
+pub(crate) enum Clock {
     /// The machine's clock. The default.
     #[default]
     Wall,
@@ -155,7 +155,7 @@ pub enum Clock {
 /// (`streams[].fail_mode`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum FailMode {
+pub(crate) enum FailMode {
     /// Pause the stream until the store answers: nothing passes unchecked.
     /// The default, for payments.
     #[default]
@@ -185,10 +185,10 @@ impl Default for RawStore {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawMetrics {
+pub(crate) struct RawMetrics {
     /// Address of /metrics, /healthz and /readyz. Default `127.0.0.1:9464`.
     #[serde(default = "default_listen")]
-    pub listen: String,
+    pub(crate) listen: String,
 }
 
 impl Default for RawMetrics {
@@ -202,13 +202,13 @@ impl Default for RawMetrics {
 /// How records are gathered into batches.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawBatch {
+pub(crate) struct RawBatch {
     /// Most records per batch: one claim round trip per tier each. Default 1000.
     #[serde(default = "default_max_records")]
-    pub max_records: NonZeroUsize,
+    pub(crate) max_records: NonZeroUsize,
     /// How long a batch waits for more records after its first. Default 20ms.
     #[serde(default = "default_linger", with = "crate::ttl::serde_duration")]
-    pub linger: Duration,
+    pub(crate) linger: Duration,
 }
 
 impl Default for RawBatch {
@@ -230,54 +230,54 @@ fn default_linger() -> Duration {
 /// One deduplicated stream: its topics, its hash, its memory.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawStream {
+pub(crate) struct RawStream {
     /// Names the stream's key namespace: letters, digits, `.`, `_`, `-`.
-    pub name: String,
+    pub(crate) name: String,
     /// Raw topics read by this stream.
-    pub inputs: Vec<String>,
+    pub(crate) inputs: Vec<String>,
     /// Where novel (and unverified) records go.
-    pub clean: String,
+    pub(crate) clean: String,
     /// Where duplicates, conflicts and invalid records go, with the reason.
-    pub audit: String,
+    pub(crate) audit: String,
     /// `header`, `fields`, `payload`, `payload-raw`, `bank-txn` or
     /// `spatial-job`.
-    pub profile: String,
+    pub(crate) profile: String,
     /// For `profile = "fields"`: `name:normaliser` pairs, comma separated.
-    pub fields: Option<String>,
+    pub(crate) fields: Option<String>,
     /// For `profile = "header"`: the header. Default `x-idempotency-key`.
-    pub header: Option<String>,
+    pub(crate) header: Option<String>,
     /// Larger records are `invalid` (reason `too-large`). Default 1 MiB.
     #[serde(default = "default_max_record_bytes")]
-    pub max_record_bytes: NonZeroUsize,
+    pub(crate) max_record_bytes: NonZeroUsize,
     /// `exact` (payments, edits: no false positives) or `tiered`.
-    pub mode: Mode,
+    pub(crate) mode: Mode,
     /// How long a hash is remembered. In `exact` mode this is the tier-1
     /// TTL; in `tiered` mode it is the horizon the filter covers.
-    pub ttl: TtlPolicy,
+    pub(crate) ttl: TtlPolicy,
     /// Tiered mode: how long a hash stays an exact key (where most
     /// redeliveries land).
     #[serde(default, with = "crate::ttl::serde_duration_opt")]
-    pub tier1_ttl: Option<Duration>,
+    pub(crate) tier1_ttl: Option<Duration>,
     /// Tiered mode: live filter generations, 2 or more. Default 2.
     #[serde(default = "default_slots")]
-    pub filter_slots: NonZeroU32,
+    pub(crate) filter_slots: NonZeroU32,
     /// Tiered mode: false-positive rate of one generation. Default 0.001.
     #[serde(default = "default_fp_rate")]
-    pub fp_rate: f64,
+    pub(crate) fp_rate: f64,
     /// Tiered mode: expected peak records per second; with the horizon it
     /// sizes each generation.
-    pub peak_rate: Option<NonZeroU64>,
+    pub(crate) peak_rate: Option<NonZeroU64>,
     /// Tiered mode: largest clock difference between replicas that a
     /// rotation tolerates. Default 5s.
     #[serde(default = "default_skew", with = "crate::ttl::serde_duration")]
-    pub clock_skew: Duration,
+    pub(crate) clock_skew: Duration,
     /// How long a pending claim holds: longer than any batch can take,
     /// shorter than the tier-1 TTL. Default 60s.
     #[serde(default = "default_lease", with = "crate::ttl::serde_duration")]
-    pub lease: Duration,
+    pub(crate) lease: Duration,
     /// What happens while the store is unreachable. Default `closed`.
     #[serde(default)]
-    pub fail_mode: FailMode,
+    pub(crate) fail_mode: FailMode,
 }
 
 fn default_prefix() -> String {

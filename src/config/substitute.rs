@@ -22,7 +22,7 @@ pub enum SubstituteError {
 }
 
 /// Expands every reference in `text`, reading variables through `var`.
-pub fn substitute(
+pub(crate) fn substitute(
     text: &str,
     var: impl Fn(&str) -> Option<String>,
 ) -> Result<String, SubstituteError> {

@@ -5,7 +5,7 @@
 //! every distinct event reached the clean topic exactly once.
 
 pub mod mock;
-pub mod workload;
+pub(crate) mod workload;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -51,7 +51,7 @@ pub struct Tally {
 
 pub struct Report {
     pub streams: BTreeMap<String, Tally>,
-    pub took: Duration,
+    pub(crate) took: Duration,
 }
 
 impl Report {
@@ -229,12 +229,12 @@ async fn produce(brokers: &str, raws: &[Raw]) -> Result<()> {
 }
 
 /// One output as read back from a clean or audit topic.
-pub struct Seen {
-    pub stream: String,
-    pub clean: bool,
-    pub decision: String,
-    pub tier: Option<String>,
-    pub event: Option<String>,
+pub(crate) struct Seen {
+    pub(crate) stream: String,
+    pub(crate) clean: bool,
+    pub(crate) decision: String,
+    pub(crate) tier: Option<String>,
+    pub(crate) event: Option<String>,
 }
 
 /// The event id a payload carries: account/txn for the bank feed,

@@ -14,30 +14,30 @@
 use serde_json::json;
 
 /// One raw record to produce.
-pub struct Raw {
-    pub topic: &'static str,
-    pub key: String,
-    pub payload: Vec<u8>,
-    pub timestamp_ms: i64,
+pub(crate) struct Raw {
+    pub(crate) topic: &'static str,
+    pub(crate) key: String,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) timestamp_ms: i64,
     /// The distinct event this record carries; `None` for malformed ones.
-    pub event: Option<String>,
-    pub kind: Kind,
+    pub(crate) event: Option<String>,
+    pub(crate) kind: Kind,
 }
 
 /// What the generator meant each record to be, to check the outcome.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     First,
     Redelivery,
     Conflict,
     Malformed,
 }
 
-pub const BANK: &str = "raw.bank";
-pub const TELEMETRY: &str = "raw.telemetry";
+pub(crate) const BANK: &str = "raw.bank";
+pub(crate) const TELEMETRY: &str = "raw.telemetry";
 
 /// The retry ladder: seconds after the first attempt.
-pub const LADDER: [i64; 7] = [60, 300, 1800, 5400, 12000, 21600, 33600];
+pub(crate) const LADDER: [i64; 7] = [60, 300, 1800, 5400, 12000, 21600, 33600];
 
 struct Rng(u64);
 
@@ -69,7 +69,7 @@ fn rfc3339(ms: i64) -> String {
 
 /// Bank transactions and telemetry readings starting at `start_ms`, sorted
 /// by timestamp.
-pub fn generate(start_ms: i64, transactions: u64, vehicles: u64, minutes: u64) -> Vec<Raw> {
+pub(crate) fn generate(start_ms: i64, transactions: u64, vehicles: u64, minutes: u64) -> Vec<Raw> {
     let mut rng = Rng(0x1de6_a7e5);
     let mut out = Vec::new();
     bank(&mut rng, start_ms, transactions, &mut out);

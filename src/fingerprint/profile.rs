@@ -45,9 +45,9 @@ pub enum Normaliser {
 pub struct FieldSpec {
     /// Dotted path (`a.b` is key `b` of the object at key `a`); also the key
     /// of the field in the canonical form.
-    pub name: String,
+    pub(crate) name: String,
     /// How the value is normalised before hashing.
-    pub normaliser: Normaliser,
+    pub(crate) normaliser: Normaliser,
 }
 
 /// Which part of a record is its identity.

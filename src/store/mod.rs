@@ -111,13 +111,13 @@ pub struct Claim {
 /// failed one.
 #[derive(Clone, Copy, Debug)]
 pub struct Settle {
-    pub stream: StreamId,
-    pub hash: SourceHash,
+    pub(crate) stream: StreamId,
+    pub(crate) hash: SourceHash,
     /// Written into the done value, so a later copy with another payload is
     /// still told apart as a conflict even if the pending claim had lapsed.
-    pub digest: PayloadDigest,
-    pub holder: Coordinates,
-    pub at: Millis,
+    pub(crate) digest: PayloadDigest,
+    pub(crate) holder: Coordinates,
+    pub(crate) at: Millis,
 }
 
 impl From<&Claim> for Settle {
@@ -149,7 +149,7 @@ pub enum Tier {
 }
 
 impl Tier {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Tier::Exact => "exact",
             Tier::Filter => "filter",

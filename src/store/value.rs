@@ -22,17 +22,17 @@ pub(crate) const LUA_HOLDER_RANGE: (usize, usize) = (2, 17);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ClaimValue {
-    pub state: ClaimState,
-    pub holder: Coordinates,
-    pub digest: PayloadDigest,
+    pub(crate) state: ClaimState,
+    pub(crate) holder: Coordinates,
+    pub(crate) digest: PayloadDigest,
     /// When the claim was taken (pending) or finalized (done): its expiry is
     /// judged from here, so TTLs are fixed from the write, never extended by
     /// a read.
-    pub at: Millis,
+    pub(crate) at: Millis,
 }
 
 impl ClaimValue {
-    pub fn encode(&self) -> [u8; VALUE_LEN] {
+    pub(crate) fn encode(&self) -> [u8; VALUE_LEN] {
         let mut out = [0u8; VALUE_LEN];
         out[0] = match self.state {
             ClaimState::Pending => b'P',
@@ -44,7 +44,7 @@ impl ClaimValue {
         out
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<ClaimValue, StoreError> {
+    pub(crate) fn decode(bytes: &[u8]) -> Result<ClaimValue, StoreError> {
         let bad = || StoreError::Protocol(format!("tier-1 value of {} bytes", bytes.len()));
         if bytes.len() != VALUE_LEN {
             return Err(bad());

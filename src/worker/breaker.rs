@@ -19,7 +19,7 @@ pub(crate) struct Breaker {
 }
 
 impl Breaker {
-    pub fn new() -> Breaker {
+    pub(crate) fn new() -> Breaker {
         Breaker {
             failures: 0,
             cooldown: FIRST_COOLDOWN,
@@ -27,23 +27,23 @@ impl Breaker {
         }
     }
 
-    pub fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         self.open_until.is_some()
     }
 
     /// Whether a call may be attempted now: closed, or open with its
     /// cool-down over (the trial call).
-    pub fn allows(&self, now: Instant) -> bool {
+    pub(crate) fn allows(&self, now: Instant) -> bool {
         self.open_until.is_none_or(|until| now >= until)
     }
 
     /// How long until the next trial; zero when closed.
-    pub fn wait(&self, now: Instant) -> Duration {
+    pub(crate) fn wait(&self, now: Instant) -> Duration {
         self.open_until
             .map_or(Duration::ZERO, |until| until.saturating_duration_since(now))
     }
 
-    pub fn success(&mut self) {
+    pub(crate) fn success(&mut self) {
         if self.is_open() {
             info!("claim store answers again: breaker closed");
             crate::metrics::breaker(false);
@@ -53,7 +53,7 @@ impl Breaker {
         self.open_until = None;
     }
 
-    pub fn failure(&mut self, now: Instant, error: &dyn std::fmt::Display) {
+    pub(crate) fn failure(&mut self, now: Instant, error: &dyn std::fmt::Display) {
         self.failures += 1;
         if self.failures == 1 {
             warn!(%error, "claim store call failed");

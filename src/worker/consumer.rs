@@ -15,15 +15,15 @@ use tracing::{debug, info, warn};
 
 /// A polled record, owned so a batch outlives the poll that read it.
 #[derive(Clone, Debug)]
-pub struct Input {
-    pub topic: String,
-    pub partition: i32,
-    pub offset: i64,
-    pub key: Option<Vec<u8>>,
-    pub payload: Option<Vec<u8>>,
-    pub headers: Vec<(String, Option<Vec<u8>>)>,
+pub(crate) struct Input {
+    pub(crate) topic: String,
+    pub(crate) partition: i32,
+    pub(crate) offset: i64,
+    pub(crate) key: Option<Vec<u8>>,
+    pub(crate) payload: Option<Vec<u8>>,
+    pub(crate) headers: Vec<(String, Option<Vec<u8>>)>,
     /// The record's timestamp (ms), the clock in event-time mode.
-    pub timestamp: Option<i64>,
+    pub(crate) timestamp: Option<i64>,
 }
 
 impl Input {
@@ -55,7 +55,7 @@ pub struct GroupState {
     /// Bumped on every revoke: a batch started under an older value may
     /// hold records of partitions this replica no longer owns.
     pub revocations: AtomicU64,
-    pub assigned: AtomicBool,
+    pub(crate) assigned: AtomicBool,
 }
 
 /// Rebalance protocol (eager assignors): on revoke, librdkafka calls
@@ -65,8 +65,8 @@ pub struct GroupState {
 /// offsets synchronously here hands over exactly the finished work. The
 /// revocation counter tells a waiting batch to drop records it no longer
 /// owns; their next owner meets their claims as its own (same coordinates).
-pub struct GroupContext {
-    pub state: Arc<GroupState>,
+pub(crate) struct GroupContext {
+    pub(crate) state: Arc<GroupState>,
 }
 
 impl ClientContext for GroupContext {}
@@ -101,18 +101,18 @@ impl ConsumerContext for GroupContext {
     }
 }
 
-pub fn is_nothing_to_commit(error: &KafkaError) -> bool {
+pub(crate) fn is_nothing_to_commit(error: &KafkaError) -> bool {
     matches!(
         error,
         KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)
     )
 }
 
-pub type GroupConsumer = StreamConsumer<GroupContext>;
+pub(crate) type GroupConsumer = StreamConsumer<GroupContext>;
 
 /// Reads up to `max` records, waiting at most `linger` after the first.
 /// Records that arrived while a batch waited come first.
-pub async fn poll_batch(
+pub(crate) async fn poll_batch(
     consumer: &GroupConsumer,
     carry: &mut Vec<Input>,
     max: usize,
@@ -151,7 +151,11 @@ pub async fn poll_batch(
 /// Polls for `duration` with every assigned partition paused, so group
 /// membership and rebalances are served while a batch waits, and nothing
 /// new is read. Anything that still arrives is kept for the next batch.
-pub async fn keep_alive(consumer: &GroupConsumer, carry: &mut Vec<Input>, duration: Duration) {
+pub(crate) async fn keep_alive(
+    consumer: &GroupConsumer,
+    carry: &mut Vec<Input>,
+    duration: Duration,
+) {
     if let Ok(assignment) = consumer.assignment() {
         if assignment.count() > 0 {
             if let Err(error) = consumer.pause(&assignment) {
@@ -173,7 +177,7 @@ pub async fn keep_alive(consumer: &GroupConsumer, carry: &mut Vec<Input>, durati
 }
 
 /// Resumes every assigned partition but those held back (deferred).
-pub fn resume_all(
+pub(crate) fn resume_all(
     consumer: &GroupConsumer,
     held_back: &std::collections::HashMap<(String, i32), Instant>,
 ) {
@@ -194,7 +198,7 @@ pub fn resume_all(
 }
 
 /// Pauses the given partitions (deferred ones, so the others get read).
-pub fn pause(consumer: &GroupConsumer, partitions: &[(String, i32)]) {
+pub(crate) fn pause(consumer: &GroupConsumer, partitions: &[(String, i32)]) {
     let mut list = TopicPartitionList::new();
     for (topic, partition) in partitions {
         list.add_partition(topic, *partition);
@@ -207,7 +211,7 @@ pub fn pause(consumer: &GroupConsumer, partitions: &[(String, i32)]) {
 }
 
 /// Stores the next offset of each partition's finished prefix and commits.
-pub fn commit(
+pub(crate) fn commit(
     consumer: &GroupConsumer,
     next_offsets: &BTreeMap<(String, i32), i64>,
     mode: CommitMode,
@@ -225,7 +229,7 @@ pub fn commit(
 /// Stores the next offset of each partition's finished prefix, for the next
 /// commit: the one after the batch, or the one on revoke. Returns whether
 /// anything was stored.
-pub fn store(consumer: &GroupConsumer, next_offsets: &BTreeMap<(String, i32), i64>) -> bool {
+pub(crate) fn store(consumer: &GroupConsumer, next_offsets: &BTreeMap<(String, i32), i64>) -> bool {
     if next_offsets.is_empty() {
         return false;
     }

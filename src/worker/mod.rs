@@ -9,7 +9,7 @@
 
 mod batch;
 mod breaker;
-pub mod consumer;
+pub(crate) mod consumer;
 mod output;
 
 use std::collections::HashMap;
@@ -50,7 +50,7 @@ impl StreamRuntime {
     }
 }
 
-pub struct Worker {
+pub(crate) struct Worker {
     streams: Vec<StreamRuntime>,
     by_topic: HashMap<String, usize>,
     store: Arc<dyn ClaimStore>,
@@ -90,7 +90,7 @@ const PRODUCER_DEFAULTS: [(&str, &str); 4] = [
 ];
 
 impl Worker {
-    pub async fn new(
+    pub(crate) async fn new(
         config: &Config,
         store: Arc<dyn ClaimStore>,
         stop: tokio::sync::watch::Receiver<bool>,
@@ -164,7 +164,7 @@ impl Worker {
         })
     }
 
-    pub fn group(&self) -> Arc<GroupState> {
+    pub(crate) fn group(&self) -> Arc<GroupState> {
         self.group.clone()
     }
 
@@ -172,13 +172,9 @@ impl Worker {
         self.group.revocations.load(Ordering::SeqCst)
     }
 
-    pub fn breaker_open(&self) -> bool {
-        self.breaker.is_open()
-    }
-
     /// Runs until `stop` turns true; then commits the finished work
     /// synchronously and leaves the group.
-    pub async fn run(mut self) -> Result<()> {
+    pub(crate) async fn run(mut self) -> Result<()> {
         let mut stop = self.stop.clone();
         loop {
             if *stop.borrow() {

@@ -12,9 +12,9 @@ use super::consumer::Input;
 
 /// One output to produce.
 pub(crate) struct Output<'a> {
-    pub topic: &'a str,
-    pub input: &'a Input,
-    pub decision_headers: Vec<(&'static str, String)>,
+    pub(crate) topic: &'a str,
+    pub(crate) input: &'a Input,
+    pub(crate) decision_headers: Vec<(&'static str, String)>,
 }
 
 /// How long `send` may wait for room in the local queue.

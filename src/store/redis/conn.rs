@@ -107,8 +107,8 @@ pub(crate) fn redact(url: &str) -> String {
 
 /// A command and the key it routes by.
 pub(crate) struct Keyed {
-    pub key: Vec<u8>,
-    pub cmd: Cmd,
+    pub(crate) key: Vec<u8>,
+    pub(crate) cmd: Cmd,
 }
 
 #[derive(Clone)]
@@ -138,9 +138,9 @@ pub(crate) fn unavailable(error: RedisError) -> StoreError {
         Some("NOPERM") => StoreError::Refused(format!("redis refused a command (NOPERM): {error}")),
         // redis-rs keeps only its own words for a failed AUTH; the server
         // said WRONGPASS (a wrong password, an unknown or disabled user).
-        _ if error.kind() == redis::ErrorKind::AuthenticationFailed => StoreError::Refused(format!(
-            "redis refused the username or password (WRONGPASS): {error}"
-        )),
+        _ if error.kind() == redis::ErrorKind::AuthenticationFailed => StoreError::Refused(
+            format!("redis refused the username or password (WRONGPASS): {error}"),
+        ),
         _ if is_refused_command(&error) => StoreError::Refused(error.to_string()),
         _ => StoreError::Unavailable(error.to_string()),
     }
@@ -172,7 +172,7 @@ fn client(url: &str, options: &RedisOptions) -> Result<Client, StoreError> {
 impl Conn {
     /// Connects, and asks every node for PING so that a missing or wrong
     /// password is reported as such at start.
-    pub async fn connect(options: &RedisOptions) -> Result<Conn, StoreError> {
+    pub(crate) async fn connect(options: &RedisOptions) -> Result<Conn, StoreError> {
         let conn = Conn::open(options).await?;
         conn.on_every_node(&redis::cmd("PING")).await?;
         Ok(conn)
@@ -219,7 +219,10 @@ impl Conn {
 
     /// Runs every command, one round trip for the whole batch. Server-side
     /// errors come back per command; a connection error fails the batch.
-    pub async fn run(&self, commands: Vec<Keyed>) -> Result<Vec<RedisResult<Value>>, StoreError> {
+    pub(crate) async fn run(
+        &self,
+        commands: Vec<Keyed>,
+    ) -> Result<Vec<RedisResult<Value>>, StoreError> {
         if commands.is_empty() {
             return Ok(Vec::new());
         }
@@ -240,7 +243,7 @@ impl Conn {
     /// Runs one command against every master (standalone: the server), for
     /// start-up checks and INFO figures. A server's error answer (NOAUTH,
     /// NOPERM) is an error, classified by `unavailable`.
-    pub async fn on_every_node(&self, cmd: &Cmd) -> Result<Vec<Value>, StoreError> {
+    pub(crate) async fn on_every_node(&self, cmd: &Cmd) -> Result<Vec<Value>, StoreError> {
         match self {
             Conn::Standalone(manager) => {
                 let mut connection = manager.clone();

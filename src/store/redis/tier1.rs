@@ -58,7 +58,7 @@ impl LuaScript {
     /// `EVALSHA` over keys that share a hash tag (one slot on a cluster);
     /// `EVAL` when the server has not seen the script yet (after a restart,
     /// a failover or `SCRIPT FLUSH`).
-    pub fn invoke(&self, cached: bool, keys: &[Vec<u8>], args: &[&[u8]]) -> Keyed {
+    pub(crate) fn invoke(&self, cached: bool, keys: &[Vec<u8>], args: &[&[u8]]) -> Keyed {
         let mut cmd: Cmd = if cached {
             let mut cmd = redis::cmd("EVALSHA");
             cmd.arg(&self.sha);
@@ -85,13 +85,13 @@ impl LuaScript {
 /// The scripts compare the holder bytes at a fixed position of the value
 /// (see `value.rs`), so they never decode the rest.
 pub(crate) struct Scripts {
-    pub finalize: LuaScript,
-    pub release: LuaScript,
-    pub take_over: LuaScript,
+    pub(crate) finalize: LuaScript,
+    pub(crate) release: LuaScript,
+    pub(crate) take_over: LuaScript,
 }
 
 impl Scripts {
-    pub fn new() -> Scripts {
+    pub(crate) fn new() -> Scripts {
         let (from, to) = LUA_HOLDER_RANGE;
         // Finalize, per key (ARGV: holder, done value, ttl for each): 0 =
         // another record holds it, 1 = now done, 2 = already done by this

@@ -28,11 +28,11 @@ pub enum FilterBackend {
 
 /// One hash to probe or insert, with where it came from in the batch.
 pub(crate) struct Item<'a> {
-    pub index: usize,
-    pub stream: &'a str,
-    pub plan: &'a GenerationPlan,
-    pub hash: &'a SourceHash,
-    pub at: Millis,
+    pub(crate) index: usize,
+    pub(crate) stream: &'a str,
+    pub(crate) plan: &'a GenerationPlan,
+    pub(crate) hash: &'a SourceHash,
+    pub(crate) at: Millis,
 }
 
 /// Maps each probe command's answers back to batch indices: for every
