@@ -66,6 +66,19 @@ impl Replica {
         let health = crate::http::Health::new(group.clone());
         let server =
             crate::http::serve(&config.metrics_listen, health.clone(), stop_rx.clone()).await?;
+        // After the listener installed the recorder: every series at zero.
+        let names: Vec<&str> = config
+            .streams
+            .iter()
+            .map(|s| s.spec.name.as_str())
+            .collect();
+        let tiered: Vec<&str> = config
+            .streams
+            .iter()
+            .filter(|s| s.spec.filter.is_some())
+            .map(|s| s.spec.name.as_str())
+            .collect();
+        crate::metrics::register(&names, &tiered);
         let watcher = tokio::spawn(crate::http::watch_store(store, health, stop_rx));
         Ok(Replica {
             stop,

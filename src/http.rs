@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -42,7 +42,20 @@ pub(crate) fn prometheus() -> Option<&'static PrometheusHandle> {
     static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            let handle = PrometheusBuilder::new().install_recorder().ok()?;
+            // Real histograms (buckets), so they aggregate across replicas.
+            let handle = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Full(crate::metrics::STORE_LATENCY.into()),
+                    &crate::metrics::LATENCY_BUCKETS,
+                )
+                .ok()?
+                .set_buckets_for_metric(
+                    Matcher::Full(crate::metrics::BATCH_SIZE.into()),
+                    &crate::metrics::BATCH_BUCKETS,
+                )
+                .ok()?
+                .install_recorder()
+                .ok()?;
             crate::metrics::describe();
             Some(handle)
         })

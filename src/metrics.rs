@@ -24,6 +24,26 @@ pub(crate) const FILTER_INSERTS: &str = "idemgate_filter_inserts";
 pub(crate) const FILTER_CAPACITY: &str = "idemgate_filter_capacity";
 pub(crate) const EVICTED_KEYS: &str = "idemgate_store_evicted_keys";
 pub const COMMITS: &str = "idemgate_offset_commits_total";
+pub(crate) const BUILD_INFO: &str = "idemgate_build_info";
+pub(crate) const LAG: &str = "idemgate_consumer_lag_records";
+pub(crate) const WAITING: &str = "idemgate_waiting_records";
+pub(crate) const OLDEST_WAIT: &str = "idemgate_oldest_wait_seconds";
+pub(crate) const IN_FLIGHT: &str = "idemgate_batches_in_flight";
+pub(crate) const TAKEN_OVER: &str = "idemgate_claims_taken_over_total";
+
+/// Bucket bounds of the store latency histogram (seconds): a loopback
+/// round trip is well under a millisecond, a timed-out one 5 s.
+pub(crate) const LATENCY_BUCKETS: [f64; 14] = [
+    0.0002, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+/// Bucket bounds of the batch size histogram (records).
+pub(crate) const BATCH_BUCKETS: [f64; 10] = [
+    1.0, 10.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0,
+];
+
+/// Store operations, as the `op` label names them.
+const OPERATIONS: [&str; 3] = ["claim", "finalize", "release"];
+const DECISIONS: [&str; 5] = ["novel", "duplicate", "conflict", "invalid", "unverified"];
 
 /// Registers names, units and help texts with the installed recorder.
 pub fn describe() {
@@ -81,6 +101,65 @@ pub fn describe() {
         "keys the store server evicted: must stay 0"
     );
     describe_counter!(COMMITS, Unit::Count, "offset commits");
+    describe_gauge!(
+        BUILD_INFO,
+        Unit::Count,
+        "1, labelled with the running version"
+    );
+    describe_gauge!(
+        LAG,
+        Unit::Count,
+        "records between the consumer's position and the partition's end, by topic and partition"
+    );
+    describe_gauge!(
+        WAITING,
+        Unit::Count,
+        "records waiting on another record's unsettled claim"
+    );
+    describe_gauge!(
+        OLDEST_WAIT,
+        Unit::Seconds,
+        "how long the longest-waiting record has waited on another record's claim"
+    );
+    describe_gauge!(IN_FLIGHT, Unit::Count, "batches being decided");
+    describe_counter!(
+        TAKEN_OVER,
+        Unit::Count,
+        "pending claims taken over after their lease lapsed"
+    );
+}
+
+/// Creates every series at zero (or its value) before the first event, so
+/// dashboards and alerts see them from the start and `rate()` starts from
+/// a known value.
+pub(crate) fn register(streams: &[&str], tiered: &[&str]) {
+    gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    for stream in streams {
+        let stream = stream.to_string();
+        for decision in DECISIONS {
+            counter!(RECORDS, "stream" => stream.clone(), "decision" => decision).absolute(0);
+        }
+        for tier in [Tier::Exact, Tier::Filter] {
+            counter!(TIER_HITS, "stream" => stream.clone(), "tier" => tier.as_str()).absolute(0);
+        }
+        for name in [RELEASES, REPLAYS, PRODUCE_FAILURES, TAKEN_OVER] {
+            counter!(name, "stream" => stream.clone()).absolute(0);
+        }
+        gauge!(WAITING, "stream" => stream.clone()).set(0.0);
+        gauge!(OLDEST_WAIT, "stream" => stream.clone()).set(0.0);
+    }
+    for stream in tiered {
+        gauge!(FILTER_INSERTS, "stream" => stream.to_string()).set(0.0);
+        gauge!(FILTER_CAPACITY, "stream" => stream.to_string()).set(0.0);
+    }
+    for op in OPERATIONS {
+        counter!(STORE_ERRORS, "op" => op).absolute(0);
+    }
+    counter!(WAITS).absolute(0);
+    counter!(COMMITS).absolute(0);
+    gauge!(BREAKER_OPEN).set(0.0);
+    gauge!(EVICTED_KEYS).set(0.0);
+    gauge!(IN_FLIGHT).set(0.0);
 }
 
 pub(crate) fn decided(stream: &str, decision: &Decision) {
@@ -123,6 +202,30 @@ pub(crate) fn batch(records: usize) {
 
 pub(crate) fn breaker(open: bool) {
     gauge!(BREAKER_OPEN).set(if open { 1.0 } else { 0.0 });
+}
+
+pub(crate) fn taken_over(stream: &str) {
+    counter!(TAKEN_OVER, "stream" => stream.to_string()).increment(1);
+}
+
+/// Records waiting on other records' claims, and the longest wait, as a
+/// batch's round leaves them.
+pub(crate) fn waiting(stream: &str, records: usize, oldest: Duration) {
+    gauge!(WAITING, "stream" => stream.to_string()).set(records as f64);
+    gauge!(OLDEST_WAIT, "stream" => stream.to_string()).set(oldest.as_secs_f64());
+}
+
+pub(crate) fn in_flight(batches: usize) {
+    gauge!(IN_FLIGHT).set(batches as f64);
+}
+
+/// A partition's lag as librdkafka's statistics report it (`-1`, unknown,
+/// is left out).
+pub(crate) fn lag(topic: &str, partition: i32, records: i64) {
+    if records >= 0 {
+        gauge!(LAG, "topic" => topic.to_string(), "partition" => partition.to_string())
+            .set(records as f64);
+    }
 }
 
 pub(crate) fn committed() {

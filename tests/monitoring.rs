@@ -570,3 +570,34 @@ fn metric_names_are_found_as_words_only() {
     let folded = "      - alert: A\n        expr: >-\n          sum(x) > 1\n          and\n          y\n        for: 1m\n      - alert: B\n        expr: up == 0\n";
     assert_eq!(rule_exprs(folded), ["sum(x) > 1 and y", "up == 0"]);
 }
+
+#[test]
+fn the_readme_metric_table_is_the_list_checked_here() {
+    let documented = idemgate_testkit::documented_metrics();
+    let listed: BTreeMap<String, String> = METRICS
+        .iter()
+        .map(|(name, histogram)| {
+            let kind = if *histogram {
+                "histogram"
+            } else {
+                "counter or gauge"
+            };
+            (name.to_string(), kind.to_string())
+        })
+        .collect();
+    let documented: BTreeMap<String, String> = documented
+        .into_iter()
+        .map(|(name, kind)| {
+            let kind = if kind == "histogram" {
+                kind
+            } else {
+                "counter or gauge".into()
+            };
+            (name, kind)
+        })
+        .collect();
+    assert_eq!(
+        documented, listed,
+        "README.md's metric table and METRICS differ"
+    );
+}

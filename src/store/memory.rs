@@ -128,11 +128,13 @@ impl ClaimStore for MemoryStore {
             let spec = spec(&self.streams, claim.stream)?;
             state.observe(claim.at, &self.streams);
             let key = (claim.stream.0, claim.hash);
+            let mut lapsed_pending = false;
             if let Some(existing) = state.claims.get(&key) {
                 if let Verdict::Decided(outcome) = judge(existing, claim, spec) {
                     outcomes.push(outcome);
                     continue;
                 }
+                lapsed_pending = existing.state == ClaimState::Pending;
             }
             if state.in_filter(claim.stream.0, spec, &claim.hash, claim.at) {
                 state.claims.remove(&key);
@@ -143,6 +145,9 @@ impl ClaimStore for MemoryStore {
                 continue;
             }
             state.claims.insert(key, pending_value(claim));
+            if lapsed_pending {
+                crate::metrics::taken_over(&spec.name);
+            }
             outcomes.push(ClaimOutcome::Won);
         }
         Ok(outcomes)

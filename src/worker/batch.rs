@@ -44,6 +44,9 @@ struct Record {
     stream: usize,
     print: Option<Fingerprint>,
     stage: Stage,
+    /// Since when it has waited on another record's claim (the oldest-wait
+    /// metric); `None` while it is not waiting.
+    held_since: Option<Instant>,
 }
 
 /// How a batch ended.
@@ -108,6 +111,7 @@ impl Worker {
                 }
             }
             let mut progress = self.claim_round(&mut records).await;
+            self.publish_waiting(&records);
             let (emitted, failed) = self.emit_round(&mut records).await;
             progress |= emitted;
             if emitted {
@@ -147,7 +151,24 @@ impl Worker {
         if matches!(ended, Ended::Abandoned) {
             self.release_undelivered(&records).await;
         }
+        self.publish_waiting(&[]);
         (finished_prefixes(&records), ended)
+    }
+
+    /// Per stream: records waiting on other records' claims, and the
+    /// longest of those waits.
+    fn publish_waiting(&self, records: &[Record]) {
+        let mut per_stream = vec![(0usize, Duration::ZERO); self.streams.len()];
+        for record in records {
+            if let Some(since) = record.held_since {
+                let (count, oldest) = &mut per_stream[record.stream];
+                *count += 1;
+                *oldest = (*oldest).max(since.elapsed());
+            }
+        }
+        for (runtime, (count, oldest)) in self.streams.iter().zip(per_stream) {
+            crate::metrics::waiting(&runtime.config.spec.name, count, oldest);
+        }
     }
 
     /// Notes every finished record and returns, per partition, the first
@@ -193,6 +214,7 @@ impl Worker {
                 stream,
                 print: None,
                 stage: Stage::Skipped,
+                held_since: None,
             });
         }
         let config = &self.streams[stream].config;
@@ -214,6 +236,7 @@ impl Worker {
             stream,
             print,
             stage,
+            held_since: None,
         })
     }
 
@@ -261,7 +284,14 @@ impl Worker {
                 let mut progress = false;
                 let mut held = 0;
                 for (&i, outcome) in waiting.iter().zip(outcomes) {
-                    match next(outcome) {
+                    let verdict = next(outcome);
+                    records[i].held_since = match verdict {
+                        Next::Wait { .. } => {
+                            Some(records[i].held_since.unwrap_or_else(Instant::now))
+                        }
+                        _ => None,
+                    };
+                    match verdict {
                         Next::Emit(decision) => {
                             records[i].stage = Stage::Emit(decision);
                             progress = true;

@@ -69,7 +69,20 @@ pub(crate) struct GroupContext {
     pub(crate) state: Arc<GroupState>,
 }
 
-impl ClientContext for GroupContext {}
+impl ClientContext for GroupContext {
+    /// librdkafka's statistics (every `statistics.interval.ms`): the lag of
+    /// every partition this consumer fetches.
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        for (name, topic) in &statistics.topics {
+            for (id, partition) in &topic.partitions {
+                // The internal "unassigned" partition (-1) has no lag.
+                if *id >= 0 && partition.fetch_state == "active" {
+                    crate::metrics::lag(name, *id, partition.consumer_lag);
+                }
+            }
+        }
+    }
+}
 
 impl ConsumerContext for GroupContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {

@@ -100,7 +100,9 @@ impl Worker {
         consumer_config
             .set("group.id", "idemgate")
             .set("auto.offset.reset", "earliest")
-            .set("partition.assignment.strategy", "range,roundrobin");
+            .set("partition.assignment.strategy", "range,roundrobin")
+            // Lag per partition comes from librdkafka's statistics.
+            .set("statistics.interval.ms", "5000");
         let mut producer_config = ClientConfig::new();
         for (key, value) in PRODUCER_DEFAULTS {
             producer_config.set(key, value);
@@ -190,7 +192,9 @@ impl Worker {
                 continue;
             }
             let stop_now = self.stop.clone();
+            crate::metrics::in_flight(1);
             let (next_offsets, ended) = self.process(inputs, revocations, &stop_now).await;
+            crate::metrics::in_flight(0);
             self.note_finished(&next_offsets);
             resume_all(&self.consumer, &self.held_back);
             match ended {

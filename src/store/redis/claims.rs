@@ -9,8 +9,8 @@ use super::{protocol, unparsable, RedisStore};
 use crate::store::judge::{judge, pending_value, Verdict};
 use crate::store::value::ClaimValue;
 use crate::store::{
-    millis, spec, Claim, ClaimOutcome, ClaimStore, FilterFill, Millis, Settle, StoreError,
-    StoreStats, Tier,
+    millis, spec, Claim, ClaimOutcome, ClaimState, ClaimStore, FilterFill, Millis, Settle,
+    StoreError, StoreStats, Tier,
 };
 
 #[async_trait]
@@ -65,8 +65,15 @@ impl ClaimStore for RedisStore {
 
         if !lapsed.is_empty() {
             let taken = self.take_over(&lapsed, batch).await?;
-            for ((index, _, _), now_there) in lapsed.iter().zip(taken) {
-                let Some(bytes) = now_there else { continue };
+            for ((index, _, old), now_there) in lapsed.iter().zip(taken) {
+                let Some(bytes) = now_there else {
+                    if old.state == ClaimState::Pending {
+                        crate::metrics::taken_over(
+                            &spec(&self.streams, batch[*index].stream)?.name,
+                        );
+                    }
+                    continue;
+                };
                 let claim = &batch[*index];
                 let existing = ClaimValue::decode(&bytes)?;
                 outcomes[*index] = match judge(&existing, claim, spec(&self.streams, claim.stream)?)

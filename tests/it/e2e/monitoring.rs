@@ -406,6 +406,25 @@ fn prometheus_scrapes_the_gateway_and_every_panel_and_alert_works() {
     });
     say(TEST, format!("counts scraped at {:?}", began.elapsed()));
 
+    // What /metrics serves is what README.md documents, type for type,
+    // including the series nothing has incremented (they start at zero).
+    let (status, text) =
+        http_get(metrics.parse().expect("metrics address"), "/metrics").expect("GET /metrics");
+    assert_eq!(status, 200, "/metrics answered {status}");
+    let served: BTreeMap<String, String> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|rest| {
+            let mut words = rest.split_whitespace();
+            Some((words.next()?.to_string(), words.next()?.to_string()))
+        })
+        .collect();
+    assert_eq!(
+        served,
+        idemgate_testkit::documented_metrics(),
+        "/metrics and README.md's metric table differ"
+    );
+
     // Every panel's query answers with at least one series.
     let mut empty = Vec::new();
     let exprs = dashboard_exprs();
