@@ -246,7 +246,9 @@ pub(crate) struct RawStream {
     pub(crate) fields: Option<String>,
     /// For `profile = "header"`: the header. Default `x-idempotency-key`.
     pub(crate) header: Option<String>,
-    /// Larger records are `invalid` (reason `too-large`). Default 1 MiB.
+    /// Larger records are `invalid` (reason `too-large`). Default 900 KiB;
+    /// with 64 KiB for key and headers it must fit the producer's
+    /// `message.max.bytes`.
     #[serde(default = "default_max_record_bytes")]
     pub(crate) max_record_bytes: NonZeroUsize,
     /// `exact` (payments, edits: no false positives) or `tiered`.
@@ -286,8 +288,10 @@ fn default_prefix() -> String {
 fn default_listen() -> String {
     "127.0.0.1:9464".into()
 }
+/// 900 KiB: with 64 KiB for key and headers, under librdkafka's default
+/// `message.max.bytes` (1,000,000) and Kafka's default broker limit.
 fn default_max_record_bytes() -> NonZeroUsize {
-    const { nonzero_usize(1 << 20) }
+    const { nonzero_usize(900 * 1024) }
 }
 fn default_slots() -> NonZeroU32 {
     const { nonzero_u32(2) }

@@ -48,7 +48,7 @@ fn a_plain_exact_stream_is_accepted() {
     ));
     assert_eq!(stream.fail_mode, FailMode::Closed);
     assert_eq!(config.batch.max_records, 1000);
-    assert_eq!(stream.max_record_bytes, 1 << 20);
+    assert_eq!(stream.max_record_bytes, 900 * 1024);
 }
 
 #[test]
@@ -443,4 +443,33 @@ fn the_webhook_example_is_keyed_by_the_senders_header() {
         }
     );
     assert_eq!(hooks.spec.tier1_ttl, Duration::from_secs(24 * 3600));
+}
+
+#[test]
+fn a_record_limit_the_producer_cannot_send_is_refused() {
+    let error = refused(&format!("{BASE}max_record_bytes = 1048576\n"));
+    assert!(error.starts_with("streams[0].max_record_bytes:"), "{error}");
+    assert!(error.contains("message.max.bytes"), "{error}");
+    let raised =
+        format!("[kafka]\n\"message.max.bytes\" = 4194304\n{BASE}max_record_bytes = 1048576\n");
+    assert_eq!(
+        Config::parse(&raised).unwrap().streams[0].max_record_bytes,
+        1 << 20
+    );
+}
+
+#[test]
+fn a_clean_topic_that_is_an_audit_topic_or_an_input_is_refused() {
+    let same = BASE.replace("audit = \"audit.bank\"", "audit = \"clean.bank\"");
+    let error = refused(&same);
+    assert!(
+        error.starts_with("streams[0].clean:") && error.contains("audit"),
+        "{error}"
+    );
+    let fed_back = BASE.replace("clean = \"clean.bank\"", "clean = \"raw.bank\"");
+    let error = refused(&fed_back);
+    assert!(
+        error.starts_with("streams[0].clean:") && error.contains("input"),
+        "{error}"
+    );
 }
