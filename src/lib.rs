@@ -21,6 +21,7 @@
 //!   store watcher) and run until shutdown.
 //! - [`demo`]: the whole product in one process on librdkafka's mock
 //!   cluster, with a realistic at-least-once workload.
+//! - [`logging`]: text or JSON logs, rate limits for repeated errors.
 //! - [`metrics`], `http`: every metric declared once; /metrics, /healthz
 //!   and /readyz.
 
@@ -30,6 +31,7 @@ pub mod decision;
 pub mod demo;
 pub mod fingerprint;
 pub(crate) mod http;
+pub mod logging;
 pub mod metrics;
 pub mod store;
 pub mod ttl;

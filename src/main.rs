@@ -12,6 +12,9 @@ use idemgate::ttl::{format_duration, measure_horizon, parse_duration, Delivery, 
 #[derive(Parser)]
 #[command(name = "idemgate", version, about = "Deduplication gateway for Kafka")]
 struct Cli {
+    /// `text` (colour only on a terminal) or `json` (one object a line).
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: idemgate::logging::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -102,13 +105,9 @@ struct TtlArgs {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    idemgate::logging::init(cli.log_format);
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("idemgate: {error:#}");

@@ -108,3 +108,60 @@ fn a_key_for_a_profile_that_reads_no_header_is_refused() {
     let keyed = ok(&["hash", "--profile", "header", "--key", "k-1"], "{}");
     assert_eq!(keyed.trim().len(), 64, "{keyed}");
 }
+
+/// A short demo: its log lines on stderr (RUST_LOG=info).
+fn demo_logs(format: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args([
+            "--log-format",
+            format,
+            "demo",
+            "--transactions",
+            "60",
+            "--vehicles",
+            "2",
+            "--minutes",
+            "5",
+        ])
+        .env("RUST_LOG", "info")
+        .output()
+        .expect("running the demo");
+    assert!(
+        out.status.success(),
+        "demo failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn json_logs_are_one_object_a_line_and_text_logs_carry_no_colour_when_piped() {
+    let json = demo_logs("json");
+    let lines: Vec<&str> = json.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(!lines.is_empty(), "no log lines");
+    for line in &lines {
+        let value: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+        assert!(
+            value["level"].is_string() && value["message"].is_string(),
+            "{line}"
+        );
+    }
+    let text = demo_logs("text");
+    assert!(!text.contains('\u{1b}'), "ANSI codes in piped logs: {text}");
+    assert!(text.contains("INFO"), "{text}");
+}
+
+#[test]
+fn single_duplicates_are_not_logged_at_info_but_summed_up_per_stream() {
+    let text = demo_logs("text");
+    assert!(
+        !text.contains("suppressed or marked"),
+        "a line per non-novel decision at info:\n{text}"
+    );
+    let progress: Vec<&str> = text.lines().filter(|l| l.contains("progress")).collect();
+    assert!(
+        progress.iter().any(|l| l.contains("stream=bank") && l.contains("duplicate=")),
+        "no progress line for the bank stream:\n{text}"
+    );
+}

@@ -15,7 +15,13 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
+
+use crate::logging::RateLimit;
+
+/// One "output not delivered" line per period: a broker refusing every
+/// output would otherwise write one per record per round.
+static UNDELIVERED: RateLimit = RateLimit::new(Duration::from_secs(30));
 
 use super::consumer::{keep_alive, Input};
 use super::output::{produce_all, Output};
@@ -356,6 +362,7 @@ impl Worker {
             match result {
                 Ok(()) => {
                     crate::metrics::decided(stream, &decision);
+                    self.progress.decided(stream, decision.label());
                     self.log_decision(&records[i], &decision);
                     if novel {
                         finalize.extend(self.claim_of(&records[i]).map(|c| Settle::from(&c)));
@@ -366,8 +373,10 @@ impl Worker {
                 Err(error) => {
                     failed = true;
                     crate::metrics::produce_failed(stream);
-                    warn!(%error, topic = %records[i].input.topic, partition = records[i].input.partition,
-                        offset = records[i].input.offset, "output not delivered: will retry");
+                    if let Some(held_back) = UNDELIVERED.allow(Instant::now()) {
+                        warn!(%error, topic = %records[i].input.topic, partition = records[i].input.partition,
+                            offset = records[i].input.offset, held_back, "output not delivered: will retry");
+                    }
                     if novel {
                         release.extend(self.claim_of(&records[i]).map(|c| Settle::from(&c)));
                         records[i].stage = Stage::Claim;
@@ -480,7 +489,7 @@ impl Worker {
             Decision::Invalid(invalid) => invalid.to_string(),
             _ => String::new(),
         };
-        info!(
+        debug!(
             trace_id = %trace_id,
             source_hash = %source_hash,
             decision = decision.label(),

@@ -67,9 +67,19 @@ pub struct GroupState {
 /// owns; their next owner meets their claims as its own (same coordinates).
 pub(crate) struct GroupContext {
     pub(crate) state: Arc<GroupState>,
+    /// librdkafka's log lines, rate-limited.
+    pub(crate) logs: super::client_logs::ClientLogs,
 }
 
 impl ClientContext for GroupContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        self.logs.log(level, fac, log_message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.logs.error(&error, reason);
+    }
+
     /// librdkafka's statistics (every `statistics.interval.ms`): the lag of
     /// every partition this consumer fetches.
     fn stats(&self, statistics: rdkafka::Statistics) {

@@ -9,8 +9,10 @@
 
 mod batch;
 mod breaker;
+mod client_logs;
 pub(crate) mod consumer;
 mod output;
+mod progress;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -27,6 +29,7 @@ use crate::config::{Config, StoreConfig, StreamConfig};
 use crate::store::{ClaimStore, TopicTag};
 use batch::{now_ms, Ended};
 use breaker::Breaker;
+use client_logs::ProducerLogs;
 use consumer::{
     commit, pause, poll_batch, resume_all, GroupConsumer, GroupContext, GroupState, Input,
 };
@@ -55,7 +58,7 @@ pub(crate) struct Worker {
     by_topic: HashMap<String, usize>,
     store: Arc<dyn ClaimStore>,
     consumer: GroupConsumer,
-    producer: FutureProducer,
+    producer: FutureProducer<ProducerLogs>,
     group: Arc<GroupState>,
     breaker: Breaker,
     event_time: bool,
@@ -72,6 +75,8 @@ pub(crate) struct Worker {
     max_batch: usize,
     linger: Duration,
     stop: tokio::sync::watch::Receiver<bool>,
+    /// Decisions since the last progress line.
+    progress: progress::Progress,
 }
 
 /// Consumer properties the protocol depends on; the config cannot change
@@ -123,10 +128,11 @@ impl Worker {
         let consumer: GroupConsumer = consumer_config
             .create_with_context(GroupContext {
                 state: group.clone(),
+                logs: client_logs::ClientLogs::default(),
             })
             .context("creating the kafka consumer")?;
-        let producer: FutureProducer = producer_config
-            .create()
+        let producer: FutureProducer<ProducerLogs> = producer_config
+            .create_with_context(ProducerLogs::default())
             .context("creating the kafka producer")?;
 
         let mut by_topic = HashMap::new();
@@ -162,6 +168,7 @@ impl Worker {
             held_back: HashMap::new(),
             max_batch: config.batch.max_records,
             linger: config.batch.linger,
+            progress: progress::Progress::new(std::time::Instant::now()),
             stop,
         })
     }
@@ -195,6 +202,9 @@ impl Worker {
             crate::metrics::in_flight(1);
             let (next_offsets, ended) = self.process(inputs, revocations, &stop_now).await;
             crate::metrics::in_flight(0);
+            for line in self.progress.due(std::time::Instant::now()) {
+                line.log();
+            }
             self.note_finished(&next_offsets);
             resume_all(&self.consumer, &self.held_back);
             match ended {
@@ -284,7 +294,10 @@ impl Finished {
 }
 
 impl Worker {
-    fn shutdown(&self) {
+    fn shutdown(&mut self) {
+        for line in self.progress.flush(std::time::Instant::now()) {
+            line.log();
+        }
         match self.consumer.commit_consumer_state(CommitMode::Sync) {
             Ok(()) => {}
             Err(error) if consumer::is_nothing_to_commit(&error) => {}

@@ -23,7 +23,7 @@ const QUEUE_WAIT: Duration = Duration::from_secs(5);
 /// Produces every output at once and waits for every delivery report.
 /// `Err` carries the broker's or the client's reason.
 pub(crate) async fn produce_all(
-    producer: &FutureProducer,
+    producer: &FutureProducer<super::client_logs::ProducerLogs>,
     outputs: &[Output<'_>],
 ) -> Vec<Result<(), String>> {
     let sends = outputs.iter().map(|output| async move {
