@@ -1,5 +1,6 @@
-//! The producer side: every output is the input's key and payload byte for
-//! byte, its headers, and the decision headers; every delivery is awaited.
+//! The producer side: every output is the input's key, payload and
+//! timestamp as they were, its headers, and the decision headers; every
+//! delivery is awaited.
 
 use std::time::Duration;
 
@@ -54,6 +55,11 @@ pub(crate) async fn produce_all(
         }
         if let Some(payload) = output.input.payload.as_deref() {
             record = record.payload(payload);
+        }
+        // The input's time, not the moment idemgate wrote it: downstream
+        // windows and retention see the event as it was.
+        if let Some(timestamp) = output.input.timestamp {
+            record = record.timestamp(timestamp);
         }
         producer
             .send(record, Timeout::After(QUEUE_WAIT))

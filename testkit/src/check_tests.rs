@@ -72,6 +72,7 @@ fn faithful(plan: &[Planned]) -> (HashMap<String, Landed>, Vec<Out>) {
             key: Some(p.key.clone()),
             payload: p.payload.clone(),
             headers,
+            timestamp: None,
             seen: Instant::now(),
         });
     }

@@ -255,6 +255,8 @@ pub struct Out {
     pub key: Option<Vec<u8>>,
     pub payload: Option<Vec<u8>>,
     pub headers: Vec<(String, Option<Vec<u8>>)>,
+    /// The record's timestamp (ms), as the broker gave it.
+    pub timestamp: Option<i64>,
     /// When the test saw it: orders outputs against the test's own steps.
     pub seen: Instant,
 }
@@ -393,6 +395,7 @@ impl Reader {
                                     .collect()
                             })
                             .unwrap_or_default(),
+                        timestamp: message.timestamp().to_millis(),
                         seen: Instant::now(),
                     };
                     if let Some(id) = out.header(TEST_ID) {

@@ -55,6 +55,28 @@ fn binary_against_tansu_and_redis_counts_exactly() {
     let landed = read_inputs_as_delivered(&tansu_brokers(), &topics, &delivered);
     let summary = check(&plan, &landed, &topics, &reader.records, Expect::Exact);
     say(TEST, &summary);
+    // Every output keeps its input's timestamp (the event's time, not the
+    // gateway's).
+    let mut inputs = Reader::new(
+        &tansu_brokers(),
+        &[(&topics.input, topics.input_partitions)],
+    );
+    inputs.read_every_input(plan.len(), BOUND, "read back from the input", || {});
+    let input_time: std::collections::HashMap<&str, Option<i64>> = inputs
+        .records
+        .iter()
+        .map(|r| (r.test_id(), r.timestamp))
+        .collect();
+    for out in &reader.records {
+        assert_eq!(
+            out.timestamp,
+            input_time[out.test_id()],
+            "{} -> {}/{}: the output's timestamp is not its input's",
+            out.test_id(),
+            out.topic,
+            out.offset
+        );
+    }
     assert_eq!(summary.decisions.get("novel"), Some(&bank.events()));
 
     // One claim per event, each finalized: done with the full TTL (1h),
