@@ -44,6 +44,10 @@ pub enum Invalid {
     /// The key header's value is not UTF-8 text.
     #[error("header `{name}` is not valid utf-8")]
     HeaderNotUtf8 { name: String },
+    /// A header's *name* is not UTF-8 (shown with U+FFFD): the record's
+    /// headers cannot be written out as they came, so it goes to audit.
+    #[error("a header name is not valid utf-8: `{name}`")]
+    HeaderNameNotUtf8 { name: String },
     /// The key header is present but empty: hashing it would make every such
     /// record a duplicate of the first.
     #[error("header `{name}` is empty")]
@@ -73,6 +77,7 @@ impl Invalid {
             Invalid::BadTimestamp { .. } => "bad-timestamp",
             Invalid::MissingHeader { .. } => "missing-header",
             Invalid::HeaderNotUtf8 { .. } => "header-not-utf8",
+            Invalid::HeaderNameNotUtf8 { .. } => "header-name-not-utf8",
             Invalid::EmptyHeader { .. } => "empty-header",
             Invalid::EmptyPayload => "empty-payload",
             Invalid::NoFields => "no-fields",
@@ -117,6 +122,7 @@ mod tests {
             },
             Invalid::MissingHeader { name: field() },
             Invalid::HeaderNotUtf8 { name: field() },
+            Invalid::HeaderNameNotUtf8 { name: field() },
             Invalid::EmptyHeader { name: field() },
             Invalid::EmptyPayload,
             Invalid::NoFields,

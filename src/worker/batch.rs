@@ -28,7 +28,7 @@ use super::output::{produce_all, Output};
 use super::Worker;
 use crate::config::FailMode;
 use crate::decision::{headers, next, Decision, Next};
-use crate::fingerprint::{fingerprint, Fingerprint, RecordView};
+use crate::fingerprint::{fingerprint, Fingerprint, Invalid, RecordView};
 use crate::store::{Claim, Coordinates, Millis, Settle, StoreError, TopicTag};
 
 /// Where a record stands in its batch.
@@ -233,7 +233,11 @@ impl Worker {
             payload: input.payload.as_deref(),
             headers: &headers,
         };
-        let (print, stage) = match fingerprint(&config.profile, config.max_record_bytes, &view) {
+        let verdict = match &input.bad_header_name {
+            Some(name) => Err(Invalid::HeaderNameNotUtf8 { name: name.clone() }),
+            None => fingerprint(&config.profile, config.max_record_bytes, &view),
+        };
+        let (print, stage) = match verdict {
             Ok(print) => (Some(print), Stage::Claim),
             Err(invalid) => (None, Stage::Emit(Decision::Invalid(invalid))),
         };

@@ -9,7 +9,7 @@ use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
 };
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Headers};
+use rdkafka::message::BorrowedMessage;
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use tracing::{debug, info, warn};
 
@@ -24,19 +24,15 @@ pub(crate) struct Input {
     pub(crate) headers: Vec<(String, Option<Vec<u8>>)>,
     /// The record's timestamp (ms), the clock in event-time mode.
     pub(crate) timestamp: Option<i64>,
+    /// A header name that is not UTF-8 (shown lossily in `headers`): the
+    /// record is `invalid`, since its headers cannot be written out as
+    /// they came.
+    pub(crate) bad_header_name: Option<String>,
 }
 
 impl Input {
     fn from_message(message: &BorrowedMessage<'_>) -> Input {
-        let headers = message
-            .headers()
-            .map(|headers| {
-                headers
-                    .iter()
-                    .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let (headers, bad_header_name) = read_headers(message);
         Input {
             topic: message.topic().to_string(),
             partition: message.partition(),
@@ -45,8 +41,59 @@ impl Input {
             payload: message.payload().map(<[u8]>::to_vec),
             headers,
             timestamp: message.timestamp().to_millis(),
+            bad_header_name,
         }
     }
+}
+
+/// A record's headers, read through librdkafka itself: rdkafka's header
+/// iterator unwraps every name as UTF-8 and panics on one that is not, and
+/// a record must never stop the worker. Such a name comes back lossily
+/// (U+FFFD), and is named in the second value.
+pub fn read_headers(
+    message: &BorrowedMessage<'_>,
+) -> (Vec<(String, Option<Vec<u8>>)>, Option<String>) {
+    use rdkafka::bindings as rd;
+    let mut headers_ptr: *mut rd::rd_kafka_headers_t = std::ptr::null_mut();
+    // SAFETY: `message.ptr()` is the live message this borrow holds; the
+    // headers it yields belong to it and are only read within this call.
+    let found = unsafe { rd::rd_kafka_message_headers(message.ptr(), &mut headers_ptr) };
+    if found != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || headers_ptr.is_null() {
+        return (Vec::new(), None);
+    }
+    // SAFETY: as above; `headers_ptr` is non-null.
+    let count = unsafe { rd::rd_kafka_header_cnt(headers_ptr) };
+    let mut headers = Vec::with_capacity(count);
+    let mut bad_name = None;
+    for index in 0..count {
+        let (mut name, mut value, mut size) = (std::ptr::null(), std::ptr::null(), 0usize);
+        // SAFETY: `index < count`; the out-pointers are valid locals; what
+        // they point to lives as long as the message.
+        let got = unsafe {
+            rd::rd_kafka_header_get_all(headers_ptr, index, &mut name, &mut value, &mut size)
+        };
+        if got != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || name.is_null() {
+            continue;
+        }
+        // SAFETY: librdkafka's header names are NUL-terminated, and a
+        // non-null value has `size` bytes.
+        let (name, value) = unsafe {
+            let name = std::ffi::CStr::from_ptr(name).to_bytes();
+            let value = (!value.is_null())
+                .then(|| std::slice::from_raw_parts(value.cast::<u8>(), size).to_vec());
+            (name, value)
+        };
+        let name = match std::str::from_utf8(name) {
+            Ok(name) => name.to_string(),
+            Err(_) => {
+                let lossy = String::from_utf8_lossy(name).into_owned();
+                bad_name.get_or_insert_with(|| lossy.clone());
+                lossy
+            }
+        };
+        headers.push((name, value));
+    }
+    (headers, bad_name)
 }
 
 /// Shared between the rebalance callbacks and the loop.

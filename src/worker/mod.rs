@@ -35,6 +35,7 @@ use consumer::{
 };
 
 pub use batch::now_ms as wall_ms;
+pub use consumer::read_headers;
 pub use consumer::GroupState as Group;
 
 /// A stream as the loop sees it.

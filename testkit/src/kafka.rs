@@ -17,7 +17,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, Headers, OwnedHeaders};
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
@@ -246,6 +246,104 @@ impl Producer {
     }
 }
 
+/// Writes one record whose header *name* is raw bytes (not UTF-8, say),
+/// beside its `x-test-id`, which rdkafka's safe API cannot express:
+/// straight through librdkafka's `rd_kafka_produceva`. Waits for it to
+/// leave the client.
+pub fn send_with_raw_header_name(
+    brokers: &str,
+    topic: &str,
+    record: &Planned,
+    name: &[u8],
+    value: &[u8],
+) {
+    use rdkafka::bindings as rd;
+    use std::ffi::CString;
+    let producer: rdkafka::producer::BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("log_level", "3")
+        .create()
+        .expect("raw producer");
+    let topic_c = CString::new(topic).expect("topic name");
+    let name_c = CString::new(name).expect("a header name without NUL");
+    let id_c = CString::new(TEST_ID).expect("test id header");
+    let payload = record.payload.clone().unwrap_or_default();
+    // SAFETY: every pointer handed over is alive until produceva returns;
+    // on success librdkafka owns `headers` (and copies the payload), on
+    // failure we destroy them.
+    unsafe {
+        let headers = rd::rd_kafka_headers_new(2);
+        rd::rd_kafka_header_add(
+            headers,
+            id_c.as_ptr(),
+            -1,
+            record.id.as_ptr().cast(),
+            record.id.len() as isize,
+        );
+        rd::rd_kafka_header_add(
+            headers,
+            name_c.as_ptr(),
+            -1,
+            value.as_ptr().cast(),
+            value.len() as isize,
+        );
+        let mut vus: Vec<rd::rd_kafka_vu_t> = Vec::new();
+        let mut vu = |vtype, u| vus.push(rd::rd_kafka_vu_t { vtype, u });
+        vu(
+            rd::rd_kafka_vtype_t::RD_KAFKA_VTYPE_TOPIC,
+            rd::rd_kafka_vu_s__bindgen_ty_1 {
+                cstr: topic_c.as_ptr(),
+            },
+        );
+        vu(
+            rd::rd_kafka_vtype_t::RD_KAFKA_VTYPE_PARTITION,
+            rd::rd_kafka_vu_s__bindgen_ty_1 {
+                i32_: record.partition.unwrap_or(-1),
+            },
+        );
+        vu(
+            rd::rd_kafka_vtype_t::RD_KAFKA_VTYPE_MSGFLAGS,
+            rd::rd_kafka_vu_s__bindgen_ty_1 {
+                i: rd::RD_KAFKA_MSG_F_COPY as i32,
+            },
+        );
+        vu(
+            rd::rd_kafka_vtype_t::RD_KAFKA_VTYPE_VALUE,
+            rd::rd_kafka_vu_s__bindgen_ty_1 {
+                mem: rd::rd_kafka_vu_s__bindgen_ty_1__bindgen_ty_1 {
+                    ptr: payload.as_ptr() as *mut _,
+                    size: payload.len(),
+                },
+            },
+        );
+        vu(
+            rd::rd_kafka_vtype_t::RD_KAFKA_VTYPE_KEY,
+            rd::rd_kafka_vu_s__bindgen_ty_1 {
+                mem: rd::rd_kafka_vu_s__bindgen_ty_1__bindgen_ty_1 {
+                    ptr: record.key.as_ptr() as *mut _,
+                    size: record.key.len(),
+                },
+            },
+        );
+        vu(
+            rd::rd_kafka_vtype_t::RD_KAFKA_VTYPE_HEADERS,
+            rd::rd_kafka_vu_s__bindgen_ty_1 { headers },
+        );
+        let error = rd::rd_kafka_produceva(producer.client().native_ptr(), vus.as_ptr(), vus.len());
+        if !error.is_null() {
+            rd::rd_kafka_headers_destroy(headers);
+            let reason = std::ffi::CStr::from_ptr(rd::rd_kafka_error_string(error))
+                .to_string_lossy()
+                .into_owned();
+            rd::rd_kafka_error_destroy(error);
+            panic!("producing {} with a raw header name: {reason}", record.id);
+        }
+    }
+    producer
+        .flush(Duration::from_secs(30))
+        .expect("the raw record left the client");
+}
+
 /// A record read back from a topic, owned.
 #[derive(Clone, Debug)]
 pub struct Out {
@@ -387,14 +485,9 @@ impl Reader {
                         offset: message.offset(),
                         key: message.key().map(<[u8]>::to_vec),
                         payload: message.payload().map(<[u8]>::to_vec),
-                        headers: message
-                            .headers()
-                            .map(|h| {
-                                h.iter()
-                                    .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
-                                    .collect()
-                            })
-                            .unwrap_or_default(),
+                        // The product's reader: rdkafka's panics on a header
+                        // name that is not UTF-8.
+                        headers: idemgate::worker::read_headers(&message).0,
                         timestamp: message.timestamp().to_millis(),
                         seen: Instant::now(),
                     };

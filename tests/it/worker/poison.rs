@@ -7,11 +7,11 @@ use idemgate::app::Replica;
 use idemgate::decision::{REASON, SOURCE_HASH};
 use idemgate::fingerprint::{fingerprint, Profile, RecordView};
 use idemgate_testkit::check::{check, Expect};
-use idemgate_testkit::kafka::{Landed, Producer, Topics};
+use idemgate_testkit::kafka::{read_inputs, send_with_raw_header_name, Landed, Producer, Topics};
 use idemgate_testkit::say;
 use idemgate_testkit::workload::{Kind, Planned};
 
-use super::support::{count, stop, Options, Setup, BANK_STREAM};
+use super::support::{count, start_assigned, stop, Options, Setup, BANK_STREAM};
 
 /// Raised so a 2 MB record can be produced, stored, fetched and produced
 /// again to audit (librdkafka's defaults stop at 1 MB).
@@ -274,5 +274,66 @@ lease = "30s""#
             started.elapsed()
         ),
     );
+    Ok(())
+}
+
+/// A header *name* that is not UTF-8 (rdkafka's own header iterator panics
+/// on one): the record goes to audit as `invalid`, named, with its payload,
+/// and the records around it on the same partition flow on. For every
+/// distinct event: exactly one copy in clean, nothing lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_header_name_that_is_not_utf8_goes_to_audit_and_never_stops_the_worker(
+) -> anyhow::Result<()> {
+    const TEST: &str = "header-name";
+    let setup = Setup::new(TEST, 1);
+    let config = setup.config(&Options::default());
+    let store = setup.store(&config);
+    let bank = Profile::resolve("bank-txn", None, None)?;
+    let new = |event| (Some(event), Kind::Original);
+    let before = vec![good("name-0", "T-1", new(0), &bank)];
+    let mut odd = good("name-1", "T-2", (None, Kind::Malformed), &bank);
+    odd.hash = Err("header-name-not-utf8");
+    let after = vec![
+        good("name-2", "T-3", new(1), &bank),
+        good("name-3", "T-1", (Some(0), Kind::Copy), &bank),
+    ];
+    let replica = start_assigned(&config, &store).await?;
+    setup
+        .produce(&setup.topics.input, &before, 10, Duration::ZERO)
+        .await?;
+    let (brokers, topic, raw) = (
+        setup.brokers.clone(),
+        setup.topics.input.clone(),
+        odd.clone(),
+    );
+    tokio::task::spawn_blocking(move || {
+        send_with_raw_header_name(&brokers, &topic, &raw, b"trace-\xff\xfe-id", b"t-1")
+    })
+    .await?;
+    setup
+        .produce(&setup.topics.input, &after, 10, Duration::ZERO)
+        .await?;
+    let plan: Vec<Planned> = before.into_iter().chain([odd]).chain(after).collect();
+    let outputs = setup.read(&setup.topics, plan.len()).await?;
+    stop(replica).await?;
+
+    let (brokers, topic) = (setup.brokers.clone(), setup.topics.input.clone());
+    let inputs = plan.len();
+    let landed =
+        tokio::task::spawn_blocking(move || read_inputs(&brokers, &topic, 1, inputs)).await?;
+    let summary = check(&plan, &landed, &setup.topics, &outputs, Expect::Exact);
+    say(TEST, &summary);
+    let odd = outputs
+        .iter()
+        .find(|o| o.test_id() == "name-1")
+        .expect("an output for the record with the odd header name");
+    assert_eq!(odd.topic, setup.topics.audit);
+    assert_eq!(odd.decision(), "invalid");
+    let reason = odd.header(REASON).unwrap_or_default();
+    assert!(
+        reason.starts_with("header-name-not-utf8") && reason.contains("trace-"),
+        "reason {reason:?}"
+    );
+    assert_eq!(count(&summary, &["novel"]), 2, "{summary}");
     Ok(())
 }
