@@ -48,6 +48,16 @@ pub enum Invalid {
     /// headers cannot be written out as they came, so it goes to audit.
     #[error("a header name is not valid utf-8: `{name}`")]
     HeaderNameNotUtf8 { name: String },
+    /// The broker (or the producer) refused the record's output for its
+    /// size or content: it goes to audit without its payload (and, if that
+    /// is refused too, without its key and headers).
+    #[error("output of {bytes} bytes refused: {reason}")]
+    Undeliverable {
+        bytes: usize,
+        reason: String,
+        /// The input's key and headers were dropped as well.
+        bare: bool,
+    },
     /// The key header is present but empty: hashing it would make every such
     /// record a duplicate of the first.
     #[error("header `{name}` is empty")]
@@ -78,6 +88,7 @@ impl Invalid {
             Invalid::MissingHeader { .. } => "missing-header",
             Invalid::HeaderNotUtf8 { .. } => "header-not-utf8",
             Invalid::HeaderNameNotUtf8 { .. } => "header-name-not-utf8",
+            Invalid::Undeliverable { .. } => "undeliverable",
             Invalid::EmptyHeader { .. } => "empty-header",
             Invalid::EmptyPayload => "empty-payload",
             Invalid::NoFields => "no-fields",
@@ -123,6 +134,11 @@ mod tests {
             Invalid::MissingHeader { name: field() },
             Invalid::HeaderNotUtf8 { name: field() },
             Invalid::HeaderNameNotUtf8 { name: field() },
+            Invalid::Undeliverable {
+                bytes: 2,
+                reason: "too large".into(),
+                bare: false,
+            },
             Invalid::EmptyHeader { name: field() },
             Invalid::EmptyPayload,
             Invalid::NoFields,

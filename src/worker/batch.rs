@@ -24,7 +24,7 @@ use crate::logging::RateLimit;
 static UNDELIVERED: RateLimit = RateLimit::new(Duration::from_secs(30));
 
 use super::consumer::{keep_alive, Input};
-use super::output::{produce_all, Output};
+use super::output::{produce_all, Carry, Failure, Output};
 use super::Worker;
 use crate::config::FailMode;
 use crate::decision::{headers, next, Decision, Next};
@@ -374,17 +374,44 @@ impl Worker {
                     records[i].stage = Stage::Delivered;
                     progress = true;
                 }
-                Err(error) => {
+                // It may have landed: keep the claim, produce it again
+                // (docs/design.md §4.4).
+                Err(Failure::Retry(error)) => {
                     failed = true;
                     crate::metrics::produce_failed(stream);
                     if let Some(held_back) = UNDELIVERED.allow(Instant::now()) {
                         warn!(%error, topic = %records[i].input.topic, partition = records[i].input.partition,
-                            offset = records[i].input.offset, held_back, "output not delivered: will retry");
+                            offset = records[i].input.offset, held_back, "output not delivered: will produce it again");
                     }
+                }
+                // Refused for its size or content, certainly not persisted:
+                // to audit without its payload; a claim it won is freed.
+                Err(Failure::Refused(error)) => {
+                    progress = true;
+                    crate::metrics::produce_failed(stream);
                     if novel {
                         release.extend(self.claim_of(&records[i]).map(|c| Settle::from(&c)));
-                        records[i].stage = Stage::Claim;
                     }
+                    let carry = carry_of(&decision);
+                    let next = match carry {
+                        Carry::Whole => Some(false),
+                        Carry::NoPayload => Some(true),
+                        Carry::Bare => None,
+                    };
+                    warn!(%error, topic = %records[i].input.topic, partition = records[i].input.partition,
+                        offset = records[i].input.offset, "output refused: to audit without its payload");
+                    records[i].stage = match next {
+                        Some(bare) => Stage::Emit(Decision::Invalid(Invalid::Undeliverable {
+                            bytes: carry.bytes(&records[i].input),
+                            reason: error,
+                            bare,
+                        })),
+                        None => {
+                            tracing::error!(topic = %records[i].input.topic, partition = records[i].input.partition,
+                                offset = records[i].input.offset, "even a bare audit record was refused: given up");
+                            Stage::Delivered
+                        }
+                    };
                 }
             }
         }
@@ -480,6 +507,7 @@ impl Worker {
             topic,
             input: &record.input,
             decision_headers: headers(decision, record.print.as_ref().map(|p| &p.hash), &name),
+            carry: carry_of(decision),
         }
     }
 
@@ -594,4 +622,14 @@ fn finished_prefixes(records: &[Record]) -> BTreeMap<(String, i32), i64> {
         }
     }
     next
+}
+
+/// What of its input a decision's output carries: all of it, but for a
+/// record whose output the broker refused.
+fn carry_of(decision: &Decision) -> Carry {
+    match decision {
+        Decision::Invalid(Invalid::Undeliverable { bare: false, .. }) => Carry::NoPayload,
+        Decision::Invalid(Invalid::Undeliverable { bare: true, .. }) => Carry::Bare,
+        _ => Carry::Whole,
+    }
 }

@@ -322,6 +322,23 @@ fn check_output(
     if &out.topic != routed {
         bad.push(format!("{at}: decision {decision} in the wrong topic"));
     }
+    // An output the broker refused goes to audit without its payload (and,
+    // bare, without key and headers): the input's hash it may still name.
+    let undeliverable = decision == "invalid"
+        && out
+            .header(REASON)
+            .is_some_and(|r| r.starts_with("undeliverable"));
+    if undeliverable {
+        if out.payload.is_some() {
+            bad.push(format!("{at}: refused output still carries its payload"));
+        }
+        if let (Some(shown), Ok(hash)) = (out.header(SOURCE_HASH), &input.hash) {
+            if shown != hash {
+                bad.push(format!("{at}: source hash {shown}, library says {hash}"));
+            }
+        }
+        return;
+    }
     if out.payload != input.payload {
         bad.push(format!(
             "{at}: payload changed: {:?} != {:?}",

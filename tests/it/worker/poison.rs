@@ -337,3 +337,73 @@ async fn a_header_name_that_is_not_utf8_goes_to_audit_and_never_stops_the_worker
     assert_eq!(count(&summary, &["novel"]), 2, "{summary}");
     Ok(())
 }
+
+/// A record whose output the producer cannot send (its payload fits the
+/// stream's limit, its headers take it past `message.max.bytes`): refused
+/// for its size, certainly not persisted, so it goes to audit without its
+/// payload, reason and size given, and its partition flows on. For every
+/// distinct event: exactly one copy in clean, nothing lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_output_refused_for_its_size_goes_to_audit_without_its_payload() -> anyhow::Result<()> {
+    const TEST: &str = "refused";
+    const LIMIT: usize = 100 * 1024;
+    let setup = Setup::new(TEST, 1);
+    let producer_limit = (LIMIT + 64 * 1024).to_string();
+    let stream = format!("{BANK_STREAM}\nmax_record_bytes = {LIMIT}");
+    let config = setup.config(&Options {
+        kafka: &[("message.max.bytes", producer_limit.as_str())],
+        stream: &stream,
+        ..Options::default()
+    });
+    let store = setup.store(&config);
+    let bank = Profile::resolve("bank-txn", None, None)?;
+    let new = |event| (Some(event), Kind::Original);
+    let memo = "m".repeat(90 * 1024);
+    let payload = format!(
+        r#"{{"account_id":"ACC-1","bank_txn_id":"T-big","amount":"1.00","currency":"EUR","posted_at":"2024-03-01T10:00:00Z","memo":"{memo}"}}"#
+    );
+    let mut big = on_partition_0(
+        "refused-1",
+        b"ACC-1",
+        payload.as_bytes(),
+        vec![("x-attachment".into(), vec![b'a'; 80 * 1024])],
+        (None, Kind::Malformed),
+        &bank,
+    );
+    assert!(
+        big.hash.is_ok(),
+        "the big record is a valid bank transaction"
+    );
+    big.kind = Kind::Malformed;
+    let plan = vec![
+        good("refused-0", "T-1", new(0), &bank),
+        big,
+        good("refused-2", "T-2", new(1), &bank),
+        good("refused-3", "T-1", (Some(0), Kind::Copy), &bank),
+    ];
+    let replica = start_assigned(&config, &store).await?;
+    let landed = setup
+        .produce(&setup.topics.input, &plan, 10, Duration::ZERO)
+        .await?;
+    let outputs = setup.read(&setup.topics, plan.len()).await?;
+    stop(replica).await?;
+    let summary = check(&plan, &landed, &setup.topics, &outputs, Expect::Exact);
+    say(TEST, &summary);
+    let refused = outputs
+        .iter()
+        .find(|o| o.test_id() == "refused-1")
+        .expect("an output for the refused record");
+    assert_eq!(refused.topic, setup.topics.audit);
+    assert_eq!(refused.decision(), "invalid");
+    assert!(
+        refused.payload.is_none(),
+        "the audit record kept the payload"
+    );
+    let reason = refused.header(REASON).unwrap_or_default();
+    assert!(
+        reason.starts_with("undeliverable") && reason.contains("bytes refused"),
+        "reason {reason:?}"
+    );
+    assert_eq!(count(&summary, &["novel"]), 2, "{summary}");
+    Ok(())
+}
