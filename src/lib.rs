@@ -22,6 +22,8 @@
 //! - [`demo`]: the whole product in one process on librdkafka's mock
 //!   cluster, with a realistic at-least-once workload.
 //! - [`logging`]: text or JSON logs, rate limits for repeated errors.
+//! - [`ops`]: the operator's commands: `check` a config and its servers,
+//!   `plan` memory, measure a `horizon` from a log or a recorded topic.
 //! - [`metrics`], `http`: every metric declared once; /metrics, /healthz
 //!   and /readyz.
 
@@ -33,6 +35,7 @@ pub mod fingerprint;
 pub(crate) mod http;
 pub mod logging;
 pub mod metrics;
+pub mod ops;
 pub mod store;
 pub mod ttl;
 pub mod worker;

@@ -7,7 +7,13 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use idemgate::fingerprint::{fingerprint, Profile, RecordView};
-use idemgate::ttl::{format_duration, measure_horizon, parse_duration, Delivery, TtlPolicy};
+use idemgate::ops;
+use idemgate::ops::check::check;
+use idemgate::ops::horizon::{measure, report, rfc3339_ms, NumericTimes};
+use idemgate::ops::horizon_topic::{Locator, TopicSource};
+use idemgate::ops::plan::{for_stream, plan as make_plan, PlanInput, PlanMode};
+use idemgate::ops::plan_text;
+use idemgate::ttl::{format_duration, parse_duration, TtlPolicy};
 
 #[derive(Parser)]
 #[command(name = "idemgate", version, about = "Deduplication gateway for Kafka")]
@@ -46,9 +52,89 @@ enum Command {
     /// Print a TTL in seconds from the evidence it is derived from.
     Ttl(TtlArgs),
     /// Measure retry horizons from a delivery log: JSON lines with
-    /// `delivery_id`, `sender` and `received_at` (RFC 3339 or unix ms) on
-    /// stdin.
-    Horizon,
+    /// `delivery_id`, `sender` and `received_at` on stdin, or a recorded
+    /// topic read from the brokers (`--brokers`, `--topic`).
+    Horizon(HorizonArgs),
+    /// Check a config as `run` loads it, then (unless --offline) the brokers
+    /// and the store it names; prints a report, fails on any refusal.
+    Check {
+        /// The TOML configuration `run` would read.
+        #[arg(long)]
+        config: std::path::PathBuf,
+        /// Check the config and the metrics address only; contact no server.
+        #[arg(long)]
+        offline: bool,
+    },
+    /// Memory a stream needs: tier-1 keys and bytes, tier-2 generations,
+    /// exact and tiered side by side; from flags or from each stream of a
+    /// config.
+    Plan(PlanArgs),
+}
+
+#[derive(Args)]
+struct PlanArgs {
+    /// Plan every stream of this config (tiered ones at their peak_rate).
+    #[arg(long, conflicts_with_all = ["horizon", "tier1_ttl", "fp_rate", "slots"])]
+    config: Option<std::path::PathBuf>,
+    /// Distinct events per second; with --config, the rate of exact streams
+    /// (which have none in the config).
+    #[arg(long)]
+    rate: Option<u64>,
+    /// How long a hash is remembered (exact: all of it in tier 1).
+    #[arg(long, allow_hyphen_values = true)]
+    horizon: Option<String>,
+    /// Tiered: how long a hash stays an exact key.
+    #[arg(long, allow_hyphen_values = true)]
+    tier1_ttl: Option<String>,
+    /// Tiered: false-positive rate of one generation [default: 0.001].
+    #[arg(long, allow_hyphen_values = true)]
+    fp_rate: Option<f64>,
+    /// Tiered: live generations [default: 2].
+    #[arg(long)]
+    slots: Option<u32>,
+    /// Which figures: exact, tiered, or both side by side.
+    #[arg(long, value_enum, default_value = "both")]
+    mode: PlanMode,
+}
+
+#[derive(Args)]
+struct HorizonArgs {
+    /// Stdin: the unit of a numeric `received_at` (RFC 3339 strings need
+    /// none); a number without it is refused.
+    #[arg(long, value_enum, conflicts_with = "topic")]
+    numeric_times: Option<NumericTimes>,
+    /// Read a recorded topic on these brokers instead of stdin.
+    #[arg(long, requires = "topic")]
+    brokers: Option<String>,
+    /// The recorded topic: every partition, from the beginning (or --from)
+    /// until no record has arrived for --quiet.
+    #[arg(long, requires = "brokers")]
+    topic: Option<String>,
+    /// JSON field (dotted path) of the delivery id [default: delivery_id].
+    #[arg(long, requires = "topic", conflicts_with = "id_header")]
+    id_field: Option<String>,
+    /// Header of the delivery id.
+    #[arg(long, requires = "topic")]
+    id_header: Option<String>,
+    /// JSON field (dotted path) of the sender [default: sender].
+    #[arg(long, requires = "topic", conflicts_with = "sender_header")]
+    sender_field: Option<String>,
+    /// Header of the sender.
+    #[arg(long, requires = "topic")]
+    sender_header: Option<String>,
+    /// Only records timestamped at or after this RFC 3339 time.
+    #[arg(long, requires = "topic")]
+    from: Option<String>,
+    /// Only records timestamped before this RFC 3339 time.
+    #[arg(long, requires = "topic")]
+    to: Option<String>,
+    /// Reading ends once no record has arrived for this long (at most 10m)
+    /// [default: 5s].
+    #[arg(long, requires = "topic")]
+    quiet: Option<String>,
+    /// Further librdkafka properties for reading the topic (TLS, SASL).
+    #[arg(long = "kafka", value_name = "KEY=VALUE", requires = "topic")]
+    kafka: Vec<String>,
 }
 
 #[derive(Args)]
@@ -148,7 +234,16 @@ fn run(cli: Cli) -> Result<()> {
             println!("{}\t{}", ttl.as_secs(), format_duration(ttl));
             Ok(())
         }
-        Command::Horizon => horizon(),
+        Command::Horizon(args) => horizon(args),
+        Command::Check { config, offline } => {
+            let report = runtime()?.block_on(check(&config, offline));
+            print!("{}", report.text());
+            if report.failures() > 0 {
+                bail!("check found {} refusal(s)", report.failures());
+            }
+            Ok(())
+        }
+        Command::Plan(args) => plan(args),
     }
 }
 
@@ -229,45 +324,82 @@ fn ttl_policy(args: TtlArgs) -> Result<TtlPolicy> {
     bail!("give --explicit, --retention-years, --p99 with --retry-ladder and --fallback, or --horizon with --outage")
 }
 
-#[derive(serde::Deserialize)]
-struct LoggedDelivery {
-    delivery_id: String,
-    sender: String,
-    received_at: serde_json::Value,
-}
-
-fn horizon() -> Result<()> {
-    let mut text = String::new();
-    std::io::stdin().read_to_string(&mut text)?;
-    let mut entries = Vec::new();
-    for (number, line) in text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-    {
-        let entry: LoggedDelivery =
-            serde_json::from_str(line).with_context(|| format!("line {}", number + 1))?;
-        let at = received_at_ms(&entry.received_at)
-            .with_context(|| format!("line {}: received_at", number + 1))?;
-        entries.push((entry.delivery_id, entry.sender, at));
+fn plan(args: PlanArgs) -> Result<()> {
+    if let Some(path) = args.config {
+        let config = idemgate::config::Config::load(&path)?;
+        for (index, stream) in config.streams.iter().enumerate() {
+            if index > 0 {
+                println!();
+            }
+            print!(
+                "{}",
+                plan_text::stream(&for_stream(stream, args.rate, args.mode)?)
+            );
+        }
+        return Ok(());
     }
-    let measured = measure_horizon(entries.iter().map(|(id, sender, at)| Delivery {
-        delivery_id: id,
-        sender,
-        received_at_ms: *at,
-    }));
-    for (sender, span) in &measured.per_sender {
-        println!("{sender}\t{}", span.as_secs());
-    }
-    println!("max\t{}", measured.max.as_secs());
+    let (Some(rate), Some(horizon)) = (args.rate, args.horizon) else {
+        bail!("give --rate and --horizon (and --tier1-ttl for a tiered plan), or --config");
+    };
+    let input = PlanInput {
+        rate,
+        horizon: duration("horizon", &horizon)?,
+        tier1_ttl: args
+            .tier1_ttl
+            .map(|text| duration("tier1-ttl", &text))
+            .transpose()?,
+        fp_rate: args.fp_rate.unwrap_or(0.001),
+        slots: args.slots.unwrap_or(2),
+    };
+    print!("{}", plan_text::plan(&make_plan(input, args.mode)?));
     Ok(())
 }
 
-fn received_at_ms(value: &serde_json::Value) -> Result<i64> {
-    if let Some(ms) = value.as_i64() {
-        return Ok(ms);
-    }
-    let text = value.as_str().context("a string or a number")?;
-    let parsed = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)?;
-    Ok(i64::try_from(parsed.unix_timestamp_nanos() / 1_000_000)?)
+fn horizon(args: HorizonArgs) -> Result<()> {
+    let Some(topic) = args.topic else {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("reading the delivery log from stdin")?;
+        let attempts = ops::horizon::parse_log(&text, args.numeric_times)?;
+        print!("{}", report(&measure(&attempts, "stdin")?));
+        return Ok(());
+    };
+    let locate = |field: Option<String>, header: Option<String>, default: &str| match header {
+        Some(name) => Locator::Header(name),
+        None => Locator::Field(field.unwrap_or_else(|| default.to_string())),
+    };
+    let time = |flag: &str, text: Option<String>| {
+        text.map(|t| rfc3339_ms(&t).map_err(|e| anyhow::anyhow!("--{flag}: {e}")))
+            .transpose()
+    };
+    let properties = args
+        .kafka
+        .iter()
+        .map(|pair| {
+            pair.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .with_context(|| format!("--kafka {pair}: KEY=VALUE"))
+        })
+        .collect::<Result<_>>()?;
+    let source = TopicSource {
+        brokers: args.brokers.context("--brokers is needed with --topic")?,
+        topic,
+        properties,
+        id: locate(args.id_field, args.id_header, "delivery_id"),
+        sender: locate(args.sender_field, args.sender_header, "sender"),
+        from_ms: time("from", args.from)?,
+        to_ms: time("to", args.to)?,
+        quiet: duration("quiet", args.quiet.as_deref().unwrap_or("5s"))?,
+    };
+    let recording = ops::horizon_topic::read_topic(&source)?;
+    eprintln!(
+        "read {} records from {} partitions of {} ({} outside --from/--to)",
+        recording.records, recording.partitions, source.topic, recording.outside
+    );
+    print!(
+        "{}",
+        report(&measure(&recording.attempts, &source.describe())?)
+    );
+    Ok(())
 }

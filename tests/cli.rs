@@ -161,7 +161,9 @@ fn single_duplicates_are_not_logged_at_info_but_summed_up_per_stream() {
     );
     let progress: Vec<&str> = text.lines().filter(|l| l.contains("progress")).collect();
     assert!(
-        progress.iter().any(|l| l.contains("stream=bank") && l.contains("duplicate=")),
+        progress
+            .iter()
+            .any(|l| l.contains("stream=bank") && l.contains("duplicate=")),
         "no progress line for the bank stream:\n{text}"
     );
 }

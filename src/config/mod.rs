@@ -5,6 +5,7 @@
 //! parser, whose message quotes the line with the field and marks the value.
 
 mod raw;
+mod rules;
 mod substitute;
 
 use std::collections::{BTreeMap, HashSet};
@@ -112,6 +113,9 @@ pub struct StreamConfig {
     pub(crate) profile: Profile,
     pub(crate) max_record_bytes: usize,
     pub(crate) fail_mode: FailMode,
+    /// Tiered: the expected peak records/s that sized the filter, kept for
+    /// `idemgate plan` and `check` (exact streams have none).
+    pub(crate) peak_rate: Option<u64>,
     /// What the claim store needs: name, mode, lease, TTLs, filter plan.
     pub spec: StreamSpec,
 }
@@ -220,8 +224,9 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         .into_iter()
         .map(|(key, value)| (key, value.into_text()))
         .collect();
-    check_topics(&streams)?;
-    check_sendable(&kafka, &streams)?;
+    rules::check_brokers(&kafka)?;
+    rules::check_topics(&streams)?;
+    rules::check_sendable(&kafka, &streams)?;
     let longest_lease = streams
         .iter()
         .map(|s| s.spec.lease)
@@ -325,75 +330,6 @@ fn validate_tls(raw: &RawTls, target: &RedisTarget) -> Result<Option<TlsFiles>, 
     Ok(Some(files))
 }
 
-/// librdkafka's producer refuses a message above its `message.max.bytes`
-/// (default 1,000,000) before any broker sees it.
-pub(crate) const PRODUCER_MESSAGE_MAX_BYTES: usize = 1_000_000;
-/// What an output carries beside the payload: the key, the input's headers
-/// and idemgate's decision headers.
-pub(crate) const OUTPUT_HEADROOM: usize = 64 * 1024;
-
-/// Every record the size limit lets through must be sendable by the
-/// producer, or it could never be written anywhere, audit included.
-fn check_sendable(
-    kafka: &BTreeMap<String, String>,
-    streams: &[StreamConfig],
-) -> Result<(), ConfigError> {
-    let sendable = match kafka.get("message.max.bytes") {
-        Some(text) => text.parse::<usize>().map_err(|_| {
-            invalid(
-                "kafka.message.max.bytes",
-                format!("{text:?} is not a byte count"),
-            )
-        })?,
-        None => PRODUCER_MESSAGE_MAX_BYTES,
-    };
-    for (index, stream) in streams.iter().enumerate() {
-        if stream.max_record_bytes + OUTPUT_HEADROOM > sendable {
-            return Err(invalid(
-                format!("streams[{index}].max_record_bytes"),
-                format!(
-                    "{} bytes plus {OUTPUT_HEADROOM} for key and headers exceed the producer's \
-                     message.max.bytes ({sendable}): lower it, or raise kafka.\"message.max.bytes\" \
-                     (and the brokers' and topics' limits with it)",
-                    stream.max_record_bytes
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Outputs go where no stream reads and where they cannot be mistaken for
-/// each other: a clean topic that is an audit topic, or any stream's input,
-/// would feed outputs back in or mix decisions.
-fn check_topics(streams: &[StreamConfig]) -> Result<(), ConfigError> {
-    let inputs: HashSet<&str> = streams
-        .iter()
-        .flat_map(|s| s.inputs.iter().map(String::as_str))
-        .collect();
-    let audits: HashSet<&str> = streams.iter().map(|s| s.audit.as_str()).collect();
-    for (index, stream) in streams.iter().enumerate() {
-        for (name, topic) in [("clean", &stream.clean), ("audit", &stream.audit)] {
-            if inputs.contains(topic.as_str()) {
-                return Err(invalid(
-                    format!("streams[{index}].{name}"),
-                    format!("{topic} is an input topic: outputs would be read back in"),
-                ));
-            }
-        }
-        if audits.contains(stream.clean.as_str()) {
-            return Err(invalid(
-                format!("streams[{index}].clean"),
-                format!(
-                    "{} is an audit topic: suppressed and novel records would mix",
-                    stream.clean
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
 fn is_plain_name(text: &str, extra: &str) -> bool {
     !text.is_empty()
         && text
@@ -474,6 +410,10 @@ fn validate_stream(
         profile,
         max_record_bytes: raw.max_record_bytes.get(),
         fail_mode: raw.fail_mode,
+        peak_rate: filter
+            .is_some()
+            .then(|| raw.peak_rate.map(|rate| rate.get()))
+            .flatten(),
         spec: StreamSpec {
             name: raw.name.clone(),
             mode: raw.mode,
@@ -527,5 +467,7 @@ fn filter_plan(
     })
 }
 
+#[cfg(test)]
+mod example_tests;
 #[cfg(test)]
 mod tests;

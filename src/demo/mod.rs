@@ -107,10 +107,12 @@ pub async fn run(transactions: u64, vehicles: u64, minutes: u64) -> Result<Repor
     let started = Instant::now();
     let kafka = MockKafka::start(3, 100)?;
     let brokers = kafka.bootstrap_servers()?;
-    let mut config = Config::parse(CONFIG).context("the embedded demo config")?;
-    config
-        .kafka
-        .insert("bootstrap.servers".into(), brokers.clone());
+    // The brokers go in before validation, as IDEMGATE_KAFKA_BROKERS would:
+    // a config without brokers is refused.
+    let config = Config::parse_with_vars(CONFIG, |name| {
+        (name == crate::config::ENV_BROKERS).then(|| brokers.clone())
+    })
+    .context("the embedded demo config")?;
     for stream in &config.streams {
         for topic in stream.inputs.iter().chain([&stream.clean, &stream.audit]) {
             kafka.create_topic(topic, PARTITIONS)?;

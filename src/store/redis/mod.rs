@@ -113,6 +113,16 @@ impl RedisStore {
         self.filter_backend
     }
 
+    /// Runs one command on every master (standalone: the server) and
+    /// returns each answer: what `idemgate check` reports beside the checks
+    /// `connect` made (the eviction policy, modules, the cluster state).
+    pub(crate) async fn ask_every_master(
+        &self,
+        cmd: &redis::Cmd,
+    ) -> Result<Vec<Value>, StoreError> {
+        self.conn.on_every_node(cmd).await
+    }
+
     /// The tier-1 key of a hash, for tests that inspect TTLs.
     pub fn tier1_key(
         &self,
@@ -273,7 +283,7 @@ async fn check_eviction_policy(conn: &Conn, options: &RedisOptions) -> Result<()
 }
 
 /// `CONFIG GET` answers a flat array (RESP2) or a map (RESP3).
-fn config_value(answer: Value) -> Option<String> {
+pub(crate) fn config_value(answer: Value) -> Option<String> {
     let second = match answer {
         Value::Array(mut items) if items.len() >= 2 => items.swap_remove(1),
         Value::Map(mut pairs) if !pairs.is_empty() => pairs.swap_remove(0).1,
@@ -300,7 +310,7 @@ async fn every_node_has_bloom(conn: &Conn) -> Result<Option<bool>, StoreError> {
     })))
 }
 
-fn module_names(answer: &Value) -> Vec<String> {
+pub(crate) fn module_names(answer: &Value) -> Vec<String> {
     let mut names = Vec::new();
     if let Value::Array(modules) = answer {
         for module in modules {

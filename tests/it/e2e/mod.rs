@@ -4,7 +4,8 @@
 //!
 //! - `process`: the gateway binary as a guard;
 //! - `exact`, `restart`, `failover`, `outage`: the scenarios, on the test
-//!   kit's workload, Kafka readers, exactly-once check and server guards.
+//!   kit's workload, Kafka readers, exactly-once check and server guards;
+//! - `check`, `horizon`: the operator's commands against the same servers.
 //!
 //! Every test has its own topics, group and key prefix, so they run in
 //! parallel. Waits are bounded by counting outputs, never by watermarks
@@ -17,9 +18,11 @@
 //! `RUST_LOG=info`; `IDEMGATE_E2E_ASSIGNMENT` sets the failover tests'
 //! `partition.assignment.strategy` (the worker's default is eager).
 
+mod check;
 mod codecs;
 mod exact;
 mod failover;
+mod horizon;
 mod monitoring;
 mod outage;
 mod process;
