@@ -15,7 +15,7 @@
 //! Knobs: `IDEMGATE_E2E_KEEP_LOGS=1` keeps each gateway's config and log in
 //! the temp dir after a passing test (a failing one always keeps them and
 //! prints the log's tail); `IDEMGATE_E2E_RUST_LOG` replaces the gateways'
-//! `RUST_LOG=info`; `IDEMGATE_E2E_ASSIGNMENT` sets the failover tests'
+//! `RUST_LOG` (info, and the batch's decision lines at debug); `IDEMGATE_E2E_ASSIGNMENT` sets the failover tests'
 //! `partition.assignment.strategy` (the worker's default is eager).
 
 mod check;

@@ -127,8 +127,12 @@ audit = "{audit}"
     }
 }
 
+/// What the gateways log: info, and each decision (a debug line of the
+/// batch), which is what lets a test aim a kill just after a delivery.
+const GATE_LOG: &str = "info,idemgate::worker::batch=debug";
+
 /// One `idemgate run` process, its config file and its log (stdout and
-/// stderr, `RUST_LOG=info`).
+/// stderr, `RUST_LOG` = `GATE_LOG`).
 pub struct Gate {
     pub name: String,
     child: Option<Child>,
@@ -151,7 +155,7 @@ impl Gate {
             .arg(&config_path)
             .env(
                 "RUST_LOG",
-                std::env::var("IDEMGATE_E2E_RUST_LOG").unwrap_or_else(|_| "info".into()),
+                std::env::var("IDEMGATE_E2E_RUST_LOG").unwrap_or_else(|_| GATE_LOG.into()),
             )
             .env("NO_COLOR", "1")
             // The config file says everything; overrides from the test

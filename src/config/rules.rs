@@ -1,0 +1,110 @@
+//! Cross-field rules over the whole config that no single section can
+//! check alone: where the brokers are, where outputs may go, what the
+//! producer can send. Each refusal names the field (docs/design.md §10).
+
+use std::collections::{BTreeMap, HashSet};
+
+use super::{invalid, ConfigError, StreamConfig, ENV_BROKERS};
+
+/// librdkafka's own name for the bootstrap list, accepted beside
+/// `bootstrap.servers` (it is an alias there).
+const BROKER_LIST_ALIAS: &str = "metadata.broker.list";
+
+impl super::Config {
+    /// The bootstrap list replicas connect to; validation made sure there
+    /// is one.
+    pub(crate) fn brokers(&self) -> Option<&str> {
+        ["bootstrap.servers", BROKER_LIST_ALIAS]
+            .iter()
+            .find_map(|key| self.kafka.get(*key))
+            .map(String::as_str)
+    }
+}
+
+/// Without brokers librdkafka starts anyway and retries for ever, so a
+/// replica would sit unassigned and healthy-looking: refuse it at start.
+/// The environment override has been applied by the time this runs.
+pub(super) fn check_brokers(kafka: &BTreeMap<String, String>) -> Result<(), ConfigError> {
+    let given = ["bootstrap.servers", BROKER_LIST_ALIAS]
+        .iter()
+        .filter_map(|key| kafka.get(*key))
+        .any(|list| list.split(',').any(|broker| !broker.trim().is_empty()));
+    if given {
+        return Ok(());
+    }
+    Err(invalid(
+        "kafka.bootstrap.servers",
+        format!(
+            "no brokers: set kafka.\"bootstrap.servers\" (host:port, comma separated) or {ENV_BROKERS}"
+        ),
+    ))
+}
+
+/// librdkafka's producer refuses a message above its `message.max.bytes`
+/// (default 1,000,000) before any broker sees it.
+pub(crate) const PRODUCER_MESSAGE_MAX_BYTES: usize = 1_000_000;
+/// What an output carries beside the payload: the key, the input's headers
+/// and idemgate's decision headers.
+pub(crate) const OUTPUT_HEADROOM: usize = 64 * 1024;
+
+/// Every record the size limit lets through must be sendable by the
+/// producer, or it could never be written anywhere, audit included.
+pub(super) fn check_sendable(
+    kafka: &BTreeMap<String, String>,
+    streams: &[StreamConfig],
+) -> Result<(), ConfigError> {
+    let sendable = match kafka.get("message.max.bytes") {
+        Some(text) => text.parse::<usize>().map_err(|_| {
+            invalid(
+                "kafka.message.max.bytes",
+                format!("{text:?} is not a byte count"),
+            )
+        })?,
+        None => PRODUCER_MESSAGE_MAX_BYTES,
+    };
+    for (index, stream) in streams.iter().enumerate() {
+        if stream.max_record_bytes + OUTPUT_HEADROOM > sendable {
+            return Err(invalid(
+                format!("streams[{index}].max_record_bytes"),
+                format!(
+                    "{} bytes plus {OUTPUT_HEADROOM} for key and headers exceed the producer's \
+                     message.max.bytes ({sendable}): lower it, or raise kafka.\"message.max.bytes\" \
+                     (and the brokers' and topics' limits with it)",
+                    stream.max_record_bytes
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Outputs go where no stream reads and where they cannot be mistaken for
+/// each other: a clean topic that is an audit topic, or any stream's input,
+/// would feed outputs back in or mix decisions.
+pub(super) fn check_topics(streams: &[StreamConfig]) -> Result<(), ConfigError> {
+    let inputs: HashSet<&str> = streams
+        .iter()
+        .flat_map(|s| s.inputs.iter().map(String::as_str))
+        .collect();
+    let audits: HashSet<&str> = streams.iter().map(|s| s.audit.as_str()).collect();
+    for (index, stream) in streams.iter().enumerate() {
+        for (name, topic) in [("clean", &stream.clean), ("audit", &stream.audit)] {
+            if inputs.contains(topic.as_str()) {
+                return Err(invalid(
+                    format!("streams[{index}].{name}"),
+                    format!("{topic} is an input topic: outputs would be read back in"),
+                ));
+            }
+        }
+        if audits.contains(stream.clean.as_str()) {
+            return Err(invalid(
+                format!("streams[{index}].clean"),
+                format!(
+                    "{} is an audit topic: suppressed and novel records would mix",
+                    stream.clean
+                ),
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,23 @@
+//! What an operator runs beside `run`: before a replica starts, and to
+//! size and measure what it will keep.
+//!
+//! - [`check`]: the config loaded as `run` loads it, then the brokers
+//!   (`check_kafka`: topics and partitions) and the store (`check_redis`:
+//!   credentials, eviction policy, filter module, cluster state); a report
+//!   of `ok`/`warn`/`FAIL` findings with each stream's TTLs and plan.
+//! - [`plan`]: tier-1 keys and bytes and tier-2 generations for a rate and
+//!   horizon, exact and tiered side by side; pure, written out by
+//!   [`plan_text`].
+//! - [`horizon`]: retry horizons from a delivery log on stdin, or from a
+//!   recorded topic ([`horizon_topic`]), measured by the pure
+//!   `ttl::measure_horizon`.
+//! - `kafka`: the short-lived, quiet Kafka clients these use.
+
+pub mod check;
+mod check_kafka;
+mod check_redis;
+pub mod horizon;
+pub mod horizon_topic;
+mod kafka;
+pub mod plan;
+pub mod plan_text;

@@ -1,0 +1,194 @@
+//! `idemgate check` as an operator runs it before a start: the built binary
+//! on a config file, against Tansu and real Redis servers. A good config
+//! passes and names every topic with its partitions; an evicting Redis, a
+//! missing input topic and a bad config are refused, each naming what is
+//! wrong.
+
+use std::process::{Command, Output};
+
+use idemgate_testkit::kafka::Topics;
+use idemgate_testkit::servers::{RedisServer, ServerOptions};
+use idemgate_testkit::{env, say, tansu_brokers, unique};
+
+use super::process::GateConfig;
+
+/// Runs `idemgate check --config <text in a file> [extra]`, with none of
+/// the environment's overrides: the file says everything.
+fn check(test: &str, toml: &str, extra: &[&str]) -> (Output, String) {
+    let path = std::env::temp_dir().join(format!("idemgate-check-{}.toml", unique(test)));
+    std::fs::write(&path, toml).expect("writing the config");
+    let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .arg("check")
+        .arg("--config")
+        .arg(&path)
+        .args(extra)
+        .env_remove("IDEMGATE_KAFKA_BROKERS")
+        .env_remove("IDEMGATE_REDIS_URL")
+        .env_remove("IDEMGATE_REDIS_NODES")
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("running idemgate check");
+    let _ = std::fs::remove_file(&path);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    say(
+        test,
+        format!(
+            "exit {}\n{stdout}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    );
+    (out, stdout)
+}
+
+/// The report's line that mentions `needle`; panics with the report.
+fn line<'a>(report: &'a str, needle: &str) -> &'a str {
+    report
+        .lines()
+        .find(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("no line with {needle:?} in:\n{report}"))
+}
+
+fn failures(report: &str) -> Vec<&str> {
+    report.lines().filter(|l| l.starts_with("FAIL")).collect()
+}
+
+#[test]
+fn a_good_config_passes_and_names_every_topic_with_its_partitions() {
+    const TEST: &str = "check-good";
+    let brokers = tansu_brokers();
+    let bank = Topics::create(&brokers, TEST, 3, 2);
+    let telemetry = Topics::create(&brokers, &format!("{TEST}-tel"), 2, 1);
+    let mut config = GateConfig::new(TEST, &bank, env("IDEMGATE_TEST_REDISBLOOM_URL"));
+    config.more_streams = format!(
+        "\n[[streams]]\nname = \"telemetry\"\ninputs = [\"{}\"]\nclean = \"{}\"\naudit = \"{}\"\nprofile = \"payload\"\nmode = \"tiered\"\nttl = {{ explicit = \"12h\" }}\ntier1_ttl = \"2h\"\npeak_rate = 40000\n",
+        telemetry.input, telemetry.clean, telemetry.audit
+    );
+    let (out, report) = check(TEST, &config.toml(), &[]);
+    assert!(
+        out.status.success(),
+        "check refused a good config:\n{report}"
+    );
+    assert!(failures(&report).is_empty(), "{report}");
+
+    for (topic, partitions) in [
+        (&bank.input, 3),
+        (&bank.clean, 2),
+        (&bank.audit, 2),
+        (&telemetry.input, 2),
+        (&telemetry.clean, 1),
+        (&telemetry.audit, 1),
+    ] {
+        let found = line(&report, &format!("{topic}: "));
+        assert!(found.starts_with("ok"), "{found}");
+        let counted = match partitions {
+            1 => "1 partition".to_string(),
+            n => format!("{n} partitions"),
+        };
+        assert!(found.ends_with(&format!("{topic}: {counted}")), "{found}");
+    }
+    assert!(line(&report, &format!("{}: 3 partitions", bank.input)).contains("streams[0].inputs"));
+    assert!(line(&report, "maxmemory-policy").ends_with("noeviction"));
+    assert!(line(&report, "store.filter").contains("RedisBloom"));
+    assert!(line(&report, "metrics.listen").starts_with("ok"));
+    // Each stream's TTLs in seconds and as a config writes them, and its
+    // memory plan: the tiered stream at its peak rate.
+    assert!(report.contains("tier-1 ttl  3600 s (1h)"), "{report}");
+    assert!(report.contains("horizon     43200 s (12h)"), "{report}");
+    assert!(report.contains("lease       30 s (30s)"), "{report}");
+    assert!(report.contains("40,000 events/s (peak_rate)"), "{report}");
+    assert!(report.contains("288,000,000"), "{report}");
+    assert!(report.contains("3.1 GB (1,728,000,000 keys)"), "{report}");
+}
+
+#[test]
+fn a_redis_that_evicts_keys_is_refused_naming_maxmemory_policy() {
+    const TEST: &str = "check-lru";
+    let topics = Topics::create(&tansu_brokers(), TEST, 1, 1);
+    let redis = RedisServer::start(
+        TEST,
+        ServerOptions {
+            args: vec!["--maxmemory-policy".into(), "allkeys-lru".into()],
+            ..ServerOptions::default()
+        },
+    );
+    let config = GateConfig::new(TEST, &topics, redis.url());
+    let (out, report) = check(TEST, &config.toml(), &[]);
+    assert!(
+        !out.status.success(),
+        "check passed an evicting redis:\n{report}"
+    );
+    let refused = failures(&report);
+    assert_eq!(refused.len(), 1, "{report}");
+    assert!(refused[0].contains("store.url"), "{}", refused[0]);
+    assert!(
+        refused[0].contains("maxmemory-policy is allkeys-lru"),
+        "{}",
+        refused[0]
+    );
+    // The topics were fine: the refusal is the store's alone.
+    assert!(line(&report, &format!("{}: 1 partition", topics.input)).starts_with("ok"));
+}
+
+#[test]
+fn a_missing_input_topic_is_refused_and_a_missing_output_is_reported() {
+    const TEST: &str = "check-missing";
+    let topics = Topics::named(TEST, 1, 1);
+    idemgate_testkit::kafka::create_topics(&tansu_brokers(), &[(topics.clean.as_str(), 1)]);
+    let config = GateConfig::new(TEST, &topics, env("IDEMGATE_TEST_REDIS_URL"));
+    let (out, report) = check(TEST, &config.toml(), &[]);
+    assert!(!out.status.success(), "{report}");
+    let input = line(&report, &topics.input);
+    assert!(
+        input.starts_with("FAIL")
+            && input.contains("streams[0].inputs")
+            && input.contains("not on the brokers"),
+        "{input}"
+    );
+    let audit = line(&report, &topics.audit);
+    assert!(
+        !audit.starts_with("ok") && audit.contains("auto.create.topics.enable"),
+        "{audit}"
+    );
+    assert!(line(&report, &topics.clean).starts_with("ok"));
+}
+
+#[test]
+fn offline_a_bad_config_is_refused_naming_the_field() {
+    const TEST: &str = "check-offline";
+    let topics = Topics::named(TEST, 1, 1);
+    // Brokers nobody listens on: offline, nothing is contacted.
+    let mut config = GateConfig::new(TEST, &topics, "redis://127.0.0.1:9".into());
+    config.brokers = "127.0.0.1:9".into();
+    config.audit = config.clean.clone();
+    let (out, report) = check(TEST, &config.toml(), &["--offline"]);
+    assert!(!out.status.success(), "{report}");
+    let refused = failures(&report);
+    assert_eq!(refused.len(), 1, "{report}");
+    assert!(
+        refused[0].contains("streams[0].clean:") && refused[0].contains("audit topic"),
+        "{}",
+        refused[0]
+    );
+
+    // The same file, fixed, passes offline though no server answers.
+    config.audit = topics.audit.clone();
+    let (out, report) = check(TEST, &config.toml(), &["--offline"]);
+    assert!(out.status.success(), "{report}");
+    assert!(
+        report.contains("(offline: brokers and store not contacted)"),
+        "{report}"
+    );
+    assert!(!report.contains("PING"), "{report}");
+
+    // Without brokers `run` would sit unassigned for ever: refused.
+    let no_brokers = config
+        .toml()
+        .replace("\"bootstrap.servers\" = \"127.0.0.1:9\"\n", "");
+    let (out, report) = check(TEST, &no_brokers, &["--offline"]);
+    assert!(!out.status.success(), "{report}");
+    assert!(
+        line(&report, "FAIL").contains("kafka.bootstrap.servers:"),
+        "{report}"
+    );
+}
