@@ -1,5 +1,7 @@
 //! The `idemgate` command line as a user types it: what it prints, and
-//! what it refuses (with the flag named) instead of silently ignoring.
+//! what it refuses (with the flag named) instead of silently ignoring;
+//! the operator's commands where no server is needed (`plan` figures and
+//! refusals, `horizon` refusals, `check --offline`); and its logs.
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
@@ -7,6 +9,9 @@ use std::process::{Command, Output, Stdio};
 fn idemgate(args: &[&str], stdin: &str) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_idemgate"))
         .args(args)
+        .env_remove("IDEMGATE_KAFKA_BROKERS")
+        .env_remove("IDEMGATE_REDIS_URL")
+        .env_remove("IDEMGATE_REDIS_NODES")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -165,5 +170,167 @@ fn single_duplicates_are_not_logged_at_info_but_summed_up_per_stream() {
             .iter()
             .any(|l| l.contains("stream=bank") && l.contains("duplicate=")),
         "no progress line for the bank stream:\n{text}"
+    );
+}
+
+const SCENARIO: [&str; 9] = [
+    "plan",
+    "--rate",
+    "40000",
+    "--horizon",
+    "12h",
+    "--tier1-ttl",
+    "2h",
+    "--fp-rate",
+    "0.001",
+];
+
+#[test]
+fn plan_puts_exact_and_tiered_side_by_side() {
+    let text = ok(&SCENARIO, "");
+    let row = |label: &str| {
+        text.lines()
+            .find(|l| l.starts_with(label))
+            .unwrap_or_else(|| panic!("no {label} row:\n{text}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert!(
+        text.lines()
+            .nth(1)
+            .is_some_and(|l| l.contains("exact") && l.contains("tiered")),
+        "{text}"
+    );
+    assert_eq!(row("tier-1 keys"), "tier-1 keys 1,728,000,000 288,000,000");
+    assert_eq!(row("tier-1 memory"), "tier-1 memory 337.0 GB 56.2 GB");
+    assert_eq!(row("tier-2 bits per key"), "tier-2 bits per key - 14.38");
+    assert_eq!(
+        row("tier-2 generation"),
+        "tier-2 generation - 3.1 GB (1,728,000,000 keys)"
+    );
+    assert_eq!(
+        row("tier-2 memory"),
+        "tier-2 memory - 6.2 GB (2 generations)"
+    );
+    assert_eq!(row("total"), "total 337.0 GB 62.4 GB");
+
+    let exact = ok(
+        &[
+            "plan",
+            "--rate",
+            "40000",
+            "--horizon",
+            "12h",
+            "--mode",
+            "exact",
+        ],
+        "",
+    );
+    assert!(
+        exact.contains("337.0 GB") && !exact.contains("tiered"),
+        "{exact}"
+    );
+}
+
+#[test]
+fn plan_refuses_what_the_config_would_refuse_naming_the_flag() {
+    let with = |flag: &str, value: &str| {
+        let mut args = SCENARIO.to_vec();
+        match args.iter().position(|a| *a == flag) {
+            Some(i) => args[i + 1] = value,
+            None => args.extend([flag, value]),
+        }
+        refused(&args, "")
+    };
+    assert!(with("--rate", "0").contains("--rate: must be above zero"));
+    assert!(with("--tier1-ttl", "12h").contains("--tier1-ttl: must be shorter than the horizon"));
+    assert!(with("--fp-rate", "0.7").contains("--fp-rate:"));
+    assert!(with("--slots", "1").contains("--slots:"));
+    assert!(with("--horizon", "12 hours").contains("--horizon"));
+    let untiered = refused(&["plan", "--rate", "10", "--horizon", "1h"], "");
+    assert!(untiered.contains("--tier1-ttl: needed"), "{untiered}");
+    let nothing = refused(&["plan"], "");
+    assert!(nothing.contains("--rate and --horizon"), "{nothing}");
+    let mixed = refused(
+        &["plan", "--config", "config/example.toml", "--horizon", "1h"],
+        "",
+    );
+    assert!(mixed.contains("--horizon"), "{mixed}");
+}
+
+#[test]
+fn plan_from_a_config_sizes_tiered_streams_at_their_peak_rate() {
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/example.toml");
+    let text = ok(&["plan", "--config", config], "");
+    // telemetry: 5,000/s over 24 h, the worked example of docs/design.md §5.
+    assert!(text.contains("stream telemetry (tiered)"), "{text}");
+    assert!(text.contains("5,000 events/s (peak_rate)"), "{text}");
+    assert!(text.contains("776.4 MB (432,000,000 keys)"), "{text}");
+    // Exact streams have no rate in the config.
+    assert!(text.contains("stream bank (exact)"), "{text}");
+    assert!(text.contains("figures per event/s"), "{text}");
+    let rated = ok(&["plan", "--config", config, "--rate", "200"], "");
+    assert!(rated.contains("200 events/s (--rate)"), "{rated}");
+}
+
+#[test]
+fn horizon_on_stdin_needs_the_unit_of_numeric_times_and_some_deliveries() {
+    let log = "{\"delivery_id\":\"d\",\"sender\":\"a\",\"received_at\":\"2024-03-01T00:00:00Z\"}\n\
+               {\"delivery_id\":\"d\",\"sender\":\"a\",\"received_at\":1709251260}\n";
+    let error = refused(&["horizon"], log);
+    assert!(
+        error.contains("line 2: received_at:") && error.contains("--numeric-times"),
+        "{error}"
+    );
+    assert_eq!(
+        ok(&["horizon", "--numeric-times", "s"], log),
+        "a\t60\nmax\t60\n"
+    );
+    let ms = log.replace("1709251260", "1709251260000");
+    assert_eq!(
+        ok(&["horizon", "--numeric-times", "ms"], &ms),
+        "a\t60\nmax\t60\n"
+    );
+
+    let empty = refused(&["horizon"], "\n\n");
+    assert!(empty.contains("no deliveries in stdin"), "{empty}");
+}
+
+#[test]
+fn horizon_on_a_topic_refuses_bad_flags_before_reaching_a_broker() {
+    // Nobody listens on port 9: each refusal comes before any connection.
+    let topic = ["horizon", "--brokers", "127.0.0.1:9", "--topic", "t"];
+    let with = |extra: &[&str]| refused(&[&topic[..], extra].concat(), "");
+    assert!(with(&["--from", "yesterday"]).contains("--from:"));
+    let backwards = with(&[
+        "--from",
+        "2024-03-02T00:00:00Z",
+        "--to",
+        "2024-03-01T00:00:00Z",
+    ]);
+    assert!(
+        backwards.contains("--to: must be after --from"),
+        "{backwards}"
+    );
+    assert!(with(&["--quiet", "1h"]).contains("--quiet:"));
+    assert!(with(&["--numeric-times", "ms"]).contains("--numeric-times"));
+    assert!(with(&["--id-field", "id", "--id-header", "x-id"]).contains("--id-field"));
+    assert!(with(&["--kafka", "no-equals-sign"]).contains("--kafka"));
+    let no_brokers = refused(&["horizon", "--topic", "t"], "");
+    assert!(no_brokers.contains("--brokers"), "{no_brokers}");
+}
+
+#[test]
+fn check_offline_refuses_a_config_it_cannot_read_naming_the_file() {
+    let out = idemgate(
+        &["check", "--config", "/nonexistent/gate.toml", "--offline"],
+        "",
+    );
+    assert!(!out.status.success());
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.starts_with("FAIL  config  cannot read config file /nonexistent/gate.toml"),
+        "{report}"
     );
 }

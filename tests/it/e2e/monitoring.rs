@@ -13,14 +13,14 @@
 //! `TcpStream` (no HTTP client crate).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use idemgate_testkit::kafka::{Producer, Reader, Topics};
+use idemgate_testkit::process::Logged;
 use idemgate_testkit::servers::free_port;
 use idemgate_testkit::telemetry::Telemetry;
 use idemgate_testkit::workload::{Bank, Planned};
@@ -38,10 +38,9 @@ fn repo() -> PathBuf {
 /// A Prometheus server of the test's own, killed on drop; its log tail is
 /// printed when the test panics, its directory removed otherwise.
 struct Prometheus {
-    child: Option<Child>,
+    process: Logged,
     addr: SocketAddr,
     dir: PathBuf,
-    log: PathBuf,
 }
 
 impl Prometheus {
@@ -54,43 +53,33 @@ impl Prometheus {
         std::fs::create_dir_all(dir.join("data")).expect("prometheus dir");
         let config_path = dir.join("prometheus.yml");
         std::fs::write(&config_path, config).expect("writing prometheus.yml");
-        let log = dir.join("prometheus.log");
-        let out = File::create(&log).expect("prometheus log");
-        let err = out.try_clone().expect("log handle");
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port())
             .parse()
             .expect("address");
-        let child = Command::new(&binary)
+        if let Err(e) = Command::new(&binary).arg("--version").output() {
+            panic!(
+                "cannot run {binary} ({e}): install Debian's `prometheus` package \
+                 (scripts/install-deps.sh does) or set IDEMGATE_TEST_PROMETHEUS"
+            );
+        }
+        let mut command = Command::new(&binary);
+        command
             .arg(format!("--config.file={}", config_path.display()))
             .arg(format!(
                 "--storage.tsdb.path={}",
                 dir.join("data").display()
             ))
-            .arg(format!("--web.listen-address={addr}"))
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot start {binary} ({e}): install Debian's `prometheus` package \
-                     (scripts/install-deps.sh does) or set IDEMGATE_TEST_PROMETHEUS"
-                )
-            });
+            .arg(format!("--web.listen-address={addr}"));
+        let process = Logged::spawn("prometheus", command, &dir.join("prometheus.log"));
         say(
             TEST,
             format!(
                 "prometheus pid {} on {addr}, dir {}",
-                child.id(),
+                process.pid(),
                 dir.display()
             ),
         );
-        let mut prometheus = Prometheus {
-            child: Some(child),
-            addr,
-            dir,
-            log,
-        };
+        let mut prometheus = Prometheus { process, addr, dir };
         let until = Instant::now() + Duration::from_secs(30);
         loop {
             prometheus.assert_alive();
@@ -100,23 +89,14 @@ impl Prometheus {
             assert!(
                 Instant::now() < until,
                 "prometheus not ready within 30s; log:\n{}",
-                prometheus.tail(30)
+                prometheus.process.tail(30)
             );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
 
-    fn tail(&self, lines: usize) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
-    }
-
     fn assert_alive(&mut self) {
-        let child = self.child.as_mut().expect("running");
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            panic!("prometheus exited ({status}); log tail:\n{}", self.tail(30));
-        }
+        self.process.assert_alive();
     }
 
     /// GET `path` of the HTTP API: its `data` when the status is success.
@@ -157,17 +137,8 @@ impl Prometheus {
 
 impl Drop for Prometheus {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        if std::thread::panicking() {
-            eprintln!(
-                "prometheus log tail ({}):\n{}",
-                self.log.display(),
-                self.tail(40)
-            );
-        } else {
+        // The process guard prints the log tail of a failing test.
+        if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }

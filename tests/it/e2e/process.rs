@@ -2,12 +2,12 @@
 //! so a failed assertion leaves nothing running; on a panic the gateway's
 //! log tail is printed first.
 
-use std::fs::File;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use idemgate_testkit::kafka::Topics;
+use idemgate_testkit::process::Logged;
 use idemgate_testkit::servers::signal;
 use idemgate_testkit::{env, tansu_brokers, unique};
 
@@ -135,8 +135,7 @@ const GATE_LOG: &str = "info,idemgate::worker::batch=debug";
 /// stderr, `RUST_LOG` = `GATE_LOG`).
 pub struct Gate {
     pub name: String,
-    child: Option<Child>,
-    pub log: PathBuf,
+    process: Logged,
     config: PathBuf,
 }
 
@@ -147,9 +146,8 @@ impl Gate {
         let config_path = dir.join(format!("idemgate-e2e-{stem}.toml"));
         let log = dir.join(format!("idemgate-e2e-{stem}.log"));
         std::fs::write(&config_path, config.toml()).expect("writing the config");
-        let out = File::create(&log).expect("creating the log");
-        let err = out.try_clone().expect("log handle");
-        let child = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_idemgate"));
+        command
             .arg("run")
             .arg("--config")
             .arg(&config_path)
@@ -162,50 +160,36 @@ impl Gate {
             // runner's environment would silently point elsewhere.
             .env_remove("IDEMGATE_KAFKA_BROKERS")
             .env_remove("IDEMGATE_REDIS_URL")
-            .env_remove("IDEMGATE_REDIS_NODES")
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .expect("spawning idemgate");
+            .env_remove("IDEMGATE_REDIS_NODES");
+        let process = Logged::spawn(&format!("{name} idemgate"), command, &log);
         println!(
             "[{name}] idemgate pid {} config {} log {}",
-            child.id(),
+            process.pid(),
             config_path.display(),
             log.display()
         );
         Gate {
             name: name.to_string(),
-            child: Some(child),
-            log,
+            process,
             config: config_path,
         }
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("running").id()
+        self.process.pid()
     }
 
     pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.process.log_text()
     }
 
     pub fn tail(&self, lines: usize) -> String {
-        let text = self.log_text();
-        let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
+        self.process.tail(lines)
     }
 
     /// Panics (with the log tail) if the process has exited.
     pub fn assert_alive(&mut self) {
-        let child = self.child.as_mut().expect("running");
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            panic!(
-                "[{}] idemgate exited unexpectedly ({status}); log tail:\n{}",
-                self.name,
-                self.tail(40)
-            );
-        }
+        self.process.assert_alive();
     }
 
     /// The partition count of the last `assigned` line in the log, if any.
@@ -237,30 +221,15 @@ impl Gate {
     pub fn terminate(&mut self, bound: Duration) -> ExitStatus {
         self.assert_alive();
         signal(self.pid(), "TERM");
-        let until = Instant::now() + bound;
-        let child = self.child.as_mut().expect("running");
-        loop {
-            if let Some(status) = child.try_wait().expect("try_wait") {
-                self.child = None;
-                return status;
-            }
-            if Instant::now() >= until {
-                panic!(
-                    "[{}] idemgate did not exit within {bound:?} of SIGTERM; log tail:\n{}",
-                    self.name,
-                    self.tail(40)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        self.process.wait_exit(bound)
     }
 
-    /// SIGKILL as soon as the log grows: the gateway logs suppressed
-    /// records right after their delivery and before it finalizes claims
-    /// and commits offsets, so this aims the kill at the window whose work
-    /// must be replayed. Falls back to a plain kill after `bound`.
+    /// SIGKILL as soon as the log grows: the gateway logs each decision
+    /// right after its delivery and before it finalizes claims and commits
+    /// offsets, so this aims the kill at the window whose work must be
+    /// replayed. Falls back to a plain kill after `bound`.
     pub fn kill_after_next_log_line(&mut self, bound: Duration) -> bool {
-        let size = || std::fs::metadata(&self.log).map_or(0, |m| m.len());
+        let size = || std::fs::metadata(&self.process.log).map_or(0, |m| m.len());
         let before = size();
         let until = Instant::now() + bound;
         let mut grew = false;
@@ -277,29 +246,16 @@ impl Gate {
 
     /// SIGKILL: no shutdown, no final commit, claims left as they were.
     pub fn kill(&mut self) {
-        self.assert_alive();
-        let mut child = self.child.take().expect("running");
-        child.kill().expect("SIGKILL");
-        let _ = child.wait();
+        self.process.kill();
     }
 }
 
 impl Drop for Gate {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        if std::thread::panicking() {
-            eprintln!(
-                "[{}] idemgate log tail ({}):\n{}",
-                self.name,
-                self.log.display(),
-                self.tail(60)
-            );
-        } else if std::env::var_os("IDEMGATE_E2E_KEEP_LOGS").is_none() {
+        // The process guard prints the log tail of a failing test.
+        if !std::thread::panicking() && std::env::var_os("IDEMGATE_E2E_KEEP_LOGS").is_none() {
             let _ = std::fs::remove_file(&self.config);
-            let _ = std::fs::remove_file(&self.log);
+            let _ = std::fs::remove_file(&self.process.log);
         }
     }
 }
