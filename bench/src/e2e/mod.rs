@@ -1,4 +1,4 @@
-//! `idemgate bench`: the end-to-end benchmark an operator sizes a
+//! `idemgate-bench e2e`: the end-to-end benchmark an operator sizes a
 //! deployment with.
 //!
 //! On one machine, against a Tansu broker and a redis-server the bench
@@ -49,7 +49,7 @@ use idemgate_testkit::servers::Tansu;
 use runs::{Dataset, Mode, Setup};
 use services::{on_path, test_services_env, Redis};
 
-/// `idemgate bench` options.
+/// `idemgate-bench e2e` options.
 #[derive(clap::Args, Clone, Debug)]
 pub struct BenchArgs {
     /// Raw records to load (200-byte bank-txn JSON).
