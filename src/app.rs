@@ -37,10 +37,7 @@ pub async fn run_with_store(
             replica.stop().await
         }
         ended = &mut replica.worker => {
-            let _ = replica.stop.send(true);
-            for task in replica.serving {
-                let _ = task.await;
-            }
+            stop_serving(&replica.stop, replica.serving).await;
             ended.context("worker task")?
         }
     }
@@ -105,10 +102,16 @@ impl Replica {
     pub async fn stop(self) -> Result<()> {
         let _ = self.stop.send(true);
         let result = self.worker.await.context("worker task")?;
-        for task in self.serving {
-            let _ = task.await;
-        }
+        stop_serving(&self.stop, self.serving).await;
         result
+    }
+}
+
+/// Tells the listener and the store watcher to end, and waits for them.
+async fn stop_serving(stop: &watch::Sender<bool>, serving: Vec<JoinHandle<()>>) {
+    let _ = stop.send(true);
+    for task in serving {
+        let _ = task.await;
     }
 }
 
