@@ -2,7 +2,7 @@
 //! the headers that say why. Pure functions over plain data.
 
 use crate::fingerprint::{Invalid, SourceHash};
-use crate::store::{ClaimOutcome, ClaimState, Coordinates, Tier};
+use crate::store::{ClaimOutcome, Coordinates, Tier};
 
 /// The one decision a record gets, carried on its output.
 #[derive(Clone, Debug, PartialEq)]
@@ -55,8 +55,8 @@ pub(crate) enum Route {
 pub(crate) enum Next {
     /// Produce with this decision.
     Emit(Decision),
-    /// The record's own claim is done: its output was delivered before the
-    /// offset could be committed. Nothing is produced again.
+    /// The record was decided and delivered before (below its partition's
+    /// watermark, or its own claim is settled): nothing is produced again.
     AlreadyDelivered,
     /// Another record's claim is pending: claim again once it settles.
     Wait { holder: Coordinates },
@@ -64,8 +64,8 @@ pub(crate) enum Next {
 
 pub(crate) fn next(outcome: ClaimOutcome) -> Next {
     match outcome {
-        ClaimOutcome::Won | ClaimOutcome::Own(ClaimState::Pending) => Next::Emit(Decision::Novel),
-        ClaimOutcome::Own(ClaimState::Done) => Next::AlreadyDelivered,
+        ClaimOutcome::Won { .. } => Next::Emit(Decision::Novel),
+        ClaimOutcome::Replayed => Next::AlreadyDelivered,
         ClaimOutcome::Held { holder } => Next::Wait { holder },
         ClaimOutcome::Duplicate { tier, holder } => Next::Emit(Decision::Duplicate {
             tier,
@@ -144,15 +144,10 @@ mod tests {
 
     #[test]
     fn every_outcome_has_one_next_step() {
-        assert_eq!(next(ClaimOutcome::Won), Next::Emit(Decision::Novel));
-        assert_eq!(
-            next(ClaimOutcome::Own(ClaimState::Pending)),
-            Next::Emit(Decision::Novel)
-        );
-        assert_eq!(
-            next(ClaimOutcome::Own(ClaimState::Done)),
-            Next::AlreadyDelivered
-        );
+        for fresh in [true, false] {
+            assert_eq!(next(ClaimOutcome::Won { fresh }), Next::Emit(Decision::Novel));
+        }
+        assert_eq!(next(ClaimOutcome::Replayed), Next::AlreadyDelivered);
         assert_eq!(
             next(ClaimOutcome::Held { holder: coords() }),
             Next::Wait { holder: coords() }

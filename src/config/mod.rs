@@ -1,6 +1,6 @@
 //! Configuration in two stages: `RawConfig` is the TOML as written; `Config`
 //! is what survives the cross-field checks. A bad config is refused at start
-//! with the field named (`streams[0].lease: ...`); a value of the wrong type
+//! with the field named (`streams[0].tier1_ttl: ...`); a value of the wrong type
 //! (an unknown `fail_mode`, a zero `max_records`) is refused by the TOML
 //! parser, whose message quotes the line with the field and marks the value.
 
@@ -91,6 +91,10 @@ impl std::fmt::Debug for Config {
 pub(crate) struct BatchConfig {
     pub(crate) max_records: usize,
     pub(crate) linger: Duration,
+    /// Bounds over every batch in flight: at the bound the worker reads no
+    /// more (partitions holding waiting records pause first).
+    pub(crate) max_in_flight_records: usize,
+    pub(crate) max_in_flight_bytes: usize,
 }
 
 /// Environment variables that override the file, so one config serves
@@ -116,7 +120,7 @@ pub struct StreamConfig {
     /// Tiered: the expected peak records/s that sized the filter, kept for
     /// `idemgate plan` and `check` (exact streams have none).
     pub(crate) peak_rate: Option<u64>,
-    /// What the claim store needs: name, mode, lease, TTLs, filter plan.
+    /// What the claim store needs: name, key id, mode, TTLs, filter plan.
     pub spec: StreamSpec,
 }
 
@@ -227,15 +231,11 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     rules::check_brokers(&kafka)?;
     rules::check_topics(&streams)?;
     rules::check_sendable(&kafka, &streams)?;
-    let longest_lease = streams
-        .iter()
-        .map(|s| s.spec.lease)
-        .min()
-        .unwrap_or_default();
-    if raw.batch.linger * 4 >= longest_lease {
+    rules::check_key_ids(&streams)?;
+    if raw.batch.max_in_flight_records.get() < raw.batch.max_records.get() {
         return Err(invalid(
-            "batch.linger",
-            "must be well under every stream's lease",
+            "batch.max_in_flight_records",
+            "must be at least batch.max_records",
         ));
     }
     Ok(Config {
@@ -245,6 +245,8 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         batch: BatchConfig {
             max_records: raw.batch.max_records.get(),
             linger: raw.batch.linger,
+            max_in_flight_records: raw.batch.max_in_flight_records.get(),
+            max_in_flight_bytes: raw.batch.max_in_flight_bytes.get(),
         },
         streams,
     })
@@ -370,9 +372,6 @@ fn validate_stream(
         .ttl
         .ttl()
         .map_err(|e| invalid(field("ttl"), e.to_string()))?;
-    if raw.lease.is_zero() {
-        return Err(invalid(field("lease"), "must be above zero"));
-    }
     let (tier1_ttl, filter) = match raw.mode {
         Mode::Exact => {
             if raw.tier1_ttl.is_some() {
@@ -393,16 +392,13 @@ fn validate_stream(
     if tier1_ttl.is_zero() {
         return Err(invalid(field("tier1_ttl"), "must be above zero"));
     }
-    if raw.lease >= tier1_ttl {
-        return Err(invalid(
-            field("lease"),
-            format!(
-                "{} is not shorter than the tier-1 ttl {}",
-                crate::ttl::format_duration(raw.lease),
-                crate::ttl::format_duration(tier1_ttl)
-            ),
-        ));
-    }
+    let key_id = match &raw.key_id {
+        Some(id) if (1..=4).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric()) => {
+            id.clone()
+        }
+        Some(_) => return Err(invalid(field("key_id"), "1 to 4 letters or digits")),
+        None => crate::store::key_id(&raw.name),
+    };
     Ok(StreamConfig {
         inputs: raw.inputs.clone(),
         clean: raw.clean.clone(),
@@ -416,8 +412,8 @@ fn validate_stream(
             .flatten(),
         spec: StreamSpec {
             name: raw.name.clone(),
+            key_id,
             mode: raw.mode,
-            lease: raw.lease,
             tier1_ttl,
             filter,
         },

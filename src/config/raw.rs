@@ -81,7 +81,7 @@ pub(crate) struct RawStore {
     #[serde(default)]
     pub(crate) nodes: Vec<String>,
     /// Prepended to every key, so deployments can share a server.
-    /// Default `idemgate:`.
+    /// Default `ig:`; kept short, since every tier-1 key carries it.
     #[serde(default = "default_prefix")]
     pub(crate) key_prefix: String,
     /// Tier-2 structure of a Redis store. Default `auto`.
@@ -203,12 +203,19 @@ impl Default for RawMetrics {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawBatch {
-    /// Most records per batch: one claim round trip per tier each. Default 1000.
+    /// Most records per batch: one store round trip each. Default 1000.
     #[serde(default = "default_max_records")]
     pub(crate) max_records: NonZeroUsize,
     /// How long a batch waits for more records after its first. Default 20ms.
     #[serde(default = "default_linger", with = "crate::ttl::serde_duration")]
     pub(crate) linger: Duration,
+    /// Most records read and not yet finished (claimed, produced,
+    /// published), over every batch in flight. Default 20000.
+    #[serde(default = "default_in_flight_records")]
+    pub(crate) max_in_flight_records: NonZeroUsize,
+    /// Most payload bytes held by records in flight. Default 64 MiB.
+    #[serde(default = "default_in_flight_bytes")]
+    pub(crate) max_in_flight_bytes: NonZeroUsize,
 }
 
 impl Default for RawBatch {
@@ -216,10 +223,18 @@ impl Default for RawBatch {
         RawBatch {
             max_records: default_max_records(),
             linger: default_linger(),
+            max_in_flight_records: default_in_flight_records(),
+            max_in_flight_bytes: default_in_flight_bytes(),
         }
     }
 }
 
+fn default_in_flight_records() -> NonZeroUsize {
+    const { nonzero_usize(20_000) }
+}
+fn default_in_flight_bytes() -> NonZeroUsize {
+    const { nonzero_usize(64 << 20) }
+}
 fn default_max_records() -> NonZeroUsize {
     const { nonzero_usize(1000) }
 }
@@ -273,17 +288,18 @@ pub(crate) struct RawStream {
     /// rotation tolerates. Default 5s.
     #[serde(default = "default_skew", with = "crate::ttl::serde_duration")]
     pub(crate) clock_skew: Duration,
-    /// How long a pending claim holds: longer than any batch can take,
-    /// shorter than the tier-1 TTL. Default 60s.
-    #[serde(default = "default_lease", with = "crate::ttl::serde_duration")]
-    pub(crate) lease: Duration,
+    /// The stream's short namespace in the store (1 to 4 letters or
+    /// digits). Default: two characters derived from the name; set it where
+    /// two streams' derived ids collide, and never change it on a live
+    /// stream (its claims would be forgotten).
+    pub(crate) key_id: Option<String>,
     /// What happens while the store is unreachable. Default `closed`.
     #[serde(default)]
     pub(crate) fail_mode: FailMode,
 }
 
 fn default_prefix() -> String {
-    "idemgate:".into()
+    "ig:".into()
 }
 fn default_listen() -> String {
     "127.0.0.1:9464".into()
@@ -301,9 +317,6 @@ fn default_fp_rate() -> f64 {
 }
 fn default_skew() -> Duration {
     Duration::from_secs(5)
-}
-fn default_lease() -> Duration {
-    Duration::from_secs(60)
 }
 
 // Default counts, checked when the crate compiles (callers use them in a

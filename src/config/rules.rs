@@ -108,3 +108,32 @@ pub(super) fn check_topics(streams: &[StreamConfig]) -> Result<(), ConfigError> 
     }
     Ok(())
 }
+
+/// Every stream's keys live under its key id, and every claim names its
+/// holder's topic by a 24-bit tag: two streams with one id would share
+/// claims, and two inputs of one stream with one tag would be taken for
+/// each other's records.
+pub(super) fn check_key_ids(streams: &[StreamConfig]) -> Result<(), ConfigError> {
+    let mut ids = std::collections::HashMap::new();
+    for (index, stream) in streams.iter().enumerate() {
+        if let Some(other) = ids.insert(stream.spec.key_id.clone(), &stream.spec.name) {
+            return Err(invalid(
+                format!("streams[{index}].key_id"),
+                format!(
+                    "{} is also the key id of stream {other}: set key_id on one of them",
+                    stream.spec.key_id
+                ),
+            ));
+        }
+        let mut tags = std::collections::HashMap::new();
+        for topic in &stream.inputs {
+            if let Some(other) = tags.insert(crate::store::TopicTag::of(topic), topic) {
+                return Err(invalid(
+                    format!("streams[{index}].inputs"),
+                    format!("{topic} and {other} have the same topic tag: read them in two streams"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}

@@ -9,7 +9,6 @@ audit = "audit.bank"
 profile = "bank-txn"
 mode = "exact"
 ttl = { retention_years = 7 }
-lease = "30s"
 "#;
 
 /// Brokers as `IDEMGATE_KAFKA_BROKERS` gives them, and no other variable:
@@ -82,9 +81,30 @@ fn a_zero_ttl_is_refused_naming_the_field() {
 }
 
 #[test]
-fn a_lease_not_shorter_than_tier1_is_refused() {
+fn a_lease_is_refused_since_no_claim_is_taken_over_on_a_timer() {
     let error = refused(&tiered("tier1_ttl = \"2h\"\nlease = \"2h\""));
-    assert!(error.starts_with("streams[0].lease:"), "{error}");
+    assert!(error.contains("lease"), "{error}");
+}
+
+#[test]
+fn two_streams_with_one_key_id_are_refused() {
+    let second = BASE
+        .replace("name = \"bank\"", "name = \"bank2\"\nkey_id = \"b\"")
+        .replace("raw.bank", "raw.bank2")
+        .replace("clean.bank", "clean.bank2")
+        .replace("audit.bank", "audit.bank2");
+    let first = BASE.replace("name = \"bank\"", "name = \"bank\"\nkey_id = \"b\"");
+    let error = refused(&format!("{first}{second}"));
+    assert!(error.starts_with("streams[1].key_id:"), "{error}");
+    let error = refused(&BASE.replace("name = \"bank\"", "name = \"bank\"\nkey_id = \"b-1\""));
+    assert!(error.starts_with("streams[0].key_id:"), "{error}");
+}
+
+#[test]
+fn in_flight_bounds_below_one_batch_are_refused() {
+    let text = format!("[batch]\nmax_records = 1000\nmax_in_flight_records = 999\n{BASE}");
+    let error = refused(&text);
+    assert!(error.starts_with("batch.max_in_flight_records:"), "{error}");
 }
 
 #[test]

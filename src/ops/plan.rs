@@ -92,7 +92,6 @@ pub struct StreamPlan {
     pub tier1_ttl: Duration,
     /// The filter's horizon (tiered); the tier-1 TTL in exact mode.
     pub horizon: Duration,
-    pub lease: Duration,
     pub rate: RateSource,
     pub plan: Plan,
 }
@@ -248,7 +247,6 @@ pub fn for_stream(
         mode: spec.mode,
         tier1_ttl: spec.tier1_ttl,
         horizon: input.horizon,
-        lease: spec.lease,
         rate: source,
         plan: plan(input, mode)?,
     })

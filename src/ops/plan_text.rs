@@ -168,7 +168,6 @@ pub fn stream(stream: &StreamPlan) -> String {
         "  horizon     {}{horizon_note}",
         seconds(stream.horizon)
     );
-    let _ = writeln!(out, "  lease       {}", seconds(stream.lease));
     let rate = thousands(stream.plan.input.rate);
     let _ = writeln!(
         out,

@@ -1,63 +1,185 @@
-//! What an existing tier-1 value means for a record claiming its hash.
-//! Pure, and shared by every backend so they cannot drift apart.
+//! What a round's answers mean for one claim, and how a watermark moves.
+//! Pure, and shared by every backend so they cannot drift apart
+//! (docs/design.md §4.2-§4.4).
 
 use super::value::ClaimValue;
-use super::{millis, Claim, ClaimOutcome, ClaimState, StreamSpec, Tier};
+use super::{Claim, ClaimOutcome, Tier};
 
-/// The verdict on one existing tier-1 value.
+/// A claim is settled when its holder is below its partition's watermark
+/// (`holder_below` is that watermark, `None` where none is known) or its
+/// done flag is set.
+pub(crate) fn settled(value: &ClaimValue, holder_below: Option<i64>) -> bool {
+    value.done || holder_below.is_some_and(|w| value.holder.offset < w)
+}
+
+/// The verdict on one claim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Verdict {
-    /// The value has lapsed on the store's clock (the caller's time), even
-    /// if the server has not collected it yet: the claimant may take it
-    /// over with a compare-and-set on the exact old value.
-    Lapsed,
     Decided(ClaimOutcome),
+    /// The record met its own unsettled claim written by another owner (an
+    /// earlier incarnation, or before a rebalance): re-stamp it with this
+    /// record's token (compare and set on the old holder and token), then
+    /// it is `Won { fresh: false }`.
+    Restamp,
 }
 
-/// When a value stops counting: a pending claim after its lease, a done one
-/// after the tier-1 TTL, both measured from the value's own timestamp.
-pub(crate) fn expires_at(value: &ClaimValue, spec: &StreamSpec) -> i64 {
-    let ttl = match value.state {
-        ClaimState::Pending => spec.lease,
-        ClaimState::Done => spec.tier1_ttl,
-    };
-    value.at.saturating_add(millis(ttl))
-}
-
-pub(crate) fn judge(existing: &ClaimValue, claim: &Claim, spec: &StreamSpec) -> Verdict {
-    let now = match existing.state {
-        ClaimState::Pending => claim.wall,
-        ClaimState::Done => claim.at,
-    };
-    if now >= expires_at(existing, spec) {
-        return Verdict::Lapsed;
+/// `existing` is the value `SET NX GET` answered (`None`: this claim was
+/// written); `own_below` is the watermark of the record's own partition,
+/// `holder_below` that of the existing holder's partition.
+pub(crate) fn judge(
+    claim: &Claim,
+    existing: Option<&ClaimValue>,
+    own_below: Option<i64>,
+    holder_below: Option<i64>,
+    in_filter: bool,
+) -> Verdict {
+    use ClaimOutcome::*;
+    // Rule 2: below the watermark means decided, whatever tier 1 says.
+    if own_below.is_some_and(|w| claim.holder.offset < w) {
+        return Verdict::Decided(Replayed);
     }
-    let outcome = if existing.holder == claim.holder {
-        ClaimOutcome::Own(existing.state)
-    } else {
-        match existing.state {
-            ClaimState::Pending => ClaimOutcome::Held {
-                holder: existing.holder,
-            },
-            ClaimState::Done if existing.digest != claim.digest => ClaimOutcome::Conflict {
-                holder: existing.holder,
-            },
-            ClaimState::Done => ClaimOutcome::Duplicate {
-                tier: Tier::Exact,
-                holder: Some(existing.holder),
-            },
-        }
+    let Some(value) = existing else {
+        // A fresh claim on a hash the filter knows: a duplicate from
+        // beyond tier 1; the claim stays and is settled like any other.
+        return Verdict::Decided(if in_filter {
+            Duplicate {
+                tier: Tier::Filter,
+                holder: None,
+            }
+        } else {
+            Won { fresh: true }
+        });
     };
-    Verdict::Decided(outcome)
+    if value.holder == claim.holder {
+        // Its own claim overrides a filter hit (its hash went in when it
+        // was delivered).
+        return if settled(value, holder_below) {
+            Verdict::Decided(Replayed)
+        } else if value.token == claim.token {
+            // This owner wrote it: a retried round.
+            Verdict::Decided(Won { fresh: true })
+        } else {
+            Verdict::Restamp
+        };
+    }
+    Verdict::Decided(if !settled(value, holder_below) {
+        Held {
+            holder: value.holder,
+        }
+    } else if value.digest != claim.digest {
+        Conflict {
+            holder: value.holder,
+        }
+    } else {
+        Duplicate {
+            tier: Tier::Exact,
+            holder: Some(value.holder),
+        }
+    })
 }
 
-/// The tier-1 value a claimant writes when it wins: stamped with wall time,
-/// the clock its lease runs on.
-pub(crate) fn pending_value(claim: &Claim) -> ClaimValue {
-    ClaimValue {
-        state: ClaimState::Pending,
-        holder: claim.holder,
-        digest: claim.digest,
-        at: claim.wall,
+/// A watermark after a raise over `[start, end)`: an absent one starts at
+/// `start`; it moves only from a prefix that starts at or below it, and
+/// never down.
+pub(crate) fn raise(current: Option<i64>, start: i64, end: i64) -> i64 {
+    let current = current.unwrap_or(start);
+    if current >= start {
+        current.max(end)
+    } else {
+        current
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fingerprint::{PayloadDigest, SourceHash};
+    use crate::store::{Coordinates, OwnerToken, StreamId, TopicTag};
+
+    fn at(partition: i32, offset: i64) -> Coordinates {
+        Coordinates {
+            topic: TopicTag(1),
+            partition,
+            offset,
+        }
+    }
+
+    fn claim(holder: Coordinates, token: u32) -> Claim {
+        Claim {
+            stream: StreamId(0),
+            hash: SourceHash([1; 32]),
+            digest: PayloadDigest([2; 8]),
+            holder,
+            token: OwnerToken(token),
+            at: 1_800_000_000_000,
+        }
+    }
+
+    fn value_of(claim: &Claim) -> ClaimValue {
+        ClaimValue::pending(claim.holder, claim.token, claim.digest, claim.at)
+    }
+
+    #[test]
+    fn a_record_below_its_watermark_is_replayed_even_without_its_key() {
+        let c = claim(at(0, 5), 1);
+        assert_eq!(
+            judge(&c, None, Some(6), None, false),
+            Verdict::Decided(ClaimOutcome::Replayed)
+        );
+        assert_eq!(
+            judge(&c, None, Some(5), None, false),
+            Verdict::Decided(ClaimOutcome::Won { fresh: true })
+        );
+    }
+
+    #[test]
+    fn another_holder_is_settled_by_its_watermark_or_its_done_flag() {
+        let holder = claim(at(1, 10), 1);
+        let copy = claim(at(0, 3), 2);
+        let mut v = value_of(&holder);
+        let held = Verdict::Decided(ClaimOutcome::Held {
+            holder: holder.holder,
+        });
+        let duplicate = Verdict::Decided(ClaimOutcome::Duplicate {
+            tier: Tier::Exact,
+            holder: Some(holder.holder),
+        });
+        assert_eq!(judge(&copy, Some(&v), None, Some(10), true), held);
+        assert_eq!(judge(&copy, Some(&v), None, Some(11), false), duplicate);
+        v.done = true;
+        assert_eq!(judge(&copy, Some(&v), None, None, false), duplicate);
+        v.digest = PayloadDigest([3; 8]);
+        assert_eq!(
+            judge(&copy, Some(&v), None, None, false),
+            Verdict::Decided(ClaimOutcome::Conflict {
+                holder: holder.holder
+            })
+        );
+    }
+
+    #[test]
+    fn its_own_claim_is_restamped_when_unsettled_and_overrides_the_filter() {
+        let before = claim(at(0, 4), 1);
+        let again = claim(at(0, 4), 2);
+        let v = value_of(&before);
+        assert_eq!(judge(&again, Some(&v), Some(2), Some(2), true), Verdict::Restamp);
+        assert_eq!(
+            judge(&before, Some(&v), Some(2), Some(2), true),
+            Verdict::Decided(ClaimOutcome::Won { fresh: true })
+        );
+        let done = ClaimValue { done: true, ..v };
+        assert_eq!(
+            judge(&again, Some(&done), Some(2), Some(2), true),
+            Verdict::Decided(ClaimOutcome::Replayed)
+        );
+    }
+
+    #[test]
+    fn a_watermark_moves_only_from_a_prefix_at_or_below_it() {
+        assert_eq!(raise(None, 100, 150), 150);
+        assert_eq!(raise(Some(100), 100, 150), 150);
+        assert_eq!(raise(Some(120), 100, 150), 150);
+        assert_eq!(raise(Some(90), 100, 150), 90);
+        assert_eq!(raise(Some(200), 100, 150), 200);
     }
 }

@@ -1,6 +1,7 @@
-//! The in-process store: exact claims in a map, tier 2 in fastbloom
-//! generations. The embedded default for trying the worker and for a single
-//! replica; time is whatever the caller passes (wall time or event time).
+//! The in-process store: exact claims and watermarks in maps, tier 2 in
+//! fastbloom generations. The embedded default for trying the worker and
+//! for a single replica; time is whatever the caller passes (wall time or
+//! event time).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -8,33 +9,36 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use fastbloom::BloomFilter;
 
-use super::judge::{expires_at, judge, pending_value, Verdict};
+use super::judge::{judge, raise, Verdict};
 use super::value::ClaimValue;
 use super::{
-    spec, Claim, ClaimOutcome, ClaimState, ClaimStore, FilterFill, Millis, Settle, StoreError,
-    StoreStats, StreamSpec, Tier,
+    millis, spec, Claim, ClaimOutcome, ClaimStore, Coordinates, FilterFill, Millis, Publish,
+    RoundAnswer, StoreError, StoreStats, StreamId, StreamSpec, TopicTag, Watermark,
 };
 use crate::fingerprint::SourceHash;
 
 /// Lapsed keys and generations are swept after this many writes.
 const SWEEP_EVERY: u64 = 1 << 16;
-/// On event time, partitions run at different points of the clock: a key is
-/// swept only once it lapsed this long before the latest time seen, so a
-/// partition up to an hour behind still finds it.
-const SWEEP_MARGIN: Millis = 3_600_000;
 
 pub struct MemoryStore {
     streams: Vec<StreamSpec>,
+    event_time: bool,
     state: Mutex<State>,
 }
 
+type PartitionKey = (usize, TopicTag, i32);
+
 #[derive(Default)]
 struct State {
-    claims: HashMap<(usize, SourceHash), ClaimValue>,
+    /// Per (stream, hash): the claim and when it lapses on the stream's
+    /// clock.
+    claims: HashMap<(usize, SourceHash), (ClaimValue, Millis)>,
+    watermarks: HashMap<PartitionKey, i64>,
     generations: HashMap<(usize, i64), Generation>,
-    /// The latest time any request carried: what lapsed `SWEEP_MARGIN`
-    /// before it is swept.
-    high_water: Millis,
+    /// Per partition, the latest time its claims carried. On event time,
+    /// partitions run at different points of the clock: a key is swept
+    /// only once it lapsed for the partition furthest behind.
+    clocks: HashMap<PartitionKey, Millis>,
     writes: u64,
 }
 
@@ -45,10 +49,20 @@ struct Generation {
 }
 
 impl MemoryStore {
+    /// A store on wall time: every caller's clock is the same one.
     pub fn new(streams: Vec<StreamSpec>) -> MemoryStore {
         MemoryStore {
             streams,
+            event_time: false,
             state: Mutex::new(State::default()),
+        }
+    }
+
+    /// A store whose callers pass each record's own timestamp.
+    pub fn on_event_time(streams: Vec<StreamSpec>) -> MemoryStore {
+        MemoryStore {
+            event_time: true,
+            ..MemoryStore::new(streams)
         }
     }
 
@@ -70,17 +84,19 @@ fn filter_word(hash: &SourceHash) -> u64 {
     u64::from_be_bytes(bytes)
 }
 
+fn partition_of(stream: StreamId, holder: &Coordinates) -> PartitionKey {
+    (stream.0, holder.topic, holder.partition)
+}
+
 impl State {
-    fn observe(&mut self, at: Millis, streams: &[StreamSpec]) {
-        self.high_water = self.high_water.max(at);
+    fn observe(&mut self, key: PartitionKey, at: Millis, event_time: bool) {
+        let clock = self.clocks.entry(key).or_insert(at);
+        *clock = (*clock).max(at);
         self.writes += 1;
         if self.writes.is_multiple_of(SWEEP_EVERY) {
-            let now = self.high_water.saturating_sub(SWEEP_MARGIN);
-            self.claims.retain(|(stream, _), value| {
-                streams
-                    .get(*stream)
-                    .is_some_and(|spec| expires_at(value, spec) > now)
-            });
+            let clocks = self.clocks.values().copied();
+            let now = if event_time { clocks.min() } else { clocks.max() }.unwrap_or(at);
+            self.claims.retain(|_, (_, expires_at)| *expires_at > now);
             self.generations.retain(|_, g| g.expires_at > now);
         }
     }
@@ -97,6 +113,8 @@ impl State {
         })
     }
 
+    /// A Bloom filter never refuses an insert: past its capacity it only
+    /// answers more false positives, which the fill metric shows.
     fn add_to_filter(&mut self, stream: usize, spec: &StreamSpec, hash: &SourceHash, at: Millis) {
         let Some(plan) = &spec.filter else {
             return;
@@ -112,96 +130,112 @@ impl State {
                         inserts: 0,
                         expires_at: plan.expires_at(epoch),
                     });
-            if !generation.filter.insert_hash(word) {
-                generation.inserts += 1;
-            }
+            generation.filter.insert_hash(word);
+            generation.inserts += 1;
         }
+    }
+
+    /// The live claim on a hash at `at`, if any.
+    fn live(&self, key: &(usize, SourceHash), at: Millis) -> Option<ClaimValue> {
+        self.claims
+            .get(key)
+            .filter(|(_, expires_at)| *expires_at > at)
+            .map(|(value, _)| *value)
     }
 }
 
 #[async_trait]
 impl ClaimStore for MemoryStore {
-    async fn claim(&self, batch: &[Claim]) -> Result<Vec<ClaimOutcome>, StoreError> {
+    async fn round(
+        &self,
+        publish: &Publish,
+        claims: &[Claim],
+        read: &[StreamId],
+    ) -> Result<RoundAnswer, StoreError> {
         let mut state = self.lock()?;
-        let mut outcomes = Vec::with_capacity(batch.len());
-        for claim in batch {
-            let spec = spec(&self.streams, claim.stream)?;
-            state.observe(claim.at, &self.streams);
-            let key = (claim.stream.0, claim.hash);
-            let mut lapsed_pending = false;
-            if let Some(existing) = state.claims.get(&key) {
-                if let Verdict::Decided(outcome) = judge(existing, claim, spec) {
-                    outcomes.push(outcome);
-                    continue;
-                }
-                lapsed_pending = existing.state == ClaimState::Pending;
-            }
-            if state.in_filter(claim.stream.0, spec, &claim.hash, claim.at) {
-                state.claims.remove(&key);
-                outcomes.push(ClaimOutcome::Duplicate {
-                    tier: Tier::Filter,
-                    holder: None,
-                });
-                continue;
-            }
-            state.claims.insert(key, pending_value(claim));
-            if lapsed_pending {
-                crate::metrics::taken_over(&spec.name);
-            }
-            outcomes.push(ClaimOutcome::Won);
+        let mut answer = RoundAnswer::default();
+        for insert in &publish.inserts {
+            let spec = spec(&self.streams, insert.stream)?;
+            state.add_to_filter(insert.stream.0, spec, &insert.hash, insert.at);
         }
-        Ok(outcomes)
-    }
-
-    async fn finalize(&self, batch: &[Settle]) -> Result<Vec<bool>, StoreError> {
-        let mut state = self.lock()?;
-        let mut done = Vec::with_capacity(batch.len());
-        for settle in batch {
-            let spec = spec(&self.streams, settle.stream)?;
-            state.observe(settle.at, &self.streams);
-            let key = (settle.stream.0, settle.hash);
-            let current = state
-                .claims
-                .get(&key)
-                .filter(|value| expires_at(value, spec) > settle.at);
-            let newly_done = match current {
-                Some(value) if value.holder != settle.holder => {
-                    done.push(false);
-                    continue;
+        for r in &publish.raises {
+            spec(&self.streams, r.stream)?;
+            let key = (r.stream.0, r.topic, r.partition);
+            let now = raise(state.watermarks.get(&key).copied(), r.start, r.end);
+            state.watermarks.insert(key, now);
+            answer.raised.push(now);
+        }
+        for held in &publish.done {
+            spec(&self.streams, held.stream)?;
+            let entry = state.claims.get_mut(&(held.stream.0, held.hash));
+            let ours = match entry {
+                Some((value, _)) if value.holder == held.holder && value.token == held.token => {
+                    value.done = true;
+                    true
                 }
-                Some(value) => value.state == ClaimState::Pending,
-                None => true,
+                _ => false,
             };
-            if newly_done {
-                let value = ClaimValue {
-                    state: ClaimState::Done,
-                    holder: settle.holder,
-                    digest: settle.digest,
-                    at: settle.at,
-                };
-                state.claims.insert(key, value);
-                state.add_to_filter(settle.stream.0, spec, &settle.hash, settle.at);
-            }
-            done.push(true);
+            answer.done.push(ours);
         }
-        Ok(done)
-    }
-
-    async fn release(&self, batch: &[Settle]) -> Result<Vec<bool>, StoreError> {
-        let mut state = self.lock()?;
-        let mut released = Vec::with_capacity(batch.len());
-        for settle in batch {
-            spec(&self.streams, settle.stream)?;
-            let key = (settle.stream.0, settle.hash);
-            let ours = state.claims.get(&key).is_some_and(|value| {
-                value.holder == settle.holder && value.state == ClaimState::Pending
+        for held in &publish.releases {
+            spec(&self.streams, held.stream)?;
+            let key = (held.stream.0, held.hash);
+            let ours = state.claims.get(&key).is_some_and(|(value, _)| {
+                value.holder == held.holder && value.token == held.token && !value.done
             });
             if ours {
                 state.claims.remove(&key);
             }
-            released.push(ours);
+            answer.released.push(ours);
         }
-        Ok(released)
+        let mut streams: Vec<usize> = read
+            .iter()
+            .chain(claims.iter().map(|c| &c.stream))
+            .map(|s| s.0)
+            .collect();
+        streams.sort_unstable();
+        streams.dedup();
+        for (&(stream, topic, partition), &below) in &state.watermarks {
+            if streams.binary_search(&stream).is_ok() {
+                answer.watermarks.push(Watermark {
+                    stream: StreamId(stream),
+                    topic,
+                    partition,
+                    below,
+                });
+            }
+        }
+        answer.watermarks.sort_by_key(|w| (w.stream, w.topic, w.partition));
+        let below = |state: &State, stream: StreamId, c: &Coordinates| {
+            state.watermarks.get(&partition_of(stream, c)).copied()
+        };
+        for claim in claims {
+            let spec = spec(&self.streams, claim.stream)?;
+            state.observe(partition_of(claim.stream, &claim.holder), claim.at, self.event_time);
+            let key = (claim.stream.0, claim.hash);
+            let existing = state.live(&key, claim.at);
+            let own_below = below(&state, claim.stream, &claim.holder);
+            let holder_below = existing.and_then(|v| below(&state, claim.stream, &v.holder));
+            let in_filter = state.in_filter(claim.stream.0, spec, &claim.hash, claim.at);
+            let verdict = judge(claim, existing.as_ref(), own_below, holder_below, in_filter);
+            if existing.is_none() {
+                // `SET NX` writes whatever the verdict, as on Redis.
+                let value = ClaimValue::pending(claim.holder, claim.token, claim.digest, claim.at);
+                let expires_at = claim.at.saturating_add(millis(spec.tier1_ttl));
+                state.claims.insert(key, (value, expires_at));
+            }
+            answer.outcomes.push(match verdict {
+                Verdict::Decided(outcome) => outcome,
+                Verdict::Restamp => {
+                    if let Some((value, _)) = state.claims.get_mut(&key) {
+                        value.token = claim.token;
+                        value.claimed_at = claim.at;
+                    }
+                    ClaimOutcome::Won { fresh: false }
+                }
+            });
+        }
+        Ok(answer)
     }
 
     async fn stats(&self, at: Millis) -> Result<StoreStats, StoreError> {

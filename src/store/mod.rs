@@ -1,10 +1,10 @@
 //! The claim store: where a source hash is claimed before anything else
 //! happens to its record (docs/design.md §4-§6).
 //!
-//! The contract is batch-first. The worker claims every hash of a poll batch
-//! in one call, produces the outputs, then finalizes (claims whose output was
-//! delivered) or releases (claims whose output failed) in one call each. Each
-//! backend spends one round trip per tier per call.
+//! The contract is batch-first and settles claims by delivered offsets
+//! (docs/design.md §4): one `round` call publishes what the previous batches
+//! delivered (tier-2 inserts, per-partition watermarks, done flags, the rare
+//! release) and claims the next batch's hashes, in one round trip.
 //!
 //! Time is a parameter of every request, never read from a clock inside the
 //! store: the worker passes wall time (or, with the memory store, event
@@ -29,40 +29,58 @@ pub use generations::{FilterSizing, GenerationPlan};
 pub type Millis = i64;
 
 /// Identifies a record within the stream: the claim holder. Compared
-/// byte for byte to recognise a record meeting its own claim.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// field for field to recognise a record meeting its own claim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Coordinates {
     pub topic: TopicTag,
     pub partition: i32,
     pub offset: i64,
 }
 
-/// A 32-bit tag of an input topic's name. Stored instead of the name so
+/// A 24-bit tag of an input topic's name. Stored instead of the name so
 /// every tier-1 value has the same small size; the worker maps tags back to
-/// the names of its stream's input topics.
+/// the names of its stream's input topics (the config refuses two inputs of
+/// one stream with the same tag).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TopicTag(pub u32);
 
 impl TopicTag {
-    /// The first four bytes of SHA-256 over the topic name: stable across
+    /// The first three bytes of SHA-256 over the topic name: stable across
     /// restarts, config reorderings and replicas.
     pub fn of(topic: &str) -> TopicTag {
         use sha2::{Digest, Sha256};
         let digest = Sha256::digest(topic.as_bytes());
-        TopicTag(u32::from_be_bytes([
-            digest[0], digest[1], digest[2], digest[3],
-        ]))
+        TopicTag(u32::from_be_bytes([0, digest[0], digest[1], digest[2]]))
     }
 }
 
 impl fmt::Display for Coordinates {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:08x}/{}/{}", self.topic.0, self.partition, self.offset)
+        write!(f, "{:06x}/{}/{}", self.topic.0, self.partition, self.offset)
+    }
+}
+
+/// Who holds a claim: the replica's incarnation (random at every start) in
+/// the high 24 bits, its assignment attempt in the low 8. Written into the
+/// claim; release and done flags compare it, so a stalled replica (a
+/// zombie) cannot free or settle a claim that its partition's new owner
+/// has re-stamped (docs/design.md §4.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct OwnerToken(pub u32);
+
+impl OwnerToken {
+    pub fn new(incarnation: u32, attempt: u8) -> OwnerToken {
+        OwnerToken((incarnation << 8) | u32::from(attempt))
+    }
+
+    /// The same incarnation at its next assignment.
+    pub fn next_attempt(self) -> OwnerToken {
+        OwnerToken((self.0 & !0xff) | ((self.0 + 1) & 0xff))
     }
 }
 
 /// Index of a stream in the list the store was built with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StreamId(pub usize);
 
 /// Whether a stream remembers hashes only as exact keys, or exact keys for
@@ -78,16 +96,61 @@ pub enum Mode {
 /// config, so the cross-field rules already hold here.
 #[derive(Clone, Debug)]
 pub struct StreamSpec {
-    /// The stream's key namespace: two streams never see each other's hashes.
+    /// The stream's name, for metrics and logs.
     pub name: String,
+    /// The stream's key namespace in the store: short, so every tier-1 key
+    /// stays in a small allocation class. Two streams never share one (the
+    /// config refuses it).
+    pub key_id: String,
     pub mode: Mode,
-    /// How long a pending claim holds before another record may take it;
-    /// longer than any batch can take, shorter than `tier1_ttl`.
-    pub lease: Duration,
-    /// How long a done claim stays an exact key.
+    /// How long a claim stays an exact key, from the moment it is written.
     pub tier1_ttl: Duration,
     /// Tier 2 (tiered mode only): generation length and sizing.
     pub filter: Option<GenerationPlan>,
+}
+
+impl StreamSpec {
+    /// A spec whose key id is derived from its name.
+    pub fn new(
+        name: impl Into<String>,
+        mode: Mode,
+        tier1_ttl: Duration,
+        filter: Option<GenerationPlan>,
+    ) -> StreamSpec {
+        let name = name.into();
+        StreamSpec {
+            key_id: key_id(&name),
+            name,
+            mode,
+            tier1_ttl,
+            filter,
+        }
+    }
+
+    /// How long a partition's delivered watermark is kept after its last
+    /// raise: well past anything it settles (every claim and filter
+    /// generation of the stream), so a replay finds it, and at least a week.
+    pub fn watermark_ttl(&self) -> Duration {
+        let longest = self
+            .filter
+            .as_ref()
+            .map_or(self.tier1_ttl, |plan| {
+                self.tier1_ttl.max(plan.horizon * (plan.slots + 1))
+            });
+        (longest * 2).max(Duration::from_secs(7 * 24 * 3600))
+    }
+}
+
+/// Two characters of base 62 over SHA-256 of the stream name.
+pub fn key_id(name: &str) -> String {
+    use sha2::{Digest, Sha256};
+    const ALPHABET: &[u8; 62] =
+        b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    let digest = Sha256::digest(name.as_bytes());
+    let n = usize::from(u16::from_be_bytes([digest[0], digest[1]])) % (62 * 62);
+    [ALPHABET[n / 62] as char, ALPHABET[n % 62] as char]
+        .iter()
+        .collect()
 }
 
 /// One record asking for its hash.
@@ -97,48 +160,109 @@ pub struct Claim {
     pub hash: SourceHash,
     pub digest: PayloadDigest,
     pub holder: Coordinates,
+    pub token: OwnerToken,
     /// The stream's clock (wall time, or the record's timestamp with the
-    /// memory store on event time): done claims and filter generations
-    /// age on it.
+    /// memory store on event time): tier-1 keys and filter generations age
+    /// on it.
     pub at: Millis,
-    /// Wall time of the claim. A lease bounds how long a batch may take, a
-    /// processing-time matter, so pending claims lapse on this clock
-    /// whatever clock the stream runs on. Equal to `at` on wall time.
-    pub wall: Millis,
 }
 
-/// One record settling its claim: finalize after delivery, release after a
-/// failed one.
-#[derive(Clone, Copy, Debug)]
-pub struct Settle {
-    pub(crate) stream: StreamId,
-    pub(crate) hash: SourceHash,
-    /// Written into the done value, so a later copy with another payload is
-    /// still told apart as a conflict even if the pending claim had lapsed.
-    pub(crate) digest: PayloadDigest,
-    pub(crate) holder: Coordinates,
-    pub(crate) at: Millis,
+/// A claim this replica holds, named for a compare-and-set: a done flag or
+/// a release applies only while the claim still carries this holder and
+/// token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Held {
+    pub stream: StreamId,
+    pub hash: SourceHash,
+    pub holder: Coordinates,
+    pub token: OwnerToken,
 }
 
-impl From<&Claim> for Settle {
-    fn from(claim: &Claim) -> Settle {
-        Settle {
+impl From<&Claim> for Held {
+    fn from(claim: &Claim) -> Held {
+        Held {
             stream: claim.stream,
             hash: claim.hash,
-            digest: claim.digest,
             holder: claim.holder,
-            at: claim.at,
+            token: claim.token,
         }
     }
 }
 
-/// State of a tier-1 claim.
+/// Raise a partition's delivered watermark over a finished prefix
+/// `[start, end)` of this owner's range (docs/design.md §4.3): only if the
+/// watermark is at or above `start` (an absent one counts as `start`), so an
+/// owner that began above it (an offset skip) never vouches for records it
+/// did not see.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ClaimState {
-    /// Claimed; the holder's output is not delivered yet.
-    Pending,
-    /// The holder's output was delivered.
-    Done,
+pub struct Raise {
+    pub stream: StreamId,
+    pub topic: TopicTag,
+    pub partition: i32,
+    pub start: i64,
+    pub end: i64,
+}
+
+/// A delivered hash going into tier 2 (tiered streams only; others ignore
+/// it).
+#[derive(Clone, Copy, Debug)]
+pub struct Insert {
+    pub stream: StreamId,
+    pub hash: SourceHash,
+    pub at: Millis,
+}
+
+/// What a round writes before it reads: every write is idempotent, so a
+/// round that failed is sent again whole.
+#[derive(Clone, Debug, Default)]
+pub struct Publish {
+    /// Applied first, and acknowledged before any watermark in the same
+    /// round is raised: a raised watermark never covers a hash tier 2 lacks.
+    pub inserts: Vec<Insert>,
+    pub raises: Vec<Raise>,
+    /// Set the done flag on these claims (compare and set on holder and
+    /// token; the key keeps its expiry).
+    pub done: Vec<Held>,
+    /// Delete these pending claims (compare and set on holder and token).
+    pub releases: Vec<Held>,
+}
+
+impl Publish {
+    pub fn is_empty(&self) -> bool {
+        self.inserts.is_empty()
+            && self.raises.is_empty()
+            && self.done.is_empty()
+            && self.releases.is_empty()
+    }
+}
+
+/// One partition's delivered watermark, as read in a round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Watermark {
+    pub stream: StreamId,
+    pub topic: TopicTag,
+    pub partition: i32,
+    /// Every record of the partition below this offset was decided and its
+    /// output delivered.
+    pub below: i64,
+}
+
+/// The answer to one round, every list in request order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RoundAnswer {
+    /// Per raise: the watermark after it. Below the raise's `end` means
+    /// the raise was refused (its owner began above the watermark): those
+    /// records settle by done flags.
+    pub raised: Vec<i64>,
+    /// Per done flag: set (now or before) with this holder and token;
+    /// `false` where the claim is gone or carries another token.
+    pub done: Vec<bool>,
+    /// Per release: the claim was deleted.
+    pub released: Vec<bool>,
+    /// Every partition's watermark of every stream read (the streams asked
+    /// for and those of the claims), after this round's raises.
+    pub watermarks: Vec<Watermark>,
+    pub outcomes: Vec<ClaimOutcome>,
 }
 
 /// Which tier recognised a duplicate.
@@ -157,24 +281,45 @@ impl Tier {
     }
 }
 
-/// The store's answer for one claimed record.
+/// The store's answer for one claimed record (docs/design.md §4.2, §4.4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClaimOutcome {
-    /// This record now holds a pending claim on the hash.
-    Won,
-    /// The claim is this record's own: it is coming back after a crash, a
-    /// rebalance or an offset reset. Never a duplicate of itself.
-    Own(ClaimState),
-    /// Another record holds a pending claim: not decided yet, retry later.
+    /// This record holds the claim: `fresh` where it wrote it in this
+    /// round (or an earlier attempt of the same owner did), not where it
+    /// met its own unsettled claim from an earlier owner and re-stamped it.
+    /// Only a fresh claim may ever be released.
+    Won { fresh: bool },
+    /// The record was decided and delivered before (it is below its
+    /// partition's watermark, or met its own settled claim): it produces
+    /// nothing.
+    Replayed,
+    /// Another record holds an unsettled claim: not decided yet, claim
+    /// again later.
     Held { holder: Coordinates },
-    /// Another record's claim is done. The filter tier does not know the
-    /// holder.
+    /// Another record's claim is settled (exact), or the filter knows the
+    /// hash (filter; the record then holds the tier-1 claim it just wrote,
+    /// to be settled like a novel record's).
     Duplicate {
         tier: Tier,
         holder: Option<Coordinates>,
     },
-    /// The key is done by another record whose payload digest differs.
+    /// Another record's settled claim has another payload digest.
     Conflict { holder: Coordinates },
+}
+
+impl ClaimOutcome {
+    /// Whether the record now holds a tier-1 claim that its publish must
+    /// settle (by the watermark or a done flag).
+    pub fn holds_claim(&self) -> bool {
+        matches!(
+            self,
+            ClaimOutcome::Won { .. }
+                | ClaimOutcome::Duplicate {
+                    tier: Tier::Filter,
+                    ..
+                }
+        )
+    }
 }
 
 /// Figures an operator watches on the store.
@@ -211,22 +356,30 @@ pub enum StoreError {
     UnknownStream(usize),
 }
 
-/// The claim protocol, batch-first. Outcomes come back in request order.
+/// The claim protocol (docs/design.md §4): a batch's claims and the
+/// previous batch's publish travel together, one round trip in steady state.
 #[async_trait]
 pub trait ClaimStore: Send + Sync {
-    /// Claims every hash: tier 1 `SET NX` with the lease, then (tiered
-    /// streams) the live filter generations for the hashes it won.
-    async fn claim(&self, batch: &[Claim]) -> Result<Vec<ClaimOutcome>, StoreError>;
+    /// Applies `publish` (inserts, then raises, done flags and releases),
+    /// then reads the watermarks of the streams in `read` and of the
+    /// claims, then claims every hash: `SET NX PX tier1_ttl GET` with the
+    /// tier-2 probe, judged against the watermarks just read.
+    async fn round(
+        &self,
+        publish: &Publish,
+        claims: &[Claim],
+        read: &[StreamId],
+    ) -> Result<RoundAnswer, StoreError>;
 
-    /// Turns pending claims into done ones with the full tier-1 TTL, only
-    /// where the record still holds its claim (or the key has lapsed and no
-    /// one else took it), then adds the hashes to the current filter
-    /// generation. `true` where the claim is now done by this record.
-    async fn finalize(&self, batch: &[Settle]) -> Result<Vec<bool>, StoreError>;
+    /// Claims only.
+    async fn claim(&self, claims: &[Claim]) -> Result<Vec<ClaimOutcome>, StoreError> {
+        Ok(self.round(&Publish::default(), claims, &[]).await?.outcomes)
+    }
 
-    /// Deletes pending claims whose record still holds them. `true` where a
-    /// claim was released.
-    async fn release(&self, batch: &[Settle]) -> Result<Vec<bool>, StoreError>;
+    /// Publishes only.
+    async fn publish(&self, publish: &Publish) -> Result<RoundAnswer, StoreError> {
+        self.round(publish, &[], &[]).await
+    }
 
     /// Evicted keys and filter fill, for metrics.
     async fn stats(&self, at: Millis) -> Result<StoreStats, StoreError>;
@@ -246,8 +399,11 @@ pub async fn open(
 ) -> Result<std::sync::Arc<dyn ClaimStore>, StoreError> {
     let streams: Vec<StreamSpec> = config.streams.iter().map(|s| s.spec.clone()).collect();
     Ok(match &config.store {
-        crate::config::StoreConfig::Memory { .. } => {
+        crate::config::StoreConfig::Memory { event_time: false } => {
             std::sync::Arc::new(memory::MemoryStore::new(streams))
+        }
+        crate::config::StoreConfig::Memory { event_time: true } => {
+            std::sync::Arc::new(memory::MemoryStore::on_event_time(streams))
         }
         crate::config::StoreConfig::Redis(options) => {
             std::sync::Arc::new(redis::RedisStore::connect(options, streams).await?)

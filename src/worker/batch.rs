@@ -29,7 +29,7 @@ use super::Worker;
 use crate::config::FailMode;
 use crate::decision::{headers, next, Decision, Next};
 use crate::fingerprint::{fingerprint, Fingerprint, Invalid, RecordView};
-use crate::store::{Claim, Coordinates, Millis, Settle, StoreError, TopicTag};
+use crate::store::{Claim, Coordinates, Held, Insert, Millis, Publish, StoreError, TopicTag};
 
 /// Where a record stands in its batch.
 #[derive(Clone, Debug, PartialEq)]
@@ -269,7 +269,7 @@ impl Worker {
                 offset: record.input.offset,
             },
             at: self.clock(&record.input),
-            wall: now_ms(),
+            token: self.token,
         })
     }
 
@@ -369,7 +369,7 @@ impl Worker {
                     self.progress.decided(stream, decision.label());
                     self.log_decision(&records[i], &decision);
                     if novel {
-                        finalize.extend(self.claim_of(&records[i]).map(|c| Settle::from(&c)));
+                        finalize.extend(self.claim_of(&records[i]));
                     }
                     records[i].stage = Stage::Delivered;
                     progress = true;
@@ -390,7 +390,7 @@ impl Worker {
                     progress = true;
                     crate::metrics::produce_failed(stream);
                     if novel {
-                        release.extend(self.claim_of(&records[i]).map(|c| Settle::from(&c)));
+                        release.extend(self.claim_of(&records[i]).map(|c| Held::from(&c)));
                     }
                     let carry = carry_of(&decision);
                     let next = match carry {
@@ -423,14 +423,15 @@ impl Worker {
                 .iter()
                 .map(|s| self.streams[s.stream.0].config.spec.name.clone())
                 .collect();
-            if let Ok(released) = self
+            let publish = Publish { releases: release, ..Publish::default() };
+            if let Ok(answer) = self
                 .call_store(
                     "release",
-                    |store| async move { store.release(&release).await },
+                    |store| async move { store.publish(&publish).await },
                 )
                 .await
             {
-                for (name, done) in stream_names.iter().zip(released) {
+                for (name, done) in stream_names.iter().zip(answer.released) {
                     if done {
                         crate::metrics::released(name, 1);
                     }
@@ -443,19 +444,26 @@ impl Worker {
     /// Finalizes delivered claims, retrying while the store is down: an
     /// unfinalized claim would lapse and let a later copy through. Gives up
     /// only at shutdown (the outputs are delivered; the offsets still count).
-    async fn finalize(&mut self, settles: &[Settle]) {
+    async fn finalize(&mut self, settles: &[Claim]) {
         let mut backoff = FIRST_BACKOFF;
         loop {
-            let batch = settles.to_vec();
+            let publish = Publish {
+                done: settles.iter().map(Held::from).collect(),
+                inserts: settles
+                    .iter()
+                    .map(|c| Insert { stream: c.stream, hash: c.hash, at: c.at })
+                    .collect(),
+                ..Publish::default()
+            };
             match self
                 .call_store(
                     "finalize",
-                    |store| async move { store.finalize(&batch).await },
+                    |store| async move { store.publish(&publish).await },
                 )
                 .await
             {
-                Ok(done) => {
-                    let lost = done.iter().filter(|d| !**d).count();
+                Ok(answer) => {
+                    let lost = answer.done.iter().filter(|d| !**d).count();
                     if lost > 0 {
                         warn!(
                             lost,
@@ -567,16 +575,17 @@ impl Worker {
     }
 
     async fn release_undelivered(&mut self, records: &[Record]) {
-        let settles: Vec<Settle> = records
+        let releases: Vec<Held> = records
             .iter()
             .filter(|r| r.stage == Stage::Emit(Decision::Novel))
-            .filter_map(|r| self.claim_of(r).map(|c| Settle::from(&c)))
+            .filter_map(|r| self.claim_of(r).map(|c| Held::from(&c)))
             .collect();
-        if !settles.is_empty() {
+        if !releases.is_empty() {
+            let publish = Publish { releases, ..Publish::default() };
             let _ = self
                 .call_store(
                     "release",
-                    |store| async move { store.release(&settles).await },
+                    |store| async move { store.publish(&publish).await },
                 )
                 .await;
         }

@@ -75,6 +75,7 @@ pub(crate) struct Worker {
     held_back: HashMap<(String, i32), std::time::Instant>,
     max_batch: usize,
     linger: Duration,
+    token: crate::store::OwnerToken,
     stop: tokio::sync::watch::Receiver<bool>,
     /// Decisions since the last progress line.
     progress: progress::Progress,
@@ -168,6 +169,10 @@ impl Worker {
             finished: HashMap::new(),
             held_back: HashMap::new(),
             max_batch: config.batch.max_records,
+            token: crate::store::OwnerToken::new(
+                std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), 0u8) as u32 >> 8,
+                0,
+            ),
             linger: config.batch.linger,
             progress: progress::Progress::new(std::time::Instant::now()),
             stop,

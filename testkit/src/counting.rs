@@ -1,14 +1,13 @@
 //! A `ClaimStore` decorator that counts what the worker asks of the store
-//! (the tests' evidence, seen from outside, that claims were released after
-//! failed deliveries; the bench's calls per batch), notes which records
-//! asked for a claim, and tells an optional observer (the bench's timeline)
-//! when each call starts and ends.
+//! (the tests' evidence, seen from outside, that claims were released,
+//! watermarks raised and done flags set; the bench's rounds per batch),
+//! notes which records asked for a claim, and tells an optional observer
+//! (the bench's timeline) when each round starts and ends.
 //!
-//! The worker runs a batch in rounds: one `claim` call for every undecided
-//! record, then it produces the decided records' outputs, then one
-//! `finalize` call for the novel ones (docs/design.md §1). A record held
-//! behind another record's pending claim (`Held`) is claimed again in the
-//! next round, so claim calls per batch above one are retry rounds.
+//! The worker sends one `round` per batch in steady state: the publish of
+//! what earlier batches delivered with the claims of the next one
+//! (docs/design.md §1, §4.3). A record held behind another record's
+//! unsettled claim (`Held`) is claimed again in a later round.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -17,58 +16,72 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use idemgate::store::{
-    Claim, ClaimOutcome, ClaimState, ClaimStore, Millis, Settle, StoreError, StoreStats, Tier,
+    Claim, ClaimOutcome, ClaimStore, Millis, Publish, RoundAnswer, StoreError, StoreStats,
+    StreamId, Tier,
 };
 
 /// What one replica's store calls showed.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct StoreTally {
-    pub claim_calls: u64,
-    pub finalize_calls: u64,
-    pub release_calls: u64,
+    /// Round trips asked for: every `round` call.
+    pub rounds: u64,
+    /// Rounds that carried claims.
+    pub claim_rounds: u64,
+    /// Rounds that carried a publish.
+    pub publish_rounds: u64,
     pub stats_calls: u64,
-    /// Records in claim calls, first rounds and retries alike.
+    /// Records in claims, first rounds and retries alike.
     pub claimed: u64,
     pub won: u64,
-    pub own_pending: u64,
-    pub own_done: u64,
+    pub restamped: u64,
+    pub replayed: u64,
     pub held: u64,
     pub duplicate_exact: u64,
     pub duplicate_filter: u64,
     pub conflict: u64,
-    pub finalized: u64,
-    pub finalize_lost: u64,
+    pub raises: u64,
+    pub done_flags: u64,
+    pub done_lost: u64,
+    pub inserts: u64,
     pub released: u64,
     pub store_errors: u64,
 }
 
 impl StoreTally {
     pub fn add(&mut self, t: &StoreTally) {
-        self.claim_calls += t.claim_calls;
-        self.finalize_calls += t.finalize_calls;
-        self.release_calls += t.release_calls;
+        self.rounds += t.rounds;
+        self.claim_rounds += t.claim_rounds;
+        self.publish_rounds += t.publish_rounds;
         self.stats_calls += t.stats_calls;
         self.claimed += t.claimed;
         self.won += t.won;
-        self.own_pending += t.own_pending;
-        self.own_done += t.own_done;
+        self.restamped += t.restamped;
+        self.replayed += t.replayed;
         self.held += t.held;
         self.duplicate_exact += t.duplicate_exact;
         self.duplicate_filter += t.duplicate_filter;
         self.conflict += t.conflict;
-        self.finalized += t.finalized;
-        self.finalize_lost += t.finalize_lost;
+        self.raises += t.raises;
+        self.done_flags += t.done_flags;
+        self.done_lost += t.done_lost;
+        self.inserts += t.inserts;
         self.released += t.released;
         self.store_errors += t.store_errors;
     }
 
-    fn outcomes(&mut self, outcomes: &[ClaimOutcome]) {
-        for outcome in outcomes {
+    fn answered(&mut self, publish: &Publish, answer: &RoundAnswer) {
+        self.raises += publish.raises.len() as u64;
+        self.inserts += publish.inserts.len() as u64;
+        let done = answer.done.iter().filter(|d| **d).count() as u64;
+        self.done_flags += done;
+        self.done_lost += answer.done.len() as u64 - done;
+        self.released += answer.released.iter().filter(|r| **r).count() as u64;
+        for outcome in &answer.outcomes {
             match outcome {
                 ClaimOutcome::Held { .. } => self.held += 1,
-                ClaimOutcome::Won => self.won += 1,
-                ClaimOutcome::Own(ClaimState::Pending) => self.own_pending += 1,
-                ClaimOutcome::Own(ClaimState::Done) => self.own_done += 1,
+                ClaimOutcome::Won { fresh: true } => self.won += 1,
+                ClaimOutcome::Won { fresh: false } => self.restamped += 1,
+                ClaimOutcome::Replayed => self.replayed += 1,
                 ClaimOutcome::Duplicate {
                     tier: Tier::Exact, ..
                 } => self.duplicate_exact += 1,
@@ -84,8 +97,9 @@ impl StoreTally {
 /// Which store call an observer hears of.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Call {
+    /// A round carrying claims (with or without a publish).
     Claim,
-    /// Finalize or release.
+    /// A round carrying only a publish.
     Settle,
 }
 
@@ -137,9 +151,10 @@ impl CountingStore {
         self.lock().released
     }
 
-    /// Claims finalized to done so far.
-    pub fn finalized(&self) -> u64 {
-        self.lock().finalized
+    /// Watermark raises and done flags published so far: records settled.
+    pub fn settled(&self) -> u64 {
+        let tally = self.lock();
+        tally.raises + tally.done_flags
     }
 
     /// The records that asked for a claim since the last call.
@@ -150,49 +165,27 @@ impl CountingStore {
 
 #[async_trait]
 impl ClaimStore for CountingStore {
-    async fn claim(&self, batch: &[Claim]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        self.observe(Call::Claim, true);
-        let result = self.inner.claim(batch).await;
-        self.observe(Call::Claim, false);
+    async fn round(
+        &self,
+        publish: &Publish,
+        claims: &[Claim],
+        read: &[StreamId],
+    ) -> Result<RoundAnswer, StoreError> {
+        let call = if claims.is_empty() { Call::Settle } else { Call::Claim };
+        self.observe(call, true);
+        let result = self.inner.round(publish, claims, read).await;
+        self.observe(call, false);
         self.holders
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .extend(batch.iter().map(|c| (c.holder.partition, c.holder.offset)));
+            .extend(claims.iter().map(|c| (c.holder.partition, c.holder.offset)));
         let mut tally = self.lock();
-        tally.claim_calls += 1;
-        tally.claimed += batch.len() as u64;
+        tally.rounds += 1;
+        tally.claim_rounds += u64::from(!claims.is_empty());
+        tally.publish_rounds += u64::from(!publish.is_empty());
+        tally.claimed += claims.len() as u64;
         match &result {
-            Ok(outcomes) => tally.outcomes(outcomes),
-            Err(_) => tally.store_errors += 1,
-        }
-        result
-    }
-
-    async fn finalize(&self, batch: &[Settle]) -> Result<Vec<bool>, StoreError> {
-        self.observe(Call::Settle, true);
-        let result = self.inner.finalize(batch).await;
-        self.observe(Call::Settle, false);
-        let mut tally = self.lock();
-        tally.finalize_calls += 1;
-        match &result {
-            Ok(done) => {
-                let finalized = done.iter().filter(|d| **d).count() as u64;
-                tally.finalized += finalized;
-                tally.finalize_lost += done.len() as u64 - finalized;
-            }
-            Err(_) => tally.store_errors += 1,
-        }
-        result
-    }
-
-    async fn release(&self, batch: &[Settle]) -> Result<Vec<bool>, StoreError> {
-        self.observe(Call::Settle, true);
-        let result = self.inner.release(batch).await;
-        self.observe(Call::Settle, false);
-        let mut tally = self.lock();
-        tally.release_calls += 1;
-        match &result {
-            Ok(done) => tally.released += done.iter().filter(|d| **d).count() as u64,
+            Ok(answer) => tally.answered(publish, answer),
             Err(_) => tally.store_errors += 1,
         }
         result
@@ -210,7 +203,7 @@ mod tests {
     use super::*;
     use idemgate::fingerprint::{PayloadDigest, SourceHash};
     use idemgate::store::memory::MemoryStore;
-    use idemgate::store::{Coordinates, Mode, StreamId, StreamSpec, TopicTag};
+    use idemgate::store::{Coordinates, Held, Mode, OwnerToken, StreamSpec, TopicTag};
     use std::time::Duration;
 
     fn claim(offset: i64, hash: u8) -> Claim {
@@ -223,32 +216,30 @@ mod tests {
                 partition: 0,
                 offset,
             },
+            token: OwnerToken(7),
             at: 1_000,
-            wall: 1_000,
         }
     }
 
     #[tokio::test]
     async fn a_copy_in_the_same_batch_is_held_then_a_duplicate() {
-        let inner = Arc::new(MemoryStore::new(vec![StreamSpec {
-            name: "s".into(),
-            mode: Mode::Exact,
-            lease: Duration::from_secs(60),
-            tier1_ttl: Duration::from_secs(3600),
-            filter: None,
-        }]));
+        let inner = Arc::new(MemoryStore::new(vec![StreamSpec::new(
+            "s",
+            Mode::Exact,
+            Duration::from_secs(3600),
+            None,
+        )]));
         let store = CountingStore::new(inner);
         let batch = [claim(0, 1), claim(1, 1), claim(2, 2)];
         store.claim(&batch).await.unwrap();
-        let settles: Vec<Settle> = [&batch[0], &batch[2]]
-            .iter()
-            .map(|c| Settle::from(*c))
-            .collect();
-        store.finalize(&settles).await.unwrap();
-        store.claim(&batch[1..2]).await.unwrap();
+        let publish = Publish {
+            done: vec![Held::from(&batch[0]), Held::from(&batch[2])],
+            ..Publish::default()
+        };
+        store.round(&publish, &batch[1..2], &[]).await.unwrap();
         let tally = store.tally();
-        assert_eq!((tally.claim_calls, tally.finalize_calls), (2, 1));
+        assert_eq!((tally.rounds, tally.claim_rounds, tally.publish_rounds), (2, 2, 1));
         assert_eq!((tally.won, tally.held, tally.duplicate_exact), (2, 1, 1));
-        assert_eq!(tally.finalized, 2);
+        assert_eq!(tally.done_flags, 2);
     }
 }

@@ -18,13 +18,10 @@ use tracing::warn;
 pub(crate) use conn::redact;
 pub use conn::{Auth, RedisTarget, TlsFiles};
 use conn::{Conn, Keyed};
-use tier1::Scripts;
 pub use tier2::FilterBackend;
 use tier2::Item;
 
-use super::judge::pending_value;
-use super::value::ClaimValue;
-use super::{millis, spec, Claim, Millis, StoreError, StreamSpec};
+use super::{spec, Millis, StoreError, StreamSpec};
 
 /// How to reach the store and what to accept of it.
 #[derive(Clone, Debug)]
@@ -70,7 +67,6 @@ pub struct RedisStore {
     streams: Vec<StreamSpec>,
     prefix: String,
     filter_backend: FilterBackend,
-    scripts: Scripts,
 }
 
 const NOSCRIPT: &str = "NOSCRIPT";
@@ -105,7 +101,6 @@ impl RedisStore {
             streams,
             prefix: options.key_prefix.clone(),
             filter_backend,
-            scripts: Scripts::new(),
         })
     }
 
@@ -200,47 +195,6 @@ impl RedisStore {
         Ok(items)
     }
 
-    /// Takes over values that lapsed on the caller's clock. Returns, per
-    /// entry, `None` when taken, else the value now there.
-    async fn take_over(
-        &self,
-        lapsed: &[(usize, Vec<u8>, ClaimValue)],
-        batch: &[Claim],
-    ) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
-        let prepared: Vec<_> = lapsed
-            .iter()
-            .map(|(i, key, old)| {
-                let claim = &batch[*i];
-                let lease = spec(&self.streams, claim.stream).map(|s| millis(s.lease))?;
-                Ok((
-                    key.clone(),
-                    old.encode(),
-                    pending_value(claim).encode(),
-                    lease.to_string(),
-                ))
-            })
-            .collect::<Result<_, StoreError>>()?;
-        let values = self
-            .run_scripts(prepared.len(), |i, cached| {
-                let (key, old, new, lease) = &prepared[i];
-                self.scripts.take_over.invoke(
-                    cached,
-                    std::slice::from_ref(key),
-                    &[&old[..], &new[..], lease.as_bytes()],
-                )
-            })
-            .await?;
-        values
-            .into_iter()
-            .map(|value| match value {
-                Value::Int(1) => Ok(None),
-                Value::BulkString(bytes) => Ok(Some(bytes)),
-                other => Err(StoreError::Protocol(format!(
-                    "take-over answered {other:?}"
-                ))),
-            })
-            .collect()
-    }
 }
 
 /// Only `noeviction` keeps claims for their TTL. A server that will not say

@@ -11,8 +11,7 @@ use redis::{Cmd, Script};
 
 use super::conn::Keyed;
 use crate::fingerprint::SourceHash;
-use crate::store::value::{encode_holder, ClaimValue, LUA_HOLDER_RANGE};
-use crate::store::Coordinates;
+use crate::store::value::ClaimValue;
 
 /// Which of the 64 hash tags a hash's key carries.
 pub(crate) fn tag(hash: &SourceHash) -> u8 {
@@ -23,7 +22,7 @@ pub(crate) fn key(prefix: &str, stream: &str, hash: &SourceHash) -> Vec<u8> {
     let mut key = Vec::with_capacity(prefix.len() + stream.len() + 24);
     key.extend_from_slice(prefix.as_bytes());
     key.extend_from_slice(stream.as_bytes());
-    key.extend_from_slice(format!(":c:{{{:02x}}}", tag(hash)).as_bytes());
+    key.extend_from_slice(format!("{{{:02x}}}", tag(hash)).as_bytes());
     key.extend_from_slice(&hash.0[..16]);
     key
 }
@@ -32,7 +31,7 @@ pub(crate) fn key(prefix: &str, stream: &str, hash: &SourceHash) -> Vec<u8> {
 pub(crate) fn claim(key: Vec<u8>, value: &ClaimValue, lease_ms: i64) -> Keyed {
     let mut cmd = redis::cmd("SET");
     cmd.arg(&key)
-        .arg(&value.encode()[..])
+        .arg(&value.encode().unwrap_or_default()[..])
         .arg("NX")
         .arg("PX")
         .arg(lease_ms.max(1))
@@ -82,69 +81,3 @@ impl LuaScript {
     }
 }
 
-/// The scripts compare the holder bytes at a fixed position of the value
-/// (see `value.rs`), so they never decode the rest.
-pub(crate) struct Scripts {
-    pub(crate) finalize: LuaScript,
-    pub(crate) release: LuaScript,
-    pub(crate) take_over: LuaScript,
-}
-
-impl Scripts {
-    pub(crate) fn new() -> Scripts {
-        let (from, to) = LUA_HOLDER_RANGE;
-        // Finalize, per key (ARGV: holder, done value, ttl for each): 0 =
-        // another record holds it, 1 = now done, 2 = already done by this
-        // record (its TTL is left as it was: fixed from the write, never
-        // extended). A lapsed key nobody took is written done: the output
-        // was delivered.
-        let finalize = format!(
-            r#"local out = {{}}
-for i, key in ipairs(KEYS) do
-  local holder, done, ttl = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
-  local v = redis.call('GET', key)
-  local r = 1
-  if v then
-    if string.sub(v, {from}, {to}) ~= holder then r = 0
-    elseif string.sub(v, 1, 1) == 'D' then r = 2 end
-  end
-  if r == 1 then redis.call('SET', key, done, 'PX', ttl) end
-  out[i] = r
-end
-return out"#
-        );
-        // Release, per key (ARGV: holder): 1 = deleted, 0 = not ours or
-        // not pending.
-        let release = format!(
-            r#"local out = {{}}
-for i, key in ipairs(KEYS) do
-  local v = redis.call('GET', key)
-  out[i] = 0
-  if v and string.sub(v, 1, 1) == 'P' and string.sub(v, {from}, {to}) == ARGV[i] then
-    redis.call('DEL', key)
-    out[i] = 1
-  end
-end
-return out"#
-        );
-        // Take over a value that has lapsed on the caller's clock but not
-        // yet on the server's: only if it is still exactly that value.
-        // Returns 1 when taken, else the value now there.
-        let take_over = r#"local v = redis.call('GET', KEYS[1])
-if (not v) or v == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-  return 1
-end
-return v"#
-            .to_string();
-        Scripts {
-            finalize: LuaScript::new(finalize),
-            release: LuaScript::new(release),
-            take_over: LuaScript::new(take_over),
-        }
-    }
-}
-
-pub(crate) fn holder_arg(holder: &Coordinates) -> [u8; 16] {
-    encode_holder(holder)
-}
