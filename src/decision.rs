@@ -2,7 +2,7 @@
 //! the headers that say why. Pure functions over plain data.
 
 use crate::fingerprint::{Invalid, SourceHash};
-use crate::store::{ClaimOutcome, Coordinates, Tier};
+use crate::store::{Coordinates, Tier};
 
 /// The one decision a record gets, carried on its output.
 #[derive(Clone, Debug, PartialEq)]
@@ -48,31 +48,6 @@ impl Decision {
 pub(crate) enum Route {
     Clean,
     Audit,
-}
-
-/// What the loop does with a claim outcome.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Next {
-    /// Produce with this decision.
-    Emit(Decision),
-    /// The record was decided and delivered before (below its partition's
-    /// watermark, or its own claim is settled): nothing is produced again.
-    AlreadyDelivered,
-    /// Another record's claim is pending: claim again once it settles.
-    Wait { holder: Coordinates },
-}
-
-pub(crate) fn next(outcome: ClaimOutcome) -> Next {
-    match outcome {
-        ClaimOutcome::Won { .. } => Next::Emit(Decision::Novel),
-        ClaimOutcome::Replayed => Next::AlreadyDelivered,
-        ClaimOutcome::Held { holder } => Next::Wait { holder },
-        ClaimOutcome::Duplicate { tier, holder } => Next::Emit(Decision::Duplicate {
-            tier,
-            first_seen: holder,
-        }),
-        ClaimOutcome::Conflict { holder } => Next::Emit(Decision::Conflict { first_seen: holder }),
-    }
 }
 
 pub const DECISION: &str = "idemgate-decision";
@@ -140,18 +115,6 @@ mod tests {
             partition: 2,
             offset: 41,
         }
-    }
-
-    #[test]
-    fn every_outcome_has_one_next_step() {
-        for fresh in [true, false] {
-            assert_eq!(next(ClaimOutcome::Won { fresh }), Next::Emit(Decision::Novel));
-        }
-        assert_eq!(next(ClaimOutcome::Replayed), Next::AlreadyDelivered);
-        assert_eq!(
-            next(ClaimOutcome::Held { holder: coords() }),
-            Next::Wait { holder: coords() }
-        );
     }
 
     #[test]

@@ -204,9 +204,6 @@ pub(crate) fn breaker(open: bool) {
     gauge!(BREAKER_OPEN).set(if open { 1.0 } else { 0.0 });
 }
 
-pub(crate) fn taken_over(stream: &str) {
-    counter!(TAKEN_OVER, "stream" => stream.to_string()).increment(1);
-}
 
 /// Records waiting on other records' claims, and the longest wait, as a
 /// batch's round leaves them.

@@ -96,7 +96,13 @@ impl State {
         if self.writes.is_multiple_of(SWEEP_EVERY) {
             let clocks = self.clocks.values().copied();
             let now = if event_time { clocks.min() } else { clocks.max() }.unwrap_or(at);
-            self.claims.retain(|_, (_, expires_at)| *expires_at > now);
+            let claims = std::mem::take(&mut self.claims);
+            self.claims = claims
+                .into_iter()
+                .filter(|((stream, _), (value, expires_at))| {
+                    *expires_at > now || !self.is_settled(*stream, value)
+                })
+                .collect();
             self.generations.retain(|_, g| g.expires_at > now);
         }
     }
@@ -135,12 +141,23 @@ impl State {
         }
     }
 
-    /// The live claim on a hash at `at`, if any.
+    /// The live claim on a hash at `at`, if any. An unsettled claim is
+    /// live whatever its age: on event time a copy can carry a timestamp
+    /// past the holder's expiry while the holder is still in flight, and no
+    /// claim is ever taken over on a clock (docs/design.md §4.7).
     fn live(&self, key: &(usize, SourceHash), at: Millis) -> Option<ClaimValue> {
         self.claims
             .get(key)
-            .filter(|(_, expires_at)| *expires_at > at)
+            .filter(|(value, expires_at)| *expires_at > at || !self.is_settled(key.0, value))
             .map(|(value, _)| *value)
+    }
+
+    fn is_settled(&self, stream: usize, value: &ClaimValue) -> bool {
+        let below = self
+            .watermarks
+            .get(&(stream, value.holder.topic, value.holder.partition))
+            .copied();
+        super::judge::settled(value, below)
     }
 }
 

@@ -1,42 +1,41 @@
-//! The consumer-group worker (docs/design.md §1, §7, §8): poll a batch, decide
-//! every record, deliver every output, commit the finished offsets.
+//! The consumer-group worker (docs/design.md §1, §4, §7, §8): a pipelined
+//! loop that reads records, claims their hashes, produces their outputs,
+//! publishes what was delivered and commits each partition's finished
+//! prefix, with several batches in flight.
 //!
-//! - `consumer`: group membership, rebalance protocol, batches, commits;
-//! - `batch`: one batch in rounds (fingerprint, claim, route, produce,
-//!   finalize or release);
-//! - `output`: the producer side;
-//! - `breaker`: the store circuit breaker.
+//! - `poller`: the polling thread, group membership, the rebalance protocol;
+//! - `consumer`: a record as read;
+//! - `flight`: every record in flight and every partition's offsets (pure);
+//! - `pipeline`: the loop, the I/O around `flight`;
+//! - `output`: the producer side; `breaker`: the store circuit breaker;
+//! - `progress`, `client_logs`: what the worker says in its logs.
 
-mod batch;
 mod breaker;
 mod client_logs;
 pub(crate) mod consumer;
+mod flight;
 mod output;
+mod pipeline;
+pub(crate) mod poller;
 mod progress;
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
-use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::producer::FutureProducer;
 use rdkafka::ClientConfig;
-use tracing::{info, warn};
 
 use crate::config::{Config, StoreConfig, StreamConfig};
-use crate::store::{ClaimStore, TopicTag};
-use batch::{now_ms, Ended};
-use breaker::Breaker;
+use crate::store::{ClaimStore, OwnerToken, TopicTag};
 use client_logs::ProducerLogs;
-use consumer::{
-    commit, pause, poll_batch, resume_all, GroupConsumer, GroupContext, GroupState, Input,
-};
+use poller::{Event, GroupConsumer, GroupContext, GroupState};
 
-pub use batch::now_ms as wall_ms;
 pub use consumer::read_headers;
-pub use consumer::GroupState as Group;
+pub use pipeline::now_ms as wall_ms;
+pub use poller::GroupState as Group;
 
 /// A stream as the loop sees it.
 struct StreamRuntime {
@@ -50,7 +49,7 @@ impl StreamRuntime {
         self.names
             .get(&tag)
             .cloned()
-            .unwrap_or_else(|| format!("topic#{:08x}", tag.0))
+            .unwrap_or_else(|| format!("topic#{:06x}", tag.0))
     }
 }
 
@@ -58,27 +57,23 @@ pub(crate) struct Worker {
     streams: Vec<StreamRuntime>,
     by_topic: HashMap<String, usize>,
     store: Arc<dyn ClaimStore>,
-    consumer: GroupConsumer,
+    consumer: Arc<GroupConsumer>,
     producer: FutureProducer<ProducerLogs>,
     group: Arc<GroupState>,
-    breaker: Breaker,
+    events: tokio::sync::mpsc::Receiver<Event>,
+    /// The polling thread's end of the channel, until it starts.
+    poll_events: Option<tokio::sync::mpsc::Sender<Event>>,
+    /// Tells the polling thread to leave the group; its callbacks go quiet.
+    closing: Arc<AtomicBool>,
     event_time: bool,
-    /// Records read while a batch waited, for the next batch.
-    carry: Vec<Input>,
-    /// Per partition, the records this worker finished. A partition
-    /// revoked and assigned back (eager rebalance, lost session), or
-    /// rewound past a deferred record, is fetched again from an older
-    /// offset; what was finished here is not decided twice.
-    finished: HashMap<(String, i32), Finished>,
-    /// Partitions rewound to a deferred record, paused until the instant
-    /// given so the other partitions (where its holder may be) are read.
-    held_back: HashMap<(String, i32), std::time::Instant>,
-    max_batch: usize,
-    linger: Duration,
-    token: crate::store::OwnerToken,
+    max_records: usize,
+    linger: std::time::Duration,
+    max_in_flight_records: usize,
+    max_in_flight_bytes: usize,
+    /// This incarnation's owner token; its attempt moves on at every
+    /// assignment.
+    token: OwnerToken,
     stop: tokio::sync::watch::Receiver<bool>,
-    /// Decisions since the last progress line.
-    progress: progress::Progress,
 }
 
 /// Consumer properties the protocol depends on; the config cannot change
@@ -103,6 +98,8 @@ impl Worker {
         stop: tokio::sync::watch::Receiver<bool>,
     ) -> Result<Worker> {
         let group = Arc::new(GroupState::default());
+        let (sender, events) = tokio::sync::mpsc::channel(16);
+        let closing = Arc::new(AtomicBool::new(false));
         let mut consumer_config = ClientConfig::new();
         consumer_config
             .set("group.id", "idemgate")
@@ -131,6 +128,8 @@ impl Worker {
             .create_with_context(GroupContext {
                 state: group.clone(),
                 logs: client_logs::ClientLogs::default(),
+                events: sender.clone(),
+                closing: closing.clone(),
             })
             .context("creating the kafka consumer")?;
         let producer: FutureProducer<ProducerLogs> = producer_config
@@ -156,162 +155,33 @@ impl Worker {
         consumer
             .subscribe(&topics)
             .context("subscribing to the input topics")?;
+        let incarnation = std::hash::BuildHasher::hash_one(
+            &std::collections::hash_map::RandomState::new(),
+            std::process::id(),
+        ) as u32
+            >> 8;
         Ok(Worker {
             streams,
             by_topic,
             store,
-            consumer,
+            consumer: Arc::new(consumer),
             producer,
             group,
-            breaker: Breaker::new(),
+            events,
+            poll_events: Some(sender),
+            closing,
             event_time: matches!(config.store, StoreConfig::Memory { event_time: true }),
-            carry: Vec::new(),
-            finished: HashMap::new(),
-            held_back: HashMap::new(),
-            max_batch: config.batch.max_records,
-            token: crate::store::OwnerToken::new(
-                std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), 0u8) as u32 >> 8,
-                0,
-            ),
+            max_records: config.batch.max_records,
             linger: config.batch.linger,
-            progress: progress::Progress::new(std::time::Instant::now()),
+            max_in_flight_records: config.batch.max_in_flight_records,
+            max_in_flight_bytes: config.batch.max_in_flight_bytes,
+            token: OwnerToken::new(incarnation, 0),
             stop,
         })
     }
 
     pub(crate) fn group(&self) -> Arc<GroupState> {
         self.group.clone()
-    }
-
-    fn revocations(&self) -> u64 {
-        self.group.revocations.load(Ordering::SeqCst)
-    }
-
-    /// Runs until `stop` turns true; then commits the finished work
-    /// synchronously and leaves the group.
-    pub(crate) async fn run(mut self) -> Result<()> {
-        let mut stop = self.stop.clone();
-        loop {
-            if *stop.borrow() {
-                break;
-            }
-            self.release_held_back();
-            let revocations = self.revocations();
-            let inputs = tokio::select! {
-                inputs = poll_batch(&self.consumer, &mut self.carry, self.max_batch, self.linger, Duration::from_millis(200)) => inputs,
-                _ = stop.changed() => break,
-            };
-            if inputs.is_empty() {
-                continue;
-            }
-            let stop_now = self.stop.clone();
-            crate::metrics::in_flight(1);
-            let (next_offsets, ended) = self.process(inputs, revocations, &stop_now).await;
-            crate::metrics::in_flight(0);
-            for line in self.progress.due(std::time::Instant::now()) {
-                line.log();
-            }
-            self.note_finished(&next_offsets);
-            resume_all(&self.consumer, &self.held_back);
-            match ended {
-                Ended::Finished => commit(&self.consumer, &next_offsets, CommitMode::Async),
-                Ended::Deferred(rewind) => {
-                    commit(&self.consumer, &next_offsets, CommitMode::Async);
-                    self.rewind(&rewind);
-                }
-                Ended::Abandoned => {
-                    commit(&self.consumer, &next_offsets, CommitMode::Sync);
-                    break;
-                }
-            }
-        }
-        self.shutdown();
-        Ok(())
-    }
-
-    fn note_finished(&mut self, next_offsets: &std::collections::BTreeMap<(String, i32), i64>) {
-        for (partition, next) in next_offsets {
-            self.finished
-                .entry(partition.clone())
-                .or_default()
-                .advance(*next);
-        }
-    }
-
-    /// Resumes deferred partitions whose pause is over.
-    fn release_held_back(&mut self) {
-        let now = std::time::Instant::now();
-        if self.held_back.values().any(|until| *until <= now) {
-            self.held_back.retain(|_, until| *until > now);
-            resume_all(&self.consumer, &self.held_back);
-        }
-    }
-
-    /// Sends partitions back to their first deferred record and pauses them
-    /// a moment: the next polls read every other assigned partition (where
-    /// the holders may be), then these again.
-    fn rewind(&mut self, rewind: &std::collections::BTreeMap<(String, i32), i64>) {
-        let until = std::time::Instant::now() + batch::HOLD_BACK;
-        let partitions: Vec<(String, i32)> = rewind.keys().cloned().collect();
-        for partition in &partitions {
-            self.held_back.insert(partition.clone(), until);
-        }
-        pause(&self.consumer, &partitions);
-        for ((topic, partition), offset) in rewind {
-            self.carry.retain(|i| {
-                !(&i.topic == topic && i.partition == *partition && i.offset >= *offset)
-            });
-            if let Err(error) = self.consumer.seek(
-                topic,
-                *partition,
-                rdkafka::Offset::Offset(*offset),
-                Duration::from_secs(5),
-            ) {
-                warn!(%error, topic, partition, offset, "cannot rewind to a deferred record");
-            }
-        }
-    }
-}
-
-/// The offsets of one partition this worker finished: everything below
-/// `below`, and the ones in `above` (finished past a deferred record).
-#[derive(Default)]
-pub(crate) struct Finished {
-    below: i64,
-    above: std::collections::BTreeSet<i64>,
-}
-
-impl Finished {
-    fn contains(&self, offset: i64) -> bool {
-        offset < self.below || self.above.contains(&offset)
-    }
-
-    fn advance(&mut self, next: i64) {
-        self.below = self.below.max(next);
-        let below = self.below;
-        self.above.retain(|o| *o >= below);
-    }
-
-    fn add(&mut self, offset: i64) {
-        if offset >= self.below {
-            self.above.insert(offset);
-        }
-    }
-}
-
-impl Worker {
-    fn shutdown(&mut self) {
-        for line in self.progress.flush(std::time::Instant::now()) {
-            line.log();
-        }
-        match self.consumer.commit_consumer_state(CommitMode::Sync) {
-            Ok(()) => {}
-            Err(error) if consumer::is_nothing_to_commit(&error) => {}
-            Err(error) => warn!(%error, "final commit failed"),
-        }
-        let _ = rdkafka::producer::Producer::flush(&self.producer, Duration::from_secs(10));
-        self.consumer.unsubscribe();
-        info!(at = now_ms(), "worker stopped: finished work committed");
     }
 }
 

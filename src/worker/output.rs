@@ -1,14 +1,10 @@
 //! The producer side: every output is the input's key, payload and
 //! timestamp as they were, its headers, and the decision headers; every
-//! delivery is awaited.
+//! delivery report is awaited and classified.
 
-use std::time::Duration;
-
-use futures::future::join_all;
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::util::Timeout;
 
 use super::consumer::Input;
 
@@ -80,70 +76,74 @@ pub(crate) fn classify(error: &KafkaError) -> Failure {
     }
 }
 
-/// How long `send` may wait for room in the local queue.
-const QUEUE_WAIT: Duration = Duration::from_secs(5);
-
-/// Produces every output at once and waits for every delivery report.
-/// `Err` says what the failure means (see [`classify`]).
-pub(crate) async fn produce_all(
+/// Hands one output to the producer and returns its delivery report. The
+/// record is copied into librdkafka at once, so the future borrows nothing;
+/// a full local queue is a failure to retry, like any other that may pass.
+pub(crate) fn send(
     producer: &FutureProducer<super::client_logs::ProducerLogs>,
-    outputs: &[Output<'_>],
-) -> Vec<Result<(), Failure>> {
-    let sends = outputs.iter().map(|output| async move {
-        let mut headers = OwnedHeaders::new_with_capacity(
-            output.input.headers.len() + output.decision_headers.len(),
-        );
-        // Decision headers from an upstream idemgate are replaced, not
-        // stacked: an output carries exactly one decision.
-        let input_headers = match output.carry {
-            Carry::Bare => &[][..],
-            Carry::Whole | Carry::NoPayload => &output.input.headers[..],
-        };
-        for (key, value) in input_headers {
-            if key.starts_with("idemgate-") {
-                continue;
+    output: &Output<'_>,
+) -> futures::future::BoxFuture<'static, Result<(), Failure>> {
+    use futures::FutureExt;
+    let mut headers = OwnedHeaders::new_with_capacity(
+        output.input.headers.len() + output.decision_headers.len(),
+    );
+    // Decision headers from an upstream idemgate are replaced, not
+    // stacked: an output carries exactly one decision.
+    let input_headers = match output.carry {
+        Carry::Bare => &[][..],
+        Carry::Whole | Carry::NoPayload => &output.input.headers[..],
+    };
+    for (key, value) in input_headers {
+        if key.starts_with("idemgate-") {
+            continue;
+        }
+        headers = headers.insert(Header {
+            key,
+            value: value.as_deref(),
+        });
+    }
+    for (key, value) in &output.decision_headers {
+        headers = headers.insert(Header {
+            key,
+            value: Some(value.as_bytes()),
+        });
+    }
+    let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(output.topic).headers(headers);
+    if let Some(key) = output
+        .input
+        .key
+        .as_deref()
+        .filter(|_| output.carry != Carry::Bare)
+    {
+        record = record.key(key);
+    }
+    if let Some(payload) = output
+        .input
+        .payload
+        .as_deref()
+        .filter(|_| output.carry == Carry::Whole)
+    {
+        record = record.payload(payload);
+    }
+    // The input's time, not the moment idemgate wrote it: downstream
+    // windows and retention see the event as it was.
+    if let Some(timestamp) = output.input.timestamp {
+        record = record.timestamp(timestamp);
+    }
+    match producer.send_result(record) {
+        Ok(delivery) => async move {
+            match delivery.await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err((error, _))) => Err(classify(&error)),
+                Err(_) => Err(Failure::Retry("delivery report lost: producer closed".into())),
             }
-            headers = headers.insert(Header {
-                key,
-                value: value.as_deref(),
-            });
         }
-        for (key, value) in &output.decision_headers {
-            headers = headers.insert(Header {
-                key,
-                value: Some(value.as_bytes()),
-            });
+        .boxed(),
+        Err((error, _)) => {
+            let failure = classify(&error);
+            async move { Err(failure) }.boxed()
         }
-        let mut record: FutureRecord<'_, [u8], [u8]> =
-            FutureRecord::to(output.topic).headers(headers);
-        if let Some(key) = output
-            .input
-            .key
-            .as_deref()
-            .filter(|_| output.carry != Carry::Bare)
-        {
-            record = record.key(key);
-        }
-        if let Some(payload) = output
-            .input
-            .payload
-            .as_deref()
-            .filter(|_| output.carry == Carry::Whole)
-        {
-            record = record.payload(payload);
-        }
-        // The input's time, not the moment idemgate wrote it: downstream
-        // windows and retention see the event as it was.
-        if let Some(timestamp) = output.input.timestamp {
-            record = record.timestamp(timestamp);
-        }
-        producer
-            .send(record, Timeout::After(QUEUE_WAIT))
-            .await
-            .map(drop)
-            .map_err(|(error, _)| classify(&error))
-    });
-    join_all(sends).await
+    }
 }
 
 #[cfg(test)]

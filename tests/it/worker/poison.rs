@@ -103,7 +103,7 @@ async fn poison_records_go_to_audit_with_their_reason_and_the_partition_keeps_fl
 header = "{IDEMPOTENCY_KEY}"
 mode = "exact"
 ttl = {{ explicit = "1h" }}
-lease = "30s""#
+"#
     );
     let stream = format!("{BANK_STREAM}\nmax_record_bytes = {MAX_BYTES}");
     let config = setup.config(&Options {

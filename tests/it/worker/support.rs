@@ -64,7 +64,6 @@ impl Default for Options<'_> {
 pub const BANK_STREAM: &str = r#"profile = "bank-txn"
 mode = "exact"
 ttl = { explicit = "1h" }
-lease = "30s"
 fail_mode = "closed""#;
 
 /// The bank workload of these tests: 23 accounts, about one redelivery per

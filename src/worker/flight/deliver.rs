@@ -1,0 +1,168 @@
+//! The producer side of the flight, and the commits: what to send, what a
+//! delivery report means, and each partition's finished prefix.
+
+use std::time::Instant;
+
+use super::{Flight, Stage, Tp, MAX_BACKOFF};
+use crate::decision::Decision;
+use crate::fingerprint::Invalid;
+use crate::worker::output::{Carry, Failure};
+
+/// What a delivery report did to its record.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Reported {
+    /// Delivered with this decision.
+    Delivered(Decision),
+    /// May have landed: the claim is kept and the output sent again.
+    Retry(String),
+    /// Refused for its size or content: sent again to audit without its
+    /// payload (a fresh claim it won is released).
+    Refused(String),
+    /// Even a bare audit record was refused: given up, loudly.
+    GaveUp(String),
+    /// The record is gone (its partition was revoked).
+    Gone,
+}
+
+/// A partition's offset to commit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Commit {
+    pub(crate) tp: Tp,
+    pub(crate) offset: i64,
+    /// Every record below `offset` was decided and delivered, and this
+    /// owner's watermark chain is unbroken: the next owner may raise the
+    /// watermark to it.
+    pub(crate) gap_free: bool,
+}
+
+impl Flight {
+    /// Records whose output is to be sent now (decided, or past their
+    /// backoff), marked `Sending`.
+    pub(crate) fn to_send(&mut self, now: Instant) -> Vec<(Tp, i64)> {
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.backoffs)
+            .into_iter()
+            .partition(|(at, _, _)| *at <= now);
+        self.backoffs = later;
+        let mut out = std::mem::take(&mut self.queue);
+        out.extend(due.into_iter().map(|(_, tp, offset)| (tp, offset)));
+        out.retain(|(tp, offset)| match self.record_mut(tp, *offset) {
+            Some(record) if matches!(record.stage, Stage::Produce | Stage::Backoff { .. }) => {
+                record.stage = Stage::Sending;
+                true
+            }
+            _ => false,
+        });
+        out
+    }
+
+    /// Applies one delivery report.
+    pub(crate) fn reported(
+        &mut self,
+        tp: &Tp,
+        offset: i64,
+        result: Result<(), Failure>,
+        now: Instant,
+    ) -> Reported {
+        let Some(record) = self.record_mut(tp, offset) else {
+            return Reported::Gone;
+        };
+        if record.stage != Stage::Sending {
+            return Reported::Gone;
+        }
+        let decision = record.decision.clone().unwrap_or(Decision::Unverified);
+        let reported = match result {
+            Ok(()) => {
+                record.stage = Stage::Delivered;
+                Reported::Delivered(decision)
+            }
+            Err(Failure::Retry(error)) => {
+                let until = now + record.backoff;
+                record.backoff = (record.backoff * 2).min(MAX_BACKOFF);
+                record.stage = Stage::Backoff { until };
+                self.backoffs.push((until, tp.clone(), offset));
+                return Reported::Retry(error);
+            }
+            Err(Failure::Refused(error)) => {
+                let bare = match &decision {
+                    Decision::Invalid(Invalid::Undeliverable { bare: true, .. }) => {
+                        record.stage = Stage::Delivered;
+                        None
+                    }
+                    Decision::Invalid(Invalid::Undeliverable { bare: false, .. }) => Some(true),
+                    _ => Some(false),
+                };
+                match bare {
+                    None => Reported::GaveUp(error),
+                    Some(bare) => {
+                        if let Some(owned) = record.claim.as_mut() {
+                            // Certainly not persisted: a claim this record
+                            // wrote itself goes; any other stays.
+                            owned.release = decision == Decision::Novel && owned.fresh;
+                            owned.insert = None;
+                        }
+                        let carry = if bare { Carry::NoPayload } else { Carry::Whole };
+                        record.decision = Some(Decision::Invalid(Invalid::Undeliverable {
+                            bytes: carry.bytes(&record.input),
+                            reason: error.clone(),
+                            bare,
+                        }));
+                        record.stage = Stage::Produce;
+                        self.queue.push((tp.clone(), offset));
+                        return Reported::Refused(error);
+                    }
+                }
+            }
+        };
+        if record.claim.is_none() {
+            self.finish_at(tp, offset);
+        }
+        reported
+    }
+
+    /// Whether any output of the partition awaits its delivery report.
+    pub(crate) fn sending(&self, tp: &Tp) -> bool {
+        self.partitions.get(tp).is_some_and(|p| {
+            p.records
+                .values()
+                .any(|r| matches!(r.stage, Stage::Sending))
+        })
+    }
+
+    /// The earliest instant a record waits for (a backoff, a claim retry).
+    pub(crate) fn next_due(&self) -> Option<Instant> {
+        let backoff = self.backoffs.iter().map(|(at, _, _)| *at).min();
+        let waits = self.partitions.values().flat_map(|p| {
+            p.records.values().filter_map(|r| match r.stage {
+                Stage::Wait { retry_at } => Some(retry_at),
+                _ => None,
+            })
+        });
+        backoff.into_iter().chain(waits).min()
+    }
+
+    /// Per partition, the offset after its contiguous run of finished
+    /// records, where it moved since the last call; those records are
+    /// dropped. `only` limits it to one partition (a revoke).
+    pub(crate) fn commits(&mut self, only: Option<&Tp>) -> Vec<Commit> {
+        let mut out = Vec::new();
+        for (tp, p) in &mut self.partitions {
+            if only.is_some_and(|o| o != tp) {
+                continue;
+            }
+            let Some(end) = p.finished_end() else {
+                continue;
+            };
+            if p.committed.is_some_and(|c| end <= c) {
+                continue;
+            }
+            p.committed = Some(end);
+            p.records = p.records.split_off(&end);
+            out.push(Commit {
+                tp: tp.clone(),
+                offset: end,
+                gap_free: p.gap_free,
+            });
+        }
+        out
+    }
+}

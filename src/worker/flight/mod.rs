@@ -1,0 +1,501 @@
+//! Every record in flight and every partition's offsets, in one owner: the
+//! pure state machine of the pipelined worker (docs/design.md §1, §4).
+//! `round.rs` applies a round's answer, `deliver.rs` the producer side and
+//! the commits.
+//!
+//! ```text
+//! arrive ─► Fresh ─(watermark read)─► Claim ─► Claiming ─┬─► Produce ─► Sending ─┬─► Delivered ─► Settling ─► Finished
+//!              │                         ▲               │                      ├─► Backoff ─► Produce
+//!              └─ below the watermark ───┼───────────────┼─ Replayed ───────────┼──────────────────────► Finished
+//!                                        └─── Wait ◄─────┘ (held)               └─ no claim to settle ─► Finished
+//! ```
+//!
+//! Plain data in, next stage out: the loop (`pipeline.rs`) asks for the
+//! next round ([`Flight::take_round`]), hands back its answer or its
+//! failure, asks what to produce, hands back delivery reports, and asks
+//! what to commit. Nothing here touches Kafka, Redis or a clock.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+mod deliver;
+pub(crate) use deliver::Reported;
+mod round;
+#[cfg(test)]
+mod tests;
+
+use super::consumer::Input;
+use crate::decision::Decision;
+use crate::fingerprint::{Fingerprint, Invalid};
+use crate::store::{
+    Claim, Coordinates, Held, Insert, Millis, OwnerToken, Publish, Raise, StreamId, TopicTag,
+};
+
+/// A partition: topic and number.
+pub(crate) type Tp = (String, i32);
+
+const FIRST_BACKOFF: Duration = Duration::from_millis(20);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Where a record stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// Its partition's watermark is not known yet (just assigned).
+    Fresh,
+    /// To be claimed in the next round.
+    Claim,
+    /// In a round in flight.
+    Claiming,
+    /// Another record holds an unsettled claim on its hash.
+    Wait { retry_at: Instant },
+    /// Decided; its output is to be sent.
+    Produce,
+    /// Its delivery report is outstanding.
+    Sending,
+    /// A delivery failed and may have landed: sent again at this instant.
+    Backoff { until: Instant },
+    /// Delivered; its claim is to be settled (watermark, done flag or
+    /// release).
+    Delivered,
+    /// Its settlement is in a round in flight.
+    Settling,
+    /// Nothing more to do but commit its offset.
+    Finished,
+}
+
+/// A tier-1 claim this record holds.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Owned {
+    pub(crate) held: Held,
+    /// Written by this record in this assignment: only then may it be
+    /// released (docs/design.md §4.5).
+    pub(crate) fresh: bool,
+    /// Settle by deleting it: every attempt to produce the record's output
+    /// was refused, certainly not persisted.
+    pub(crate) release: bool,
+    /// The hash goes into tier 2 at publish (a delivered novel record of a
+    /// tiered stream) at this time.
+    pub(crate) insert: Option<Millis>,
+}
+
+pub(crate) struct Record {
+    pub(crate) input: Input,
+    pub(crate) stream: usize,
+    pub(crate) print: Option<Result<Fingerprint, Invalid>>,
+    pub(crate) stage: Stage,
+    pub(crate) decision: Option<Decision>,
+    pub(crate) claim: Option<Owned>,
+    /// The clock of its claim (wall or event time).
+    pub(crate) at: Millis,
+    /// Since when it has waited on another record's claim, and on whose.
+    pub(crate) waiting_since: Option<Instant>,
+    pub(crate) waiting_on: Option<Coordinates>,
+    backoff: Duration,
+    bytes: usize,
+    /// Counted among the unfinished records (until it finishes).
+    counted: bool,
+}
+
+/// One partition this replica owns.
+pub(crate) struct Partition {
+    pub(crate) stream: usize,
+    pub(crate) tag: TopicTag,
+    /// Records from the committed offset on, by offset.
+    records: BTreeMap<i64, Record>,
+    /// The first offset this owner read since it was assigned the
+    /// partition: the start of every watermark raise it asks for.
+    range_start: Option<i64>,
+    /// The offset after the last record read.
+    next_read: Option<i64>,
+    /// The offset committed last (the next one to read after a restart).
+    committed: Option<i64>,
+    /// The watermark as last read or raised; `None` where none exists.
+    pub(crate) watermark: Option<i64>,
+    /// The watermark was read after the assignment.
+    fresh: bool,
+    /// This owner's range starts at or below the watermark: its raises
+    /// hold. Where not (an offset skip), its records settle by done flags.
+    gap_free: bool,
+    /// The end of the last raise acknowledged.
+    raised: i64,
+    /// A raise from the committed offset's idemgate metadata, asked once.
+    metadata_raise: Option<i64>,
+}
+
+/// What a round carries, and where each answer goes back.
+#[derive(Debug, Default)]
+pub(crate) struct Round {
+    pub(crate) publish: Publish,
+    pub(crate) claims: Vec<Claim>,
+    pub(crate) read: Vec<StreamId>,
+    claim_of: Vec<(Tp, i64)>,
+    raise_of: Vec<(Tp, i64)>,
+    done_of: Vec<(Tp, i64)>,
+    release_of: Vec<(Tp, i64)>,
+    /// Partitions whose watermark this round reads for the first time.
+    freshened: Vec<Tp>,
+    /// Raises from committed metadata, given back if the round fails.
+    metadata_of: Vec<(Tp, i64)>,
+}
+
+impl Round {
+    /// Records this round claims.
+    pub(crate) fn claimed(&self) -> usize {
+        self.claims.len()
+    }
+}
+
+/// What a round's answer decided, for metrics and logs.
+#[derive(Debug, Default)]
+pub(crate) struct Settled {
+    pub(crate) replayed: Vec<usize>,
+    pub(crate) released: Vec<usize>,
+    /// Done flags refused: the claim carries another owner now.
+    pub(crate) lost: usize,
+    /// Records told to wait on another record's claim.
+    pub(crate) held: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Flight {
+    partitions: HashMap<Tp, Partition>,
+    /// Records that entered `Produce`, in order.
+    queue: Vec<(Tp, i64)>,
+    /// Records in `Backoff`, with when they are due.
+    backoffs: Vec<(Instant, Tp, i64)>,
+    /// Records read and not finished, and their payload bytes.
+    unfinished: usize,
+    bytes: usize,
+}
+
+impl Flight {
+    pub(crate) fn assign(&mut self, tp: Tp, stream: usize, metadata_raise: Option<i64>) {
+        let tag = TopicTag::of(&tp.0);
+        self.partitions.entry(tp).or_insert(Partition {
+            stream,
+            tag,
+            records: BTreeMap::new(),
+            range_start: None,
+            next_read: None,
+            committed: None,
+            watermark: None,
+            fresh: false,
+            gap_free: true,
+            raised: i64::MIN,
+            metadata_raise,
+        });
+    }
+
+    /// Forgets a partition (revoked): its unfinished claims are left to
+    /// the next owner, who meets them as its own.
+    pub(crate) fn revoke(&mut self, tp: &Tp) {
+        if let Some(partition) = self.partitions.remove(tp) {
+            for record in partition.records.values().filter(|r| r.counted) {
+                self.unfinished -= 1;
+                self.bytes -= record.bytes;
+            }
+        }
+    }
+
+    pub(crate) fn owns(&self, tp: &Tp) -> bool {
+        self.partitions.contains_key(tp)
+    }
+
+    pub(crate) fn partitions(&self) -> impl Iterator<Item = (&Tp, &Partition)> {
+        self.partitions.iter()
+    }
+
+    pub(crate) fn in_flight(&self) -> (usize, usize) {
+        (self.unfinished, self.bytes)
+    }
+
+    /// Records of one partition kept until their offset is committed.
+    pub(crate) fn held_back(&self, tp: &Tp) -> usize {
+        self.partitions.get(tp).map_or(0, |p| p.records.len())
+    }
+
+    pub(crate) fn record(&self, tp: &Tp, offset: i64) -> Option<&Record> {
+        self.partitions.get(tp)?.records.get(&offset)
+    }
+
+    /// A record read from a partition this replica owns. Returns `false`
+    /// (and keeps nothing) for one it does not own or has seen.
+    pub(crate) fn arrive(
+        &mut self,
+        input: Input,
+        stream: usize,
+        print: Result<Fingerprint, Invalid>,
+        at: Millis,
+    ) -> bool {
+        let tp = (input.topic.clone(), input.partition);
+        let offset = input.offset;
+        let Some(partition) = self.partitions.get_mut(&tp) else {
+            return false;
+        };
+        if partition.next_read.is_some_and(|n| offset < n) {
+            return false;
+        }
+        partition.range_start.get_or_insert(offset);
+        partition.committed.get_or_insert(offset);
+        partition.next_read = Some(offset + 1);
+        let bytes = input.payload.as_ref().map_or(0, Vec::len);
+        let mut record = Record {
+            input,
+            stream,
+            print: Some(print),
+            stage: Stage::Fresh,
+            decision: None,
+            claim: None,
+            at,
+            waiting_since: None,
+            waiting_on: None,
+            backoff: FIRST_BACKOFF,
+            bytes,
+            counted: true,
+        };
+        self.unfinished += 1;
+        self.bytes += bytes;
+        if partition.fresh {
+            if partition.range_start == Some(offset) && partition.committed == Some(offset) {
+                // The first record after the watermark was read: an owner
+                // starting above it (an offset skip) settles by done flags.
+                partition.gap_free = partition.watermark.is_none_or(|w| w >= offset);
+            }
+            entry_stage(&mut record, partition.watermark);
+        }
+        let stage = record.stage;
+        partition.records.insert(offset, record);
+        self.entered(&tp, offset, stage);
+        true
+    }
+
+    /// Follows a record into the stage it just entered.
+    fn entered(&mut self, tp: &Tp, offset: i64, stage: Stage) {
+        match stage {
+            Stage::Finished => self.finish_at(tp, offset),
+            Stage::Produce => self.queue.push((tp.clone(), offset)),
+            _ => {}
+        }
+    }
+
+    /// Marks a record finished and frees its payload.
+    fn finish_at(&mut self, tp: &Tp, offset: i64) {
+        if let Some(record) = self
+            .partitions
+            .get_mut(tp)
+            .and_then(|p| p.records.get_mut(&offset))
+        {
+            record.stage = Stage::Finished;
+            record.waiting_since = None;
+            record.input.payload = None;
+            record.input.key = None;
+            record.input.headers = Vec::new();
+            if std::mem::take(&mut record.counted) {
+                self.unfinished -= 1;
+                self.bytes -= record.bytes;
+            }
+        }
+    }
+
+    /// The next round: the publish of everything delivered, the claims of
+    /// everything ready (at most `max_claims`), the watermarks of fresh
+    /// partitions. `None` when there is nothing to send.
+    pub(crate) fn take_round(
+        &mut self,
+        now: Instant,
+        max_claims: usize,
+        token: OwnerToken,
+    ) -> Option<Round> {
+        let mut round = Round::default();
+        let mut local_holders = Vec::new();
+        for (tp, partition) in &self.partitions {
+            if !partition.fresh {
+                round.read.push(StreamId(partition.stream));
+                round.freshened.push(tp.clone());
+            }
+        }
+        for (tp, partition) in &mut self.partitions {
+            let stream = StreamId(partition.stream);
+            if let Some(end) = partition.metadata_raise.take() {
+                round.publish.raises.push(Raise {
+                    stream,
+                    topic: partition.tag,
+                    partition: tp.1,
+                    start: 0,
+                    end,
+                });
+                round.metadata_of.push((tp.clone(), end));
+            }
+            let end = partition.delivered_end();
+            let raise = partition.fresh && partition.gap_free && end > partition.raised;
+            if let (true, Some(start)) = (raise, partition.range_start) {
+                round.publish.raises.push(Raise {
+                    stream,
+                    topic: partition.tag,
+                    partition: tp.1,
+                    start,
+                    end,
+                });
+                round.raise_of.push((tp.clone(), end));
+            }
+            let covered = if partition.fresh && partition.gap_free {
+                end
+            } else {
+                i64::MIN
+            };
+            for (&offset, record) in partition.records.iter_mut() {
+                match record.stage {
+                    Stage::Delivered => {
+                        let Some(owned) = record.claim.as_mut() else {
+                            continue;
+                        };
+                        if let Some(at) = owned.insert {
+                            round.publish.inserts.push(Insert {
+                                stream,
+                                hash: owned.held.hash,
+                                at,
+                            });
+                        }
+                        if owned.release {
+                            round.publish.releases.push(owned.held);
+                            round.release_of.push((tp.clone(), offset));
+                        } else if offset >= covered {
+                            round.publish.done.push(owned.held);
+                            round.done_of.push((tp.clone(), offset));
+                        }
+                        record.stage = Stage::Settling;
+                    }
+                    Stage::Claim if round.claims.len() < max_claims => {
+                        if let Some(claim) = claim_of(record, token) {
+                            round.claims.push(claim);
+                            round.claim_of.push((tp.clone(), offset));
+                            record.stage = Stage::Claiming;
+                        }
+                    }
+                    Stage::Wait { retry_at } if retry_at <= now => {
+                        local_holders.push((tp.clone(), offset));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        // A copy waits on a holder in flight here until that holder is
+        // finished; on one elsewhere, it claims again after its backoff.
+        for (tp, offset) in local_holders {
+            let holder_busy = self.holder_in_flight(&tp, offset);
+            if holder_busy || round.claims.len() >= max_claims {
+                continue;
+            }
+            if let Some(record) = self.record_mut(&tp, offset) {
+                if let Some(claim) = claim_of(record, token) {
+                    round.claims.push(claim);
+                    record.stage = Stage::Claiming;
+                    round.claim_of.push((tp, offset));
+                }
+            }
+        }
+        round.read.sort_unstable();
+        round.read.dedup();
+        let empty = round.publish.is_empty() && round.claims.is_empty() && round.read.is_empty();
+        (!empty).then_some(round)
+    }
+
+    /// Whether the holder a waiting record last met is a record in flight
+    /// here, not finished yet.
+    fn holder_in_flight(&self, tp: &Tp, offset: i64) -> bool {
+        let Some(record) = self.record(tp, offset) else {
+            return false;
+        };
+        let Some(holder) = record.waiting_on else {
+            return false;
+        };
+        self.partitions
+            .iter()
+            .find(|(htp, p)| {
+                p.tag == holder.topic && htp.1 == holder.partition && p.stream == record.stream
+            })
+            .and_then(|(_, p)| p.records.get(&holder.offset))
+            .is_some_and(|h| h.stage != Stage::Finished)
+    }
+
+    fn record_mut(&mut self, tp: &Tp, offset: i64) -> Option<&mut Record> {
+        self.partitions.get_mut(tp)?.records.get_mut(&offset)
+    }
+}
+
+impl Partition {
+    /// The offset after this owner's contiguous run of delivered records:
+    /// what a watermark raise may vouch for.
+    fn delivered_end(&self) -> i64 {
+        let first_open = self.records.iter().find(|(_, r)| {
+            !matches!(
+                r.stage,
+                Stage::Delivered | Stage::Settling | Stage::Finished
+            )
+        });
+        match first_open {
+            Some((&offset, _)) => offset,
+            None => self.next_read.unwrap_or(i64::MIN),
+        }
+    }
+
+    /// The offset after the contiguous run of finished records: what may
+    /// be committed.
+    fn finished_end(&self) -> Option<i64> {
+        let first_open = self
+            .records
+            .iter()
+            .find(|(_, r)| r.stage != Stage::Finished);
+        match first_open {
+            Some((&offset, _)) => Some(offset),
+            None => self.next_read,
+        }
+    }
+
+    pub(crate) fn gap_free(&self) -> bool {
+        self.gap_free
+    }
+
+    /// Records waiting on other records' claims.
+    pub(crate) fn waiting(&self) -> impl Iterator<Item = &Record> {
+        self.records
+            .values()
+            .filter(|r| matches!(r.stage, Stage::Wait { .. }))
+    }
+}
+
+/// Where a record goes once its partition's watermark is known: below it,
+/// decided before (rule 2); otherwise claimed, or straight to audit when
+/// it has no hash.
+fn entry_stage(record: &mut Record, watermark: Option<i64>) {
+    if watermark.is_some_and(|w| record.input.offset < w) {
+        record.stage = Stage::Finished;
+        return;
+    }
+    record.stage = match &record.print {
+        Some(Err(invalid)) => {
+            record.decision = Some(Decision::Invalid(invalid.clone()));
+            Stage::Produce
+        }
+        _ => Stage::Claim,
+    };
+}
+
+/// The claim of a record with a hash (only those reach the Claim stage).
+fn claim_of(record: &Record, token: OwnerToken) -> Option<Claim> {
+    let Some(Ok(print)) = &record.print else {
+        return None;
+    };
+    Some(Claim {
+        stream: StreamId(record.stream),
+        hash: print.hash,
+        digest: print.digest,
+        holder: Coordinates {
+            topic: TopicTag::of(&record.input.topic),
+            partition: record.input.partition,
+            offset: record.input.offset,
+        },
+        token,
+        at: record.at,
+    })
+}

@@ -1,0 +1,226 @@
+//! A round's answer, or its failure, applied to the records it carried.
+
+use std::time::Instant;
+
+use super::{entry_stage, Flight, Owned, Round, Settled, Stage, Tp, MAX_BACKOFF};
+use crate::decision::Decision;
+use crate::store::{ClaimOutcome, Held, RoundAnswer, Tier};
+
+impl Flight {
+    /// Applies a round's answer. `tiered(stream)` says whether a delivered
+    /// novel record's hash goes into tier 2.
+    pub(crate) fn answered(
+        &mut self,
+        round: Round,
+        answer: RoundAnswer,
+        now: Instant,
+        tiered: impl Fn(usize) -> bool,
+    ) -> Settled {
+        let mut settled = Settled::default();
+        for w in &answer.watermarks {
+            let partition = self.partitions.iter_mut().find(|(tp, p)| {
+                p.stream == w.stream.0 && p.tag == w.topic && tp.1 == w.partition
+            });
+            if let Some((_, p)) = partition {
+                p.watermark = Some(p.watermark.map_or(w.below, |m| m.max(w.below)));
+            }
+        }
+        for ((tp, end), now_at) in round.raise_of.iter().zip(&answer.raised) {
+            let Some(p) = self.partitions.get_mut(tp) else {
+                continue;
+            };
+            p.watermark = Some(p.watermark.map_or(*now_at, |m| m.max(*now_at)));
+            if *now_at >= *end {
+                p.raised = p.raised.max(*end);
+            } else {
+                // Refused: this owner began above the watermark.
+                p.gap_free = false;
+            }
+        }
+        for ((tp, _), now_at) in round.metadata_of.iter().zip(&answer.raised) {
+            if let Some(p) = self.partitions.get_mut(tp) {
+                p.watermark = Some(p.watermark.map_or(*now_at, |m| m.max(*now_at)));
+            }
+        }
+        for ((tp, offset), done) in round.done_of.iter().zip(&answer.done) {
+            if !done {
+                settled.lost += 1;
+            }
+            self.settle(tp, *offset);
+        }
+        for ((tp, offset), released) in round.release_of.iter().zip(&answer.released) {
+            if *released {
+                if let Some(r) = self.record(tp, *offset) {
+                    settled.released.push(r.stream);
+                }
+            }
+            self.settle(tp, *offset);
+        }
+        // What the raise covered is settled; what it did not (a refused
+        // raise) goes out again with done flags.
+        let mut covered = Vec::new();
+        for (tp, p) in &mut self.partitions {
+            for (&offset, record) in p.records.iter_mut() {
+                if record.stage != Stage::Settling {
+                    continue;
+                }
+                if let Some(owned) = record.claim.as_mut() {
+                    owned.insert = None;
+                }
+                if p.gap_free && offset < p.raised {
+                    covered.push((tp.clone(), offset));
+                } else {
+                    record.stage = Stage::Delivered;
+                }
+            }
+        }
+        for (tp, offset) in covered {
+            self.finish_at(&tp, offset);
+        }
+        for tp in &round.freshened {
+            self.freshen(tp, &mut settled);
+        }
+        let claims = round.claim_of.iter().zip(&round.claims);
+        for (((tp, offset), claim), outcome) in claims.zip(answer.outcomes) {
+            let Some(record) = self.record_mut(tp, *offset) else {
+                continue;
+            };
+            if record.stage != Stage::Claiming {
+                continue;
+            }
+            let held = Held::from(claim);
+            let (stage, decision, owned) = match outcome {
+                ClaimOutcome::Won { fresh } => (
+                    Stage::Produce,
+                    Some(Decision::Novel),
+                    Some(Owned {
+                        held,
+                        fresh,
+                        release: false,
+                        insert: tiered(record.stream).then_some(record.at),
+                    }),
+                ),
+                ClaimOutcome::Replayed => {
+                    settled.replayed.push(record.stream);
+                    (Stage::Finished, None, None)
+                }
+                ClaimOutcome::Held { holder } => {
+                    settled.held += 1;
+                    record.waiting_since.get_or_insert(now);
+                    record.waiting_on = Some(holder);
+                    let retry_at = now + record.backoff;
+                    record.backoff = (record.backoff * 2).min(MAX_BACKOFF);
+                    record.stage = Stage::Wait { retry_at };
+                    continue;
+                }
+                ClaimOutcome::Duplicate { tier, holder } => (
+                    Stage::Produce,
+                    Some(Decision::Duplicate {
+                        tier,
+                        first_seen: holder,
+                    }),
+                    // A filter hit keeps the claim it wrote: settled like a
+                    // novel record's, never released.
+                    (tier == Tier::Filter).then_some(Owned {
+                        held,
+                        fresh: false,
+                        release: false,
+                        insert: None,
+                    }),
+                ),
+                ClaimOutcome::Conflict { holder } => (
+                    Stage::Produce,
+                    Some(Decision::Conflict { first_seen: holder }),
+                    None,
+                ),
+            };
+            record.decision = decision;
+            record.claim = owned;
+            record.stage = stage;
+            record.waiting_since = None;
+            self.entered(tp, *offset, stage);
+        }
+        settled
+    }
+
+    /// Puts what a failed round carried back to where it was, whole: claims
+    /// to claim again (or, on a stream that fails open, `unverified`),
+    /// settlements to settle again.
+    pub(crate) fn failed(&mut self, round: Round, fail_open: impl Fn(usize) -> bool) {
+        for (tp, end) in round.metadata_of {
+            if let Some(p) = self.partitions.get_mut(&tp) {
+                p.metadata_raise.get_or_insert(end);
+            }
+        }
+        let mut unverified = Vec::new();
+        for (tp, p) in &mut self.partitions {
+            for (&offset, record) in p.records.iter_mut() {
+                match record.stage {
+                    Stage::Settling => record.stage = Stage::Delivered,
+                    Stage::Claiming if fail_open(record.stream) => {
+                        record.decision = Some(Decision::Unverified);
+                        record.stage = Stage::Produce;
+                        unverified.push((tp.clone(), offset));
+                    }
+                    Stage::Claiming => record.stage = Stage::Claim,
+                    _ => {}
+                }
+            }
+        }
+        self.queue.extend(unverified);
+    }
+
+    /// The store is known to be down (the breaker is open): records of
+    /// streams that fail open pass as `unverified` without asking it.
+    pub(crate) fn pass_unverified(&mut self, fail_open: impl Fn(usize) -> bool) {
+        let mut unverified = Vec::new();
+        for (tp, p) in &mut self.partitions {
+            for (&offset, record) in p.records.iter_mut() {
+                let ready = matches!(record.stage, Stage::Claim | Stage::Wait { .. });
+                if ready && fail_open(record.stream) {
+                    record.decision = Some(Decision::Unverified);
+                    record.stage = Stage::Produce;
+                    record.waiting_since = None;
+                    unverified.push((tp.clone(), offset));
+                }
+            }
+        }
+        self.queue.extend(unverified);
+    }
+
+    fn settle(&mut self, tp: &Tp, offset: i64) {
+        if self
+            .record(tp, offset)
+            .is_some_and(|r| r.stage == Stage::Settling)
+        {
+            self.finish_at(tp, offset);
+        }
+    }
+
+    /// The partition's watermark is known now: its first records move on.
+    fn freshen(&mut self, tp: &Tp, settled: &mut Settled) {
+        let Some(p) = self.partitions.get_mut(tp) else {
+            return;
+        };
+        if p.fresh {
+            return;
+        }
+        p.fresh = true;
+        if let Some(start) = p.range_start {
+            p.gap_free = p.watermark.is_none_or(|w| w >= start);
+        }
+        let mut moved = Vec::new();
+        for (&offset, record) in p.records.iter_mut() {
+            if record.stage == Stage::Fresh {
+                entry_stage(record, p.watermark);
+                if record.stage == Stage::Finished {
+                    settled.replayed.push(record.stream);
+                }
+                moved.push((offset, record.stage));
+            }
+        }
+        for (offset, stage) in moved {
+            self.entered(tp, offset, stage);
+        }
+    }
+}

@@ -1,0 +1,539 @@
+//! The loop: the thin I/O around `flight` (docs/design.md §1).
+//!
+//! One task, woken by whatever comes first: records or a rebalance from the
+//! polling thread, the answer of the store round in flight, a delivery
+//! report, a backoff falling due, or the stop signal. Each turn it starts
+//! the next round if none is in flight (the publish of what was delivered
+//! with the claims of what arrived: one round trip per batch in steady
+//! state), sends what was decided, commits each partition's finished
+//! prefix, and pauses partitions past the in-flight bounds. It waits on I/O
+//! only when everything in flight is waiting.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+use tokio::task::JoinHandle;
+use tracing::{debug, error, info, warn};
+
+use super::breaker::Breaker;
+use super::flight::{Flight, Reported, Round, Tp};
+use super::output::{send, Carry, Failure, Output};
+use super::poller::{self, Event};
+use super::progress::Progress;
+use super::Worker;
+use crate::config::FailMode;
+use crate::decision::{headers, Decision, Route};
+use crate::fingerprint::{fingerprint, Invalid, RecordView};
+use crate::logging::RateLimit;
+use crate::store::{Millis, RoundAnswer, StoreError};
+
+/// A store round slower than this counts as a failure: a hung server must
+/// trip the breaker in seconds, not minutes.
+const STORE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a revoke or a shutdown waits for deliveries and the publish.
+const FLUSH_PATIENCE: Duration = Duration::from_secs(30);
+/// A wait this long is logged (the metric shows every wait).
+const LONG_WAIT: Duration = Duration::from_secs(60);
+
+static UNDELIVERED: RateLimit = RateLimit::new(Duration::from_secs(30));
+static STORE_DOWN: RateLimit = RateLimit::new(Duration::from_secs(30));
+static WAITING_LONG: RateLimit = RateLimit::new(Duration::from_secs(60));
+
+/// Milliseconds since the Unix epoch on this machine's clock.
+pub fn now_ms() -> Millis {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+type Delivery = BoxFuture<'static, (Tp, i64, Result<(), Failure>)>;
+
+/// The round in flight.
+struct InFlight {
+    round: Round,
+    started: Instant,
+    handle: JoinHandle<Result<RoundAnswer, StoreError>>,
+}
+
+/// What the loop keeps between turns.
+pub(crate) struct Pipeline {
+    flight: Flight,
+    round: Option<InFlight>,
+    deliveries: FuturesUnordered<Delivery>,
+    breaker: Breaker,
+    paused: HashSet<Tp>,
+    progress: Progress,
+    gauges_at: Instant,
+}
+
+impl Pipeline {
+    pub(crate) fn new() -> Pipeline {
+        Pipeline {
+            flight: Flight::default(),
+            round: None,
+            deliveries: FuturesUnordered::new(),
+            breaker: Breaker::new(),
+            paused: HashSet::new(),
+            progress: Progress::new(Instant::now()),
+            gauges_at: Instant::now(),
+        }
+    }
+}
+
+/// The answer of the round in flight; pending for ever when there is none.
+async fn answer(round: &mut Option<InFlight>) -> Result<RoundAnswer, StoreError> {
+    match round {
+        Some(in_flight) => (&mut in_flight.handle)
+            .await
+            .unwrap_or_else(|e| Err(StoreError::Unavailable(format!("round task: {e}")))),
+        None => std::future::pending().await,
+    }
+}
+
+async fn next_report(deliveries: &mut FuturesUnordered<Delivery>) -> (Tp, i64, Result<(), Failure>) {
+    match deliveries.next().await {
+        Some(report) => report,
+        None => std::future::pending().await,
+    }
+}
+
+impl Worker {
+    /// Runs until `stop` turns true; then flushes, publishes and commits
+    /// what is finished and leaves the group.
+    pub(crate) async fn run(mut self) -> Result<()> {
+        let poller = self.start_poller()?;
+        let mut p = Pipeline::new();
+        let mut stop = self.stop.clone();
+        loop {
+            if *stop.borrow() {
+                break;
+            }
+            self.turn(&mut p);
+            let wake = p
+                .flight
+                .next_due()
+                .unwrap_or_else(|| Instant::now() + Duration::from_secs(1));
+            tokio::select! {
+                _ = stop.changed() => {}
+                event = self.events.recv() => match event {
+                    Some(event) => self.on_event(&mut p, event).await,
+                    None => break,
+                },
+                result = answer(&mut p.round) => self.on_answer(&mut p, result),
+                report = next_report(&mut p.deliveries) => self.on_report(&mut p, report),
+                _ = tokio::time::sleep_until(wake.into()) => {}
+            }
+        }
+        let assigned: Vec<Tp> = p.flight.partitions().map(|(tp, _)| tp.clone()).collect();
+        self.flush(&mut p, &assigned).await;
+        for line in p.progress.flush(Instant::now()) {
+            line.log();
+        }
+        self.closing.store(true, std::sync::atomic::Ordering::SeqCst);
+        drop(self.consumer);
+        let _ = tokio::task::spawn_blocking(move || poller.join()).await;
+        let _ = rdkafka::producer::Producer::flush(&self.producer, Duration::from_secs(10));
+        info!(at = now_ms(), "worker stopped: finished work committed");
+        Ok(())
+    }
+
+    fn start_poller(&mut self) -> Result<std::thread::JoinHandle<()>> {
+        let consumer = self.consumer.clone();
+        let events = self
+            .poll_events
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("worker started twice"))?;
+        let closing = self.closing.clone();
+        let (max, linger) = (self.max_records, self.linger);
+        Ok(std::thread::Builder::new()
+            .name("idemgate-poll".into())
+            .spawn(move || poller::poll(consumer, events, closing, max, linger))?)
+    }
+
+    /// One turn: the next round, the sends, the commits, the bounds.
+    fn turn(&mut self, p: &mut Pipeline) {
+        let now = Instant::now();
+        if p.round.is_none() {
+            if !p.breaker.allows(now) {
+                p.flight.pass_unverified(|s| self.fail_open(s));
+            } else if let Some(round) = p.flight.take_round(now, self.max_records, self.token) {
+                self.start_round(p, round, now);
+            }
+        }
+        for (tp, offset) in p.flight.to_send(now) {
+            if let Some(delivery) = self.send(&p.flight, tp, offset) {
+                p.deliveries.push(delivery);
+            }
+        }
+        self.commit(p, CommitMode::Async, None);
+        self.bound(p);
+        if now.duration_since(p.gauges_at) >= Duration::from_secs(1) {
+            p.gauges_at = now;
+            self.gauges(p, now);
+        }
+    }
+
+    fn start_round(&self, p: &mut Pipeline, round: Round, now: Instant) {
+        crate::metrics::batch(round.claimed());
+        crate::metrics::in_flight(1);
+        let store = self.store.clone();
+        let (publish, claims, read) = (
+            round.publish.clone(),
+            round.claims.clone(),
+            round.read.clone(),
+        );
+        let handle = tokio::spawn(async move {
+            tokio::time::timeout(STORE_TIMEOUT, store.round(&publish, &claims, &read))
+                .await
+                .unwrap_or_else(|_| Err(StoreError::Unavailable("round timed out".into())))
+        });
+        p.round = Some(InFlight {
+            round,
+            started: now,
+            handle,
+        });
+    }
+
+    fn on_answer(&self, p: &mut Pipeline, result: Result<RoundAnswer, StoreError>) {
+        let Some(InFlight { round, started, .. }) = p.round.take() else {
+            return;
+        };
+        let now = Instant::now();
+        crate::metrics::store_call("round", now.duration_since(started), result.is_ok());
+        crate::metrics::in_flight(0);
+        match result {
+            Ok(answer) => {
+                p.breaker.success();
+                let settled = p
+                    .flight
+                    .answered(round, answer, now, |s| self.streams[s].config.spec.filter.is_some());
+                for stream in settled.replayed {
+                    crate::metrics::replayed(&self.streams[stream].config.spec.name);
+                }
+                for stream in settled.released {
+                    crate::metrics::released(&self.streams[stream].config.spec.name, 1);
+                }
+                if settled.held > 0 {
+                    crate::metrics::waited(settled.held);
+                }
+                if settled.lost > 0 {
+                    warn!(claims = settled.lost, "done flags refused: those claims carry another owner now (this replica's partition moved on)");
+                }
+            }
+            Err(error) => {
+                p.breaker.failure(now, &error);
+                p.flight.failed(round, |s| self.fail_open(s));
+                if let Some(held_back) = STORE_DOWN.allow(now) {
+                    warn!(%error, held_back, "store round failed: sent again whole after the backoff");
+                }
+            }
+        }
+    }
+
+    fn on_report(&self, p: &mut Pipeline, (tp, offset, result): (Tp, i64, Result<(), Failure>)) {
+        let now = Instant::now();
+        let stream = self.by_topic.get(&tp.0).copied().unwrap_or_default();
+        let name = &self.streams[stream].config.spec.name;
+        match p.flight.reported(&tp, offset, result, now) {
+            Reported::Delivered(decision) => {
+                crate::metrics::decided(name, &decision);
+                p.progress.decided(name, decision.label());
+                if decision != Decision::Novel {
+                    let hash = p
+                        .flight
+                        .record(&tp, offset)
+                        .and_then(|r| r.print.as_ref())
+                        .and_then(|print| print.as_ref().ok())
+                        .map(|print| print.hash.to_string())
+                        .unwrap_or_default();
+                    debug!(stream = %name, topic = %tp.0, partition = tp.1, offset,
+                        source_hash = %hash, decision = decision.label(), "suppressed or marked");
+                }
+            }
+            Reported::Retry(error) => {
+                crate::metrics::produce_failed(name);
+                if let Some(held_back) = UNDELIVERED.allow(now) {
+                    warn!(%error, topic = %tp.0, partition = tp.1, offset, held_back,
+                        "output not delivered: the claim is kept and it is produced again");
+                }
+            }
+            Reported::Refused(error) => {
+                crate::metrics::produce_failed(name);
+                warn!(%error, topic = %tp.0, partition = tp.1, offset,
+                    "output refused: to audit without its payload");
+            }
+            Reported::GaveUp(error) => {
+                crate::metrics::produce_failed(name);
+                error!(%error, topic = %tp.0, partition = tp.1, offset,
+                    "even a bare audit record was refused: given up");
+            }
+            Reported::Gone => {}
+        }
+    }
+
+    async fn on_event(&mut self, p: &mut Pipeline, event: Event) {
+        match event {
+            Event::Records(inputs) => {
+                for input in inputs {
+                    self.arrive(p, input);
+                }
+            }
+            Event::Assigned(partitions) => {
+                self.token = self.token.next_attempt();
+                for (tp, committed) in partitions {
+                    let Some(&stream) = self.by_topic.get(&tp.0) else {
+                        continue;
+                    };
+                    let key_id = &self.streams[stream].config.spec.key_id;
+                    let raise = committed
+                        .filter(|(_, metadata)| *metadata == commit_metadata(key_id, true))
+                        .map(|(offset, _)| offset);
+                    p.flight.assign(tp, stream, raise);
+                }
+            }
+            Event::Revoke { partitions, ack } => {
+                self.flush(p, &partitions).await;
+                for tp in &partitions {
+                    p.flight.revoke(tp);
+                    p.paused.remove(tp);
+                }
+                let _ = ack.send(());
+            }
+        }
+    }
+
+    /// A record read: fingerprinted, then into the flight.
+    fn arrive(&self, p: &mut Pipeline, input: super::consumer::Input) {
+        let Some(&stream) = self.by_topic.get(&input.topic) else {
+            warn!(topic = %input.topic, "record from a topic no stream reads");
+            return;
+        };
+        let config = &self.streams[stream].config;
+        let print = match &input.bad_header_name {
+            Some(name) => Err(Invalid::HeaderNameNotUtf8 { name: name.clone() }),
+            None => {
+                let headers: Vec<(&str, Option<&[u8]>)> = input
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_deref()))
+                    .collect();
+                let view = RecordView {
+                    payload: input.payload.as_deref(),
+                    headers: &headers,
+                };
+                fingerprint(&config.profile, config.max_record_bytes, &view)
+            }
+        };
+        let at = match (self.event_time, input.timestamp) {
+            (true, Some(at)) => at,
+            _ => now_ms(),
+        };
+        p.flight.arrive(input, stream, print, at);
+    }
+
+    /// Hands a decided record's output to the producer.
+    fn send(&self, flight: &Flight, tp: Tp, offset: i64) -> Option<Delivery> {
+        let record = flight.record(&tp, offset)?;
+        let decision = record.decision.as_ref()?;
+        let stream = &self.streams[record.stream];
+        let topic = match decision.route() {
+            Route::Clean => stream.config.clean.as_str(),
+            Route::Audit => stream.config.audit.as_str(),
+        };
+        let hash = record
+            .print
+            .as_ref()
+            .and_then(|p| p.as_ref().ok())
+            .map(|p| &p.hash);
+        let name = |c: &crate::store::Coordinates| stream.topic_name(c.topic);
+        let output = Output {
+            topic,
+            input: &record.input,
+            decision_headers: headers(decision, hash, &name),
+            carry: carry_of(decision),
+        };
+        let delivery = send(&self.producer, &output);
+        Some(async move { (tp, offset, delivery.await) }.boxed())
+    }
+
+    /// Waits for the round in flight and the deliveries of `partitions`,
+    /// publishes what is delivered (retried until acknowledged or out of
+    /// patience) and commits their finished prefixes synchronously. What
+    /// is left unfinished keeps its claims for the next owner
+    /// (docs/design.md §4.6).
+    async fn flush(&self, p: &mut Pipeline, partitions: &[Tp]) {
+        let deadline = Instant::now() + FLUSH_PATIENCE;
+        while p.round.is_some() || partitions.iter().any(|tp| p.flight.sending(tp)) {
+            tokio::select! {
+                result = answer(&mut p.round) => self.on_answer(p, result),
+                report = next_report(&mut p.deliveries) => self.on_report(p, report),
+                _ = tokio::time::sleep_until(deadline.into()) => break,
+            }
+        }
+        let mut backoff = Duration::from_millis(20);
+        while Instant::now() < deadline {
+            let Some(round) = p.flight.take_round(Instant::now(), 0, self.token) else {
+                break;
+            };
+            if round.publish.is_empty() {
+                p.flight.failed(round, |_| false);
+                break;
+            }
+            let now = Instant::now();
+            self.start_round(p, round, now);
+            let result = answer(&mut p.round).await;
+            let failed = result.is_err();
+            self.on_answer(p, result);
+            if failed {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+        }
+        self.commit(p, CommitMode::Sync, Some(partitions));
+    }
+
+    /// Commits each partition's finished prefix, with idemgate's metadata.
+    fn commit(&self, p: &mut Pipeline, mode: CommitMode, only: Option<&[Tp]>) {
+        let commits = match only {
+            None => p.flight.commits(None),
+            Some(list) => list
+                .iter()
+                .flat_map(|tp| p.flight.commits(Some(tp)))
+                .collect(),
+        };
+        if commits.is_empty() {
+            return;
+        }
+        let mut list = TopicPartitionList::new();
+        for c in &commits {
+            let Some(&stream) = self.by_topic.get(&c.tp.0) else {
+                continue;
+            };
+            if list
+                .add_partition_offset(&c.tp.0, c.tp.1, Offset::Offset(c.offset))
+                .is_err()
+            {
+                continue;
+            }
+            if let Some(mut element) = list.find_partition(&c.tp.0, c.tp.1) {
+                element.set_metadata(commit_metadata(
+                    &self.streams[stream].config.spec.key_id,
+                    c.gap_free,
+                ));
+            }
+        }
+        match self.consumer.commit(&list, mode) {
+            Ok(()) => crate::metrics::committed(),
+            Err(error) if poller::is_nothing_to_commit(&error) => {}
+            Err(error) => warn!(%error, "commit failed"),
+        }
+    }
+
+    /// At the in-flight bounds, reads no more: partitions holding waiting
+    /// records pause first (they are what holds the room), then every
+    /// partition; a partition whose uncommitted records alone reach the
+    /// bound pauses too. Resumed below nine tenths of the bounds.
+    fn bound(&self, p: &mut Pipeline) {
+        let (records, bytes) = p.flight.in_flight();
+        let over = records >= self.max_in_flight_records || bytes >= self.max_in_flight_bytes;
+        let under = records * 10 < self.max_in_flight_records * 9
+            && bytes * 10 < self.max_in_flight_bytes * 9;
+        let mut want: HashSet<Tp> = p
+            .flight
+            .partitions()
+            .filter(|(tp, _)| p.flight.held_back(tp) >= self.max_in_flight_records)
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        if over {
+            let waiting: Vec<Tp> = p
+                .flight
+                .partitions()
+                .filter(|(_, part)| part.waiting().next().is_some())
+                .map(|(tp, _)| tp.clone())
+                .collect();
+            if waiting.is_empty() {
+                want.extend(p.flight.partitions().map(|(tp, _)| tp.clone()));
+            } else {
+                want.extend(waiting);
+            }
+        } else if !under {
+            // Between the marks: keep what is paused.
+            want.extend(p.paused.iter().cloned());
+        }
+        let list = |tps: Vec<&Tp>| {
+            let mut list = TopicPartitionList::new();
+            for tp in tps {
+                list.add_partition(&tp.0, tp.1);
+            }
+            list
+        };
+        let pause: Vec<&Tp> = want.difference(&p.paused).collect();
+        let resume: Vec<&Tp> = p.paused.difference(&want).collect();
+        if !pause.is_empty() {
+            if let Err(error) = self.consumer.pause(&list(pause)) {
+                debug!(%error, "pause failed");
+            }
+        }
+        if !resume.is_empty() {
+            if let Err(error) = self.consumer.resume(&list(resume)) {
+                debug!(%error, "resume failed");
+            }
+        }
+        p.paused = want;
+    }
+
+    /// Per stream: records waiting on other records' claims and the
+    /// longest wait; the periodic progress lines.
+    fn gauges(&self, p: &mut Pipeline, now: Instant) {
+        let mut per_stream = vec![(0usize, Duration::ZERO); self.streams.len()];
+        for (_, partition) in p.flight.partitions() {
+            for record in partition.waiting() {
+                let (count, oldest) = &mut per_stream[record.stream];
+                *count += 1;
+                if let Some(since) = record.waiting_since {
+                    *oldest = (*oldest).max(now.duration_since(since));
+                }
+            }
+        }
+        for (runtime, (count, oldest)) in self.streams.iter().zip(per_stream) {
+            crate::metrics::waiting(&runtime.config.spec.name, count, oldest);
+            if oldest >= LONG_WAIT {
+                if let Some(held_back) = WAITING_LONG.allow(now) {
+                    warn!(stream = %runtime.config.spec.name, records = count, oldest_s = oldest.as_secs(), held_back,
+                        "records wait on claims whose holders have not settled: a holder's partition may be stuck or abandoned (never taken over on a timer)");
+                }
+            }
+        }
+        for line in p.progress.due(now) {
+            line.log();
+        }
+    }
+
+    fn fail_open(&self, stream: usize) -> bool {
+        self.streams[stream].config.fail_mode == FailMode::Open
+    }
+}
+
+/// The commit metadata idemgate writes: version, stream key id, and whether
+/// every record below the offset was decided and delivered with an unbroken
+/// watermark chain (the next owner raises the watermark to it).
+fn commit_metadata(key_id: &str, gap_free: bool) -> String {
+    let chain = if gap_free { "gap-free" } else { "gaps" };
+    format!("idemgate/2 {key_id} {chain}")
+}
+
+/// What of its input a decision's output carries: all of it, but for a
+/// record whose output the broker refused.
+fn carry_of(decision: &Decision) -> Carry {
+    match decision {
+        Decision::Invalid(Invalid::Undeliverable { bare: false, .. }) => Carry::NoPayload,
+        Decision::Invalid(Invalid::Undeliverable { bare: true, .. }) => Carry::Bare,
+        _ => Carry::Whole,
+    }
+}

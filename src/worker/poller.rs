@@ -1,0 +1,205 @@
+//! The thread that polls the consumer group, and the rebalance protocol.
+//!
+//! librdkafka serves rebalances inside `poll`, on the polling thread. The
+//! revoke callback must not return before the loop has flushed, published
+//! and committed what the revoked partitions finished (docs/design.md
+//! §4.6), and the loop cannot do that from inside a callback it is itself
+//! polling, so polling runs on its own thread (as in quickwit's
+//! `kafka_source.rs`): records, assignments and revokes go to the loop as
+//! events, in the order librdkafka gave them, and the revoke callback
+//! blocks on the loop's acknowledgement. Assignments carry the committed
+//! offsets with their metadata, read in the callback, so the loop can raise
+//! watermarks from idemgate-written commits (docs/design.md §7).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc as sync_mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+use super::consumer::Input;
+use super::flight::Tp;
+
+/// What the poller tells the loop.
+pub(crate) enum Event {
+    Records(Vec<Input>),
+    /// Partitions assigned, each with its committed offset and metadata.
+    Assigned(Vec<(Tp, Option<(i64, String)>)>),
+    /// Partitions about to go: acknowledge once their work is committed.
+    Revoke {
+        partitions: Vec<Tp>,
+        ack: sync_mpsc::Sender<()>,
+    },
+}
+
+/// Shared between the rebalance callbacks, the loop and health checks.
+#[derive(Default)]
+pub struct GroupState {
+    /// Bumped on every revoke.
+    pub revocations: AtomicU64,
+    pub(crate) assigned: AtomicBool,
+}
+
+/// How long a revoke waits for the loop: past it, the partitions go anyway
+/// and their unfinished claims are the next owner's.
+const REVOKE_PATIENCE: Duration = Duration::from_secs(60);
+
+pub(crate) struct GroupContext {
+    pub(crate) state: Arc<GroupState>,
+    pub(crate) logs: super::client_logs::ClientLogs,
+    pub(crate) events: mpsc::Sender<Event>,
+    /// Set when the loop is gone: callbacks then only log.
+    pub(crate) closing: Arc<AtomicBool>,
+}
+
+impl ClientContext for GroupContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        self.logs.log(level, fac, log_message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.logs.error(&error, reason);
+    }
+
+    /// librdkafka's statistics (every `statistics.interval.ms`): the lag of
+    /// every partition this consumer fetches.
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        for (name, topic) in &statistics.topics {
+            for (id, partition) in &topic.partitions {
+                if *id >= 0 && partition.fetch_state == "active" {
+                    crate::metrics::lag(name, *id, partition.consumer_lag);
+                }
+            }
+        }
+    }
+}
+
+fn partitions_of(list: &TopicPartitionList) -> Vec<Tp> {
+    list.elements()
+        .iter()
+        .map(|e| (e.topic().to_string(), e.partition()))
+        .collect()
+}
+
+impl ConsumerContext for GroupContext {
+    fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let Rebalance::Revoke(list) = rebalance else {
+            return;
+        };
+        self.state.revocations.fetch_add(1, Ordering::SeqCst);
+        self.state.assigned.store(false, Ordering::SeqCst);
+        if self.closing.load(Ordering::SeqCst) || list.count() == 0 {
+            return;
+        }
+        let (ack, acked) = sync_mpsc::channel();
+        let partitions = partitions_of(list);
+        let count = partitions.len();
+        if self.events.blocking_send(Event::Revoke { partitions, ack }).is_err() {
+            return;
+        }
+        let started = Instant::now();
+        match acked.recv_timeout(REVOKE_PATIENCE) {
+            Ok(()) => info!(partitions = count, took_ms = started.elapsed().as_millis() as u64,
+                "revoked: finished work published and committed"),
+            Err(_) => warn!(partitions = count, "revoke not acknowledged in time: unfinished claims go to the next owner"),
+        }
+    }
+
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(list) => {
+                if self.closing.load(Ordering::SeqCst) {
+                    return;
+                }
+                let committed = match consumer.committed_offsets((*list).clone(), Duration::from_secs(10)) {
+                    Ok(committed) => committed,
+                    Err(error) => {
+                        warn!(%error, "cannot read committed offsets: watermarks are not raised from them");
+                        TopicPartitionList::new()
+                    }
+                };
+                let partitions = partitions_of(list)
+                    .into_iter()
+                    .map(|tp| {
+                        let found = committed.find_partition(&tp.0, tp.1).and_then(|e| match e.offset() {
+                            Offset::Offset(offset) => Some((offset, e.metadata().to_string())),
+                            _ => None,
+                        });
+                        (tp, found)
+                    })
+                    .collect::<Vec<_>>();
+                info!(partitions = partitions.len(), "assigned");
+                let _ = self.events.blocking_send(Event::Assigned(partitions));
+                self.state.assigned.store(list.count() > 0, Ordering::SeqCst);
+            }
+            Rebalance::Revoke(_) => {}
+            Rebalance::Error(error) => warn!(%error, "rebalance error"),
+        }
+    }
+}
+
+pub(crate) type GroupConsumer = BaseConsumer<GroupContext>;
+
+/// Polls until `stop`, handing records to the loop in batches of up to
+/// `max` read within `linger` of the first. Then leaves the group.
+pub(crate) fn poll(
+    consumer: Arc<GroupConsumer>,
+    events: mpsc::Sender<Event>,
+    stop: Arc<AtomicBool>,
+    max: usize,
+    linger: Duration,
+) {
+    while !stop.load(Ordering::SeqCst) {
+        let mut batch = Vec::new();
+        let mut deadline = None;
+        while batch.len() < max && !stop.load(Ordering::SeqCst) {
+            let wait = match deadline {
+                None => Duration::from_millis(100),
+                Some(until) => {
+                    let left = Instant::saturating_duration_since(&until, Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    left
+                }
+            };
+            match consumer.poll(wait) {
+                Some(Ok(message)) => {
+                    batch.push(Input::from_message(&message));
+                    deadline.get_or_insert_with(|| Instant::now() + linger);
+                }
+                Some(Err(error)) => {
+                    debug!(%error, "consumer error");
+                    if deadline.is_none() {
+                        break;
+                    }
+                }
+                None if deadline.is_none() => break,
+                None => {}
+            }
+        }
+        if !batch.is_empty() && events.blocking_send(Event::Records(batch)).is_err() {
+            break;
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    consumer.unsubscribe();
+    // Serve the leave's rebalance with the callbacks quiet.
+    let until = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < until {
+        if consumer.poll(Duration::from_millis(50)).is_none() {
+            break;
+        }
+    }
+}
+
+pub(crate) fn is_nothing_to_commit(error: &KafkaError) -> bool {
+    matches!(
+        error,
+        KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)
+    )
+}
