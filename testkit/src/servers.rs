@@ -360,7 +360,19 @@ pub async fn scan_async(
 /// The remaining lifetime (ms) of every key under `prefix`, after
 /// asserting each one expires (docs/design.md §4: a key without expiry is
 /// a bug). A key that expired between SCAN and PTTL is left out.
+/// The PTTL of every tier-1 claim key under `prefix` (the keys with a
+/// cluster hash tag: watermarks and filter generations have none), checking
+/// on the way that every key under it carries an expiry.
+pub fn claim_ttls(url: &str, prefix: &str) -> Vec<i64> {
+    key_ttls_where(url, prefix, |key| key.contains(&b'{'))
+}
+
+/// The PTTL of every key under `prefix`, each checked to carry an expiry.
 pub fn key_ttls(url: &str, prefix: &str) -> Vec<i64> {
+    key_ttls_where(url, prefix, |_| true)
+}
+
+fn key_ttls_where(url: &str, prefix: &str, keep: impl Fn(&[u8]) -> bool) -> Vec<i64> {
     let client = redis::Client::open(url).expect("redis url");
     let mut connection = client
         .get_connection_with_timeout(Duration::from_secs(5))
@@ -376,9 +388,56 @@ pub fn key_ttls(url: &str, prefix: &str) -> Vec<i64> {
             "key {} has PTTL {ttl}: every claim must expire",
             String::from_utf8_lossy(&key)
         );
-        if ttl > 0 {
+        if ttl > 0 && keep(&key) {
             ttls.push(ttl);
         }
     }
     ttls
+}
+
+/// Tier-1 claims under `prefix` that are not settled: neither below their
+/// partition's delivered watermark nor flagged done (docs/design.md §4.1).
+/// After a run has drained, every claim must be settled, or its copies
+/// would wait for ever. Reads the store's own layout: a claim key is
+/// `<prefix><key id>{<tag>}<hash>`, its 28-byte value starts with the
+/// holder (topic tag 24 bits, partition 24 bits, offset 48 bits) and keeps
+/// the done flag in the high bit of byte 24; watermarks are the hash
+/// `<prefix><key id>:w` with fields `<tag hex>:<partition>`.
+pub fn unsettled_claims(url: &str, prefix: &str) -> Vec<String> {
+    let client = redis::Client::open(url).expect("redis url");
+    let mut connection = client
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .expect("redis connection");
+    let mut watermarks: std::collections::HashMap<Vec<u8>, std::collections::HashMap<String, i64>> =
+        std::collections::HashMap::new();
+    let mut unsettled = Vec::new();
+    for key in scan(&mut connection, &format!("{prefix}*")) {
+        let Some(brace) = key.iter().position(|b| *b == b'{') else {
+            continue;
+        };
+        let key_id = key[prefix.len()..brace].to_vec();
+        let value: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(&key)
+            .query(&mut connection)
+            .expect("GET");
+        let Some(value) = value else { continue };
+        assert_eq!(value.len(), 28, "a tier-1 value of {} bytes", value.len());
+        let int = |r: std::ops::Range<usize>| value[r].iter().fold(0i64, |n, b| (n << 8) | i64::from(*b));
+        let (tag, partition, offset) = (int(0..3), int(3..6), int(6..12));
+        let done = value[24] & 0x80 != 0;
+        let marks = watermarks.entry(key_id.clone()).or_insert_with(|| {
+            let mut w = key_id.clone();
+            w.splice(0..0, prefix.bytes());
+            w.extend_from_slice(b":w");
+            redis::cmd("HGETALL")
+                .arg(&w)
+                .query(&mut connection)
+                .expect("HGETALL watermarks")
+        });
+        let below = marks.get(&format!("{tag:06x}:{partition}")).copied();
+        if !done && below.is_none_or(|w| offset >= w) {
+            unsettled.push(format!("{tag:06x}/{partition}/{offset} (watermark {below:?})"));
+        }
+    }
+    unsettled
 }

@@ -1,0 +1,257 @@
+//! The flight without Kafka or Redis: records in, rounds out, answers in.
+
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::fingerprint::{PayloadDigest, SourceHash};
+use crate::store::{ClaimOutcome, RoundAnswer, Tier, Watermark};
+use crate::worker::output::Failure;
+
+const TOKEN: OwnerToken = OwnerToken(0x0100);
+
+fn tp(partition: i32) -> Tp {
+    ("raw".to_string(), partition)
+}
+
+fn input(partition: i32, offset: i64) -> Input {
+    Input {
+        topic: "raw".into(),
+        partition,
+        offset,
+        key: None,
+        payload: Some(vec![b'x'; 10]),
+        headers: Vec::new(),
+        timestamp: Some(1_000),
+        bad_header_name: None,
+    }
+}
+
+fn print(n: u8) -> Result<Fingerprint, Invalid> {
+    Ok(Fingerprint {
+        hash: SourceHash([n; 32]),
+        digest: PayloadDigest([n; 8]),
+    })
+}
+
+/// A flight owning partitions 0 and 1 of one stream, watermarks known.
+fn flight(watermark: Option<i64>) -> Flight {
+    let mut flight = Flight::default();
+    for p in [0, 1] {
+        flight.assign(tp(p), 0, None);
+    }
+    let round = flight
+        .take_round(Instant::now(), 100, TOKEN)
+        .expect("a round reads the new partitions' watermarks");
+    let answer = RoundAnswer {
+        watermarks: watermark
+            .into_iter()
+            .flat_map(|below| {
+                [0, 1].map(|partition| Watermark {
+                    stream: StreamId(0),
+                    topic: TopicTag::of("raw"),
+                    partition,
+                    below,
+                })
+            })
+            .collect(),
+        ..RoundAnswer::default()
+    };
+    flight.answered(round, answer, Instant::now(), |_| false);
+    flight
+}
+
+fn stage(flight: &Flight, partition: i32, offset: i64) -> Stage {
+    flight.record(&tp(partition), offset).expect("record").stage
+}
+
+/// Answers a round with the given outcomes, every raise and done flag
+/// accepted.
+fn answer(flight: &mut Flight, outcomes: Vec<ClaimOutcome>) -> Round {
+    let round = flight.take_round(Instant::now(), 100, TOKEN).expect("round");
+    let probe = Round {
+        publish: round.publish.clone(),
+        claims: round.claims.clone(),
+        ..Round::default()
+    };
+    let answer = RoundAnswer {
+        raised: round.publish.raises.iter().map(|r| r.end).collect(),
+        done: vec![true; round.publish.done.len()],
+        released: vec![true; round.publish.releases.len()],
+        watermarks: Vec::new(),
+        outcomes,
+    };
+    flight.answered(round, answer, Instant::now(), |_| false);
+    probe
+}
+
+fn deliver_all(flight: &mut Flight) {
+    for (tp, offset) in flight.to_send(Instant::now()) {
+        flight.reported(&tp, offset, Ok(()), Instant::now());
+    }
+}
+
+const WON: ClaimOutcome = ClaimOutcome::Won { fresh: true };
+
+#[test]
+fn a_record_below_its_partitions_watermark_produces_nothing() {
+    let mut f = flight(Some(10));
+    assert!(f.arrive(input(0, 9), 0, print(1), 1));
+    assert!(f.arrive(input(0, 10), 0, Err(Invalid::NotObject), 1));
+    assert_eq!(stage(&f, 0, 9), Stage::Finished);
+    // An invalid record above it goes to audit; below it, nothing.
+    assert_eq!(stage(&f, 0, 10), Stage::Produce);
+    // Read again (a rewound fetch): not taken twice.
+    assert!(!f.arrive(input(0, 9), 0, print(1), 1));
+}
+
+#[test]
+fn records_read_before_the_watermark_is_known_wait_for_it() {
+    let mut f = Flight::default();
+    f.assign(tp(0), 0, None);
+    f.arrive(input(0, 5), 0, print(1), 1);
+    f.arrive(input(0, 6), 0, print(2), 1);
+    assert_eq!(stage(&f, 0, 5), Stage::Fresh);
+    let round = f.take_round(Instant::now(), 100, TOKEN).expect("round");
+    assert!(round.claims.is_empty(), "nothing is claimed before the watermark is read");
+    let answer = RoundAnswer {
+        watermarks: vec![Watermark {
+            stream: StreamId(0),
+            topic: TopicTag::of("raw"),
+            partition: 0,
+            below: 6,
+        }],
+        ..RoundAnswer::default()
+    };
+    let settled = f.answered(round, answer, Instant::now(), |_| false);
+    assert_eq!(settled.replayed, vec![0]);
+    assert_eq!(stage(&f, 0, 5), Stage::Finished);
+    assert_eq!(stage(&f, 0, 6), Stage::Claim);
+}
+
+#[test]
+fn a_waiting_record_holds_its_partitions_commit_but_not_the_records_after_it() {
+    let mut f = flight(None);
+    for offset in 0..3 {
+        f.arrive(input(0, offset), 0, print(offset as u8), 1);
+    }
+    let holder = Coordinates {
+        topic: TopicTag::of("raw"),
+        partition: 1,
+        offset: 40,
+    };
+    answer(&mut f, vec![WON, ClaimOutcome::Held { holder }, WON]);
+    deliver_all(&mut f);
+    assert!(matches!(stage(&f, 0, 1), Stage::Wait { .. }));
+    // The publish: the watermark up to the waiting record, a done flag for
+    // the delivered record above it.
+    let round = answer(&mut f, vec![]);
+    assert_eq!(round.publish.raises.len(), 1);
+    assert_eq!((round.publish.raises[0].start, round.publish.raises[0].end), (0, 1));
+    assert_eq!(round.publish.done.len(), 1);
+    assert_eq!(round.publish.done[0].holder.offset, 2);
+    assert_eq!(stage(&f, 0, 2), Stage::Finished);
+    let commits = f.commits(None);
+    assert_eq!(commits.len(), 1);
+    assert_eq!((commits[0].offset, commits[0].gap_free), (1, true));
+}
+
+#[test]
+fn a_failed_round_is_sent_again_whole_and_a_fail_open_stream_passes_unverified() {
+    let mut f = flight(None);
+    f.arrive(input(0, 0), 0, print(1), 1);
+    let round = f.take_round(Instant::now(), 100, TOKEN).expect("round");
+    f.failed(round, |_| false);
+    assert_eq!(stage(&f, 0, 0), Stage::Claim);
+    let round = f.take_round(Instant::now(), 100, TOKEN).expect("round");
+    assert_eq!(round.claims.len(), 1);
+    f.failed(round, |_| true);
+    assert_eq!(stage(&f, 0, 0), Stage::Produce);
+    assert_eq!(f.record(&tp(0), 0).unwrap().decision, Some(Decision::Unverified));
+}
+
+#[test]
+fn a_timeout_keeps_the_claim_and_a_refusal_releases_only_a_fresh_claim() {
+    let mut f = flight(None);
+    f.arrive(input(0, 0), 0, print(1), 1);
+    f.arrive(input(0, 1), 0, print(2), 1);
+    answer(&mut f, vec![WON, ClaimOutcome::Won { fresh: false }]);
+    let now = Instant::now();
+    let sent = f.to_send(now);
+    assert_eq!(sent.len(), 2);
+    let timed_out = Failure::Retry("timed out".into());
+    assert!(matches!(f.reported(&tp(0), 0, Err(timed_out), now), Reported::Retry(_)));
+    assert!(matches!(stage(&f, 0, 0), Stage::Backoff { .. }));
+    assert!(!f.record(&tp(0), 0).unwrap().claim.unwrap().release);
+    let refused = Failure::Refused("too large".into());
+    assert!(matches!(f.reported(&tp(0), 1, Err(refused), now), Reported::Refused(_)));
+    // Met its own claim: never released, whatever the refusal.
+    assert!(!f.record(&tp(0), 1).unwrap().claim.unwrap().release);
+    let later = now + Duration::from_secs(2);
+    let again = f.to_send(later);
+    assert_eq!(again.len(), 2, "the timed-out output and the bare audit record");
+    let refused = Failure::Refused("too large".into());
+    f.reported(&tp(0), 0, Err(refused), later);
+    assert!(f.record(&tp(0), 0).unwrap().claim.unwrap().release);
+    assert!(matches!(
+        f.record(&tp(0), 0).unwrap().decision,
+        Some(Decision::Invalid(Invalid::Undeliverable { bare: false, .. }))
+    ));
+}
+
+#[test]
+fn an_owner_that_began_above_the_watermark_settles_by_done_flags() {
+    let mut f = flight(Some(3));
+    f.arrive(input(0, 10), 0, print(1), 1);
+    answer(&mut f, vec![WON]);
+    deliver_all(&mut f);
+    let round = answer(&mut f, vec![]);
+    assert!(round.publish.raises.is_empty(), "an offset skip never raises");
+    assert_eq!(round.publish.done.len(), 1);
+    let commits = f.commits(None);
+    assert_eq!((commits[0].offset, commits[0].gap_free), (11, false));
+}
+
+#[test]
+fn a_filter_duplicate_keeps_its_claim_to_settle_and_a_copy_waits_on_a_local_holder() {
+    let mut f = flight(None);
+    f.arrive(input(0, 0), 0, print(1), 1);
+    f.arrive(input(1, 0), 0, print(1), 1);
+    let holder = Coordinates {
+        topic: TopicTag::of("raw"),
+        partition: 0,
+        offset: 0,
+    };
+    let filter = ClaimOutcome::Duplicate {
+        tier: Tier::Filter,
+        holder: None,
+    };
+    // Partition order in a round is not fixed: answer by holder.
+    let round = f.take_round(Instant::now(), 100, TOKEN).expect("round");
+    let outcomes = round
+        .claims
+        .iter()
+        .map(|c| if c.holder == holder { filter } else { ClaimOutcome::Held { holder } })
+        .collect();
+    let answer_of = RoundAnswer {
+        outcomes,
+        ..RoundAnswer::default()
+    };
+    f.answered(round, answer_of, Instant::now(), |_| false);
+    assert!(f.record(&tp(0), 0).unwrap().claim.is_some());
+    // The copy's retry falls due, but its holder is in flight here.
+    let later = Instant::now() + Duration::from_secs(5);
+    assert!(f
+        .take_round(later, 100, TOKEN)
+        .is_none_or(|r| r.claims.is_empty()));
+}
+
+#[test]
+fn revoking_a_partition_forgets_its_records_and_their_bytes() {
+    let mut f = flight(None);
+    f.arrive(input(0, 0), 0, print(1), 1);
+    f.arrive(input(1, 0), 0, print(2), 1);
+    assert_eq!(f.in_flight(), (2, 20));
+    f.revoke(&tp(0));
+    assert_eq!(f.in_flight(), (1, 10));
+    assert!(!f.arrive(input(0, 1), 0, print(3), 1), "a revoked partition takes nothing");
+}

@@ -95,7 +95,6 @@ fn a_good_config_passes_and_names_every_topic_with_its_partitions() {
     // memory plan: the tiered stream at its peak rate.
     assert!(report.contains("tier-1 ttl  3600 s (1h)"), "{report}");
     assert!(report.contains("horizon     43200 s (12h)"), "{report}");
-    assert!(report.contains("lease       30 s (30s)"), "{report}");
     assert!(report.contains("40,000 events/s (peak_rate)"), "{report}");
     assert!(report.contains("288,000,000"), "{report}");
     assert!(report.contains("3.1 GB (1,728,000,000 keys)"), "{report}");

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{read_inputs_as_delivered, Producer, Reader, Topics};
-use idemgate_testkit::servers::key_ttls;
+use idemgate_testkit::servers::{claim_ttls, unsettled_claims};
 
 use super::process::{Gate, GateConfig};
 use idemgate_testkit::workload::{Bank, Planned};
@@ -79,14 +79,12 @@ fn binary_against_tansu_and_redis_counts_exactly() {
     }
     assert_eq!(summary.decisions.get("novel"), Some(&bank.events()));
 
-    // One claim per event, each finalized: done with the full TTL (1h),
-    // far beyond the 30s lease of a pending claim.
-    let ttls = key_ttls(&redis_url, &config.key_prefix);
+    // One claim per event, every one settled (below its partition's
+    // watermark or flagged done), the replayed ones too.
+    let ttls = claim_ttls(&redis_url, &config.key_prefix);
     assert_eq!(ttls.len(), bank.events(), "claim keys, one per event");
-    assert!(
-        ttls.iter().all(|ttl| *ttl > 30_000),
-        "a claim is still pending (PTTL <= lease)"
-    );
+    let unsettled = unsettled_claims(&redis_url, &config.key_prefix);
+    assert!(unsettled.is_empty(), "claims left unsettled: {unsettled:?}");
 
     let stopping = Instant::now();
     let status = gate.terminate(Duration::from_secs(20));

@@ -315,7 +315,7 @@ fn prometheus_scrapes_the_gateway_and_every_panel_and_alert_works() {
     let mut config = GateConfig::new(TEST, &bank_topics, env("IDEMGATE_TEST_REDIS_URL"));
     config.metrics_listen = metrics.clone();
     config.more_streams = format!(
-        "\n[[streams]]\nname = \"telemetry\"\ninputs = [\"{}\"]\nclean = \"{}\"\naudit = \"{}\"\nprofile = \"payload\"\nmode = \"tiered\"\nttl = {{ explicit = \"1h\" }}\ntier1_ttl = \"10m\"\nlease = \"30s\"\npeak_rate = 100\nfp_rate = 0.001\nfail_mode = \"closed\"\n",
+        "\n[[streams]]\nname = \"telemetry\"\ninputs = [\"{}\"]\nclean = \"{}\"\naudit = \"{}\"\nprofile = \"payload\"\nmode = \"tiered\"\nttl = {{ explicit = \"1h\" }}\ntier1_ttl = \"10m\"\npeak_rate = 100\nfp_rate = 0.001\nfail_mode = \"closed\"\n",
         telemetry_topics.input, telemetry_topics.clean, telemetry_topics.audit
     );
     let mut gate = Gate::start(TEST, &config);

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{read_inputs_as_delivered, Landed, Producer, Reader, Topics};
-use idemgate_testkit::servers::{key_ttls, RedisServer, ServerOptions};
+use idemgate_testkit::servers::{claim_ttls, unsettled_claims, RedisServer, ServerOptions};
 
 use super::process::{Gate, GateConfig};
 use idemgate_testkit::workload::{Bank, Planned};
@@ -55,7 +55,6 @@ struct Outage {
 fn run_outage(
     test: &str,
     fail_mode: &'static str,
-    lease: &'static str,
     stop: fn(&mut RedisServer),
     resume: fn(&mut RedisServer),
 ) -> Outage {
@@ -68,7 +67,6 @@ fn run_outage(
     let after = bank.phase(100, 250, 4);
     let mut config = GateConfig::new(test, &topics, redis.url());
     config.fail_mode = fail_mode;
-    config.lease = lease;
     config.max_records = 50;
     let mut redis = redis;
     let mut gate = Gate::start(test, &config);
@@ -211,7 +209,7 @@ fn thaw(redis: &mut RedisServer) {
 fn redis_stopped_ten_seconds_closed_mode_loses_and_doubles_nothing() {
     const TEST: &str = "outage-closed";
     let began = Instant::now();
-    let mut outage = run_outage(TEST, "closed", "30s", shutdown_save, restart);
+    let mut outage = run_outage(TEST, "closed", shutdown_save, restart);
     assert_closed_mode_exact(TEST, &mut outage);
     let log = outage.gate.log_text();
     assert!(
@@ -246,17 +244,15 @@ fn assert_closed_mode_exact(test: &str, outage: &mut Outage) {
     );
     say(test, &summary);
     assert_eq!(summary.decisions.get("unverified"), None);
-    // The claims outlived the outage: finalized, one per event.
-    let ttls = key_ttls(&outage.redis.url(), &outage.config.key_prefix);
+    // The claims outlived the outage: one per event, none written twice.
+    let ttls = claim_ttls(&outage.redis.url(), &outage.config.key_prefix);
     assert_eq!(
         ttls.len(),
         outage.bank.events(),
         "claim keys, one per event"
     );
-    assert!(
-        ttls.iter().all(|ttl| *ttl > 30_000),
-        "a claim is still pending (PTTL <= lease)"
-    );
+    let unsettled = unsettled_claims(&outage.redis.url(), &outage.config.key_prefix);
+    assert!(unsettled.is_empty(), "claims left unsettled: {unsettled:?}");
     let status = outage.gate.terminate(Duration::from_secs(20));
     assert!(status.success(), "idemgate exited with {status} on SIGTERM");
 }
@@ -265,7 +261,7 @@ fn assert_closed_mode_exact(test: &str, outage: &mut Outage) {
 fn redis_stopped_open_mode_marks_records_unverified() {
     const TEST: &str = "outage-open";
     let began = Instant::now();
-    let mut outage = run_outage(TEST, "open", "30s", shutdown_save, restart);
+    let mut outage = run_outage(TEST, "open", shutdown_save, restart);
 
     let while_down = outage.decided_while_down();
     say(
@@ -306,7 +302,7 @@ fn redis_stopped_open_mode_marks_records_unverified() {
 fn redis_frozen_ten_seconds_closed_mode_loses_and_doubles_nothing() {
     const TEST: &str = "frozen-closed";
     let began = Instant::now();
-    let mut outage = run_outage(TEST, "closed", "30s", freeze, thaw);
+    let mut outage = run_outage(TEST, "closed", freeze, thaw);
     assert_closed_mode_exact(TEST, &mut outage);
     say(TEST, format!("took {:?}", began.elapsed()));
 }

@@ -22,14 +22,13 @@ pub struct GateConfig {
     pub key_prefix: String,
     /// `closed` or `open`.
     pub fail_mode: &'static str,
-    pub lease: &'static str,
     pub max_records: usize,
     /// Further librdkafka properties for `[kafka]`.
     pub kafka: Vec<(&'static str, String)>,
     /// Further `[store]` lines (credentials, a `[store.tls]` table last).
     pub store: String,
     /// The stream's lines after its topics, instead of the bank-txn ones
-    /// (which use `lease` and `fail_mode`).
+    /// (which use `fail_mode`).
     pub stream: Option<String>,
     /// `[metrics] listen`: `127.0.0.1:0` (any free port) unless a test
     /// scrapes it and needs to know where.
@@ -51,7 +50,6 @@ impl GateConfig {
             redis_url,
             key_prefix: format!("{}:", unique(test)),
             fail_mode: "closed",
-            lease: "30s",
             max_records: 200,
             // Tansu holds a new group's first JoinGroup for half the session
             // timeout (23s at librdkafka's default 45s; 3s at 6s), and a
@@ -120,8 +118,8 @@ audit = "{audit}"
             clean = self.clean,
             audit = self.audit,
             stream = self.stream.clone().unwrap_or_else(|| format!(
-                "profile = \"bank-txn\"\nmode = \"exact\"\nttl = {{ explicit = \"1h\" }}\nlease = \"{}\"\nfail_mode = \"{}\"",
-                self.lease, self.fail_mode
+                "profile = \"bank-txn\"\nmode = \"exact\"\nttl = {{ explicit = \"1h\" }}\nfail_mode = \"{}\"",
+                self.fail_mode
             )),
         )
     }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{read_inputs_as_delivered, Producer, Reader, Topics};
-use idemgate_testkit::servers::key_ttls;
+use idemgate_testkit::servers::{claim_ttls, unsettled_claims};
 
 use super::process::{Gate, GateConfig};
 use idemgate_testkit::workload::{Bank, Planned};
@@ -106,12 +106,10 @@ fn a_restart_resumes_from_committed_offsets_and_loses_nothing() {
     // have two outputs; one lost would have none.
     let summary = check(&plan, &landed, &topics, &reader.records, Expect::Exact);
     say(TEST, &summary);
-    let ttls = key_ttls(&redis_url, &config.key_prefix);
+    let ttls = claim_ttls(&redis_url, &config.key_prefix);
     assert_eq!(ttls.len(), bank.events(), "claim keys, one per event");
-    assert!(
-        ttls.iter().all(|ttl| *ttl > 30_000),
-        "a claim is still pending (PTTL <= lease)"
-    );
+    let unsettled = unsettled_claims(&redis_url, &config.key_prefix);
+    assert!(unsettled.is_empty(), "claims left unsettled: {unsettled:?}");
 
     let status = second.terminate(Duration::from_secs(20));
     assert!(status.success(), "idemgate exited with {status} on SIGTERM");

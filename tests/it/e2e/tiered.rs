@@ -31,7 +31,7 @@ fn late_resends_are_caught_by_the_filter_after_tier1_forgot_them() {
 
     let mut config = GateConfig::new(TEST, &topics, env("IDEMGATE_TEST_REDISBLOOM_URL"));
     config.stream = Some(format!(
-        "profile = \"payload\"\nmode = \"tiered\"\nttl = {{ explicit = \"1h\" }}\ntier1_ttl = \"{}s\"\nlease = \"2s\"\npeak_rate = 100\nfp_rate = 0.000001\nfail_mode = \"closed\"",
+        "profile = \"payload\"\nmode = \"tiered\"\nttl = {{ explicit = \"1h\" }}\ntier1_ttl = \"{}s\"\npeak_rate = 100\nfp_rate = 0.000001\nfail_mode = \"closed\"",
         TIER1_TTL.as_secs()
     ));
     let mut gate = Gate::start(TEST, &config);
