@@ -377,7 +377,9 @@ impl Worker {
             }
         }
         let mut backoff = Duration::from_millis(20);
-        while Instant::now() < deadline {
+        // Until acknowledged, out of patience, or the breaker says the
+        // store is down (the next owner settles what is left).
+        while Instant::now() < deadline && p.breaker.allows(Instant::now()) {
             let Some(round) = p.flight.take_round(Instant::now(), 0, self.token) else {
                 break;
             };

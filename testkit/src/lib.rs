@@ -15,6 +15,7 @@
 //! - [`check`]: the exactly-once check: every output mapped back to its
 //!   input by the [`TEST_ID`] header and judged record by record.
 //! - [`counting`]: a `ClaimStore` decorator that counts what a worker asks.
+//! - [`faulty`]: a `ClaimStore` decorator that injects store faults.
 //! - [`process`]: a child process with its log, killed on drop.
 //! - [`servers`]: guards that start and stop a redis-server or a Tansu
 //!   broker of one's own; SCAN (never KEYS) under a prefix.
@@ -25,6 +26,7 @@
 
 pub mod check;
 pub mod counting;
+pub mod faulty;
 pub mod feed;
 pub mod kafka;
 pub mod process;

@@ -7,4 +7,5 @@ mod demo;
 mod faults;
 mod group;
 mod poison;
+mod protocol;
 mod support;

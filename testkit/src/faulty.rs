@@ -1,0 +1,119 @@
+//! A `ClaimStore` decorator that injects store faults where the protocol
+//! is weakest, on a test's command: the store refusing every round (an
+//! outage longer than any timer), or applying a round and losing its answer
+//! (the writes landed, the worker cannot know: every one must be
+//! idempotent), for rounds that publish, or for all of them.
+
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use idemgate::store::{
+    Claim, ClaimStore, Millis, Publish, RoundAnswer, StoreError, StoreStats, StreamId,
+};
+
+/// What the store does with a round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Fault {
+    /// Answers as the inner store does.
+    None = 0,
+    /// Refuses every round unapplied: the store is down.
+    Down = 1,
+    /// Applies every round that carries a publish, then fails it: the
+    /// acknowledgement is lost after the writes landed.
+    LosePublishAnswers = 2,
+    /// Refuses, unapplied, every round that carries a publish; claims
+    /// alone go through.
+    RefusePublishes = 3,
+}
+
+pub struct FaultyStore {
+    inner: Arc<dyn ClaimStore>,
+    fault: AtomicU8,
+    /// Faulted rounds left before the fault lifts by itself (0: never).
+    budget: AtomicU64,
+    /// Rounds that met a fault.
+    faulted: AtomicU64,
+}
+
+impl FaultyStore {
+    pub fn new(inner: Arc<dyn ClaimStore>) -> FaultyStore {
+        FaultyStore {
+            inner,
+            fault: AtomicU8::new(Fault::None as u8),
+            budget: AtomicU64::new(0),
+            faulted: AtomicU64::new(0),
+        }
+    }
+
+    /// Injects `fault` until told otherwise.
+    pub fn set(&self, fault: Fault) {
+        self.budget.store(0, Ordering::SeqCst);
+        self.fault.store(fault as u8, Ordering::SeqCst);
+    }
+
+    /// Injects `fault` into the next `rounds` rounds it applies to, then
+    /// lifts it.
+    pub fn set_for(&self, fault: Fault, rounds: u64) {
+        self.budget.store(rounds, Ordering::SeqCst);
+        self.fault.store(fault as u8, Ordering::SeqCst);
+    }
+
+    fn fault(&self) -> Fault {
+        match self.fault.load(Ordering::SeqCst) {
+            1 => Fault::Down,
+            2 => Fault::LosePublishAnswers,
+            3 => Fault::RefusePublishes,
+            _ => Fault::None,
+        }
+    }
+
+    /// Rounds that met a fault so far: the evidence it was injected.
+    pub fn faulted(&self) -> u64 {
+        self.faulted.load(Ordering::SeqCst)
+    }
+
+    fn hit(&self, what: &str) -> StoreError {
+        self.faulted.fetch_add(1, Ordering::SeqCst);
+        let left = self.budget.load(Ordering::SeqCst);
+        if left == 1 {
+            self.fault.store(Fault::None as u8, Ordering::SeqCst);
+        }
+        if left > 0 {
+            self.budget.store(left - 1, Ordering::SeqCst);
+        }
+        StoreError::Unavailable(format!("injected: {what}"))
+    }
+}
+
+#[async_trait]
+impl ClaimStore for FaultyStore {
+    async fn round(
+        &self,
+        publish: &Publish,
+        claims: &[Claim],
+        read: &[StreamId],
+    ) -> Result<RoundAnswer, StoreError> {
+        match self.fault() {
+            Fault::None => self.inner.round(publish, claims, read).await,
+            Fault::Down => Err(self.hit("store down")),
+            Fault::LosePublishAnswers if !publish.is_empty() => {
+                self.inner.round(publish, claims, read).await?;
+                Err(self.hit("answer lost after the writes"))
+            }
+            Fault::RefusePublishes if !publish.is_empty() => Err(self.hit("publish refused")),
+            Fault::LosePublishAnswers | Fault::RefusePublishes => {
+                self.inner.round(publish, claims, read).await
+            }
+        }
+    }
+
+    async fn stats(&self, at: Millis) -> Result<StoreStats, StoreError> {
+        match self.fault() {
+            Fault::Down => Err(StoreError::Unavailable("injected: store down".into())),
+            _ => self.inner.stats(at).await,
+        }
+    }
+}
