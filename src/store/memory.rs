@@ -95,7 +95,12 @@ impl State {
         self.writes += 1;
         if self.writes.is_multiple_of(SWEEP_EVERY) {
             let clocks = self.clocks.values().copied();
-            let now = if event_time { clocks.min() } else { clocks.max() }.unwrap_or(at);
+            let now = if event_time {
+                clocks.min()
+            } else {
+                clocks.max()
+            }
+            .unwrap_or(at);
             self.claims.retain(|_, (_, expires_at)| *expires_at > now);
             self.generations.retain(|_, g| g.expires_at > now);
         }
@@ -205,13 +210,19 @@ impl ClaimStore for MemoryStore {
                 });
             }
         }
-        answer.watermarks.sort_by_key(|w| (w.stream, w.topic, w.partition));
+        answer
+            .watermarks
+            .sort_by_key(|w| (w.stream, w.topic, w.partition));
         let below = |state: &State, stream: StreamId, c: &Coordinates| {
             state.watermarks.get(&partition_of(stream, c)).copied()
         };
         for claim in claims {
             let spec = spec(&self.streams, claim.stream)?;
-            state.observe(partition_of(claim.stream, &claim.holder), claim.at, self.event_time);
+            state.observe(
+                partition_of(claim.stream, &claim.holder),
+                claim.at,
+                self.event_time,
+            );
             let key = (claim.stream.0, claim.hash);
             let existing = state.live(&key, claim.at);
             let own_below = below(&state, claim.stream, &claim.holder);
