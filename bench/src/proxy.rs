@@ -4,10 +4,13 @@
 //! socket: a loopback TCP proxy between the replicas and the bench's own
 //! redis-server that parses RESP both ways. Per connection it counts a
 //! *round trip* each time the client starts sending while every request it
-//! sent before has been answered: a pipelined batch is one such burst however
+//! sent before has been answered: a pipelined round is one such burst however
 //! many commands it carries, and a follow-up that needs the answers of the
-//! first (a NOSCRIPT retry, the filter inserts after the tier-1 scripts) is
-//! another. The first command of a burst names what the round trip was for.
+//! first (a NOSCRIPT retry, a re-stamp after `SET NX GET` answered) is
+//! another. The commands of a burst name what the round trip was for: it
+//! carries claims if any of them claims or probes (a store round's publish
+//! rides with its claims, docs/design.md §4.3), else a publish if any of them
+//! writes, else something else.
 //!
 //! It can overcount only if one pipeline reaches the proxy in two reads
 //! split at a command boundary and Redis answers all of the first part
@@ -26,41 +29,30 @@ use tokio::net::{TcpListener, TcpStream};
 
 const READ_BUFFER: usize = 1 << 20;
 
-/// What a round trip was for, told by its first command.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What a round trip was for, told by the highest-ranked command in its
+/// burst (the variants in rising rank).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Purpose {
-    /// `SET ... NX PX ... GET` first: a claim (both tiers in one pipeline).
-    Claim,
-    /// A script with three arguments per key (holder, done value, TTL):
-    /// tier-1 finalize, one call per hash tag (or the rare one-key
-    /// take-over, which has the same shape).
-    Tier1Settle,
-    /// A script with one argument per key (holder): release.
-    Release,
-    /// `BF.INSERT`, `BITFIELD`, `INCRBY`, `PEXPIRE`: tier-2 inserts.
-    Tier2Insert,
     /// Anything else: connection set-up, `INFO`, `GET` of the insert
     /// counter (the stats watcher), `CONFIG`, `MODULE`.
     Other,
+    /// A write without claims: a script (watermark raise, done flag,
+    /// release, re-stamp), `BF.INSERT`, `BITFIELD`, `INCRBY`, `PEXPIRE`
+    /// (tier-2 inserts). A publish-only round, or a round's follow-up.
+    Publish,
+    /// `SET` (`NX PX GET`: a claim) or a tier-2 probe (`BF.MEXISTS`,
+    /// `BITFIELD_RO`): a round with claims, with or without a publish.
+    Claim,
 }
 
-const PURPOSES: usize = 5;
+const PURPOSES: usize = 3;
 
-/// `numkeys` is the third element, for scripts (`EVALSHA sha numkeys
-/// keys... args...`; `argc` counts every element).
-fn purpose(name: &[u8], argc: usize, numkeys: Option<usize>) -> Purpose {
+fn purpose(name: &[u8]) -> Purpose {
     let upper = name.to_ascii_uppercase();
     match upper.as_slice() {
-        b"SET" => Purpose::Claim,
-        b"EVALSHA" | b"EVAL" => match numkeys {
-            Some(keys) if keys > 0 => match argc.saturating_sub(3 + keys) {
-                args if args == 3 * keys => Purpose::Tier1Settle,
-                args if args == keys => Purpose::Release,
-                _ => Purpose::Other,
-            },
-            _ => Purpose::Other,
-        },
-        b"BF.INSERT" | b"BITFIELD" | b"INCRBY" | b"PEXPIRE" => Purpose::Tier2Insert,
+        b"SET" | b"BF.MEXISTS" | b"BF.EXISTS" | b"BITFIELD_RO" => Purpose::Claim,
+        b"EVALSHA" | b"EVAL" | b"FCALL" | b"BF.INSERT" | b"BF.MADD" | b"BF.ADD" | b"BITFIELD"
+        | b"INCRBY" | b"PEXPIRE" => Purpose::Publish,
         _ => Purpose::Other,
     }
 }
@@ -73,13 +65,32 @@ pub struct Counts {
     bytes_down: AtomicU64,
 }
 
+impl Counts {
+    /// Names the current burst `now` (counted once), or moves it from
+    /// `before` to a higher-ranked `now`.
+    fn name(&self, before: Option<Purpose>, now: Purpose) -> Purpose {
+        match before {
+            None => {
+                self.round_trips[now as usize].fetch_add(1, Ordering::SeqCst);
+                now
+            }
+            Some(before) if now > before => {
+                self.round_trips[before as usize].fetch_sub(1, Ordering::SeqCst);
+                self.round_trips[now as usize].fetch_add(1, Ordering::SeqCst);
+                now
+            }
+            Some(before) => before,
+        }
+    }
+}
+
 /// Round trips by purpose, commands and bytes, over a window.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Snapshot {
+    /// Round trips that carried claims (and any publish riding with them).
     pub claim: u64,
-    pub tier1_settle: u64,
-    pub release: u64,
-    pub tier2_insert: u64,
+    /// Round trips of writes without claims.
+    pub publish: u64,
     pub other: u64,
     pub commands: u64,
     pub bytes_up: u64,
@@ -94,7 +105,7 @@ impl Snapshot {
 
     /// Round trips the claim protocol made (set-up and stats excluded).
     pub fn protocol_round_trips(&self) -> u64 {
-        self.claim + self.tier1_settle + self.release + self.tier2_insert
+        self.claim + self.publish
     }
 }
 
@@ -103,9 +114,7 @@ impl Counts {
         let rt = |p: Purpose| self.round_trips[p as usize].load(Ordering::SeqCst);
         Snapshot {
             claim: rt(Purpose::Claim),
-            tier1_settle: rt(Purpose::Tier1Settle),
-            release: rt(Purpose::Release),
-            tier2_insert: rt(Purpose::Tier2Insert),
+            publish: rt(Purpose::Publish),
             other: rt(Purpose::Other),
             commands: self.commands.load(Ordering::SeqCst),
             bytes_up: self.bytes_up.load(Ordering::SeqCst),
@@ -119,9 +128,7 @@ impl std::ops::Add for Snapshot {
     fn add(self, other: Snapshot) -> Snapshot {
         Snapshot {
             claim: self.claim + other.claim,
-            tier1_settle: self.tier1_settle + other.tier1_settle,
-            release: self.release + other.release,
-            tier2_insert: self.tier2_insert + other.tier2_insert,
+            publish: self.publish + other.publish,
             other: self.other + other.other,
             commands: self.commands + other.commands,
             bytes_up: self.bytes_up + other.bytes_up,
@@ -135,9 +142,7 @@ impl std::ops::Sub for Snapshot {
     fn sub(self, earlier: Snapshot) -> Snapshot {
         Snapshot {
             claim: self.claim - earlier.claim,
-            tier1_settle: self.tier1_settle - earlier.tier1_settle,
-            release: self.release - earlier.release,
-            tier2_insert: self.tier2_insert - earlier.tier2_insert,
+            publish: self.publish - earlier.publish,
             other: self.other - earlier.other,
             commands: self.commands - earlier.commands,
             bytes_up: self.bytes_up - earlier.bytes_up,
@@ -167,14 +172,14 @@ pub async fn start(upstream: SocketAddr) -> anyhow::Result<(SocketAddr, Arc<Coun
 }
 
 /// Per connection: requests forwarded and not yet answered, the partial
-/// value at the end of each direction, and whether the next complete
-/// request opens a round trip (and so names its purpose).
+/// value at the end of each direction, and the purpose of the burst being
+/// sent (`None` until its first complete request).
 #[derive(Default)]
 struct Wire {
     outstanding: u64,
     requests: Resp,
     replies: Resp,
-    classify_next: bool,
+    burst: Option<Purpose>,
 }
 
 async fn relay(client: TcpStream, server: TcpStream, counts: Arc<Counts>) {
@@ -199,14 +204,11 @@ async fn relay(client: TcpStream, server: TcpStream, counts: Arc<Counts>) {
                 let mut guard = up_wire.lock().unwrap_or_else(|e| e.into_inner());
                 let w = &mut *guard;
                 if w.outstanding == 0 && w.requests.is_idle() {
-                    w.classify_next = true;
+                    w.burst = None;
                 }
-                let classify = &mut w.classify_next;
-                let complete = w.requests.feed(&buf[..n], |name, argc, numkeys| {
-                    if std::mem::take(classify) {
-                        up_counts.round_trips[purpose(name, argc, numkeys) as usize]
-                            .fetch_add(1, Ordering::SeqCst);
-                    }
+                let burst = &mut w.burst;
+                let complete = w.requests.feed(&buf[..n], |name| {
+                    *burst = Some(up_counts.name(*burst, purpose(name)));
                 });
                 w.outstanding += complete;
                 up_counts.commands.fetch_add(complete, Ordering::SeqCst);
@@ -226,7 +228,7 @@ async fn relay(client: TcpStream, server: TcpStream, counts: Arc<Counts>) {
             };
             {
                 let mut w = wire.lock().unwrap_or_else(|e| e.into_inner());
-                let complete = w.replies.feed(&buf[..n], |_, _, _| {});
+                let complete = w.replies.feed(&buf[..n], |_| {});
                 w.outstanding = w.outstanding.saturating_sub(complete);
                 counts.bytes_down.fetch_add(n as u64, Ordering::SeqCst);
             }
@@ -250,9 +252,9 @@ impl Resp {
     }
 
     /// Appends bytes; returns how many values they completed, telling
-    /// `each` the first element, the element count and the third element
-    /// read as a number (a script's key count) of every complete array.
-    fn feed(&mut self, bytes: &[u8], mut each: impl FnMut(&[u8], usize, Option<usize>)) -> u64 {
+    /// `each` the first element (the command's name) of every complete
+    /// array.
+    fn feed(&mut self, bytes: &[u8], mut each: impl FnMut(&[u8])) -> u64 {
         let parse_from_scratch = self.pending.is_empty();
         let buf: &[u8] = if parse_from_scratch {
             bytes
@@ -263,8 +265,8 @@ impl Resp {
         let mut at = 0;
         let mut complete = 0;
         while let Some(end) = value_end(buf, at) {
-            if let Some((name, argc, third)) = head(buf, at) {
-                each(name, argc, third);
+            if let Some(name) = head(buf, at) {
+                each(name);
             }
             at = end;
             complete += 1;
@@ -299,21 +301,15 @@ fn bulk(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
     Some((buf.get(start..start + len)?, start + len + 2))
 }
 
-/// First element, element count and third element (as a number, if it is
-/// one) of a complete array of bulk strings starting at `at`: how clients
-/// send commands.
-fn head(buf: &[u8], at: usize) -> Option<(&[u8], usize, Option<usize>)> {
+/// First element of a complete array of bulk strings starting at `at`:
+/// how clients send commands.
+fn head(buf: &[u8], at: usize) -> Option<&[u8]> {
     if *buf.get(at)? != b'*' {
         return None;
     }
-    let (after, text) = line(buf, at + 1)?;
-    let argc = usize::try_from(number(text)?).ok()?;
-    let (name, next) = bulk(buf, after)?;
-    let third = bulk(buf, next)
-        .and_then(|(_, next)| bulk(buf, next))
-        .and_then(|(text, _)| number(text))
-        .and_then(|n| usize::try_from(n).ok());
-    Some((name, argc, third))
+    let (after, _) = line(buf, at + 1)?;
+    let (name, _) = bulk(buf, after)?;
+    Some(name)
 }
 
 /// Where the RESP2/RESP3 value starting at `at` ends, if it is complete.
@@ -357,32 +353,47 @@ mod tests {
         let mut resp = Resp::default();
         let set = b"*7\r\n$3\r\nSET\r\n$2\r\nk1\r\n$3\r\nabc\r\n$2\r\nNX\r\n$2\r\nPX\r\n$2\r\n10\r\n$3\r\nGET\r\n";
         let mut seen = Vec::new();
-        let mut note = |n: &[u8], c, t| seen.push((n.to_vec(), c, t));
+        let mut note = |n: &[u8]| seen.push(n.to_vec());
         assert_eq!(resp.feed(&set[..10], &mut note), 0);
         assert!(!resp.is_idle());
         assert_eq!(resp.feed(&set[10..], &mut note), 1);
         assert!(resp.is_idle());
-        assert_eq!(seen, vec![(b"SET".to_vec(), 7, None)]);
+        assert_eq!(seen, vec![b"SET".to_vec()]);
         let script = b"*7\r\n$7\r\nEVALSHA\r\n$2\r\nab\r\n$1\r\n2\r\n$2\r\nk1\r\n$2\r\nk2\r\n$1\r\nh\r\n$1\r\nh\r\n";
         let mut heads = Vec::new();
-        resp.feed(script, |n, c, t| heads.push((n.to_vec(), c, t)));
-        assert_eq!(heads, vec![(b"EVALSHA".to_vec(), 7, Some(2))]);
-        assert_eq!(purpose(b"set", 7, None), Purpose::Claim);
-        // Two keys: three arguments each is a finalize, one each a release.
-        assert_eq!(
-            purpose(b"EVALSHA", 3 + 2 + 6, Some(2)),
-            Purpose::Tier1Settle
-        );
-        assert_eq!(purpose(b"EVALSHA", 3 + 2 + 2, Some(2)), Purpose::Release);
-        assert_eq!(purpose(b"EVALSHA", 3 + 1 + 1, Some(1)), Purpose::Release);
-        assert_eq!(purpose(b"BITFIELD", 9, None), Purpose::Tier2Insert);
+        resp.feed(script, |n| heads.push(n.to_vec()));
+        assert_eq!(heads, vec![b"EVALSHA".to_vec()]);
+        assert_eq!(purpose(b"set"), Purpose::Claim);
+        assert_eq!(purpose(b"BITFIELD_RO"), Purpose::Claim);
+        assert_eq!(purpose(b"EVALSHA"), Purpose::Publish);
+        assert_eq!(purpose(b"BITFIELD"), Purpose::Publish);
+        assert_eq!(purpose(b"INFO"), Purpose::Other);
+    }
+
+    #[test]
+    fn a_burst_is_counted_once_under_its_highest_purpose() {
+        let counts = Counts::default();
+        // A round: its publish (inserts, a raise) first, then its claims.
+        let mut burst = None;
+        for name in [&b"BF.INSERT"[..], b"EVALSHA", b"SET", b"SET", b"EVALSHA"] {
+            burst = Some(counts.name(burst, purpose(name)));
+        }
+        // A publish-only round, then the stats watcher.
+        let mut publish = None;
+        for name in [&b"PEXPIRE"[..], b"EVALSHA"] {
+            publish = Some(counts.name(publish, purpose(name)));
+        }
+        counts.name(None, purpose(b"INFO"));
+        let s = counts.snapshot();
+        assert_eq!((s.claim, s.publish, s.other), (1, 1, 1));
+        assert_eq!(s.protocol_round_trips(), 2);
     }
 
     #[test]
     fn replies_of_every_shape_are_counted() {
         let mut resp = Resp::default();
         let replies = b"$-1\r\n$3\r\nabc\r\n*2\r\n:1\r\n:0\r\n-NOSCRIPT no\r\n*0\r\n+OK\r\n";
-        assert_eq!(resp.feed(replies, |_, _, _| {}), 6);
+        assert_eq!(resp.feed(replies, |_| {}), 6);
         assert!(resp.is_idle());
     }
 }

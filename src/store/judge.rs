@@ -162,7 +162,10 @@ mod tests {
         let before = claim(at(0, 4), 1);
         let again = claim(at(0, 4), 2);
         let v = value_of(&before);
-        assert_eq!(judge(&again, Some(&v), Some(2), Some(2), true), Verdict::Restamp);
+        assert_eq!(
+            judge(&again, Some(&v), Some(2), Some(2), true),
+            Verdict::Restamp
+        );
         assert_eq!(
             judge(&before, Some(&v), Some(2), Some(2), true),
             Verdict::Decided(ClaimOutcome::Won { fresh: true })

@@ -222,13 +222,19 @@ impl ClaimStore for MemoryStore {
                 });
             }
         }
-        answer.watermarks.sort_by_key(|w| (w.stream, w.topic, w.partition));
+        answer
+            .watermarks
+            .sort_by_key(|w| (w.stream, w.topic, w.partition));
         let below = |state: &State, stream: StreamId, c: &Coordinates| {
             state.watermarks.get(&partition_of(stream, c)).copied()
         };
         for claim in claims {
             let spec = spec(&self.streams, claim.stream)?;
-            state.observe(partition_of(claim.stream, &claim.holder), claim.at, self.event_time);
+            state.observe(
+                partition_of(claim.stream, &claim.holder),
+                claim.at,
+                self.event_time,
+            );
             let key = (claim.stream.0, claim.hash);
             let existing = state.live(&key, claim.at);
             let own_below = below(&state, claim.stream, &claim.holder);

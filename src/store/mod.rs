@@ -131,12 +131,9 @@ impl StreamSpec {
     /// raise: well past anything it settles (every claim and filter
     /// generation of the stream), so a replay finds it, and at least a week.
     pub fn watermark_ttl(&self) -> Duration {
-        let longest = self
-            .filter
-            .as_ref()
-            .map_or(self.tier1_ttl, |plan| {
-                self.tier1_ttl.max(plan.horizon * (plan.slots + 1))
-            });
+        let longest = self.filter.as_ref().map_or(self.tier1_ttl, |plan| {
+            self.tier1_ttl.max(plan.horizon * (plan.slots + 1))
+        });
         (longest * 2).max(Duration::from_secs(7 * 24 * 3600))
     }
 }
@@ -144,8 +141,7 @@ impl StreamSpec {
 /// Two characters of base 62 over SHA-256 of the stream name.
 pub fn key_id(name: &str) -> String {
     use sha2::{Digest, Sha256};
-    const ALPHABET: &[u8; 62] =
-        b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    const ALPHABET: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
     let digest = Sha256::digest(name.as_bytes());
     let n = usize::from(u16::from_be_bytes([digest[0], digest[1]])) % (62 * 62);
     [ALPHABET[n / 62] as char, ALPHABET[n % 62] as char]

@@ -64,7 +64,8 @@ impl ClaimValue {
         let mut out = [0u8; VALUE_LEN];
         out[..OWNER_LEN].copy_from_slice(&encode_owner(&self.holder, self.token)?);
         out[16..24].copy_from_slice(&self.digest.0);
-        let seconds = (self.claimed_at.div_euclid(1000) - TIME_BASE_S).clamp(0, i64::from(i32::MAX));
+        let seconds =
+            (self.claimed_at.div_euclid(1000) - TIME_BASE_S).clamp(0, i64::from(i32::MAX));
         let mut word = seconds as u32;
         if self.done {
             word |= 1 << 31;
@@ -78,7 +79,9 @@ impl ClaimValue {
             .try_into()
             .map_err(|_| StoreError::Protocol(format!("tier-1 value of {} bytes", bytes.len())))?;
         let int = |range: std::ops::Range<usize>| {
-            bytes[range].iter().fold(0i64, |n, b| (n << 8) | i64::from(*b))
+            bytes[range]
+                .iter()
+                .fold(0i64, |n, b| (n << 8) | i64::from(*b))
         };
         let word = int(24..28);
         Ok(ClaimValue {

@@ -7,16 +7,17 @@
 
 use anyhow::{ensure, Context};
 use idemgate::store::redis::{RedisOptions, RedisStore, RedisTarget};
-use idemgate::store::{ClaimStore, Mode, Settle, StreamId, StreamSpec};
+use idemgate::store::{ClaimOutcome, ClaimStore, Mode, Publish, StreamId, StreamSpec};
 
 use idemgate_testkit::servers::{RedisServer, ServerOptions};
 
 use super::servers;
 use super::throughput::{self, BATCH};
 
-/// A realistic deployment prefix and stream name, so the key length is
-/// what an operator would pay.
-const PREFIX: &str = "idemgate:";
+/// The default key prefix and a realistic stream name, so the key length
+/// is what an operator would pay: the stream's keys live under its short
+/// key id (`StreamSpec::new` derives it from the name).
+const PREFIX: &str = "ig:";
 const STREAM: &str = "payments";
 
 pub struct Tier1 {
@@ -29,66 +30,94 @@ pub struct Tier1 {
     pub value_len: usize,
     /// Redis' own estimate for one of the keys, as a cross-check.
     pub memory_usage_one: u64,
+    /// Keys that are not claims (the stream's watermarks), written by the
+    /// first batch before `used_before` was read.
+    pub other_keys: u64,
     pub server_pid: u32,
 }
 
-/// Claims then finalizes `keys` distinct hashes (batches of 1000) in an
-/// exact stream on a scratch server; reports the `used_memory` delta.
+/// One claim batch and its publish (watermark raises: the claims keep the
+/// value `SET NX` wrote), every claim checked won and every record settled.
+async fn claim_and_publish(store: &RedisStore, first: u64, b: usize) -> anyhow::Result<()> {
+    let stream = StreamId(0);
+    let claims = throughput::batch(
+        stream,
+        "footprint",
+        first,
+        BATCH,
+        false,
+        throughput::now_ms(),
+    );
+    let claimed = store.round(&Publish::default(), &claims, &[]).await?;
+    ensure!(
+        claimed
+            .outcomes
+            .iter()
+            .all(|o| *o == ClaimOutcome::Won { fresh: true }),
+        "footprint batch {b}: not every claim won"
+    );
+    throughput::settle(
+        store,
+        Mode::Exact,
+        &claims,
+        &claimed.outcomes,
+        &claimed.watermarks,
+    )
+    .await
+    .with_context(|| format!("footprint batch {b}"))?;
+    Ok(())
+}
+
+/// Claims then publishes `keys` distinct hashes (batches of 1000) in an
+/// exact stream on a scratch server; reports the `used_memory` delta. An
+/// unmeasured first batch writes the stream's watermarks (and loads the
+/// scripts) before the first reading, so the delta is the claims' alone.
 pub async fn tier1(keys: usize) -> anyhow::Result<Tier1> {
     let scratch =
         tokio::task::spawn_blocking(|| RedisServer::start("claims", ServerOptions::default()))
             .await
             .context("starting a scratch redis-server")?;
     let url = scratch.url();
-    let spec = StreamSpec {
-        name: STREAM.into(),
-        ..throughput::streams().remove(0)
-    };
+    let template = throughput::streams().remove(0);
     ensure!(
-        spec.mode == Mode::Exact,
+        template.mode == Mode::Exact,
         "tier-1 figure needs the exact stream"
     );
+    let spec = StreamSpec::new(STREAM, template.mode, template.tier1_ttl, None);
     let options = RedisOptions::new(RedisTarget::Standalone(url.clone()), PREFIX);
     let store = RedisStore::connect(&options, vec![spec]).await?;
     let stream = StreamId(0);
+    let mut conn = servers::node(&url).await?;
 
+    claim_and_publish(&store, 0, 0).await?;
+    let dbsize0: u64 = redis::cmd("DBSIZE").query_async(&mut conn).await?;
+    let other_keys = dbsize0.saturating_sub(BATCH as u64);
+    ensure!(
+        other_keys <= throughput::PARTITIONS as u64,
+        "after one batch of {BATCH} claims the server holds {dbsize0} keys: more besides the \
+         claims than one watermark key per partition"
+    );
     let before = servers::used_memory(&url).await?;
     let batches = keys.div_ceil(BATCH);
-    for b in 0..batches {
-        let claims = throughput::batch(
-            stream,
-            "footprint",
-            (b * BATCH) as u64,
-            BATCH,
-            false,
-            throughput::now_ms(),
-        );
-        let outcomes = store.claim(&claims).await?;
-        ensure!(
-            outcomes
-                .iter()
-                .all(|o| *o == idemgate::store::ClaimOutcome::Won),
-            "footprint batch {b}: not every claim won"
-        );
-        let settles: Vec<Settle> = claims.iter().map(Settle::from).collect();
-        let done = store.finalize(&settles).await?;
-        ensure!(
-            done.iter().all(|d| *d),
-            "footprint batch {b}: not every claim done"
-        );
+    for b in 1..=batches {
+        claim_and_publish(&store, (b * BATCH) as u64, b).await?;
     }
     let after = servers::used_memory(&url).await?;
 
     let total = (batches * BATCH) as u64;
-    let mut conn = servers::node(&url).await?;
     let dbsize: u64 = redis::cmd("DBSIZE").query_async(&mut conn).await?;
     ensure!(
-        dbsize == total,
-        "scratch server holds {dbsize} keys, expected {total}"
+        dbsize - dbsize0 == total,
+        "scratch server gained {} keys, expected {total}",
+        dbsize - dbsize0
     );
 
-    let key = store.tier1_key(stream, &throughput::hash("footprint", 0))?;
+    let key = store.tier1_key(stream, &throughput::hash("footprint", BATCH as u64))?;
     let value: Vec<u8> = redis::cmd("GET").arg(&key).query_async(&mut conn).await?;
+    ensure!(
+        !value.is_empty(),
+        "no tier-1 value under the key tier1_key names"
+    );
     let ttl: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut conn).await?;
     ensure!(ttl > 0, "a tier-1 key without expiry (pttl {ttl})");
     let memory_usage_one = servers::memory_usage(&url, &key).await?;
@@ -100,20 +129,23 @@ pub async fn tier1(keys: usize) -> anyhow::Result<Tier1> {
         key_len: key.len(),
         value_len: value.len(),
         memory_usage_one,
+        other_keys,
         server_pid: scratch.pid(),
     })
 }
 
 /// Tier-2 bytes held by one tiered stream's filter keys on a standalone
-/// server: RedisBloom filters (`:f:`) or bitmap shards (`:b:`), summed
-/// over the generations the run wrote (normally one).
+/// server: RedisBloom filters (`:f:`) or bitmap shards (`:b:`) under the
+/// stream's key id, summed over the generations the run wrote (normally
+/// one).
 pub async fn tier2_bytes(
     url: &str,
     prefix: &str,
-    stream: &str,
+    spec: &StreamSpec,
     kind: &str,
 ) -> anyhow::Result<(u64, usize)> {
-    let keys = servers::keys_under(url, &format!("{prefix}{stream}:{kind}:*")).await?;
+    let namespace = format!("{prefix}{}", spec.key_id);
+    let keys = servers::keys_under(url, &format!("{namespace}:{kind}:*")).await?;
     let mut bytes = 0;
     for key in &keys {
         bytes += servers::memory_usage(url, key)
@@ -122,7 +154,8 @@ pub async fn tier2_bytes(
     }
     ensure!(
         !keys.is_empty(),
-        "no {kind} filter keys under {prefix}{stream}"
+        "no {kind} filter keys under {namespace} (stream {})",
+        spec.name
     );
     Ok((bytes, keys.len()))
 }

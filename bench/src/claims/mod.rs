@@ -1,5 +1,6 @@
 //! Figures for the claims idemgate makes about its cost: fingerprints per
-//! second, claim-batch throughput per backend, round trips per batch, and
+//! second, claim-batch throughput per backend (claim, publish, duplicate
+//! claim: claim protocol v2, docs/design.md §4), round trips per batch, and
 //! Redis memory per claimed key.
 //!
 //! `idemgate-bench claims` is the full run (release build; the Redis
@@ -190,7 +191,7 @@ async fn timed(
     let records = row.records as f64;
     if let (Some(c0), Some(c1)) = (client0, client1) {
         row.cpu = Some(throughput::Cpu {
-            wall_us: 1e6 / row.claim_finalize_new + 1e6 / row.claim_duplicate,
+            wall_us: 1e6 / row.claim_publish_new + 1e6 / row.claim_duplicate,
             client_us: (c1 - c0) * 1e6 / records,
             server_us: server0
                 .zip(server1)
@@ -236,7 +237,8 @@ async fn redis_backend(
             FilterBackend::RedisBloom => ("f", "RedisBloom filter"),
             FilterBackend::Bitmap => ("b", "bitmap shards"),
         };
-        let (bytes, keys) = footprint::tier2_bytes(url, prefix, "bench-tiered", kind).await?;
+        let tiered = &throughput::streams()[TIERED.0];
+        let (bytes, keys) = footprint::tier2_bytes(url, prefix, tiered, kind).await?;
         report.tier2.push(report::Tier2 {
             backend: backend.label.to_string(),
             what: format!("{what} ({keys} key{})", if keys == 1 { "" } else { "s" }),

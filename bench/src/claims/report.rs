@@ -103,16 +103,16 @@ impl Report {
         }
 
         println!();
-        println!("2. claim batches (records/s; time inside ClaimStore calls only)");
+        println!("2. claim batches (records/s; time inside ClaimStore calls only). A batch is a");
+        println!(
+            "   claim round, then a publish round (a watermark raise per partition, done flags"
+        );
+        println!("   where a raise does not cover a record, tier-2 inserts when tiered), then the");
+        println!("   same hashes claimed by other records. The worker sends each publish with the");
+        println!("   next batch's claims, in one round; here each goes alone, to be timed apart.");
         println!(
             "{:<18} {:<7} {:>6} {:>8} {:>14} {:>20} {:>16}",
-            "backend",
-            "mode",
-            "batch",
-            "records",
-            "new: claim",
-            "new: claim+finalize",
-            "dup: claim"
+            "backend", "mode", "batch", "records", "new: claim", "new: claim+publish", "dup: claim"
         );
         for row in &self.claims {
             println!(
@@ -122,7 +122,7 @@ impl Report {
                 row.batch,
                 row.records,
                 grouped(row.claim_new),
-                grouped(row.claim_finalize_new),
+                grouped(row.claim_publish_new),
                 grouped(row.claim_duplicate)
             );
         }
@@ -132,19 +132,35 @@ impl Report {
             println!("   round trips per batch (RESP proxy on the wire; standalone only: a cluster client");
             println!("   connects to the nodes CLUSTER SLOTS names, so it is not counted; memory has none)");
             println!(
-                "{:<18} {:<7} {:>11} {:>22} {:>22} {:>22}",
-                "backend", "mode", "batches of", "new: claim", "new: finalize", "dup: claim"
+                "   (a publish carries, per batch: watermark raises / done flags / tier-2 inserts)"
+            );
+            println!(
+                "{:<18} {:<7} {:>11} {:>22} {:>22} {:>22} {:>18}",
+                "backend",
+                "mode",
+                "batches of",
+                "new: claim",
+                "new: publish",
+                "dup: claim",
+                "publish carries"
             );
             for row in counted {
                 if let Some(trips) = &row.trips {
+                    let n = trips.batches.max(1) as f64;
                     println!(
-                        "{:<18} {:<7} {:>11} {:>22} {:>22} {:>22}",
+                        "{:<18} {:<7} {:>11} {:>22} {:>22} {:>22} {:>18}",
                         row.backend,
                         row.mode,
                         format!("{} x {}", trips.batches, trips.size),
                         per_batch(trips, |t| t.claim),
-                        per_batch(trips, |t| t.finalize),
-                        per_batch(trips, |t| t.duplicate)
+                        per_batch(trips, |t| t.publish),
+                        per_batch(trips, |t| t.duplicate),
+                        format!(
+                            "{:.1} / {:.1} / {:.0}",
+                            trips.raises as f64 / n,
+                            trips.done_flags as f64 / n,
+                            trips.inserts as f64 / n
+                        )
                     );
                 }
             }
@@ -154,7 +170,7 @@ impl Report {
         if !with_cpu.is_empty() {
             println!();
             println!(
-                "   CPU per record, new claim + finalize + duplicate claim together (client: this"
+                "   CPU per record, new claim + publish + duplicate claim together (client: this"
             );
             println!("   process, /proc ticks; server: INFO cpu on every master, other clients included)");
             println!(
@@ -181,8 +197,11 @@ impl Report {
         match &self.tier1 {
             Some(t) => {
                 println!(
-                    "   tier 1 (scratch redis-server pid {}, exact stream, claim + finalize):",
-                    t.server_pid
+                    "   tier 1 (scratch redis-server pid {}, exact stream, claim + publish; {} \
+                     other key{} (watermarks) written before the first reading):",
+                    t.server_pid,
+                    t.other_keys,
+                    if t.other_keys == 1 { "" } else { "s" }
                 );
                 println!(
                     "   {} keys: used_memory {} -> {} = {:.1} bytes/key (key {} bytes, value {} bytes; MEMORY USAGE of one key: {})",

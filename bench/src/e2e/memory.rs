@@ -10,6 +10,11 @@
 //! - Tier 2: `MEMORY USAGE` of every generation key (RedisBloom filter or
 //!   bitmap shards), in bits per key inserted (the `:n:` counters), beside
 //!   the configured sizing (bits per key at capacity).
+//!
+//! A stream's keys sit under `<prefix><key_id>`: a tier-1 key continues it
+//! with the hash tag and hash, every other key with `:` (the generations,
+//! the insert counters, the watermark hash). Those others are left out of
+//! tier 1, in keys and in bytes.
 
 use anyhow::Result;
 use idemgate_testkit::servers::scan_async;
@@ -85,25 +90,39 @@ pub(crate) async fn measure(
 ) -> Result<Memory> {
     let after = used_memory(conn).await?;
     let keys: u64 = redis::cmd("DBSIZE").query_async(conn).await?;
-    let tier2_keys = scan_async(conn, &format!("{prefix}{stream}:[fb]:*")).await?;
-    let counters = scan_async(conn, &format!("{prefix}{stream}:n:*")).await?;
+    // A tier-1 key is the namespace, the hash tag and the hash; the
+    // stream's other keys continue the namespace with `:`.
+    let namespace = format!("{prefix}{}", idemgate::store::key_id(stream));
+    let others = scan_async(conn, &format!("{namespace}:*")).await?;
+    let of_kind = |key: &Vec<u8>, kinds: &[&str]| {
+        kinds
+            .iter()
+            .any(|kind| key.starts_with(format!("{namespace}:{kind}:").as_bytes()))
+    };
+    let tier2_keys: Vec<&Vec<u8>> = others.iter().filter(|k| of_kind(k, &["f", "b"])).collect();
+    let counters: Vec<&Vec<u8>> = others.iter().filter(|k| of_kind(k, &["n"])).collect();
     let mut tier2_bytes = 0;
     for key in tier2_keys.iter().chain(&counters) {
         tier2_bytes += memory_usage(conn, key).await?;
+    }
+    // The watermark hash (`:w`) and anything else that is not a claim.
+    let mut other_bytes = 0;
+    for key in others.iter().filter(|k| !of_kind(k, &["f", "b", "n"])) {
+        other_bytes += memory_usage(conn, key).await?;
     }
     let mut inserts = 0u64;
     for key in &counters {
         let n: Option<u64> = redis::cmd("GET").arg(key).query_async(conn).await?;
         inserts += n.unwrap_or(0);
     }
-    let tier1_marker = format!("{prefix}{stream}:c:");
     let mut sampled = 0u64;
     let mut usage_sum = 0u64;
     let (mut key_len, mut value_len) = (0, 0);
     for _ in 0..400 {
         let key: Option<Vec<u8>> = redis::cmd("RANDOMKEY").query_async(conn).await?;
         let Some(key) = key else { break };
-        if !key.starts_with(tier1_marker.as_bytes()) {
+        let rest = key.strip_prefix(namespace.as_bytes());
+        if rest.is_none_or(|rest| rest.is_empty() || rest.starts_with(b":")) {
             continue;
         }
         usage_sum += memory_usage(conn, &key).await?;
@@ -116,9 +135,8 @@ pub(crate) async fn measure(
             break;
         }
     }
-    let tier2_count = (tier2_keys.len() + counters.len()) as u64;
-    let tier1_keys = keys.saturating_sub(tier2_count);
-    let tier1_bytes = (after - before) as f64 - tier2_bytes as f64;
+    let tier1_keys = keys.saturating_sub(others.len() as u64);
+    let tier1_bytes = (after - before) as f64 - tier2_bytes as f64 - other_bytes as f64;
     let tier2 = filter.map(|(capacity, sized)| Tier2 {
         keys: tier2_keys.len() as u64,
         bytes: tier2_bytes,

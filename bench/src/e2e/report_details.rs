@@ -40,11 +40,11 @@ impl Report {
              attempt follow at the end of the topic. At this rate the first rung is {} records \
              later, so a batch rarely holds two copies of one event (a slower feed, caught up as \
              a backlog, puts copies in the same batch: they wait for their original and are \
-             decided in a second round, see the claim calls per batch). Two thirds of the copies are byte for byte the first attempt, a third \
+             decided in a later round, see the claim rounds per batch). Two thirds of the copies are byte for byte the first attempt, a third \
              re-serialized (other key order, `\"1234.560\"` for `\"1234.56\"`). Records are keyed \
              and partitioned by account, in arrival order, each with an `x-delivery-attempt` \
              header. The worker reads them as a stream `bank` (profile `bank-txn`), batches of up \
-             to {} records, `linger` 20 ms, lease 60 s. Exact mode remembers 11 h 20 min; tiered \
+             to {} records, `linger` 20 ms. Exact mode remembers 11 h 20 min; tiered \
              mode keeps tier-1 keys 1 h and sizes each Bloom generation (1 day, 2 slots) for every \
              distinct event at 1e-3. Redis runs on wall time, so every copy here lands while its \
              original's tier-1 key lives: tier 2 is probed and written for every record but \
@@ -62,9 +62,11 @@ impl Report {
             "Per batch, ms: each replica's wall time split at the events the worker emits (see \
              below), summed over the replicas and divided by their batches. The phases follow \
              each other, so they add up to the batch cycle; a batch whose records wait on each \
-             other runs its rounds (claim, produce, finalize) more than once.\n\n",
+             other is claimed again in a later round. A claim round carries the publish of the \
+             batches delivered before it; a publish-only round goes when there is nothing to \
+             claim.\n\n",
         );
-        md.push_str("| run | records / batch | claim calls / batch |");
+        md.push_str("| run | records / batch | claim rounds / batch |");
         for (name, _) in super::timeline::Phases::default().named() {
             let _ = write!(md, " {name} |");
         }
@@ -81,7 +83,7 @@ impl Report {
                 "| {} | {:.0} | {:.2} |",
                 run_name(r),
                 r.batch_records as f64 / b,
-                t.claim_calls as f64 / b
+                t.claim_rounds as f64 / b
             );
             for (_, us) in phases.named() {
                 let _ = write!(md, " {:.2} |", us as f64 / 1000.0 / b);
@@ -124,55 +126,79 @@ impl Report {
                 r.redis_rss_mb,
             );
         }
-        md.push_str("\n### Redis round trips and commands per batch (on the wire)\n\n");
-        md.push_str("Round trips per batch by purpose; beside them, per store call (claim calls, finalize calls), which is what the protocol fixes.\n\n");
-        md.push_str("| run | batches | claim | tier-1 finalize | tier-2 insert | release | total | per claim call | per finalize call | other (connect, stats watcher) | commands / batch | bytes up / down per batch |\n");
+        md.push_str("\n### Store rounds and Redis round trips per batch\n\n");
+        md.push_str("Store rounds per batch as the replicas' counting store saw them (a round carries claims, a publish, or both), and Redis round trips per batch on the wire, by what they carried; beside them, Redis round trips per store round, which is what the protocol fixes.\n\n");
+        md.push_str("| run | batches | store rounds | with claims | with a publish | round trips: claims | publish only | total | per store round | other (connect, stats watcher) | commands / batch | bytes up / down per batch |\n");
         md.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
         for r in &self.runs {
             let Some(rt) = r.round_trips else { continue };
             let b = r.batches.max(1) as f64;
-            let (claims, finalizes) = r.tally.as_ref().map_or((1.0, 1.0), |t| {
-                (t.claim_calls.max(1) as f64, t.finalize_calls.max(1) as f64)
-            });
+            let per_batch = |n: u64| format!("{:.3}", n as f64 / b);
+            let (rounds, claim_rounds, publish_rounds, per_round) =
+                r.tally.as_ref().map_or_else(Default::default, |t| {
+                    (
+                        per_batch(t.rounds),
+                        per_batch(t.claim_rounds),
+                        per_batch(t.publish_rounds),
+                        format!(
+                            "{:.3}",
+                            rt.protocol_round_trips() as f64 / t.rounds.max(1) as f64
+                        ),
+                    )
+                });
             let _ = writeln!(
                 md,
-                "| {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {:.0} | {:.0} / {:.0} |",
+                "| {} | {} | {rounds} | {claim_rounds} | {publish_rounds} | {:.3} | {:.3} | {:.3} | {per_round} | {} | {:.0} | {:.0} / {:.0} |",
                 run_name(r),
                 count(r.batches),
                 rt.claim as f64 / b,
-                rt.tier1_settle as f64 / b,
-                rt.tier2_insert as f64 / b,
-                rt.release as f64 / b,
+                rt.publish as f64 / b,
                 rt.protocol_round_trips() as f64 / b,
-                rt.claim as f64 / claims,
-                (rt.tier1_settle + rt.tier2_insert) as f64 / finalizes,
                 rt.other,
                 rt.commands as f64 / b,
                 rt.bytes_up as f64 / b,
                 rt.bytes_down as f64 / b,
             );
         }
+        md.push_str("\n### What the publishes carried, per batch\n\n");
+        md.push_str("| run | watermark raises | done flags set | done flags lost | tier-2 inserts | claims released |\n");
+        md.push_str("|---|--:|--:|--:|--:|--:|\n");
+        for r in &self.runs {
+            let Some(t) = &r.tally else { continue };
+            let b = r.batches.max(1) as f64;
+            let _ = writeln!(
+                md,
+                "| {} | {:.2} | {:.2} | {} | {:.1} | {} |",
+                run_name(r),
+                t.raises as f64 / b,
+                t.done_flags as f64 / b,
+                count(t.done_lost),
+                t.inserts as f64 / b,
+                count(t.released),
+            );
+        }
         md.push_str("\n### Decisions (from the claim outcomes)\n\n");
-        md.push_str("| run | novel | duplicate, tier 1 | duplicate, filter | conflict | own claim (after a rebalance) | claim retries (held) | check |\n");
-        md.push_str("|---|--:|--:|--:|--:|--:|--:|---|\n");
+        md.push_str("| run | novel | duplicate, tier 1 | duplicate, filter | conflict | replayed (decided before) | own claim re-stamped (after a rebalance) | claim retries (held) | check |\n");
+        md.push_str("|---|--:|--:|--:|--:|--:|--:|--:|---|\n");
         for r in self.all_runs() {
             if let Some(t) = &r.tally {
                 let _ = writeln!(
                     md,
-                    "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                     run_name(r),
                     count(t.won),
                     count(t.duplicate_exact),
                     count(t.duplicate_filter),
                     count(t.conflict),
-                    count(t.own_pending + t.own_done),
+                    count(t.replayed),
+                    count(t.restamped),
                     count(t.held),
                     r.check
                 );
             } else if let Some(b) = &r.baseline {
                 let _ = writeln!(
                     md,
-                    "| {} | {} | {} | | | | | {} |",
+                    "| {} | {} | {} | | | | | | {} |",
                     run_name(r),
                     count(b.novel),
                     count(b.duplicates),
@@ -223,14 +249,23 @@ right after the acknowledgements of the record's round). Measured inside each re
 metrics recorder (the Prometheus one `idemgate run` installs) is wrapped to see those two \
 metrics and the offset commits, and its claim store is wrapped to see each call start and end. \
 It leaves out the time a record waits in the topic before it is polled (here everything is \
-loaded before the run, so that wait would only measure the backlog) and the finalize and commit \
+loaded before the run, so that wait would only measure the backlog) and the publish and commit \
 after the acknowledgement. For the baseline: from the consumer handing over the record to its \
 output's acknowledgement.\n\
 - **where a batch's time goes**: the same events split each replica's wall time into phases: \
-poll returned → first claim call: fingerprint (and building the claims); claim call: claim; \
-claim returned → first acknowledged output: produce + acks; between acknowledged outputs and \
-the finalize: the per-record metrics and decision logs; finalize call; → commit metric: commit; \
-commit → next poll returned: poll. A round that decides nothing backs off.\n\
+poll returned → first claim round: fingerprint (and building the claims); a store round \
+carrying claims (with the publish riding on it): claim; claim returned → first acknowledged \
+output: produce + acks; between acknowledged outputs and a publish-only round: the per-record \
+metrics and decision logs; a store round carrying only a publish: publish-only round; → commit \
+metric: commit; commit → next poll returned: poll. A round that decides nothing backs off.\n\
+- **store rounds per batch**: the replicas' `ClaimStore::round` calls, counted by the store \
+wrapper of the test kit (`StoreTally`): *store rounds* is every call, *with claims* those \
+carrying claims (`claim_rounds`), *with a publish* those carrying a publish (`publish_rounds`: \
+tier-2 inserts, watermark raises, done flags, releases); a round carrying both counts in both. \
+Over the batches (polls that returned records) of every replica. The publish table gives what \
+the publishes carried: watermark raises (one per partition with finished records), done flags \
+set (delivered records a raise did not cover) and lost (the claim gone or re-stamped by another \
+owner), tier-2 inserts, claims released.\n\
 - **worker CPU**: user + system CPU seconds of the replica processes (`/proc/<pid>/stat`) from \
 `go` to the last commit, per million records. A replica is `idemgate run` in a child process: \
 the same worker, Prometheus recorder, /metrics listener and store watcher, at the default log \
@@ -238,16 +273,23 @@ level (every non-novel decision is logged, to a file). Tansu, Redis and the harn
 beside it: they share the machine's cores (see Machine and versions).\n\
 - **Redis round trips per batch**: counted on the wire by a proxy between the replicas and \
 redis-server that parses RESP both ways; a round trip is a burst the client starts while none \
-of its requests is unanswered, named by its first command (`SET` = claim, a script with three \
-arguments per key = tier-1 finalize, one per key = release, \
-`BF.INSERT`/`BITFIELD`/`INCRBY`/`PEXPIRE` = tier-2 insert). A batch is a poll of up to the batch size; the per-batch figure is the claim \
+of its requests is unanswered, named by what its commands carry: *claims* if any is a claim or \
+a tier-2 probe (`SET`, `BF.MEXISTS`, `BITFIELD_RO`), whatever publish rides with them; \
+*publish only* if any is a write (a script: raise, done flag, release, re-stamp; \
+`BF.INSERT`/`BITFIELD`/`INCRBY`/`PEXPIRE`: tier-2 inserts), as a publish-only round or a \
+round's follow-up (a re-stamp, a NOSCRIPT retry) sends. The per-batch figure is the claim \
 protocol's round trips (connection set-up and the stats watcher's `INFO` every 5 s are listed \
-apart) over the batches. The claim round trip carries both tiers (the `SET NX PX GET` of every \
-record and the filter probes); finalize spends one round trip on tier 1 (one script call per \
-hash tag, up to 64, pipelined together) and, in tiered mode, one on tier 2. The worker's Redis connection goes through the proxy; the baseline's does not.\n\
+apart) over the batches; per store round, over the rounds the replicas' counting store saw. \
+The protocol fixes a store round at one pipelined round trip per node: the publish (tier-2 inserts \
+first, then the watermark raises, done flags and releases), the watermark reads and every \
+claim's `SET NX PX GET` with its filter probes. The worker's Redis connection goes through the \
+proxy; the baseline's does not.\n\
 - **tier-1 bytes per key**: growth of redis-server's `used_memory` over the run (emptied before \
-it), less the tier-2 keys' `MEMORY USAGE`, per tier-1 key: the key, the 33-byte claim value \
-(`done`), the expiry entry and the hash tables' share. `MEMORY USAGE` of single keys (which \
+it), less the `MEMORY USAGE` of the stream's other keys (tier-2 generations and counters, the \
+watermark hash), per tier-1 key: the key (the `ig:` prefix, the \
+stream's short key id, the hash tag and 16 bytes of hash), the 28-byte claim value (holder, \
+owner token, payload digest, claim time, done flag), the expiry entry and the hash tables' \
+share. `MEMORY USAGE` of single keys (which \
 leaves out the expiry entry and the table buckets) is given beside it.\n\
 - **tier-2 bits per key**: `MEMORY USAGE` of the generation keys (RedisBloom filter, or bitmap \
 shards, plus the insert counter) x 8 / the generation's capacity (peak rate x horizon, sized \

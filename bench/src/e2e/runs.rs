@@ -28,7 +28,8 @@ use idemgate::store::FilterSizing;
 use idemgate_testkit::counting::StoreTally;
 use idemgate_testkit::servers::Tansu;
 
-pub(crate) const PREFIX: &str = "idemgate:";
+/// The default key prefix, so key lengths are what a deployment pays.
+pub(crate) const PREFIX: &str = "ig:";
 pub(crate) const STREAM: &str = "bank";
 /// Tiered streams: the filter covers a day; tier 1 holds an hour.
 const HORIZON_S: u64 = 86_400;
@@ -190,8 +191,16 @@ pub(crate) fn sizing(dataset: &Dataset) -> (u64, FilterSizing) {
     )
 }
 
-fn config(setup: &Setup, dataset: &Dataset, mode: Mode, group: &str, out: &str) -> String {
-    let brokers = &setup.tansu.brokers;
+/// Where a replica's config points: the broker, the store (the
+/// round-trip proxy) and the batch size.
+struct Endpoints<'a> {
+    brokers: &'a str,
+    store_url: &'a str,
+    batch: usize,
+}
+
+fn config(at: &Endpoints, dataset: &Dataset, mode: Mode, group: &str, out: &str) -> String {
+    let brokers = at.brokers;
     let stream = match mode {
         Mode::Exact => "mode = \"exact\"\nttl = { horizon = \"9h20m\", outage = \"2h\" }\n".to_string(),
         Mode::RedisBloom | Mode::Bitmap => format!(
@@ -228,10 +237,9 @@ inputs = ["{raw}"]
 clean = "{out}.clean"
 audit = "{out}.audit"
 profile = "bank-txn"
-lease = "60s"
 {stream}"#,
-        url = setup.proxy_url,
-        batch = setup.batch,
+        url = at.store_url,
+        batch = at.batch,
         raw = dataset.topic,
     )
 }
@@ -299,7 +307,12 @@ pub(crate) async fn workers(
     let mut conn = super::services::connect(&setup.redis.url).await?;
     let before = memory::reset(&mut conn).await?;
 
-    let config = config(setup, dataset, mode, &group, &out);
+    let endpoints = Endpoints {
+        brokers: &setup.tansu.brokers,
+        store_url: &setup.proxy_url,
+        batch: setup.batch,
+    };
+    let config = config(&endpoints, dataset, mode, &group, &out);
     let mut children = Vec::new();
     for r in 0..replicas {
         let role = Role::Worker {
@@ -432,7 +445,7 @@ pub(crate) async fn workers(
 /// filter false positive turns an event (and its copies) into filter
 /// duplicates instead.
 fn check(mode: Mode, dataset: &Dataset, t: &StoreTally) -> String {
-    let problems = t.conflict + t.finalize_lost + t.store_errors;
+    let problems = t.conflict + t.done_lost + t.store_errors;
     let ok = match mode {
         Mode::Exact => t.won == dataset.events && t.duplicate_filter == 0,
         _ => t.won <= dataset.events && t.won + t.duplicate_filter >= dataset.events,
@@ -441,8 +454,8 @@ fn check(mode: Mode, dataset: &Dataset, t: &StoreTally) -> String {
         "ok".into()
     } else {
         format!(
-            "CHECK: novel {} of {} events, filter dup {}, conflicts {}, lost finalizes {}, store errors {}",
-            t.won, dataset.events, t.duplicate_filter, t.conflict, t.finalize_lost, t.store_errors
+            "CHECK: novel {} of {} events, filter dup {}, conflicts {}, done flags lost {}, store errors {}",
+            t.won, dataset.events, t.duplicate_filter, t.conflict, t.done_lost, t.store_errors
         )
     }
 }
@@ -536,4 +549,38 @@ pub(crate) async fn baseline(setup: &Setup, dataset: &Dataset, records: u64) -> 
         check,
         profile: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::kafka::Loaded;
+    use super::*;
+
+    #[test]
+    fn every_mode_gives_a_config_the_worker_accepts() {
+        let dataset = Dataset {
+            topic: "bench.raw".into(),
+            records: 1000,
+            events: 900,
+            copies: 100,
+            per_rung: vec![100],
+            load_seconds: 1.0,
+            loaded: Loaded {
+                topic: "bench.raw".into(),
+                ends: vec![1000],
+                records: 1000,
+                seconds: 1.0,
+            },
+        };
+        let at = Endpoints {
+            brokers: "127.0.0.1:9092",
+            store_url: "redis://127.0.0.1:6379",
+            batch: 1000,
+        };
+        for mode in [Mode::Exact, Mode::RedisBloom, Mode::Bitmap] {
+            let text = config(&at, &dataset, mode, "group", "bench.out");
+            let parsed = idemgate::config::Config::parse(&text);
+            assert!(parsed.is_ok(), "{mode:?}: {:?}\n{text}", parsed.err());
+        }
+    }
 }

@@ -2,16 +2,20 @@
 //! decision latency, from events the worker already emits: its metrics
 //! (`recorder.rs` sees them) and its store calls (the counting store's observer).
 //!
-//! A replica runs one batch at a time (docs/design.md §1):
+//! Read as if a replica ran one batch at a time:
 //!
 //! ```text
 //! poll ─► batch-size metric ─► fingerprint ─► claim ─► produce, await acks ─► records metric
-//!   ▲                                           ▲   (per record) ─► finalize ─┐
+//!   ▲                                           ▲   (per record) ─► publish ──┐
 //!   └── commits metric ◄── commit ◄─────────────┴─ next round (held records) ◄┘
 //! ```
 //!
 //! so the time between two consecutive events belongs to one phase, told by
-//! the pair of events. A record's *decision latency* runs from its batch's
+//! the pair of events. A claim call is a store round carrying claims (the
+//! publish of earlier batches rides with it, docs/design.md §4.3); a
+//! publish call is a round carrying only a publish. With batches pipelined
+//! (§1) the phases of consecutive batches interleave, and each gap goes to
+//! the phase its two events bound. A record's *decision latency* runs from its batch's
 //! batch-size metric (the poll is done, nothing else has happened to the
 //! batch) to its own records metric, which the worker emits once the output
 //! of the record's round has been acknowledged by the broker.
@@ -48,10 +52,11 @@ pub(crate) struct Phases {
     /// From the end of a claim call to the first acknowledged output of
     /// that round: building and producing the outputs, awaiting the acks.
     pub produce: u64,
-    /// Between the acknowledged outputs of a round and its finalize: the
+    /// Between the acknowledged outputs of a round and its publish: the
     /// per-record metrics and decision logs.
     pub bookkeeping: u64,
-    pub finalize: u64,
+    /// A store round carrying only a publish.
+    pub publish: u64,
     pub commit: u64,
     pub poll: u64,
     /// A round that decided nothing (held behind another batch's claim)
@@ -66,7 +71,7 @@ impl Phases {
         self.claim += o.claim;
         self.produce += o.produce;
         self.bookkeeping += o.bookkeeping;
-        self.finalize += o.finalize;
+        self.publish += o.publish;
         self.commit += o.commit;
         self.poll += o.poll;
         self.wait += o.wait;
@@ -80,7 +85,7 @@ impl Phases {
             ("claim", self.claim),
             ("produce + acks", self.produce),
             ("per-record metrics, logs", self.bookkeeping),
-            ("finalize", self.finalize),
+            ("publish-only round", self.publish),
             ("commit", self.commit),
             ("poll", self.poll),
             ("backoff", self.wait),
@@ -171,7 +176,7 @@ impl State {
                 (ClaimStart, ClaimEnd) => &mut p.claim,
                 (ClaimEnd, Decided) | (ClaimEnd, SettleStart) => &mut p.produce,
                 (Decided, Decided) | (Decided, SettleStart) => &mut p.bookkeeping,
-                (SettleStart, SettleEnd) => &mut p.finalize,
+                (SettleStart, SettleEnd) => &mut p.publish,
                 (ClaimEnd, ClaimStart) => &mut p.wait,
                 (_, Commit) => &mut p.commit,
                 (_, BatchStart(_)) => &mut p.poll,
@@ -220,7 +225,7 @@ mod tests {
         assert_eq!(r.phases.claim, 3_000);
         assert_eq!(r.phases.produce, 10_000);
         assert_eq!(r.phases.bookkeeping, 2_000);
-        assert_eq!(r.phases.finalize, 3_000);
+        assert_eq!(r.phases.publish, 3_000);
         assert_eq!(r.phases.commit, 1_000);
         assert_eq!(r.phases.poll, 9_000);
         assert_eq!((r.batches, r.batch_records, r.decided), (2, 3, 2));

@@ -1,21 +1,93 @@
-//! The claim protocol on Redis: claim, finalize, release, stats.
+//! The claim protocol on Redis: a round's trips, the judgement of what the
+//! claims met, the rare follow-ups, and the operator's figures. What the
+//! commands are is `round.rs`; what the answers mean is `judge.rs`.
+
+use std::collections::HashMap;
 
 use async_trait::async_trait;
-use redis::Value;
+use redis::{RedisResult, Value};
+use tracing::warn;
 
-use super::tier2::counter_key;
-use super::{protocol, unparsable, RedisStore};
-use crate::store::{Claim, ClaimStore, FilterFill, Millis, StoreError, StoreStats};
+use super::round::{self, existing, noscript, values, Answers, Plan};
+use super::tier2::{self, counter_key, BloomWrite, Item};
+use super::{protocol, tier1, unparsable, watermarks, Keyed, RedisStore};
+use crate::store::judge::{judge, Verdict};
+use crate::store::value::ClaimValue;
+use crate::store::{
+    millis, spec, Claim, ClaimOutcome, ClaimStore, FilterFill, Millis, Publish, RoundAnswer,
+    StoreError, StoreStats, StreamId, TopicTag,
+};
+
+/// A re-stamp meets a value changed under it at most this often in one
+/// round before the round fails (and is sent again whole).
+const RESTAMP_ATTEMPTS: usize = 4;
+
+type Watermarks = HashMap<(usize, TopicTag, i32), i64>;
 
 #[async_trait]
 impl ClaimStore for RedisStore {
     async fn round(
         &self,
-        _publish: &crate::store::Publish,
-        _claims: &[Claim],
-        _read: &[crate::store::StreamId],
-    ) -> Result<crate::store::RoundAnswer, StoreError> {
-        Err(StoreError::Unavailable("TEMPORARY: redis round v2 not written yet".into()))
+        publish: &Publish,
+        claims: &[Claim],
+        read: &[StreamId],
+    ) -> Result<RoundAnswer, StoreError> {
+        let plan = Plan::new(
+            &self.prefix,
+            self.filter_backend,
+            &self.streams,
+            publish,
+            claims,
+            read,
+        )?;
+        // On a cluster the inserts' nodes answer in no order with the
+        // rest: they go first, acknowledged before any raise is sent.
+        let (inserts, watch) = if self.conn.is_cluster() && !plan.inserts.is_empty() {
+            self.insert(&plan.inserts).await?;
+            (Vec::new(), Vec::new())
+        } else {
+            self.insert_commands(&plan.inserts)
+        };
+        let (commands, split) = plan.trip(&self.scripts, inserts);
+        let mut answers: Answers = split(self.conn.run(commands).await?);
+        // Standalone: the inserts ran before the raises, in one pipeline.
+        // Items a full generation refused reach its overflow part before
+        // the round answers (a failure fails the round, sent again whole);
+        // only a crash in between would leave them to tier 1 alone, once
+        // per generation, the first time it is found full.
+        self.after_inserts(watch, std::mem::take(&mut answers.inserts))
+            .await?;
+        self.resend_lost_scripts(&plan, &mut answers).await?;
+
+        let mut answer = RoundAnswer {
+            raised: plan
+                .raises
+                .answers(values(answers.raises, "raise")?, publish.raises.len())?,
+            done: plan
+                .done
+                .answers(values(answers.done, "done flag")?, publish.done.len())?,
+            released: plan
+                .releases
+                .answers(values(answers.releases, "release")?, publish.releases.len())?,
+            ..RoundAnswer::default()
+        };
+        for (stream, read) in plan
+            .streams
+            .iter()
+            .zip(values(answers.reads, "watermarks")?)
+        {
+            answer.watermarks.extend(watermarks::parse(*stream, read)?);
+        }
+        let marks: Watermarks = answer
+            .watermarks
+            .iter()
+            .map(|w| ((w.stream.0, w.topic, w.partition), w.below))
+            .collect();
+        let in_filter = tier2::hits(&plan.probe_map, answers.probes, claims.len())?;
+        answer.outcomes = self
+            .judge_claims(claims, answers.claims, &in_filter, &marks)
+            .await?;
+        Ok(answer)
     }
 
     async fn stats(&self, at: Millis) -> Result<StoreStats, StoreError> {
@@ -38,10 +110,10 @@ impl ClaimStore for RedisStore {
         let commands = tiered
             .iter()
             .map(|(spec, plan)| {
-                let key = counter_key(&self.prefix, &spec.name, plan.epoch(at));
+                let key = counter_key(&self.prefix, &spec.key_id, plan.epoch(at));
                 let mut cmd = redis::cmd("GET");
                 cmd.arg(&key);
-                super::Keyed {
+                Keyed {
                     key: key.into_bytes(),
                     cmd,
                 }
@@ -68,3 +140,229 @@ impl ClaimStore for RedisStore {
     }
 }
 
+impl RedisStore {
+    fn insert_commands(&self, items: &[Item<'_>]) -> (Vec<Keyed>, Vec<Option<BloomWrite>>) {
+        // A poisoned lock only loses what was learnt of full generations:
+        // inserts then try the generation first again, which stays correct.
+        let full = self.full.lock().map(|f| f.clone()).unwrap_or_default();
+        round::insert_commands(self.filter_backend, &self.prefix, items, &full)
+    }
+
+    /// Tier-2 inserts as a trip of their own, overflow included.
+    async fn insert(&self, items: &[Item<'_>]) -> Result<(), StoreError> {
+        let (commands, watch) = self.insert_commands(items);
+        let answers = self.conn.run(commands).await?;
+        self.after_inserts(watch, answers).await
+    }
+
+    /// Checks a trip's insert answers; whatever a full RedisBloom
+    /// generation refused goes to its overflow part, and the generation is
+    /// remembered as full (warned about once).
+    async fn after_inserts(
+        &self,
+        watch: Vec<Option<BloomWrite>>,
+        answers: Vec<RedisResult<Value>>,
+    ) -> Result<(), StoreError> {
+        let mut overflow = Vec::new();
+        for (write, answer) in watch.iter().zip(answers) {
+            let Some(write) = write else {
+                tier2::check(answer)?;
+                continue;
+            };
+            let Some(refused) = tier2::refused(write, answer)? else {
+                continue;
+            };
+            self.remember_full(write);
+            overflow.extend(tier2::overflow(write, &refused));
+        }
+        if !overflow.is_empty() {
+            for answer in self.conn.run(overflow).await? {
+                tier2::check(answer)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn remember_full(&self, write: &BloomWrite) {
+        let Ok(mut full) = self.full.lock() else {
+            return;
+        };
+        // Generations long expired are forgotten, so the set stays small.
+        full.retain(|&(stream, epoch)| stream != write.stream || epoch + 16 >= write.epoch);
+        if full.insert((write.stream, write.epoch)) {
+            let stream = self
+                .streams
+                .get(write.stream)
+                .map_or("?", |s| s.name.as_str());
+            warn!(
+                stream,
+                epoch = write.epoch,
+                "filter generation full: inserts go to its overflow part; raise peak_rate"
+            );
+        }
+    }
+
+    /// Scripts the server did not know (`NOSCRIPT`: a restart, a failover,
+    /// `SCRIPT FLUSH`) are sent again as `EVAL`, and the watermarks read
+    /// again after them, so that claims are judged after the raises.
+    async fn resend_lost_scripts(
+        &self,
+        plan: &Plan<'_>,
+        answers: &mut Answers,
+    ) -> Result<(), StoreError> {
+        let lost = [
+            noscript(&answers.raises),
+            noscript(&answers.done),
+            noscript(&answers.releases),
+        ];
+        if lost.iter().all(Vec::is_empty) {
+            return Ok(());
+        }
+        let scripts = &self.scripts;
+        let mut commands: Vec<Keyed> = Vec::new();
+        commands.extend(
+            lost[0]
+                .iter()
+                .filter_map(|&g| plan.raises.invocation(&scripts.raise, g, false)),
+        );
+        commands.extend(
+            lost[1]
+                .iter()
+                .filter_map(|&g| plan.done.invocation(&scripts.done, g, false)),
+        );
+        commands.extend(
+            lost[2]
+                .iter()
+                .filter_map(|&g| plan.releases.invocation(&scripts.release, g, false)),
+        );
+        commands.extend(plan.reads());
+        let mut again = self.conn.run(commands).await?.into_iter();
+        for (part, failed) in [
+            &mut answers.raises,
+            &mut answers.done,
+            &mut answers.releases,
+        ]
+        .into_iter()
+        .zip(&lost)
+        {
+            for &g in failed {
+                if let (Some(slot), Some(answer)) = (part.get_mut(g), again.next()) {
+                    *slot = answer;
+                }
+            }
+        }
+        answers.reads = again.collect();
+        Ok(())
+    }
+
+    /// Judges every claim's answer against the watermarks just read; the
+    /// records that met their own claim from an earlier owner re-stamp it.
+    async fn judge_claims(
+        &self,
+        claims: &[Claim],
+        answers: Vec<RedisResult<Value>>,
+        in_filter: &[bool],
+        marks: &Watermarks,
+    ) -> Result<Vec<ClaimOutcome>, StoreError> {
+        if answers.len() != claims.len() {
+            return Err(StoreError::Protocol("claims answered short".into()));
+        }
+        let mut outcomes = Vec::with_capacity(claims.len());
+        let mut restamps = Vec::new();
+        for (index, (claim, answer)) in claims.iter().zip(answers).enumerate() {
+            let value = existing(answer)?;
+            let hit = in_filter.get(index).copied().unwrap_or(false);
+            match verdict(claim, value.as_ref(), marks, hit) {
+                Verdict::Decided(outcome) => outcomes.push(outcome),
+                Verdict::Restamp => {
+                    // Placeholder until the re-stamp answers.
+                    outcomes.push(ClaimOutcome::Won { fresh: false });
+                    restamps.extend(value.map(|v| (index, v)));
+                }
+            }
+        }
+        for _ in 0..RESTAMP_ATTEMPTS {
+            if restamps.is_empty() {
+                return Ok(outcomes);
+            }
+            let changed = self.restamp(claims, &restamps).await?;
+            let mut again = Vec::new();
+            for (index, now) in changed {
+                let claim = &claims[index];
+                let hit = in_filter.get(index).copied().unwrap_or(false);
+                match verdict(claim, Some(&now), marks, hit) {
+                    Verdict::Decided(outcome) => outcomes[index] = outcome,
+                    Verdict::Restamp => again.push((index, now)),
+                }
+            }
+            restamps = again;
+        }
+        if restamps.is_empty() {
+            Ok(outcomes)
+        } else {
+            Err(StoreError::Protocol(
+                "a claim kept changing under its re-stamp".into(),
+            ))
+        }
+    }
+
+    /// Compare and set of token and claim time over exactly the value
+    /// judged (the key keeps its expiry). Returns the claims whose value
+    /// had changed, with the value now there.
+    async fn restamp(
+        &self,
+        claims: &[Claim],
+        restamps: &[(usize, ClaimValue)],
+    ) -> Result<Vec<(usize, ClaimValue)>, StoreError> {
+        let mut prepared = Vec::with_capacity(restamps.len());
+        for (index, old) in restamps {
+            let claim = &claims[*index];
+            let spec = spec(&self.streams, claim.stream)?;
+            let new = ClaimValue {
+                token: claim.token,
+                claimed_at: claim.at,
+                ..*old
+            };
+            prepared.push((
+                tier1::key(&self.prefix, &spec.key_id, &claim.hash),
+                vec![
+                    old.encode()?.to_vec(),
+                    new.encode()?.to_vec(),
+                    millis(spec.tier1_ttl).max(1).to_string().into_bytes(),
+                ],
+            ));
+        }
+        let answers = self
+            .run_scripts(prepared.len(), |i, cached| {
+                let (key, args) = &prepared[i];
+                self.scripts
+                    .restamp
+                    .invoke(cached, std::slice::from_ref(key), args)
+            })
+            .await?;
+        let mut changed = Vec::new();
+        for ((index, _), answer) in restamps.iter().zip(answers) {
+            match answer {
+                Value::Int(1) => {}
+                Value::BulkString(bytes) => changed.push((*index, ClaimValue::decode(&bytes)?)),
+                other => return Err(StoreError::Protocol(format!("re-stamp answered {other:?}"))),
+            }
+        }
+        Ok(changed)
+    }
+}
+
+/// The pure judgement with the round's watermarks: the record's own
+/// partition's, and the existing holder's.
+fn verdict(
+    claim: &Claim,
+    existing: Option<&ClaimValue>,
+    marks: &Watermarks,
+    in_filter: bool,
+) -> Verdict {
+    let below =
+        |topic: TopicTag, partition: i32| marks.get(&(claim.stream.0, topic, partition)).copied();
+    let own = below(claim.holder.topic, claim.holder.partition);
+    let holder = existing.and_then(|v| below(v.holder.topic, v.holder.partition));
+    judge(claim, existing, own, holder, in_filter)
+}

@@ -106,6 +106,7 @@ pub(crate) fn redact(url: &str) -> String {
 }
 
 /// A command and the key it routes by.
+#[derive(Clone)]
 pub(crate) struct Keyed {
     pub(crate) key: Vec<u8>,
     pub(crate) cmd: Cmd,
@@ -215,6 +216,12 @@ impl Conn {
                 Ok(Conn::Cluster(connection, options.clone()))
             }
         }
+    }
+
+    /// On a cluster a trip goes out as one pipeline per slot, in parallel:
+    /// commands on different slots have no order among them.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Conn::Cluster(..))
     }
 
     /// Runs every command, one round trip for the whole batch. Server-side

@@ -1,16 +1,37 @@
 //! The Redis store, standalone or cluster (docs/design.md §4-§6).
 //!
-//! A claim batch is one pipelined round trip carrying both tiers: `SET NX PX
-//! GET` for every hash and the filter probes of the tiered ones. Two rare
-//! follow-ups exist: taking over values that lapsed on the caller's clock
-//! but not yet on the server's, and releasing a fresh claim whose hash the
-//! filter already knows. Finalize is one round trip for tier 1 and one for
-//! tier 2; release is one.
+//! A round is one pipelined round trip carrying everything, in the order
+//! the contract fixes: tier-2 inserts, watermark raises, done flags and
+//! releases (compare-and-set scripts), the watermark read (`HGETALL` per
+//! stream), then every claim (`SET NX PX GET`) with the tier-2 probes of
+//! the tiered streams. One connection executes a pipeline in order, so on
+//! standalone Redis that is exactly the contract's order.
+//!
+//! A cluster splits the trip by slot and sends the parts in parallel, so
+//! commands on different slots have no order. Every dependency but one is
+//! within one key, hence one slot (a raise and the read of the same
+//! watermark hash; a done flag, a release and a claim of the same tier-1
+//! key): there the slot's pipeline keeps the order. The exception is tier 2,
+//! whose keys live apart: a round with inserts sends them first, alone, so
+//! that a raised watermark never covers a hash tier 2 lacks. Steady state
+//! is one round trip per round (per node), two on a cluster round with
+//! inserts.
+//!
+//! Rare follow-ups: scripts the server lost (`NOSCRIPT`) are sent again as
+//! `EVAL` with the watermark read after them; a full RedisBloom generation's
+//! refused items go to its overflow part before the round answers; a
+//! record that met its own claim from an earlier owner re-stamps it by
+//! compare and set. Nothing is ever taken over and no claim has a lease:
+//! claims are settled by the watermarks and done flags alone.
 
 mod claims;
 mod conn;
+mod round;
 mod tier1;
 mod tier2;
+mod watermarks;
+
+use std::sync::Mutex;
 
 use redis::Value;
 use tracing::warn;
@@ -18,10 +39,11 @@ use tracing::warn;
 pub(crate) use conn::redact;
 pub use conn::{Auth, RedisTarget, TlsFiles};
 use conn::{Conn, Keyed};
+use tier1::Scripts;
 pub use tier2::FilterBackend;
-use tier2::Item;
+use tier2::Full;
 
-use super::{spec, Millis, StoreError, StreamSpec};
+use super::{spec, StoreError, StreamSpec};
 
 /// How to reach the store and what to accept of it.
 #[derive(Clone, Debug)]
@@ -67,6 +89,10 @@ pub struct RedisStore {
     streams: Vec<StreamSpec>,
     prefix: String,
     filter_backend: FilterBackend,
+    scripts: Scripts,
+    /// RedisBloom generations this replica saw refuse an item: their
+    /// inserts go straight to the overflow part (docs/design.md §5).
+    full: Mutex<Full>,
 }
 
 const NOSCRIPT: &str = "NOSCRIPT";
@@ -101,6 +127,8 @@ impl RedisStore {
             streams,
             prefix: options.key_prefix.clone(),
             filter_backend,
+            scripts: Scripts::new(),
+            full: Mutex::new(Full::new()),
         })
     }
 
@@ -126,7 +154,7 @@ impl RedisStore {
     ) -> Result<Vec<u8>, StoreError> {
         Ok(tier1::key(
             &self.prefix,
-            &spec(&self.streams, stream)?.name,
+            &spec(&self.streams, stream)?.key_id,
             hash,
         ))
     }
@@ -167,34 +195,6 @@ impl RedisStore {
             .map(|v| v.ok_or_else(|| StoreError::Protocol("script without an answer".into())))
             .collect()
     }
-
-    fn filter_items<'a>(
-        &'a self,
-        batch: impl Iterator<
-            Item = (
-                usize,
-                &'a super::StreamId,
-                &'a crate::fingerprint::SourceHash,
-                Millis,
-            ),
-        >,
-    ) -> Result<Vec<Item<'a>>, StoreError> {
-        let mut items = Vec::new();
-        for (index, stream, hash, at) in batch {
-            let spec = spec(&self.streams, *stream)?;
-            if let Some(plan) = &spec.filter {
-                items.push(Item {
-                    index,
-                    stream: &spec.name,
-                    plan,
-                    hash,
-                    at,
-                });
-            }
-        }
-        Ok(items)
-    }
-
 }
 
 /// Only `noeviction` keeps claims for their TTL. A server that will not say

@@ -1,17 +1,24 @@
 //! Tier 2 on Redis: rotating Bloom generations, on RedisBloom where the
-//! server has it, on plain bitmaps anywhere.
+//! server has it, on plain bitmaps anywhere (docs/design.md §5).
 //!
-//! Keys, per stream and epoch (see `generations.rs` for the epoch rules):
-//! - RedisBloom: `<prefix><stream>:f:<epoch>`, created by `BF.INSERT ...
-//!   NONSCALING` with the planned capacity and error rate;
-//! - bitmaps: `<prefix><stream>:b:<epoch>:<shard>`, one `BITFIELD` per shard
-//!   per batch (`SET u1` answers the old bits, `BITFIELD_RO GET u1` probes);
-//! - inserts counted in `<prefix><stream>:n:<epoch>`, read against capacity.
+//! Keys, per stream (its key id) and epoch (see `generations.rs` for the
+//! epoch rules):
+//! - RedisBloom: `<prefix><key_id>:f:<epoch>`, created by `BF.INSERT ...
+//!   NONSCALING` with the planned capacity and error rate. A full
+//!   generation refuses new items (`non scaling filter is full`); those go
+//!   to its overflow part `<prefix><key_id>:f:<epoch>:x`, a scaling filter
+//!   with the same expiry, which every probe checks too (`BF.MEXISTS` on a
+//!   missing key answers zeros). An insert is never dropped.
+//! - bitmaps: `<prefix><key_id>:b:<epoch>:<shard>`, one `BITFIELD` per shard
+//!   per round (`SET u1`), `BITFIELD_RO GET u1` to probe. A bitmap never
+//!   refuses an insert: past capacity it only answers more false
+//!   positives, which the insert counter against capacity shows.
+//! - inserts counted in `<prefix><key_id>:n:<epoch>`, read against capacity.
 //!
-//! Every generation key gets its expiry (`PEXPIRE ... NX`) in the same
-//! pipeline that creates it.
+//! Every generation key gets its expiry (`PEXPIRE ... NX`: the first writer
+//! fixes it) in the same pipeline that creates it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use redis::{RedisResult, Value};
 
@@ -26,74 +33,93 @@ pub enum FilterBackend {
     Bitmap,
 }
 
-/// One hash to probe or insert, with where it came from in the batch.
+/// One hash to probe or insert, with where it came from in the round.
 pub(crate) struct Item<'a> {
     pub(crate) index: usize,
-    pub(crate) stream: &'a str,
+    /// The stream's index, for the memory of full generations.
+    pub(crate) stream: usize,
+    pub(crate) key_id: &'a str,
     pub(crate) plan: &'a GenerationPlan,
     pub(crate) hash: &'a SourceHash,
     pub(crate) at: Millis,
 }
 
-/// Maps each probe command's answers back to batch indices: for every
-/// command, the batch index of each item and how many answers it owns.
+/// A RedisBloom generation known to be full, by (stream index, epoch):
+/// its inserts go straight to the overflow part.
+pub(crate) type Full = HashSet<(usize, i64)>;
+
+/// Maps each probe command's answers back to round indices: for every
+/// command, the index of each item and how many answers it owns.
 pub(crate) struct ProbeMap {
     per_command: Vec<Vec<(usize, usize)>>,
 }
 
-fn generation_key(prefix: &str, stream: &str, kind: &str, epoch: i64) -> String {
-    format!("{prefix}{stream}:{kind}:{epoch}")
+fn generation_key(prefix: &str, key_id: &str, kind: &str, epoch: i64) -> String {
+    format!("{prefix}{key_id}:{kind}:{epoch}")
 }
 
-pub(crate) fn counter_key(prefix: &str, stream: &str, epoch: i64) -> String {
-    generation_key(prefix, stream, "n", epoch)
+pub(crate) fn counter_key(prefix: &str, key_id: &str, epoch: i64) -> String {
+    generation_key(prefix, key_id, "n", epoch)
 }
 
-/// Key of a generation (and shard) a hash belongs to, with its bit offsets
-/// for bitmaps.
-fn locate(backend: FilterBackend, prefix: &str, item: &Item<'_>, epoch: i64) -> (String, Vec<u64>) {
-    match backend {
-        FilterBackend::RedisBloom => (generation_key(prefix, item.stream, "f", epoch), Vec::new()),
-        FilterBackend::Bitmap => {
-            let (shard, bits) = item.plan.bit_positions(item.hash);
-            let key = format!(
-                "{}:{shard}",
-                generation_key(prefix, item.stream, "b", epoch)
-            );
-            (key, bits)
-        }
-    }
+fn overflow_key(prefix: &str, key_id: &str, epoch: i64) -> String {
+    format!("{}:x", generation_key(prefix, key_id, "f", epoch))
 }
 
-/// Commands that check every live generation for every item.
+/// The bitmap shard key of a hash with its bit offsets.
+fn bitmap_shard(prefix: &str, item: &Item<'_>, epoch: i64) -> (String, Vec<u64>) {
+    let (shard, bits) = item.plan.bit_positions(item.hash);
+    let key = format!(
+        "{}:{shard}",
+        generation_key(prefix, item.key_id, "b", epoch)
+    );
+    (key, bits)
+}
+
+/// Commands that check every live generation (with its overflow part on
+/// RedisBloom) for every item.
 pub(crate) fn probes(
     backend: FilterBackend,
     prefix: &str,
     items: &[Item<'_>],
 ) -> (Vec<Keyed>, ProbeMap) {
     let mut groups: BTreeMap<String, (Vec<(usize, usize)>, redis::Cmd)> = BTreeMap::new();
+    let mut add = |key: String, index: usize, args: &dyn Fn(&mut redis::Cmd) -> usize| {
+        let (owners, cmd) = groups.entry(key.clone()).or_insert_with(|| {
+            let mut cmd = redis::cmd(match backend {
+                FilterBackend::RedisBloom => "BF.MEXISTS",
+                FilterBackend::Bitmap => "BITFIELD_RO",
+            });
+            cmd.arg(&key);
+            (Vec::new(), cmd)
+        });
+        let count = args(cmd);
+        owners.push((index, count));
+    };
     for item in items {
         for epoch in item.plan.read_epochs(item.at) {
-            let (key, bits) = locate(backend, prefix, item, epoch);
-            let (owners, cmd) = groups.entry(key.clone()).or_insert_with(|| {
-                let cmd = match backend {
-                    FilterBackend::RedisBloom => redis::cmd("BF.MEXISTS"),
-                    FilterBackend::Bitmap => redis::cmd("BITFIELD_RO"),
-                };
-                let mut cmd = cmd;
-                cmd.arg(&key);
-                (Vec::new(), cmd)
-            });
             match backend {
                 FilterBackend::RedisBloom => {
-                    cmd.arg(&item.hash.0[..]);
-                    owners.push((item.index, 1));
+                    let hash = &item.hash.0[..];
+                    let one = |cmd: &mut redis::Cmd| {
+                        cmd.arg(hash);
+                        1
+                    };
+                    add(
+                        generation_key(prefix, item.key_id, "f", epoch),
+                        item.index,
+                        &one,
+                    );
+                    add(overflow_key(prefix, item.key_id, epoch), item.index, &one);
                 }
                 FilterBackend::Bitmap => {
-                    for bit in &bits {
-                        cmd.arg("GET").arg("u1").arg(*bit);
-                    }
-                    owners.push((item.index, bits.len()));
+                    let (key, bits) = bitmap_shard(prefix, item, epoch);
+                    add(key, item.index, &|cmd: &mut redis::Cmd| {
+                        for bit in &bits {
+                            cmd.arg("GET").arg("u1").arg(*bit);
+                        }
+                        bits.len()
+                    });
                 }
             }
         }
@@ -110,14 +136,14 @@ pub(crate) fn probes(
     (commands, ProbeMap { per_command })
 }
 
-/// Folds probe answers into one flag per batch index: true where some live
+/// Folds probe answers into one flag per round index: true where some live
 /// generation holds every bit of the hash (or RedisBloom says it exists).
 pub(crate) fn hits(
     map: &ProbeMap,
     answers: Vec<RedisResult<Value>>,
-    batch_len: usize,
+    total: usize,
 ) -> Result<Vec<bool>, StoreError> {
-    let mut hit = vec![false; batch_len];
+    let mut hit = vec![false; total];
     for (owners, answer) in map.per_command.iter().zip(answers) {
         let flags: Vec<i64> = match answer {
             Ok(Value::Array(values)) => values
@@ -149,70 +175,212 @@ pub(crate) fn hits(
     Ok(hit)
 }
 
+/// A `BF.INSERT` into a non-scaling generation, kept so that the items it
+/// carried can go to the overflow part if the generation answers full.
+pub(crate) struct BloomWrite {
+    pub(crate) stream: usize,
+    pub(crate) epoch: i64,
+    overflow: String,
+    capacity: u64,
+    fp_rate: f64,
+    ttl_ms: i64,
+    hashes: Vec<SourceHash>,
+}
+
 /// Commands that add every item to the generations it is written to, set
-/// each new generation's expiry, and count the inserts.
-pub(crate) fn inserts(backend: FilterBackend, prefix: &str, items: &[Item<'_>]) -> Vec<Keyed> {
-    // key -> (command, expiry in ms from the first writer's clock)
-    let mut filters: BTreeMap<String, (redis::Cmd, i64)> = BTreeMap::new();
+/// each new key's expiry, and count the inserts; beside each command, the
+/// RedisBloom write to watch for a full generation.
+pub(crate) fn inserts(
+    backend: FilterBackend,
+    prefix: &str,
+    items: &[Item<'_>],
+    full: &Full,
+) -> Vec<(Keyed, Option<BloomWrite>)> {
+    // key -> (command, expiry in ms from the first writer's clock, watch)
+    let mut filters: BTreeMap<String, (redis::Cmd, i64, Option<BloomWrite>)> = BTreeMap::new();
     let mut counters: BTreeMap<String, (i64, i64)> = BTreeMap::new();
     for item in items {
         for epoch in item.plan.write_epochs(item.at) {
             let ttl = (item.plan.expires_at(epoch) - item.at).max(1);
-            let (key, bits) = locate(backend, prefix, item, epoch);
-            let (cmd, _) = filters.entry(key.clone()).or_insert_with(|| {
-                let mut cmd;
-                match backend {
-                    FilterBackend::RedisBloom => {
-                        cmd = redis::cmd("BF.INSERT");
-                        cmd.arg(&key)
-                            .arg("CAPACITY")
-                            .arg(item.plan.sizing.capacity)
-                            .arg("ERROR")
-                            .arg(item.plan.sizing.fp_rate)
-                            .arg("NONSCALING")
-                            .arg("ITEMS");
-                    }
-                    FilterBackend::Bitmap => {
-                        cmd = redis::cmd("BITFIELD");
-                        cmd.arg(&key);
-                    }
-                }
-                (cmd, ttl)
-            });
+            let sizing = &item.plan.sizing;
             match backend {
-                FilterBackend::RedisBloom => {
+                FilterBackend::RedisBloom if full.contains(&(item.stream, epoch)) => {
+                    let key = overflow_key(prefix, item.key_id, epoch);
+                    let (cmd, _, _) = filters.entry(key.clone()).or_insert_with(|| {
+                        (
+                            overflow_insert(&key, sizing.capacity, sizing.fp_rate),
+                            ttl,
+                            None,
+                        )
+                    });
                     cmd.arg(&item.hash.0[..]);
                 }
+                FilterBackend::RedisBloom => {
+                    let key = generation_key(prefix, item.key_id, "f", epoch);
+                    let (cmd, _, watch) = filters.entry(key.clone()).or_insert_with(|| {
+                        let mut cmd = redis::cmd("BF.INSERT");
+                        cmd.arg(&key)
+                            .arg("CAPACITY")
+                            .arg(sizing.capacity)
+                            .arg("ERROR")
+                            .arg(sizing.fp_rate)
+                            .arg("NONSCALING")
+                            .arg("ITEMS");
+                        let watch = BloomWrite {
+                            stream: item.stream,
+                            epoch,
+                            overflow: overflow_key(prefix, item.key_id, epoch),
+                            capacity: sizing.capacity,
+                            fp_rate: sizing.fp_rate,
+                            ttl_ms: ttl,
+                            hashes: Vec::new(),
+                        };
+                        (cmd, ttl, Some(watch))
+                    });
+                    cmd.arg(&item.hash.0[..]);
+                    if let Some(watch) = watch {
+                        watch.hashes.push(*item.hash);
+                    }
+                }
                 FilterBackend::Bitmap => {
+                    let (key, bits) = bitmap_shard(prefix, item, epoch);
+                    let (cmd, _, _) = filters.entry(key.clone()).or_insert_with(|| {
+                        let mut cmd = redis::cmd("BITFIELD");
+                        cmd.arg(&key);
+                        (cmd, ttl, None)
+                    });
                     for bit in bits {
                         cmd.arg("SET").arg("u1").arg(bit).arg(1);
                     }
                 }
             }
             let counter = counters
-                .entry(counter_key(prefix, item.stream, epoch))
+                .entry(counter_key(prefix, item.key_id, epoch))
                 .or_insert((0, ttl));
             counter.0 += 1;
         }
     }
     let mut commands = Vec::new();
-    for (key, (cmd, ttl)) in filters {
-        commands.push(Keyed {
-            key: key.clone().into_bytes(),
-            cmd,
-        });
-        commands.push(expire_once(key, ttl));
+    for (key, (cmd, ttl, watch)) in filters {
+        commands.push((
+            Keyed {
+                key: key.clone().into_bytes(),
+                cmd,
+            },
+            watch,
+        ));
+        commands.push((expire_once(key, ttl), None));
     }
     for (key, (count, ttl)) in counters {
         let mut cmd = redis::cmd("INCRBY");
         cmd.arg(&key).arg(count);
-        commands.push(Keyed {
-            key: key.clone().into_bytes(),
-            cmd,
-        });
-        commands.push(expire_once(key, ttl));
+        commands.push((
+            Keyed {
+                key: key.clone().into_bytes(),
+                cmd,
+            },
+            None,
+        ));
+        commands.push((expire_once(key, ttl), None));
     }
     commands
+}
+
+/// `BF.INSERT` into an overflow part: scaling, so it never refuses an
+/// item, and sized at a tenth of the generation (it only exists past an
+/// under-sized plan, which the fill alarm has flagged already; it grows
+/// from there).
+fn overflow_insert(key: &str, capacity: u64, fp_rate: f64) -> redis::Cmd {
+    let mut cmd = redis::cmd("BF.INSERT");
+    cmd.arg(key)
+        .arg("CAPACITY")
+        .arg(capacity.div_ceil(10).max(100))
+        .arg("ERROR")
+        .arg(fp_rate)
+        .arg("ITEMS");
+    cmd
+}
+
+const FULL: &str = "non scaling filter is full";
+
+/// Which of a `BF.INSERT`'s items a full generation refused: `None` where
+/// it took them all. RedisBloom stops at the first refused item and
+/// answers no further, so every item from the first refusal on counts as
+/// refused, and all of them where the whole command was refused. Any
+/// other error fails the round (it is sent again whole).
+pub(crate) fn refused(
+    write: &BloomWrite,
+    answer: RedisResult<Value>,
+) -> Result<Option<Vec<SourceHash>>, StoreError> {
+    let is_full = |e: &redis::ServerError| e.details().is_some_and(|d| d.contains(FULL));
+    let values = match answer {
+        Ok(Value::Array(values)) => values,
+        Ok(Value::ServerError(e)) if is_full(&e) => return Ok(Some(write.hashes.clone())),
+        Err(e) if e.detail().is_some_and(|d| d.contains(FULL)) => {
+            return Ok(Some(write.hashes.clone()))
+        }
+        Ok(Value::ServerError(e)) => {
+            return Err(StoreError::Protocol(format!("filter insert: {e:?}")))
+        }
+        Ok(other) => {
+            return Err(StoreError::Protocol(format!(
+                "filter insert gave {other:?}"
+            )))
+        }
+        Err(e) => return Err(StoreError::Protocol(format!("filter insert: {e}"))),
+    };
+    for (taken, value) in values.iter().enumerate() {
+        match value {
+            Value::ServerError(e) if is_full(e) => {
+                return Ok(Some(write.hashes[taken.min(write.hashes.len())..].to_vec()))
+            }
+            Value::ServerError(e) => {
+                return Err(StoreError::Protocol(format!("filter insert: {e:?}")))
+            }
+            _ => {}
+        }
+    }
+    // Answers short of the items without an error are no answer at all.
+    if values.len() < write.hashes.len() {
+        return Err(StoreError::Protocol(format!(
+            "filter insert of {} items answered {}",
+            write.hashes.len(),
+            values.len()
+        )));
+    }
+    Ok(None)
+}
+
+/// The overflow insert of what a full generation refused, with its expiry.
+pub(crate) fn overflow(write: &BloomWrite, hashes: &[SourceHash]) -> Vec<Keyed> {
+    let mut cmd = overflow_insert(&write.overflow, write.capacity, write.fp_rate);
+    for hash in hashes {
+        cmd.arg(&hash.0[..]);
+    }
+    vec![
+        Keyed {
+            key: write.overflow.clone().into_bytes(),
+            cmd,
+        },
+        expire_once(write.overflow.clone(), write.ttl_ms),
+    ]
+}
+
+/// Any error answer of a tier-2 write (a counter, an expiry, a bitmap, an
+/// overflow part) fails the round: a hash tier 2 lacks must never be
+/// covered by a watermark.
+pub(crate) fn check(answer: RedisResult<Value>) -> Result<(), StoreError> {
+    match answer {
+        Ok(Value::ServerError(e)) => Err(StoreError::Protocol(format!("filter insert: {e:?}"))),
+        Ok(Value::Array(values)) => {
+            match values.iter().find(|v| matches!(v, Value::ServerError(_))) {
+                Some(e) => Err(StoreError::Protocol(format!("filter insert: {e:?}"))),
+                None => Ok(()),
+            }
+        }
+        Ok(_) => Ok(()),
+        Err(e) => Err(StoreError::Protocol(format!("filter insert: {e}"))),
+    }
 }
 
 fn expire_once(key: String, ttl_ms: i64) -> Keyed {
@@ -221,5 +389,62 @@ fn expire_once(key: String, ttl_ms: i64) -> Keyed {
     Keyed {
         key: key.into_bytes(),
         cmd,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(n: u8) -> BloomWrite {
+        BloomWrite {
+            stream: 0,
+            epoch: 7,
+            overflow: "p:sm:f:7:x".into(),
+            capacity: 100,
+            fp_rate: 1e-3,
+            ttl_ms: 1000,
+            hashes: (0..n).map(|i| SourceHash([i; 32])).collect(),
+        }
+    }
+
+    /// What RedisBloom answers for an item a full generation refused.
+    fn full() -> Value {
+        redis::parse_redis_value(b"-ERR non scaling filter is full\r\n").unwrap()
+    }
+
+    #[test]
+    fn every_item_from_the_first_refusal_on_goes_to_the_overflow() {
+        // RedisBloom answers up to its first refusal and stops there.
+        let answer = Ok(Value::Array(vec![Value::Int(1), full()]));
+        let refused = refused(&write(4), answer).unwrap().unwrap();
+        assert_eq!(
+            refused,
+            vec![
+                SourceHash([1; 32]),
+                SourceHash([2; 32]),
+                SourceHash([3; 32])
+            ]
+        );
+        let taken = Ok(Value::Array(vec![Value::Int(1), Value::Int(0)]));
+        assert_eq!(refused_of(taken, 2), None);
+        let short = Ok(Value::Array(vec![Value::Int(1)]));
+        assert!(super::refused(&write(2), short).is_err());
+    }
+
+    fn refused_of(answer: RedisResult<Value>, n: u8) -> Option<Vec<SourceHash>> {
+        refused(&write(n), answer).unwrap()
+    }
+
+    #[test]
+    fn the_overflow_part_is_scaling_and_expires_with_its_generation() {
+        let commands = overflow(&write(2), &[SourceHash([5; 32])]);
+        let packed = String::from_utf8_lossy(&commands[0].cmd.get_packed_command()).to_string();
+        assert!(
+            packed.contains("p:sm:f:7:x") && !packed.contains("NONSCALING"),
+            "{packed}"
+        );
+        let expiry = String::from_utf8_lossy(&commands[1].cmd.get_packed_command()).to_string();
+        assert!(expiry.contains("PEXPIRE") && expiry.contains("1000") && expiry.contains("NX"));
     }
 }

@@ -38,7 +38,7 @@ async fn claims_go_through_rediss_with_a_private_ca_and_a_client_certificate() {
         .claim(&[claim(EXACT, hash(&salt, 1), 10, T0)])
         .await
         .unwrap();
-    assert!(matches!(first[0], ClaimOutcome::Won), "{first:?}");
+    assert_eq!(first[0], ClaimOutcome::Won { fresh: true });
     let copy = store
         .claim(&[claim(EXACT, hash(&salt, 1), 11, T0)])
         .await
@@ -89,7 +89,7 @@ async fn a_managed_redis_that_refuses_config_starts_with_a_warning() {
         .claim(&[claim(EXACT, hash(&unique("managed"), 1), 1, T0)])
         .await
         .unwrap();
-    assert!(matches!(won[0], ClaimOutcome::Won), "{won:?}");
+    assert_eq!(won[0], ClaimOutcome::Won { fresh: true });
 }
 
 #[tokio::test]

@@ -1,0 +1,239 @@
+//! One round on Redis as plain data: the commands it sends, in the order
+//! the contract fixes (tier-2 inserts; raises, done flags, releases; the
+//! watermark read; claims with their tier-2 probes), and how their answers
+//! come apart again. No I/O here: `claims.rs` sends what this builds.
+
+use redis::{RedisResult, Value};
+
+use super::conn::Keyed;
+use super::tier1::{self, Scripts, TagGroups};
+use super::tier2::{self, BloomWrite, FilterBackend, Full, Item, ProbeMap};
+use super::watermarks::{self, RaiseGroups};
+use crate::store::value::{encode_owner, ClaimValue};
+use crate::store::{millis, spec, Claim, Held, Publish, StoreError, StreamId, StreamSpec};
+
+/// Everything a round sends, built once; the inserts are turned into
+/// commands at send time, against what is known of full generations then.
+pub(crate) struct Plan<'a> {
+    pub(crate) inserts: Vec<Item<'a>>,
+    pub(crate) raises: RaiseGroups,
+    pub(crate) done: TagGroups,
+    pub(crate) releases: TagGroups,
+    /// Streams whose watermarks are read: those asked for and those of the
+    /// claims, each once, in stream order.
+    pub(crate) streams: Vec<StreamId>,
+    reads: Vec<Keyed>,
+    pub(crate) claims: Vec<Keyed>,
+    probes: Vec<Keyed>,
+    pub(crate) probe_map: ProbeMap,
+}
+
+/// How many answers each part of the trip owns, in trip order.
+struct Layout {
+    inserts: usize,
+    raises: usize,
+    done: usize,
+    releases: usize,
+    reads: usize,
+    claims: usize,
+}
+
+/// A trip's answers, part by part.
+pub(crate) struct Answers {
+    pub(crate) inserts: Vec<RedisResult<Value>>,
+    pub(crate) raises: Vec<RedisResult<Value>>,
+    pub(crate) done: Vec<RedisResult<Value>>,
+    pub(crate) releases: Vec<RedisResult<Value>>,
+    pub(crate) reads: Vec<RedisResult<Value>>,
+    pub(crate) claims: Vec<RedisResult<Value>>,
+    pub(crate) probes: Vec<RedisResult<Value>>,
+}
+
+impl<'a> Plan<'a> {
+    pub(crate) fn new(
+        prefix: &str,
+        backend: FilterBackend,
+        streams: &'a [StreamSpec],
+        publish: &'a Publish,
+        claims: &'a [Claim],
+        read: &[StreamId],
+    ) -> Result<Plan<'a>, StoreError> {
+        let mut inserts = Vec::new();
+        for (index, insert) in publish.inserts.iter().enumerate() {
+            let spec = spec(streams, insert.stream)?;
+            if let Some(plan) = &spec.filter {
+                inserts.push(Item {
+                    index,
+                    stream: insert.stream.0,
+                    key_id: &spec.key_id,
+                    plan,
+                    hash: &insert.hash,
+                    at: insert.at,
+                });
+            }
+        }
+        let raises = RaiseGroups::new(prefix, &publish.raises, |id| spec(streams, id))?;
+        let done = cas_groups(prefix, streams, &publish.done)?;
+        let releases = cas_groups(prefix, streams, &publish.releases)?;
+
+        let mut ids: Vec<StreamId> = read
+            .iter()
+            .chain(claims.iter().map(|c| &c.stream))
+            .copied()
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let reads = ids
+            .iter()
+            .map(|id| Ok(watermarks::read(prefix, spec(streams, *id)?)))
+            .collect::<Result<_, StoreError>>()?;
+
+        let mut sets = Vec::with_capacity(claims.len());
+        let mut probed = Vec::new();
+        for (index, claim) in claims.iter().enumerate() {
+            let spec = spec(streams, claim.stream)?;
+            let key = tier1::key(prefix, &spec.key_id, &claim.hash);
+            let value = ClaimValue::pending(claim.holder, claim.token, claim.digest, claim.at);
+            sets.push(tier1::claim(key, &value, millis(spec.tier1_ttl))?);
+            if let Some(plan) = &spec.filter {
+                probed.push(Item {
+                    index,
+                    stream: claim.stream.0,
+                    key_id: &spec.key_id,
+                    plan,
+                    hash: &claim.hash,
+                    at: claim.at,
+                });
+            }
+        }
+        let (probes, probe_map) = tier2::probes(backend, prefix, &probed);
+        Ok(Plan {
+            inserts,
+            raises,
+            done,
+            releases,
+            streams: ids,
+            reads,
+            claims: sets,
+            probes,
+            probe_map,
+        })
+    }
+
+    /// The round's commands in contract order; `inserts` are those of this
+    /// trip (none where they went ahead on their own).
+    pub(crate) fn trip(
+        &self,
+        scripts: &Scripts,
+        inserts: Vec<Keyed>,
+    ) -> (Vec<Keyed>, impl FnOnce(Vec<RedisResult<Value>>) -> Answers) {
+        let layout = Layout {
+            inserts: inserts.len(),
+            raises: self.raises.len(),
+            done: self.done.groups.len(),
+            releases: self.releases.groups.len(),
+            reads: self.reads.len(),
+            claims: self.claims.len(),
+        };
+        let mut commands = inserts;
+        commands.extend(self.raises.invocations(&scripts.raise, true));
+        commands.extend(self.done.invocations(&scripts.done, true));
+        commands.extend(self.releases.invocations(&scripts.release, true));
+        commands.extend(self.reads.iter().cloned());
+        commands.extend(self.claims.iter().cloned());
+        commands.extend(self.probes.iter().cloned());
+        (commands, move |answers| layout.split(answers))
+    }
+
+    /// Reads the watermarks again, after scripts that had to be sent again
+    /// as `EVAL`: a claim is judged against the watermarks after the
+    /// round's raises, never before.
+    pub(crate) fn reads(&self) -> Vec<Keyed> {
+        self.reads.clone()
+    }
+}
+
+impl Layout {
+    fn split(&self, answers: Vec<RedisResult<Value>>) -> Answers {
+        let mut rest = answers.into_iter();
+        let mut take = |n: usize| rest.by_ref().take(n).collect::<Vec<_>>();
+        let inserts = take(self.inserts);
+        let raises = take(self.raises);
+        let done = take(self.done);
+        let releases = take(self.releases);
+        let reads = take(self.reads);
+        let claims = take(self.claims);
+        let probes = rest.collect();
+        Answers {
+            inserts,
+            raises,
+            done,
+            releases,
+            reads,
+            claims,
+            probes,
+        }
+    }
+}
+
+fn cas_groups(
+    prefix: &str,
+    streams: &[StreamSpec],
+    held: &[Held],
+) -> Result<TagGroups, StoreError> {
+    let entries = held
+        .iter()
+        .map(|h| {
+            let spec = spec(streams, h.stream)?;
+            let key = tier1::key(prefix, &spec.key_id, &h.hash);
+            Ok((h.hash, key, encode_owner(&h.holder, h.token)?.to_vec()))
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    Ok(TagGroups::new(entries.into_iter()))
+}
+
+/// Which script invocations met `NOSCRIPT` (the server lost its script
+/// cache): they are sent again as `EVAL`.
+pub(crate) fn noscript(answers: &[RedisResult<Value>]) -> Vec<usize> {
+    answers
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| matches!(a, Err(e) if e.code() == Some("NOSCRIPT")))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// A script's answers, where any error (after the `EVAL` retry) fails the
+/// round: it is sent again whole, every write in it being idempotent.
+pub(crate) fn values(
+    answers: Vec<RedisResult<Value>>,
+    what: &str,
+) -> Result<Vec<Value>, StoreError> {
+    answers
+        .into_iter()
+        .map(|a| a.map_err(|e| StoreError::Protocol(format!("{what}: {e}"))))
+        .collect()
+}
+
+/// What `SET NX GET` answered: `None` where this claim was written.
+pub(crate) fn existing(answer: RedisResult<Value>) -> Result<Option<ClaimValue>, StoreError> {
+    match answer.map_err(|e| StoreError::Protocol(format!("claim: {e}")))? {
+        Value::Nil | Value::Okay => Ok(None),
+        Value::BulkString(bytes) => Ok(Some(ClaimValue::decode(&bytes)?)),
+        other => Err(StoreError::Protocol(format!(
+            "SET NX GET answered {other:?}"
+        ))),
+    }
+}
+
+/// The bloom writes of a trip's inserts, in command order.
+pub(crate) fn insert_commands(
+    backend: FilterBackend,
+    prefix: &str,
+    items: &[Item<'_>],
+    full: &Full,
+) -> (Vec<Keyed>, Vec<Option<BloomWrite>>) {
+    tier2::inserts(backend, prefix, items, full)
+        .into_iter()
+        .unzip()
+}

@@ -1,0 +1,199 @@
+//! Delivered watermarks on Redis (docs/design.md §4): one hash per stream,
+//! `<prefix><key_id>:w`, one field per input partition, `<topic tag as 6
+//! hex>:<partition>`, the value the decimal offset below which every record
+//! was decided and delivered.
+//!
+//! One hash per stream keeps the read to one `HGETALL` per stream per
+//! round, and a raise to one single-key script (one slot on a cluster). The
+//! hash carries `watermark_ttl`, refreshed at every raise, so a stream's
+//! watermarks outlive everything they settle.
+
+use std::collections::BTreeMap;
+
+use redis::Value;
+
+use super::conn::Keyed;
+use super::tier1::LuaScript;
+use crate::store::{millis, Raise, StoreError, StreamId, StreamSpec, TopicTag, Watermark};
+
+pub(crate) fn key(prefix: &str, key_id: &str) -> Vec<u8> {
+    format!("{prefix}{key_id}:w").into_bytes()
+}
+
+fn field(topic: TopicTag, partition: i32) -> String {
+    format!("{:06x}:{partition}", topic.0)
+}
+
+fn parse_field(field: &[u8]) -> Option<(TopicTag, i32)> {
+    let text = std::str::from_utf8(field).ok()?;
+    let (tag, partition) = text.split_once(':')?;
+    Some((
+        TopicTag(u32::from_str_radix(tag, 16).ok()?),
+        partition.parse().ok()?,
+    ))
+}
+
+/// One stream's raises: their indices, the hash key, the script arguments.
+type Group = (Vec<usize>, Vec<u8>, Vec<Vec<u8>>);
+
+/// A round's raises, one script invocation per stream.
+pub(crate) struct RaiseGroups {
+    groups: Vec<Group>,
+}
+
+impl RaiseGroups {
+    /// `spec_of` resolves each raise's stream.
+    pub(crate) fn new<'a>(
+        prefix: &str,
+        raises: &[Raise],
+        spec_of: impl Fn(StreamId) -> Result<&'a StreamSpec, StoreError>,
+    ) -> Result<RaiseGroups, StoreError> {
+        let mut by_stream: BTreeMap<usize, Group> = BTreeMap::new();
+        for (index, r) in raises.iter().enumerate() {
+            let spec = spec_of(r.stream)?;
+            let (indices, _, args) = by_stream.entry(r.stream.0).or_insert_with(|| {
+                let ttl = millis(spec.watermark_ttl()).max(1).to_string();
+                (
+                    Vec::new(),
+                    key(prefix, &spec.key_id),
+                    vec![ttl.into_bytes()],
+                )
+            });
+            indices.push(index);
+            args.push(field(r.topic, r.partition).into_bytes());
+            args.push(r.start.to_string().into_bytes());
+            args.push(r.end.to_string().into_bytes());
+        }
+        Ok(RaiseGroups {
+            groups: by_stream.into_values().collect(),
+        })
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.groups.len()
+    }
+
+    pub(crate) fn invocations(&self, script: &LuaScript, cached: bool) -> Vec<Keyed> {
+        (0..self.groups.len())
+            .filter_map(|g| self.invocation(script, g, cached))
+            .collect()
+    }
+
+    /// Stream group `g`'s invocation, to send it again as `EVAL`.
+    pub(crate) fn invocation(&self, script: &LuaScript, g: usize, cached: bool) -> Option<Keyed> {
+        let (_, key, args) = self.groups.get(g)?;
+        Some(script.invoke(cached, std::slice::from_ref(key), args))
+    }
+
+    /// Per raise, in request order: the watermark after it.
+    pub(crate) fn answers(
+        &self,
+        answers: Vec<Value>,
+        total: usize,
+    ) -> Result<Vec<i64>, StoreError> {
+        let mut out = vec![0; total];
+        for ((indices, _, _), answer) in self.groups.iter().zip(answers) {
+            let Value::Array(values) = answer else {
+                return Err(StoreError::Protocol(format!("raise answered {answer:?}")));
+            };
+            if values.len() != indices.len() {
+                return Err(StoreError::Protocol("raise answered short".into()));
+            }
+            for (&index, value) in indices.iter().zip(values) {
+                if let Some(slot) = out.get_mut(index) {
+                    *slot = offset(&value)?;
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn offset(value: &Value) -> Result<i64, StoreError> {
+    let text: String = redis::from_redis_value_ref(value)
+        .map_err(|e| StoreError::Protocol(format!("watermark {value:?}: {e}")))?;
+    text.parse()
+        .map_err(|_| StoreError::Protocol(format!("watermark {text:?} is not an offset")))
+}
+
+/// `HGETALL` of a stream's watermarks.
+pub(crate) fn read(prefix: &str, spec: &StreamSpec) -> Keyed {
+    let key = key(prefix, &spec.key_id);
+    let mut cmd = redis::cmd("HGETALL");
+    cmd.arg(&key);
+    Keyed { key, cmd }
+}
+
+/// A stream's watermarks from its `HGETALL` answer (a flat array on RESP2,
+/// a map on RESP3), in partition order. A field this code did not write is
+/// a protocol error rather than a silently unsettled partition.
+pub(crate) fn parse(stream: StreamId, answer: Value) -> Result<Vec<Watermark>, StoreError> {
+    let pairs: Vec<(Value, Value)> = match answer {
+        Value::Map(pairs) => pairs,
+        Value::Array(flat) => {
+            let mut flat = flat.into_iter();
+            let mut pairs = Vec::new();
+            while let (Some(f), Some(v)) = (flat.next(), flat.next()) {
+                pairs.push((f, v));
+            }
+            pairs
+        }
+        Value::Nil => Vec::new(),
+        other => return Err(StoreError::Protocol(format!("HGETALL answered {other:?}"))),
+    };
+    let mut out = Vec::with_capacity(pairs.len());
+    for (f, v) in pairs {
+        let name: Vec<u8> = redis::from_redis_value(f)
+            .map_err(|e| StoreError::Protocol(format!("watermark field: {e}")))?;
+        let (topic, partition) = parse_field(&name).ok_or_else(|| {
+            StoreError::Protocol(format!(
+                "watermark field {:?}",
+                String::from_utf8_lossy(&name)
+            ))
+        })?;
+        out.push(Watermark {
+            stream,
+            topic,
+            partition,
+            below: offset(&v)?,
+        });
+    }
+    out.sort_by_key(|w| (w.topic, w.partition));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(text: &str) -> Value {
+        Value::BulkString(text.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn a_field_names_topic_tag_and_partition_and_reads_back() {
+        let f = field(TopicTag(0x00ab_cdef), 12);
+        assert_eq!(f, "abcdef:12");
+        assert_eq!(parse_field(f.as_bytes()), Some((TopicTag(0x00ab_cdef), 12)));
+        assert_eq!(parse_field(b"nonsense"), None);
+    }
+
+    #[test]
+    fn hgetall_answers_on_either_protocol_give_the_same_watermarks() {
+        let resp2 = Value::Array(vec![
+            bulk("000002:1"),
+            bulk("40"),
+            bulk("000001:7"),
+            bulk("9"),
+        ]);
+        let resp3 = Value::Map(vec![
+            (bulk("000001:7"), bulk("9")),
+            (bulk("000002:1"), bulk("40")),
+        ]);
+        let a = parse(StreamId(0), resp2).unwrap();
+        assert_eq!(a, parse(StreamId(0), resp3).unwrap());
+        assert_eq!(a[0].below, 9);
+        assert_eq!(a[1].partition, 1);
+        assert!(parse(StreamId(0), Value::Array(vec![bulk("x"), bulk("1")])).is_err());
+    }
+}

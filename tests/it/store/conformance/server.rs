@@ -1,0 +1,81 @@
+//! Redis only: what the server holds, and a server that lost its scripts.
+
+use super::*;
+
+// Redis only: what the server holds.
+
+pub async fn tier1_keys_and_values_are_compact(r: &Redis) {
+    let store = r.open(streams()).await;
+    let claims: Vec<Claim> = (0..20)
+        .map(|n| {
+            claim(
+                if n % 2 == 0 { EXACT } else { TIERED },
+                hash(r.salt(), n),
+                n as i64,
+                T0,
+            )
+        })
+        .collect();
+    store.claim(&claims).await.unwrap();
+    let halfway = Publish {
+        done: claims[..10].iter().map(Held::from).collect(),
+        ..Publish::default()
+    };
+    publish(&*store, halfway).await;
+    // Tier-1 keys are the only ones with a hash tag.
+    let tier1: Vec<Vec<u8>> = ttls(r)
+        .await
+        .into_iter()
+        .map(|(key, _)| key)
+        .filter(|key| key.contains(&b'{'))
+        .collect();
+    assert_eq!(tier1.len(), 20);
+    for key in &tier1 {
+        // prefix, key id (2), tag ({xx}: 4), 16 bytes of hash
+        assert_eq!(key.len(), r.prefix.len() + 2 + 4 + 16, "{key:?}");
+    }
+    let mut lengths = Vec::new();
+    for mut conn in connections(r).await {
+        for key in &tier1 {
+            let length: redis::RedisResult<i64> =
+                redis::cmd("STRLEN").arg(key).query_async(&mut conn).await;
+            // On a cluster only the slot's owner answers.
+            if let Ok(length) = length {
+                lengths.push(length);
+            }
+        }
+    }
+    assert_eq!(lengths.len(), 20);
+    assert!(lengths.iter().all(|l| *l == 28), "{lengths:?}");
+}
+
+pub async fn a_server_that_lost_its_scripts_still_settles_and_reads_after_the_raises(r: &Redis) {
+    let store = r.open(streams()).await;
+    let settled = claim(EXACT, hash(r.salt(), 1), 50, T0);
+    assert_eq!(one(&*store, settled).await, WON);
+    // A restart, a failover or SCRIPT FLUSH: every cached script is gone.
+    for mut conn in connections(r).await {
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let publish = Publish {
+        raises: vec![raise(EXACT, PARTITION, 0, 20)],
+        done: vec![Held::from(&settled)],
+        ..Publish::default()
+    };
+    let claims = [
+        claim(EXACT, hash(r.salt(), 2), 5, T0),
+        claim_on(EXACT, settled.hash, on(4, 1), T0),
+    ];
+    let answer = store.round(&publish, &claims, &[]).await.unwrap();
+    assert_eq!((answer.raised, answer.done), (vec![20], vec![true]));
+    assert_eq!(answer.watermarks, vec![mark(EXACT, PARTITION, 20)]);
+    // Judged after the raise: the record below it is replayed. (The done
+    // flag, resent after the claims, lets its copy wait one round.)
+    assert_eq!(answer.outcomes[0], ClaimOutcome::Replayed);
+    let copy = claim_on(EXACT, settled.hash, on(4, 2), T0);
+    assert_eq!(one(&*store, copy).await, exact_duplicate_of(at(50)));
+}
