@@ -100,7 +100,7 @@ impl State {
             self.claims = claims
                 .into_iter()
                 .filter(|((stream, _), (value, expires_at))| {
-                    *expires_at > now || !self.is_settled(*stream, value)
+                    *expires_at > now || (event_time && !self.is_settled(*stream, value))
                 })
                 .collect();
             self.generations.retain(|_, g| g.expires_at > now);
@@ -141,14 +141,23 @@ impl State {
         }
     }
 
-    /// The live claim on a hash at `at`, if any. An unsettled claim is
-    /// live whatever its age: on event time a copy can carry a timestamp
-    /// past the holder's expiry while the holder is still in flight, and no
-    /// claim is ever taken over on a clock (docs/design.md §4.7).
-    fn live(&self, key: &(usize, SourceHash), at: Millis) -> Option<ClaimValue> {
+    /// The live claim on a hash at `at`, if any. On wall time a claim
+    /// lives `tier1_ttl` from its write, as a Redis key does. On event time
+    /// an unsettled claim is live whatever its age: a copy can carry a
+    /// timestamp past its holder's expiry while the holder is still in
+    /// flight, and no claim is ever taken over on a clock
+    /// (docs/design.md §4.7).
+    fn live(
+        &self,
+        key: &(usize, SourceHash),
+        at: Millis,
+        event_time: bool,
+    ) -> Option<ClaimValue> {
         self.claims
             .get(key)
-            .filter(|(value, expires_at)| *expires_at > at || !self.is_settled(key.0, value))
+            .filter(|(value, expires_at)| {
+                *expires_at > at || (event_time && !self.is_settled(key.0, value))
+            })
             .map(|(value, _)| *value)
     }
 
@@ -236,7 +245,7 @@ impl ClaimStore for MemoryStore {
                 self.event_time,
             );
             let key = (claim.stream.0, claim.hash);
-            let existing = state.live(&key, claim.at);
+            let existing = state.live(&key, claim.at, self.event_time);
             let own_below = below(&state, claim.stream, &claim.holder);
             let holder_below = existing.and_then(|v| below(&state, claim.stream, &v.holder));
             let in_filter = state.in_filter(claim.stream.0, spec, &claim.hash, claim.at);

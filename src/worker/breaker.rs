@@ -37,12 +37,6 @@ impl Breaker {
         self.open_until.is_none_or(|until| now >= until)
     }
 
-    /// How long until the next trial; zero when closed.
-    pub(crate) fn wait(&self, now: Instant) -> Duration {
-        self.open_until
-            .map_or(Duration::ZERO, |until| until.saturating_duration_since(now))
-    }
-
     pub(crate) fn success(&mut self) {
         if self.is_open() {
             info!("claim store answers again: breaker closed");
@@ -99,6 +93,7 @@ mod tests {
         for _ in 0..20 {
             breaker.failure(now, &"down");
         }
-        assert_eq!(breaker.wait(now), MAX_COOLDOWN);
+        assert!(!breaker.allows(now + MAX_COOLDOWN - Duration::from_millis(1)));
+        assert!(breaker.allows(now + MAX_COOLDOWN));
     }
 }

@@ -197,10 +197,6 @@ impl Flight {
         }
     }
 
-    pub(crate) fn owns(&self, tp: &Tp) -> bool {
-        self.partitions.contains_key(tp)
-    }
-
     pub(crate) fn partitions(&self) -> impl Iterator<Item = (&Tp, &Partition)> {
         self.partitions.iter()
     }
@@ -450,10 +446,6 @@ impl Partition {
             Some((&offset, _)) => Some(offset),
             None => self.next_read,
         }
-    }
-
-    pub(crate) fn gap_free(&self) -> bool {
-        self.gap_free
     }
 
     /// Records waiting on other records' claims.
