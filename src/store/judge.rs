@@ -56,8 +56,18 @@ pub(crate) fn judge(
         return if settled(value, holder_below) {
             Verdict::Decided(Replayed)
         } else if value.token == claim.token {
-            // This owner wrote it: a retried round.
-            Verdict::Decided(Won { fresh: true })
+            // This owner wrote it: a retried round whose first answer was
+            // lost. That first attempt met the filter if this one does (the
+            // record itself was never produced, so the filter knows the
+            // hash from another record): still a filter duplicate.
+            Verdict::Decided(if in_filter {
+                Duplicate {
+                    tier: Tier::Filter,
+                    holder: None,
+                }
+            } else {
+                Won { fresh: true }
+            })
         } else {
             Verdict::Restamp
         };
@@ -167,8 +177,16 @@ mod tests {
             Verdict::Restamp
         );
         assert_eq!(
-            judge(&before, Some(&v), Some(2), Some(2), true),
+            judge(&before, Some(&v), Some(2), Some(2), false),
             Verdict::Decided(ClaimOutcome::Won { fresh: true })
+        );
+        // A retried round after a lost answer: what met the filter still does.
+        assert_eq!(
+            judge(&before, Some(&v), Some(2), Some(2), true),
+            Verdict::Decided(ClaimOutcome::Duplicate {
+                tier: Tier::Filter,
+                holder: None
+            })
         );
         let done = ClaimValue { done: true, ..v };
         assert_eq!(

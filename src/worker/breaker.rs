@@ -37,6 +37,11 @@ impl Breaker {
         self.open_until.is_none_or(|until| now >= until)
     }
 
+    /// When the next trial call may go, while open.
+    pub(crate) fn next_trial(&self) -> Option<Instant> {
+        self.open_until
+    }
+
     pub(crate) fn success(&mut self) {
         if self.is_open() {
             info!("claim store answers again: breaker closed");

@@ -115,10 +115,11 @@ impl Worker {
                 break;
             }
             self.turn(&mut p);
-            let wake = p
-                .flight
-                .next_due()
-                .unwrap_or_else(|| Instant::now() + Duration::from_secs(1));
+            let idle = Instant::now() + Duration::from_secs(1);
+            let wake = [p.flight.next_due(), p.breaker.next_trial()]
+                .into_iter()
+                .flatten()
+                .fold(idle, Instant::min);
             tokio::select! {
                 _ = stop.changed() => {}
                 event = self.events.recv() => match event {
@@ -135,7 +136,11 @@ impl Worker {
         for line in p.progress.flush(Instant::now()) {
             line.log();
         }
+        // The poller leaves the group with its callbacks quiet; a revoke it
+        // is already waiting in is let go by dropping its acknowledgement.
         self.closing.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.events.close();
+        while self.events.try_recv().is_ok() {}
         drop(self.consumer);
         let _ = tokio::task::spawn_blocking(move || poller.join()).await;
         let _ = rdkafka::producer::Producer::flush(&self.producer, Duration::from_secs(10));

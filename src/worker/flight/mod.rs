@@ -94,6 +94,11 @@ pub(crate) struct Record {
     bytes: usize,
     /// Counted among the unfinished records (until it finishes).
     counted: bool,
+    /// A round carrying its claim failed: the claim may have been written
+    /// (or re-stamped) without this record hearing of it, so a later
+    /// `Won { fresh: true }` cannot be trusted to mean it wrote it, and it
+    /// never releases.
+    claim_uncertain: bool,
 }
 
 /// One partition this replica owns.
@@ -248,6 +253,7 @@ impl Flight {
             backoff: FIRST_BACKOFF,
             bytes,
             counted: true,
+            claim_uncertain: false,
         };
         self.unfinished += 1;
         self.bytes += bytes;
@@ -380,6 +386,13 @@ impl Flight {
         for (tp, offset) in local_holders {
             let holder_busy = self.holder_in_flight(&tp, offset);
             if holder_busy || round.claims.len() >= max_claims {
+                // Looked at again shortly, not at once: the loop sleeps
+                // until the earliest due record.
+                if let Some(record) = self.record_mut(&tp, offset) {
+                    record.stage = Stage::Wait {
+                        retry_at: now + FIRST_BACKOFF,
+                    };
+                }
                 continue;
             }
             if let Some(record) = self.record_mut(&tp, offset) {

@@ -95,7 +95,7 @@ impl Flight {
                     Some(Decision::Novel),
                     Some(Owned {
                         held,
-                        fresh,
+                        fresh: fresh && !record.claim_uncertain,
                         release: false,
                         insert: tiered(record.stream).then_some(record.at),
                     }),
@@ -162,7 +162,10 @@ impl Flight {
                         record.stage = Stage::Produce;
                         unverified.push((tp.clone(), offset));
                     }
-                    Stage::Claiming => record.stage = Stage::Claim,
+                    Stage::Claiming => {
+                        record.claim_uncertain = true;
+                        record.stage = Stage::Claim;
+                    }
                     _ => {}
                 }
             }
