@@ -71,6 +71,11 @@ impl ClaimStore for RedisStore {
                 .answers(values(answers.releases, "release")?, publish.releases.len())?,
             ..RoundAnswer::default()
         };
+        if answers.reads.len() != plan.streams.len() {
+            return Err(StoreError::Protocol(
+                "watermark reads answered short".into(),
+            ));
+        }
         for (stream, read) in plan
             .streams
             .iter()

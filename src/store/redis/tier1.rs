@@ -222,6 +222,11 @@ impl TagGroups {
         answers: Vec<redis::Value>,
         total: usize,
     ) -> Result<Vec<bool>, StoreError> {
+        if answers.len() != self.groups.len() {
+            return Err(StoreError::Protocol(
+                "compare-and-set scripts answered short".into(),
+            ));
+        }
         let mut out = vec![false; total];
         for ((indices, _, _), answer) in self.groups.iter().zip(answers) {
             let redis::Value::Array(values) = answer else {

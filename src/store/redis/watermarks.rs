@@ -91,6 +91,9 @@ impl RaiseGroups {
         answers: Vec<Value>,
         total: usize,
     ) -> Result<Vec<i64>, StoreError> {
+        if answers.len() != self.groups.len() {
+            return Err(StoreError::Protocol("raises answered short".into()));
+        }
         let mut out = vec![0; total];
         for ((indices, _, _), answer) in self.groups.iter().zip(answers) {
             let Value::Array(values) = answer else {

@@ -316,5 +316,6 @@ conformance!(
     redis: [
         tier1_keys_and_values_are_compact,
         a_server_that_lost_its_scripts_still_settles_and_reads_after_the_raises,
+        a_watermark_hash_keeps_its_ttl_refreshed_at_every_raise,
     ],
 );

@@ -1,6 +1,6 @@
 //! The `ClaimStore` contract (claim protocol version 2, docs/design.md §4),
-//! written once and run against every backend (see `mod.rs`). Each rule of
-//! §4 is a named test. Time is explicit: "nine hours later" is a
+//! written once and run against every backend (see `store/mod.rs`). Each
+//! rule of §4 is a named test. Time is explicit: "nine hours later" is a
 //! timestamp; where a tier-1 key must have expired by then, the harness is
 //! told (`tier1_expired`): the memory store ages keys on the timestamps
 //! alone, Redis on its own wall clock, so there the harness deletes the key.

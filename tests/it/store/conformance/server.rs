@@ -79,3 +79,38 @@ pub async fn a_server_that_lost_its_scripts_still_settles_and_reads_after_the_ra
     let copy = claim_on(EXACT, settled.hash, on(4, 2), T0);
     assert_eq!(one(&*store, copy).await, exact_duplicate_of(at(50)));
 }
+
+pub async fn a_watermark_hash_keeps_its_ttl_refreshed_at_every_raise(r: &Redis) {
+    let store = r.open(streams()).await;
+    let key = format!("{}{}:w", r.prefix, streams()[EXACT.0].key_id);
+    let full = i64::try_from(streams()[EXACT.0].watermark_ttl().as_millis()).unwrap();
+    let pttl = || async {
+        let mut found = Vec::new();
+        for mut conn in connections(r).await {
+            let ttl: redis::RedisResult<i64> =
+                redis::cmd("PTTL").arg(&key).query_async(&mut conn).await;
+            // On a cluster only the slot's owner answers.
+            found.extend(ttl.ok().filter(|t| *t != -2));
+        }
+        assert_eq!(found.len(), 1, "{key}: {found:?}");
+        found[0]
+    };
+    assert_eq!(raised(&*store, raise(EXACT, PARTITION, 0, 10)).await, 10);
+    let after_first = pttl().await;
+    assert!(
+        after_first > full - MINUTE && after_first <= full,
+        "{after_first}"
+    );
+    // Shortened behind the store's back, it is back to full at the next
+    // raise, even one that moves nothing.
+    for mut conn in connections(r).await {
+        let _: redis::RedisResult<i64> = redis::cmd("PEXPIRE")
+            .arg(&key)
+            .arg(60_000)
+            .query_async(&mut conn)
+            .await;
+    }
+    assert!(pttl().await <= 60_000);
+    assert_eq!(raised(&*store, raise(EXACT, PARTITION, 0, 5)).await, 10);
+    assert!(pttl().await > full - MINUTE);
+}
