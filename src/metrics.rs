@@ -121,11 +121,11 @@ pub fn describe() {
         Unit::Seconds,
         "how long the longest-waiting record has waited on another record's claim"
     );
-    describe_gauge!(IN_FLIGHT, Unit::Count, "batches being decided");
+    describe_gauge!(IN_FLIGHT, Unit::Count, "poll batches read and not yet finished (several while pipelined)");
     describe_counter!(
         TAKEN_OVER,
         Unit::Count,
-        "pending claims taken over after their lease lapsed"
+        "claims taken over from abandoned holders by an operator's reset (never on a timer; 0 until one is run)"
     );
 }
 

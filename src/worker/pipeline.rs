@@ -186,7 +186,6 @@ impl Worker {
 
     fn start_round(&self, p: &mut Pipeline, round: Round, now: Instant) {
         crate::metrics::batch(round.claimed());
-        crate::metrics::in_flight(1);
         let store = self.store.clone();
         let (publish, claims, read) = (
             round.publish.clone(),
@@ -211,7 +210,6 @@ impl Worker {
         };
         let now = Instant::now();
         crate::metrics::store_call("round", now.duration_since(started), result.is_ok());
-        crate::metrics::in_flight(0);
         match result {
             Ok(answer) => {
                 p.breaker.success();
@@ -285,6 +283,7 @@ impl Worker {
     async fn on_event(&mut self, p: &mut Pipeline, event: Event) {
         match event {
             Event::Records(inputs) => {
+                p.flight.next_batch();
                 for input in inputs {
                     self.arrive(p, input);
                 }
@@ -498,6 +497,7 @@ impl Worker {
     /// Per stream: records waiting on other records' claims and the
     /// longest wait; the periodic progress lines.
     fn gauges(&self, p: &mut Pipeline, now: Instant) {
+        crate::metrics::in_flight(p.flight.batches_in_flight());
         let mut per_stream = vec![(0usize, Duration::ZERO); self.streams.len()];
         for (_, partition) in p.flight.partitions() {
             for record in partition.waiting() {

@@ -94,6 +94,8 @@ pub(crate) struct Record {
     bytes: usize,
     /// Counted among the unfinished records (until it finishes).
     counted: bool,
+    /// The poll batch it came in.
+    batch: u64,
     /// A round carrying its claim failed: the claim may have been written
     /// (or re-stamped) without this record hearing of it, so a later
     /// `Won { fresh: true }` cannot be trusted to mean it wrote it, and it
@@ -171,6 +173,10 @@ pub(crate) struct Flight {
     /// Records read and not finished, and their payload bytes.
     unfinished: usize,
     bytes: usize,
+    /// Per poll batch with unfinished records, how many it still has.
+    batches: HashMap<u64, usize>,
+    /// The batch the next arrivals belong to.
+    batch: u64,
 }
 
 impl Flight {
@@ -198,6 +204,7 @@ impl Flight {
             for record in partition.records.values().filter(|r| r.counted) {
                 self.unfinished -= 1;
                 self.bytes -= record.bytes;
+                uncount(&mut self.batches, record.batch);
             }
         }
     }
@@ -208,6 +215,16 @@ impl Flight {
 
     pub(crate) fn in_flight(&self) -> (usize, usize) {
         (self.unfinished, self.bytes)
+    }
+
+    /// Poll batches with records not finished yet.
+    pub(crate) fn batches_in_flight(&self) -> usize {
+        self.batches.len()
+    }
+
+    /// Records arriving from now on belong to a new poll batch.
+    pub(crate) fn next_batch(&mut self) {
+        self.batch += 1;
     }
 
     /// Records of one partition kept until their offset is committed.
@@ -254,7 +271,9 @@ impl Flight {
             bytes,
             counted: true,
             claim_uncertain: false,
+            batch: self.batch,
         };
+        *self.batches.entry(self.batch).or_default() += 1;
         self.unfinished += 1;
         self.bytes += bytes;
         if partition.fresh {
@@ -295,6 +314,7 @@ impl Flight {
             if std::mem::take(&mut record.counted) {
                 self.unfinished -= 1;
                 self.bytes -= record.bytes;
+                uncount(&mut self.batches, record.batch);
             }
         }
     }
@@ -466,6 +486,15 @@ impl Partition {
         self.records
             .values()
             .filter(|r| matches!(r.stage, Stage::Wait { .. }))
+    }
+}
+
+fn uncount(batches: &mut HashMap<u64, usize>, batch: u64) {
+    if let Some(left) = batches.get_mut(&batch) {
+        *left -= 1;
+        if *left == 0 {
+            batches.remove(&batch);
+        }
     }
 }
 
