@@ -76,6 +76,11 @@ impl Flight {
                 Reported::Delivered(decision)
             }
             Err(Failure::Retry(error)) => {
+                // This attempt may have landed: whatever later attempts
+                // meet, the claim is never released (docs/design.md §4.5).
+                if let Some(owned) = record.claim.as_mut() {
+                    owned.fresh = false;
+                }
                 let until = now + record.backoff;
                 record.backoff = (record.backoff * 2).min(MAX_BACKOFF);
                 record.stage = Stage::Backoff { until };

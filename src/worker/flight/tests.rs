@@ -170,14 +170,15 @@ fn a_failed_round_is_sent_again_whole_and_a_fail_open_stream_passes_unverified()
 }
 
 #[test]
-fn a_timeout_keeps_the_claim_and_a_refusal_releases_only_a_fresh_claim() {
+fn a_timeout_keeps_the_claim_even_after_a_refusal_and_a_refusal_releases_only_a_fresh_claim() {
     let mut f = flight(None);
     f.arrive(input(0, 0), 0, print(1), 1);
     f.arrive(input(0, 1), 0, print(2), 1);
-    answer(&mut f, vec![WON, ClaimOutcome::Won { fresh: false }]);
+    f.arrive(input(0, 2), 0, print(3), 1);
+    answer(&mut f, vec![WON, ClaimOutcome::Won { fresh: false }, WON]);
     let now = Instant::now();
     let sent = f.to_send(now);
-    assert_eq!(sent.len(), 2);
+    assert_eq!(sent.len(), 3);
     let timed_out = Failure::Retry("timed out".into());
     assert!(matches!(f.reported(&tp(0), 0, Err(timed_out), now), Reported::Retry(_)));
     assert!(matches!(stage(&f, 0, 0), Stage::Backoff { .. }));
@@ -186,12 +187,18 @@ fn a_timeout_keeps_the_claim_and_a_refusal_releases_only_a_fresh_claim() {
     assert!(matches!(f.reported(&tp(0), 1, Err(refused), now), Reported::Refused(_)));
     // Met its own claim: never released, whatever the refusal.
     assert!(!f.record(&tp(0), 1).unwrap().claim.unwrap().release);
+    // Won it and refused at its only attempt: certainly not persisted.
+    let refused = Failure::Refused("too large".into());
+    assert!(matches!(f.reported(&tp(0), 2, Err(refused), now), Reported::Refused(_)));
+    assert!(f.record(&tp(0), 2).unwrap().claim.unwrap().release);
     let later = now + Duration::from_secs(2);
     let again = f.to_send(later);
-    assert_eq!(again.len(), 2, "the timed-out output and the bare audit record");
+    assert_eq!(again.len(), 3, "the timed-out output and the two audit records");
+    // Refused after a timeout: the attempt before may have landed, so the
+    // claim stays (docs/design.md §4.5); the record still goes to audit.
     let refused = Failure::Refused("too large".into());
     f.reported(&tp(0), 0, Err(refused), later);
-    assert!(f.record(&tp(0), 0).unwrap().claim.unwrap().release);
+    assert!(!f.record(&tp(0), 0).unwrap().claim.unwrap().release);
     assert!(matches!(
         f.record(&tp(0), 0).unwrap().decision,
         Some(Decision::Invalid(Invalid::Undeliverable { bare: false, .. }))

@@ -9,3 +9,4 @@ mod group;
 mod poison;
 mod protocol;
 mod support;
+mod timeouts;

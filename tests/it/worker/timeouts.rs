@@ -1,0 +1,232 @@
+//! Delivery timeouts of outputs the broker did persist (docs/design.md
+//! §4.5): the mock brokers answer late (a round-trip time above the
+//! producer's `message.timeout.ms`), so the client reports a timeout for an
+//! output that is in the log. The record keeps its claim and is produced
+//! again; the same input may then be in clean twice, never a second input
+//! of one event. A refusal that follows such a timeout for the same record
+//! is no proof that nothing landed: the claim is still kept.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use idemgate::decision::REASON;
+use idemgate_testkit::check::{check, Expect};
+use idemgate_testkit::kafka::{Out, Reader};
+use idemgate_testkit::workload::{Kind, Planned};
+use idemgate_testkit::{say, BOUND};
+use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+use super::support::{bank, start_assigned, stop, Options, Setup};
+
+/// The producer's delivery timeout in these tests.
+const MESSAGE_TIMEOUT: &str = "1000";
+/// Every broker's round-trip time while the outputs time out: well above
+/// the delivery timeout, well below the 6 s session timeout.
+const SLOW: Duration = Duration::from_millis(2_500);
+
+fn options() -> Options<'static> {
+    Options {
+        kafka: &[("message.timeout.ms", MESSAGE_TIMEOUT)],
+        max_records: 50,
+        ..Options::default()
+    }
+}
+
+/// Reads `topics`' outputs (from the start) on a blocking thread until
+/// every id in `ids` has one in clean, within `BOUND`.
+async fn wait_in_clean(setup: &Setup, ids: HashSet<String>) -> Vec<Out> {
+    let (brokers, topics) = (setup.brokers.clone(), setup.topics.clone());
+    tokio::task::spawn_blocking(move || {
+        let mut reader = Reader::new(
+            &brokers,
+            &[(topics.clean.as_str(), topics.output_partitions)],
+        );
+        let all = reader.read_until(
+            BOUND,
+            |r| {
+                let seen: HashSet<&str> = r.records.iter().map(Out::test_id).collect();
+                ids.iter().all(|id| seen.contains(id.as_str()))
+            },
+            || {},
+        );
+        assert!(all, "not every original landed in clean within {BOUND:?}");
+        reader.records
+    })
+    .await
+    .expect("reader")
+}
+
+fn originals(plan: &[Planned]) -> HashSet<String> {
+    plan.iter()
+        .filter(|p| p.kind == Kind::Original)
+        .map(|p| p.id.clone())
+        .collect()
+}
+
+/// The guarantee: for every distinct event, exactly one copy in clean and
+/// nothing lost; an input may be in clean more than once (its timed-out
+/// attempts landed), every event through one input only (Expect::Replays),
+/// and no claim is ever released. Evidence that the timeouts hit: every
+/// original was in clean while its delivery reports could not have come
+/// yet, and inputs have more than one output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn delivery_timeouts_of_persisted_outputs_keep_their_claims_and_let_no_event_through_twice(
+) -> anyhow::Result<()> {
+    const TEST: &str = "timeouts-persisted";
+    let began = Instant::now();
+    let setup = Setup::new(TEST, 3);
+    let config = setup.config(&options());
+    let store = setup.store(&config);
+    let replica = start_assigned(&config, &store).await?;
+    let cluster = setup.kafka.cluster()?;
+    let mut bank = bank(TEST);
+    let plan = bank.phase(120, 0, 0);
+    cluster.broker_round_trip_time(-1, SLOW)?;
+    let slow_from = Instant::now();
+    let mut landed = setup
+        .produce(&setup.topics.input, &plan, plan.len(), Duration::ZERO)
+        .await?;
+    // Every original in clean, and a while more: the first attempts have
+    // all timed out by then, and their retries landed and timed out too.
+    wait_in_clean(&setup, originals(&plan)).await;
+    say(
+        TEST,
+        format!(
+            "every original in clean {:?} into the slow spell",
+            slow_from.elapsed()
+        ),
+    );
+    tokio::time::sleep(SLOW * 2).await;
+    cluster.broker_round_trip_time(-1, Duration::ZERO)?;
+    say(TEST, format!("brokers slow for {:?}", slow_from.elapsed()));
+    // Later copies of the same events meet the claims the timeouts kept.
+    let later = bank.phase(20, 120, 0);
+    landed.extend(
+        setup
+            .produce(&setup.topics.input, &later, later.len(), Duration::ZERO)
+            .await?,
+    );
+    let plan: Vec<Planned> = plan.into_iter().chain(later).collect();
+    let outputs = setup.read(&setup.topics, plan.len()).await?;
+    stop(replica).await?;
+
+    let summary = check(&plan, &landed, &setup.topics, &outputs, Expect::Replays);
+    say(TEST, &summary);
+    assert_eq!(summary.events, bank.events());
+    assert_eq!(summary.events_through_two_inputs, 0, "{summary}");
+    assert!(
+        summary.replayed_inputs > 0,
+        "no output was written twice: the timeouts never hit ({summary})"
+    );
+    assert_eq!(
+        store.released(),
+        0,
+        "a claim was released after a timeout (its output may have landed)"
+    );
+    say(
+        TEST,
+        format!("took {:?}; {:?}", began.elapsed(), store.tally()),
+    );
+    Ok(())
+}
+
+/// The guarantee: for every distinct event, exactly one input in clean and
+/// nothing lost, when a record's delivery timed out (and landed) and its
+/// next attempt was then refused for its size: the refusal proves nothing
+/// about the attempt before, so its claim is kept (never released), the
+/// record goes to audit without its payload as well, and every later copy
+/// of its event is a duplicate naming it. Evidence: records refused for
+/// their size whose earlier attempts are in clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_size_refusal_after_a_timeout_keeps_the_claim_and_lets_no_copy_through(
+) -> anyhow::Result<()> {
+    const TEST: &str = "timeout-then-refused";
+    let began = Instant::now();
+    let setup = Setup::new(TEST, 2);
+    let config = setup.config(&options());
+    let store = setup.store(&config);
+    let replica = start_assigned(&config, &store).await?;
+    let cluster = setup.kafka.cluster()?;
+    let mut bank = bank(TEST);
+    // No malformed records: while the outputs time out, nothing but clean
+    // retries is produced (every copy waits on its original's claim), so
+    // the refusal below meets a clean retry.
+    let plan = bank.phase(60, 0, 0);
+    cluster.broker_round_trip_time(-1, SLOW)?;
+    let mut landed = setup
+        .produce(&setup.topics.input, &plan, plan.len(), Duration::ZERO)
+        .await?;
+    wait_in_clean(&setup, originals(&plan)).await;
+    tokio::time::sleep(SLOW).await;
+    // The next Produce request is refused for its size; its records all
+    // had an earlier attempt that landed (every original is in clean).
+    cluster.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
+    );
+    cluster.broker_round_trip_time(-1, Duration::ZERO)?;
+    let later = bank.phase(10, 80, 0);
+    landed.extend(
+        setup
+            .produce(&setup.topics.input, &later, later.len(), Duration::ZERO)
+            .await?,
+    );
+    let plan: Vec<Planned> = plan.into_iter().chain(later).collect();
+    let outputs = setup.read(&setup.topics, plan.len()).await?;
+    stop(replica).await?;
+
+    let refused: Vec<&Out> = outputs
+        .iter()
+        .filter(|o| {
+            o.header(REASON)
+                .is_some_and(|r| r.starts_with("undeliverable"))
+        })
+        .collect();
+    let in_clean: HashSet<&str> = outputs
+        .iter()
+        .filter(|o| o.topic == setup.topics.clean)
+        .map(Out::test_id)
+        .collect();
+    say(
+        TEST,
+        format!(
+            "{} refused for their size: {:?}",
+            refused.len(),
+            refused.iter().map(|o| o.test_id()).collect::<Vec<_>>()
+        ),
+    );
+    assert!(!refused.is_empty(), "no output was refused for its size");
+    for out in &refused {
+        assert_eq!(out.topic, setup.topics.audit);
+        assert!(
+            in_clean.contains(out.test_id()),
+            "{} was refused without an earlier attempt in clean: not the case under test",
+            out.test_id()
+        );
+    }
+    let released = store.released();
+    say(
+        TEST,
+        format!("claims released: {released}; {:?}", store.tally()),
+    );
+    // The refused records' audit outputs aside, what is left is judged as
+    // a replay: each refused record's landed attempts are its clean output.
+    let refused_ids: HashSet<&str> = refused.iter().map(|o| o.test_id()).collect();
+    let judged: Vec<Out> = outputs
+        .iter()
+        .filter(|o| !(o.topic == setup.topics.audit && refused_ids.contains(o.test_id())))
+        .cloned()
+        .collect();
+    let summary = check(&plan, &landed, &setup.topics, &judged, Expect::Replays);
+    say(TEST, &summary);
+    assert_eq!(summary.events, bank.events());
+    assert_eq!(
+        released, 0,
+        "a claim was released after a refusal that followed a timeout (the earlier attempt landed)"
+    );
+    say(
+        TEST,
+        format!("took {:?}; {:?}", began.elapsed(), store.tally()),
+    );
+    Ok(())
+}
