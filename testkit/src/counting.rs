@@ -9,7 +9,7 @@
 //! (docs/design.md §1, §4.3). A record held behind another record's
 //! unsettled claim (`Held`) is claimed again in a later round.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -112,6 +112,9 @@ pub struct CountingStore {
     /// (partition, offset) of every record that asked for a claim since the
     /// last `take_holders`.
     holders: Mutex<BTreeSet<(i32, i64)>>,
+    /// Per input partition, the earliest and latest clock its claims
+    /// carried: on event time, the records' own timestamps.
+    times: Mutex<BTreeMap<i32, (Millis, Millis)>>,
     observer: Option<Observer>,
 }
 
@@ -121,6 +124,7 @@ impl CountingStore {
             inner,
             tally: Mutex::new(StoreTally::default()),
             holders: Mutex::new(BTreeSet::new()),
+            times: Mutex::new(BTreeMap::new()),
             observer: None,
         }
     }
@@ -157,6 +161,12 @@ impl CountingStore {
         tally.raises + tally.done_flags
     }
 
+    /// Per input partition, the earliest and latest time (`Claim::at`) its
+    /// claims were made at: what clock the worker ran the store on.
+    pub fn claim_times(&self) -> BTreeMap<i32, (Millis, Millis)> {
+        self.times.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// The records that asked for a claim since the last call.
     pub fn take_holders(&self) -> BTreeSet<(i32, i64)> {
         std::mem::take(&mut *self.holders.lock().unwrap_or_else(|e| e.into_inner()))
@@ -179,6 +189,15 @@ impl ClaimStore for CountingStore {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .extend(claims.iter().map(|c| (c.holder.partition, c.holder.offset)));
+        {
+            let mut times = self.times.lock().unwrap_or_else(|e| e.into_inner());
+            for claim in claims {
+                let span = times
+                    .entry(claim.holder.partition)
+                    .or_insert((claim.at, claim.at));
+                *span = (span.0.min(claim.at), span.1.max(claim.at));
+            }
+        }
         let mut tally = self.lock();
         tally.rounds += 1;
         tally.claim_rounds += u64::from(!claims.is_empty());

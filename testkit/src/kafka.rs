@@ -144,6 +144,12 @@ pub fn create_topics(brokers: &str, topics: &[(&str, i32)]) {
     }
 }
 
+/// Not a header the broker sees: a planned record carrying it (see
+/// [`Planned::stamped`]) is written with this record timestamp (ms since
+/// the epoch, decimal) instead of the producer's clock, and without the
+/// header. For tests on event time.
+pub const TIMESTAMP: &str = "x-test-timestamp";
+
 /// Where the broker says an input record landed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Landed {
@@ -152,7 +158,8 @@ pub struct Landed {
 }
 
 /// Writes planned records in order: keyed by account (so the copies of an
-/// event share a partition), each with its `x-test-id` header.
+/// event share a partition), each with its `x-test-id` header, and the
+/// record timestamp of a [`TIMESTAMP`] header where it has one.
 pub struct Producer {
     inner: FutureProducer,
 }
@@ -202,7 +209,7 @@ impl Producer {
                     key: TEST_ID,
                     value: Some(record.id.as_bytes()),
                 });
-                for (key, value) in &record.headers {
+                for (key, value) in record.headers.iter().filter(|(k, _)| k != TIMESTAMP) {
                     headers = headers.insert(Header {
                         key,
                         value: Some(value.as_slice()),
@@ -211,6 +218,9 @@ impl Producer {
                 let mut message: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic)
                     .key(record.key.as_slice())
                     .headers(headers);
+                if let Some(at) = record.timestamp() {
+                    message = message.timestamp(at);
+                }
                 if let Some(partition) = record.partition {
                     message = message.partition(partition);
                 }
@@ -564,4 +574,59 @@ pub fn read_inputs(
     }
     assert_eq!(landed.len(), expected, "input {topic}: records read back");
     landed
+}
+
+/// Commits `offsets` (partition, next offset) of `topic` for `group` from
+/// outside the group, as an operator's `kafka-consumer-groups
+/// --reset-offsets` does while no member runs: no idemgate metadata. Reads
+/// them back and panics unless the broker kept them.
+pub fn commit_offsets(brokers: &str, group: &str, topic: &str, offsets: &[(i32, i64)]) {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("offset tool");
+    let mut list = TopicPartitionList::new();
+    for (partition, offset) in offsets {
+        list.add_partition_offset(topic, *partition, Offset::Offset(*offset))
+            .expect("offset list");
+    }
+    consumer
+        .commit(&list, rdkafka::consumer::CommitMode::Sync)
+        .unwrap_or_else(|e| panic!("committing {offsets:?} for {group}: {e}"));
+    let partitions: Vec<i32> = offsets.iter().map(|(p, _)| *p).collect();
+    let committed = committed_offsets(brokers, group, topic, &partitions);
+    let wanted: Vec<Option<i64>> = offsets.iter().map(|(_, o)| Some(*o)).collect();
+    assert_eq!(committed, wanted, "{group}: committed offsets read back");
+}
+
+/// The offsets `group` has committed for `partitions` of `topic` (`None`
+/// where nothing is).
+pub fn committed_offsets(
+    brokers: &str,
+    group: &str,
+    topic: &str,
+    partitions: &[i32],
+) -> Vec<Option<i64>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("offset reader");
+    let mut list = TopicPartitionList::new();
+    for partition in partitions {
+        list.add_partition(topic, *partition);
+    }
+    let committed = consumer
+        .committed_offsets(list, Duration::from_secs(20))
+        .expect("committed offsets");
+    partitions
+        .iter()
+        .map(|p| match committed.find_partition(topic, *p).map(|e| e.offset()) {
+            Some(Offset::Offset(offset)) => Some(offset),
+            _ => None,
+        })
+        .collect()
 }

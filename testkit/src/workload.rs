@@ -72,6 +72,27 @@ impl Planned {
     }
 }
 
+impl Planned {
+    /// The same record written with Kafka record timestamp `at` (ms since
+    /// the epoch) instead of the producer's clock: carried as the
+    /// [`crate::kafka::TIMESTAMP`] header, which the test kit's producer
+    /// turns into the timestamp and does not send.
+    pub fn stamped(mut self, at: i64) -> Planned {
+        self.headers.retain(|(k, _)| k != crate::kafka::TIMESTAMP);
+        self.headers
+            .push((crate::kafka::TIMESTAMP.into(), at.to_string().into_bytes()));
+        self
+    }
+
+    /// The record timestamp `stamped` gave it, if any.
+    pub fn timestamp(&self) -> Option<i64> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == crate::kafka::TIMESTAMP)
+            .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok())
+    }
+}
+
 struct Event {
     account: String,
     txn: String,

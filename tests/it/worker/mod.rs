@@ -4,6 +4,7 @@
 //! the readers and the exactly-once check are the test kit's.
 
 mod demo;
+mod event_time;
 mod faults;
 mod group;
 mod poison;
