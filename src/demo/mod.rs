@@ -120,7 +120,9 @@ pub async fn run(transactions: u64, vehicles: u64, minutes: u64) -> Result<Repor
     }
 
     let streams = config.streams.iter().map(|s| s.spec.clone()).collect();
-    let store: Arc<dyn ClaimStore> = Arc::new(MemoryStore::new(streams));
+    // The demo's store runs on event time (its config says so), as
+    // `idemgate run` would build it.
+    let store: Arc<dyn ClaimStore> = Arc::new(MemoryStore::on_event_time(streams));
     let mut replicas = Vec::new();
     for _ in 0..2 {
         replicas.push(Replica::start(&config, store.clone()).await?);

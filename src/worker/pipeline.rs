@@ -38,6 +38,9 @@ use crate::store::{Millis, RoundAnswer, StoreError};
 const STORE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a revoke or a shutdown waits for deliveries and the publish.
 const FLUSH_PATIENCE: Duration = Duration::from_secs(30);
+/// Commits go out at most this often (and at every revoke and stop): one
+/// OffsetCommit per interval, whatever the round rate.
+const COMMIT_EVERY: Duration = Duration::from_millis(100);
 /// A wait this long is logged (the metric shows every wait).
 const LONG_WAIT: Duration = Duration::from_secs(60);
 
@@ -70,6 +73,10 @@ pub(crate) struct Pipeline {
     paused: HashSet<Tp>,
     progress: Progress,
     gauges_at: Instant,
+    /// Something arrived, was delivered or answered since the last round
+    /// was put together: a new one may have work.
+    dirty: bool,
+    committed_at: Instant,
 }
 
 impl Pipeline {
@@ -82,6 +89,8 @@ impl Pipeline {
             paused: HashSet::new(),
             progress: Progress::new(Instant::now()),
             gauges_at: Instant::now(),
+            dirty: true,
+            committed_at: Instant::now(),
         }
     }
 }
@@ -116,7 +125,8 @@ impl Worker {
             }
             self.turn(&mut p);
             let idle = Instant::now() + Duration::from_secs(1);
-            let wake = [p.flight.next_due(), p.breaker.next_trial()]
+            let commit = p.committed_at + COMMIT_EVERY;
+            let wake = [p.flight.next_due(), p.breaker.next_trial(), Some(commit)]
                 .into_iter()
                 .flatten()
                 .fold(idle, Instant::min);
@@ -127,7 +137,13 @@ impl Worker {
                     None => break,
                 },
                 result = answer(&mut p.round) => self.on_answer(&mut p, result),
-                report = next_report(&mut p.deliveries) => self.on_report(&mut p, report),
+                report = next_report(&mut p.deliveries) => {
+                    self.on_report(&mut p, report);
+                    // Every report already in, in one turn.
+                    while let Some(Some(report)) = p.deliveries.next().now_or_never() {
+                        self.on_report(&mut p, report);
+                    }
+                }
                 _ = tokio::time::sleep_until(wake.into()) => {}
             }
         }
@@ -164,19 +180,25 @@ impl Worker {
     /// One turn: the next round, the sends, the commits, the bounds.
     fn turn(&mut self, p: &mut Pipeline) {
         let now = Instant::now();
-        if p.round.is_none() {
+        // A new round when something changed, a waiting record fell due,
+        // or the breaker is open (its trial, once the cool-down is over).
+        if p.round.is_none() && (p.dirty || p.flight.wait_due(now) || p.breaker.is_open()) {
             if !p.breaker.allows(now) {
                 p.flight.pass_unverified(|s| self.fail_open(s));
             } else if let Some(round) = p.flight.take_round(now, self.max_records, self.token) {
                 self.start_round(p, round, now);
             }
+            p.dirty = false;
         }
         for (tp, offset) in p.flight.to_send(now) {
             if let Some(delivery) = self.send(&p.flight, tp, offset) {
                 p.deliveries.push(delivery);
             }
         }
-        self.commit(p, CommitMode::Async, None);
+        if now.duration_since(p.committed_at) >= COMMIT_EVERY {
+            p.committed_at = now;
+            self.commit(p, CommitMode::Async, None);
+        }
         self.bound(p);
         if now.duration_since(p.gauges_at) >= Duration::from_secs(1) {
             p.gauges_at = now;
@@ -208,6 +230,7 @@ impl Worker {
         let Some(InFlight { round, started, .. }) = p.round.take() else {
             return;
         };
+        p.dirty = true;
         let now = Instant::now();
         crate::metrics::store_call("round", now.duration_since(started), result.is_ok());
         match result {
@@ -241,6 +264,7 @@ impl Worker {
 
     fn on_report(&self, p: &mut Pipeline, (tp, offset, result): (Tp, i64, Result<(), Failure>)) {
         let now = Instant::now();
+        p.dirty = true;
         let stream = self.by_topic.get(&tp.0).copied().unwrap_or_default();
         let name = &self.streams[stream].config.spec.name;
         match p.flight.reported(&tp, offset, result, now) {
@@ -281,6 +305,7 @@ impl Worker {
     }
 
     async fn on_event(&mut self, p: &mut Pipeline, event: Event) {
+        p.dirty = true;
         match event {
             Event::Records(inputs) => {
                 p.flight.next_batch();

@@ -27,6 +27,10 @@ pub enum Fault {
     /// Refuses, unapplied, every round that carries a publish; claims
     /// alone go through.
     RefusePublishes = 3,
+    /// Answers the next round that carries claims, then goes `Down`: the
+    /// records it claimed are produced and delivered, and their publish
+    /// cannot land.
+    DownAfterClaims = 4,
 }
 
 pub struct FaultyStore {
@@ -66,6 +70,7 @@ impl FaultyStore {
             1 => Fault::Down,
             2 => Fault::LosePublishAnswers,
             3 => Fault::RefusePublishes,
+            4 => Fault::DownAfterClaims,
             _ => Fault::None,
         }
     }
@@ -104,7 +109,12 @@ impl ClaimStore for FaultyStore {
                 Err(self.hit("answer lost after the writes"))
             }
             Fault::RefusePublishes if !publish.is_empty() => Err(self.hit("publish refused")),
-            Fault::LosePublishAnswers | Fault::RefusePublishes => {
+            Fault::DownAfterClaims if !claims.is_empty() => {
+                let answer = self.inner.round(publish, claims, read).await;
+                self.fault.store(Fault::Down as u8, Ordering::SeqCst);
+                answer
+            }
+            Fault::LosePublishAnswers | Fault::RefusePublishes | Fault::DownAfterClaims => {
                 self.inner.round(publish, claims, read).await
             }
         }

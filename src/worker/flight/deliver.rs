@@ -136,13 +136,7 @@ impl Flight {
     /// The earliest instant a record waits for (a backoff, a claim retry).
     pub(crate) fn next_due(&self) -> Option<Instant> {
         let backoff = self.backoffs.iter().map(|(at, _, _)| *at).min();
-        let waits = self.partitions.values().flat_map(|p| {
-            p.records.values().filter_map(|r| match r.stage {
-                Stage::Wait { retry_at } => Some(retry_at),
-                _ => None,
-            })
-        });
-        backoff.into_iter().chain(waits).min()
+        backoff.into_iter().chain(self.earliest_wait).min()
     }
 
     /// Per partition, the offset after its contiguous run of finished

@@ -177,6 +177,9 @@ pub(crate) struct Flight {
     batches: HashMap<u64, usize>,
     /// The batch the next arrivals belong to.
     batch: u64,
+    /// The earliest instant a waiting record claims again, as the last
+    /// round left them.
+    earliest_wait: Option<Instant>,
 }
 
 impl Flight {
@@ -220,6 +223,11 @@ impl Flight {
     /// Poll batches with records not finished yet.
     pub(crate) fn batches_in_flight(&self) -> usize {
         self.batches.len()
+    }
+
+    /// Whether a waiting record is due to claim again.
+    pub(crate) fn wait_due(&self, now: Instant) -> bool {
+        self.earliest_wait.is_some_and(|at| at <= now)
     }
 
     /// Records arriving from now on belong to a new poll batch.
@@ -330,6 +338,7 @@ impl Flight {
     ) -> Option<Round> {
         let mut round = Round::default();
         let mut local_holders = Vec::new();
+        let mut earliest_wait = None;
         for (tp, partition) in &self.partitions {
             if !partition.fresh {
                 round.read.push(StreamId(partition.stream));
@@ -397,6 +406,9 @@ impl Flight {
                     Stage::Wait { retry_at } if retry_at <= now => {
                         local_holders.push((tp.clone(), offset));
                     }
+                    Stage::Wait { retry_at } => {
+                        earliest_wait = Some(earliest_wait.map_or(retry_at, |e: Instant| e.min(retry_at)));
+                    }
                     _ => {}
                 }
             }
@@ -413,6 +425,7 @@ impl Flight {
                         retry_at: now + FIRST_BACKOFF,
                     };
                 }
+                earliest_wait = Some(now + FIRST_BACKOFF);
                 continue;
             }
             if let Some(record) = self.record_mut(&tp, offset) {
@@ -423,6 +436,7 @@ impl Flight {
                 }
             }
         }
+        self.earliest_wait = earliest_wait;
         round.read.sort_unstable();
         round.read.dedup();
         let empty = round.publish.is_empty() && round.claims.is_empty() && round.read.is_empty();

@@ -111,6 +111,8 @@ impl Flight {
                     let retry_at = now + record.backoff;
                     record.backoff = (record.backoff * 2).min(MAX_BACKOFF);
                     record.stage = Stage::Wait { retry_at };
+                    self.earliest_wait =
+                        Some(self.earliest_wait.map_or(retry_at, |e| e.min(retry_at)));
                     continue;
                 }
                 ClaimOutcome::Duplicate { tier, holder } => (

@@ -132,9 +132,9 @@ async fn a_stop_during_a_store_outage_then_later_copies_lose_and_double_no_event
     let before = bank.phase(200, 0, 0);
     let producing = setup.produce(&setup.topics.input, &before, 10, Duration::from_millis(100));
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    // The store stops taking writes after the claims: outputs are delivered
-    // and their publish cannot land.
-    store.set(Fault::RefusePublishes);
+    // The store goes away right after a round of claims: those records are
+    // delivered and their publish cannot land.
+    store.set(Fault::DownAfterClaims);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let stopping = Instant::now();
     stop(replica).await?;
