@@ -22,6 +22,7 @@ use tokio::task::JoinHandle;
 use tracing::{debug, error, info, warn};
 
 use super::breaker::Breaker;
+use super::metadata::{self, Metadata};
 use super::flight::{Flight, Reported, Round, Tp};
 use super::output::{send, Carry, Failure, Output};
 use super::poller::{self, Event};
@@ -320,10 +321,12 @@ impl Worker {
                         continue;
                     };
                     let key_id = &self.streams[stream].config.spec.key_id;
-                    let raise = committed
-                        .filter(|(_, metadata)| *metadata == commit_metadata(key_id, true))
-                        .map(|(offset, _)| offset);
-                    p.flight.assign(tp, stream, raise);
+                    let ours = committed.as_ref().and_then(|(offset, text)| {
+                        metadata::read(key_id, text).map(|m| (*offset, m))
+                    });
+                    let raise = ours.as_ref().filter(|(_, m)| m.gap_free).map(|(o, _)| *o);
+                    let skip = ours.map(|(_, m)| m.done).unwrap_or_default();
+                    p.flight.assign(tp, stream, raise, skip);
                 }
             }
             Event::Revoke { partitions, ack } => {
@@ -453,9 +456,13 @@ impl Worker {
                 continue;
             }
             if let Some(mut element) = list.find_partition(&c.tp.0, c.tp.1) {
-                element.set_metadata(commit_metadata(
+                let written = Metadata {
+                    gap_free: c.gap_free,
+                    done: c.done.clone(),
+                };
+                element.set_metadata(metadata::write(
                     &self.streams[stream].config.spec.key_id,
-                    c.gap_free,
+                    &written,
                 ));
             }
         }
@@ -550,14 +557,6 @@ impl Worker {
     fn fail_open(&self, stream: usize) -> bool {
         self.streams[stream].config.fail_mode == FailMode::Open
     }
-}
-
-/// The commit metadata idemgate writes: version, stream key id, and whether
-/// every record below the offset was decided and delivered with an unbroken
-/// watermark chain (the next owner raises the watermark to it).
-fn commit_metadata(key_id: &str, gap_free: bool) -> String {
-    let chain = if gap_free { "gap-free" } else { "gaps" };
-    format!("idemgate/2 {key_id} {chain}")
 }
 
 /// What of its input a decision's output carries: all of it, but for a

@@ -33,6 +33,8 @@ pub(crate) struct Commit {
     /// owner's watermark chain is unbroken: the next owner may raise the
     /// watermark to it.
     pub(crate) gap_free: bool,
+    /// Finished ranges above `offset`: the next owner skips them.
+    pub(crate) done: Vec<(i64, i64)>,
 }
 
 impl Flight {
@@ -140,8 +142,9 @@ impl Flight {
     }
 
     /// Per partition, the offset after its contiguous run of finished
-    /// records, where it moved since the last call; those records are
-    /// dropped. `only` limits it to one partition (a revoke).
+    /// records and the finished ranges above it, where either moved since
+    /// the last call; the records below the offset are dropped. `only`
+    /// limits it to one partition (a revoke).
     pub(crate) fn commits(&mut self, only: Option<&Tp>) -> Vec<Commit> {
         let mut out = Vec::new();
         for (tp, p) in &mut self.partitions {
@@ -151,17 +154,40 @@ impl Flight {
             let Some(end) = p.finished_end() else {
                 continue;
             };
-            if p.committed.is_some_and(|c| end <= c) {
+            let done = finished_ranges(&p.records, end);
+            let moved = p.committed.is_none_or(|c| end > c);
+            if !moved && done == p.committed_done {
                 continue;
             }
             p.committed = Some(end);
             p.records = p.records.split_off(&end);
+            p.committed_done.clone_from(&done);
             out.push(Commit {
                 tp: tp.clone(),
                 offset: end,
                 gap_free: p.gap_free,
+                done,
             });
         }
         out
     }
+}
+
+/// Runs of finished records at or above `from`, as `[first, last + 1)`.
+fn finished_ranges(
+    records: &std::collections::BTreeMap<i64, super::Record>,
+    from: i64,
+) -> Vec<(i64, i64)> {
+    let mut ranges: Vec<(i64, i64)> = Vec::new();
+    let mut open = false;
+    for (&offset, record) in records.range(from..) {
+        let finished = record.stage == Stage::Finished;
+        match (finished, open, ranges.last_mut()) {
+            (true, true, Some(last)) => last.1 = offset + 1,
+            (true, _, _) => ranges.push((offset, offset + 1)),
+            (false, _, _) => {}
+        }
+        open = finished;
+    }
+    ranges
 }

@@ -127,6 +127,10 @@ pub(crate) struct Partition {
     raised: i64,
     /// A raise from the committed offset's idemgate metadata, asked once.
     metadata_raise: Option<i64>,
+    /// Ranges the last owner finished above its commit: not decided again.
+    skip: Vec<(i64, i64)>,
+    /// The finished ranges above the offset in the last commit.
+    committed_done: Vec<(i64, i64)>,
 }
 
 /// What a round carries, and where each answer goes back.
@@ -183,7 +187,16 @@ pub(crate) struct Flight {
 }
 
 impl Flight {
-    pub(crate) fn assign(&mut self, tp: Tp, stream: usize, metadata_raise: Option<i64>) {
+    /// A partition assigned. `metadata_raise`: the committed offset, where
+    /// idemgate's metadata says everything below it is delivered; `skip`:
+    /// finished ranges above it that the last owner listed.
+    pub(crate) fn assign(
+        &mut self,
+        tp: Tp,
+        stream: usize,
+        metadata_raise: Option<i64>,
+        skip: Vec<(i64, i64)>,
+    ) {
         let tag = TopicTag::of(&tp.0);
         self.partitions.entry(tp).or_insert(Partition {
             stream,
@@ -197,6 +210,8 @@ impl Flight {
             gap_free: true,
             raised: i64::MIN,
             metadata_raise,
+            skip,
+            committed_done: Vec::new(),
         });
     }
 
@@ -284,7 +299,11 @@ impl Flight {
         *self.batches.entry(self.batch).or_default() += 1;
         self.unfinished += 1;
         self.bytes += bytes;
-        if partition.fresh {
+        let skipped = partition.skip.iter().any(|(from, to)| (*from..*to).contains(&offset));
+        if skipped {
+            // Delivered and settled by the last owner (its commit said so).
+            record.stage = Stage::Finished;
+        } else if partition.fresh {
             if partition.range_start == Some(offset) && partition.committed == Some(offset) {
                 // The first record after the watermark was read: an owner
                 // starting above it (an offset skip) settles by done flags.

@@ -37,7 +37,7 @@ fn print(n: u8) -> Result<Fingerprint, Invalid> {
 fn flight(watermark: Option<i64>) -> Flight {
     let mut flight = Flight::default();
     for p in [0, 1] {
-        flight.assign(tp(p), 0, None);
+        flight.assign(tp(p), 0, None, Vec::new());
     }
     let round = flight
         .take_round(Instant::now(), 100, TOKEN)
@@ -107,7 +107,7 @@ fn a_record_below_its_partitions_watermark_produces_nothing() {
 #[test]
 fn records_read_before_the_watermark_is_known_wait_for_it() {
     let mut f = Flight::default();
-    f.assign(tp(0), 0, None);
+    f.assign(tp(0), 0, None, Vec::new());
     f.arrive(input(0, 5), 0, print(1), 1);
     f.arrive(input(0, 6), 0, print(2), 1);
     assert_eq!(stage(&f, 0, 5), Stage::Fresh);
@@ -153,6 +153,21 @@ fn a_waiting_record_holds_its_partitions_commit_but_not_the_records_after_it() {
     let commits = f.commits(None);
     assert_eq!(commits.len(), 1);
     assert_eq!((commits[0].offset, commits[0].gap_free), (1, true));
+    // The commit lists what is finished above it, for the next owner.
+    assert_eq!(commits[0].done, vec![(2, 3)]);
+}
+
+#[test]
+fn a_new_owner_skips_what_the_last_one_listed_as_finished() {
+    let mut f = Flight::default();
+    f.assign(tp(0), 0, Some(1), vec![(2, 3)]);
+    f.arrive(input(0, 1), 0, print(1), 1);
+    f.arrive(input(0, 2), 0, print(2), 1);
+    assert_eq!(stage(&f, 0, 2), Stage::Finished, "skipped: produces nothing");
+    assert_eq!(stage(&f, 0, 1), Stage::Fresh);
+    let round = f.take_round(Instant::now(), 100, TOKEN).expect("round");
+    assert_eq!(round.publish.raises.len(), 1, "the watermark raised from the metadata");
+    assert_eq!(round.publish.raises[0].end, 1);
 }
 
 #[test]
