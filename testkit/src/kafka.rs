@@ -578,8 +578,9 @@ pub fn read_inputs(
 
 /// Commits `offsets` (partition, next offset) of `topic` for `group` from
 /// outside the group, as an operator's `kafka-consumer-groups
-/// --reset-offsets` does while no member runs: no idemgate metadata. Reads
-/// them back and panics unless the broker kept them.
+/// --reset-offsets` does while no member runs: no idemgate metadata.
+/// Retries (up to a minute) while the broker still counts a member in the
+/// group; reads them back and panics unless the broker kept them.
 pub fn commit_offsets(brokers: &str, group: &str, topic: &str, offsets: &[(i32, i64)]) {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
@@ -592,9 +593,16 @@ pub fn commit_offsets(brokers: &str, group: &str, topic: &str, offsets: &[(i32, 
         list.add_partition_offset(topic, *partition, Offset::Offset(*offset))
             .expect("offset list");
     }
-    consumer
-        .commit(&list, rdkafka::consumer::CommitMode::Sync)
-        .unwrap_or_else(|e| panic!("committing {offsets:?} for {group}: {e}"));
+    // The broker refuses it while the group still has a member (as the
+    // operator's tool does): a killed one goes after its session timeout.
+    let until = Instant::now() + Duration::from_secs(60);
+    while let Err(error) = consumer.commit(&list, rdkafka::consumer::CommitMode::Sync) {
+        assert!(
+            Instant::now() < until,
+            "committing {offsets:?} for {group}: {error}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
     let partitions: Vec<i32> = offsets.iter().map(|(p, _)| *p).collect();
     let committed = committed_offsets(brokers, group, topic, &partitions);
     let wanted: Vec<Option<i64>> = offsets.iter().map(|(_, o)| Some(*o)).collect();

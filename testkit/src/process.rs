@@ -103,3 +103,27 @@ impl Drop for Logged {
         }
     }
 }
+
+/// The sum of every series of metric `name` that a `/metrics` endpoint at
+/// `addr` (`host:port`) serves now (0 when it serves none), by a plain
+/// HTTP/1.0 GET: no client dependency for one request.
+pub fn scrape_metric(addr: &str, name: &str) -> f64 {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr)
+        .unwrap_or_else(|e| panic!("connecting to /metrics at {addr}: {e}"));
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("read timeout");
+    // One write: the gateway answers after its first read.
+    let request = format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    stream.write_all(request.as_bytes()).expect("GET /metrics");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("reading /metrics");
+    text.lines()
+        .filter(|line| {
+            line.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}

@@ -441,3 +441,76 @@ pub fn unsettled_claims(url: &str, prefix: &str) -> Vec<String> {
     }
     unsettled
 }
+
+/// `unsettled_claims` over several nodes: the masters of a Redis Cluster,
+/// each holding its own slots (SCAN, GET and HGETALL only ever touch keys
+/// the node itself holds). Every node's claims are judged against every
+/// node's watermark hashes, wherever the cluster keeps them. Returns the
+/// claim keys found and the unsettled ones.
+pub fn unsettled_claims_on(urls: &[String], prefix: &str) -> (usize, Vec<String>) {
+    type Holder = (Vec<u8>, String, i64, bool);
+    let mut watermarks: std::collections::HashMap<Vec<u8>, std::collections::HashMap<String, i64>> =
+        std::collections::HashMap::new();
+    let mut claims: Vec<Holder> = Vec::new();
+    for url in urls {
+        let client = redis::Client::open(url.as_str()).expect("redis url");
+        let mut connection = client
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .expect("redis connection");
+        for key in scan(&mut connection, &format!("{prefix}*")) {
+            let rest = &key[prefix.len()..];
+            if let Some(key_id) = rest.strip_suffix(b":w").filter(|_| !rest.contains(&b'{')) {
+                let marks: std::collections::HashMap<String, i64> = redis::cmd("HGETALL")
+                    .arg(&key)
+                    .query(&mut connection)
+                    .expect("HGETALL watermarks");
+                watermarks.entry(key_id.to_vec()).or_default().extend(marks);
+                continue;
+            }
+            let Some(brace) = rest.iter().position(|b| *b == b'{') else {
+                continue;
+            };
+            let value: Option<Vec<u8>> = redis::cmd("GET")
+                .arg(&key)
+                .query(&mut connection)
+                .expect("GET");
+            let Some(value) = value else { continue };
+            assert_eq!(value.len(), 28, "a tier-1 value of {} bytes", value.len());
+            let int = |r: std::ops::Range<usize>| {
+                value[r].iter().fold(0i64, |n, b| (n << 8) | i64::from(*b))
+            };
+            let field = format!("{:06x}:{}", int(0..3), int(3..6));
+            claims.push((rest[..brace].to_vec(), field, int(6..12), value[24] & 0x80 != 0));
+        }
+    }
+    let unsettled = claims
+        .iter()
+        .filter_map(|(key_id, field, offset, done)| {
+            let below = watermarks.get(key_id).and_then(|m| m.get(field)).copied();
+            (!done && below.is_none_or(|w| *offset >= w))
+                .then(|| format!("{field}/{offset} (watermark {below:?})"))
+        })
+        .collect();
+    (claims.len(), unsettled)
+}
+
+/// Deletes every tier-1 claim key under `prefix` on one server (the keys
+/// with a hash tag; watermarks and filter generations stay), as if they
+/// had all expired. Returns how many went.
+pub fn delete_claims(url: &str, prefix: &str) -> usize {
+    let client = redis::Client::open(url).expect("redis url");
+    let mut connection = client
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .expect("redis connection");
+    let keys: Vec<Vec<u8>> = scan(&mut connection, &format!("{prefix}*"))
+        .into_iter()
+        .filter(|key| key.contains(&b'{'))
+        .collect();
+    for key in &keys {
+        let _: i64 = redis::cmd("DEL")
+            .arg(key)
+            .query(&mut connection)
+            .expect("DEL");
+    }
+    keys.len()
+}

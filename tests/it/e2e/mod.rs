@@ -26,5 +26,6 @@ mod horizon;
 mod monitoring;
 mod outage;
 mod process;
+mod resets;
 mod restart;
 mod tiered;
