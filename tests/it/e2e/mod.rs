@@ -19,6 +19,7 @@
 //! `partition.assignment.strategy` (the worker's default is eager).
 
 mod check;
+mod cluster;
 mod codecs;
 mod exact;
 mod failover;

@@ -19,6 +19,9 @@ pub struct GateConfig {
     pub clean: String,
     pub audit: String,
     pub redis_url: String,
+    /// Seed nodes of a Redis Cluster: when set, the store is `kind =
+    /// "cluster"` on them and `redis_url` is not used.
+    pub redis_nodes: Vec<String>,
     pub key_prefix: String,
     /// `closed` or `open`.
     pub fail_mode: &'static str,
@@ -48,6 +51,7 @@ impl GateConfig {
             clean: topics.clean.clone(),
             audit: topics.audit.clone(),
             redis_url,
+            redis_nodes: Vec::new(),
             key_prefix: format!("{}:", unique(test)),
             fail_mode: "closed",
             max_records: 200,
@@ -78,6 +82,12 @@ impl GateConfig {
         self
     }
 
+    /// The store on a Redis Cluster, reached through these seed nodes.
+    pub fn on_cluster(mut self, nodes: Vec<String>) -> GateConfig {
+        self.redis_nodes = nodes;
+        self
+    }
+
     pub fn toml(&self) -> String {
         let mut kafka = format!(
             "\"bootstrap.servers\" = \"{}\"\n\"group.id\" = \"{}\"\n\"auto.offset.reset\" = \"earliest\"\n",
@@ -90,8 +100,7 @@ impl GateConfig {
             r#"[kafka]
 {kafka}
 [store]
-kind = "redis"
-url = "{url}"
+{target}
 key_prefix = "{prefix}"
 {store}
 [metrics]
@@ -108,7 +117,11 @@ clean = "{clean}"
 audit = "{audit}"
 {stream}
 {more_streams}"#,
-            url = self.redis_url,
+            target = if self.redis_nodes.is_empty() {
+                format!("kind = \"redis\"\nurl = \"{}\"", self.redis_url)
+            } else {
+                format!("kind = \"cluster\"\nnodes = {:?}", self.redis_nodes)
+            },
             listen = self.metrics_listen,
             more_streams = self.more_streams,
             prefix = self.key_prefix,
@@ -245,6 +258,24 @@ impl Gate {
     /// SIGKILL: no shutdown, no final commit, claims left as they were.
     pub fn kill(&mut self) {
         self.process.kill();
+    }
+}
+
+/// Waits (bounded) until two gateways are members of one generation with
+/// the `partitions` split between them, both alive; returns their shares.
+pub fn wait_split(a: &mut Gate, b: &mut Gate, partitions: usize, bound: Duration) -> (usize, usize) {
+    let until = Instant::now() + bound;
+    loop {
+        a.assert_alive();
+        b.assert_alive();
+        match (a.assigned(), b.assigned()) {
+            (Some(x), Some(y)) if x > 0 && y > 0 && x + y == partitions => return (x, y),
+            (x, y) => assert!(
+                Instant::now() < until,
+                "the group did not settle on two members within {bound:?}: {x:?} + {y:?}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
