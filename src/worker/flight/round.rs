@@ -159,9 +159,8 @@ impl Flight {
             for (&offset, record) in p.records.iter_mut() {
                 match record.stage {
                     Stage::Settling => record.stage = Stage::Delivered,
-                    Stage::Claiming if fail_open(record.stream) => {
-                        record.decision = Some(Decision::Unverified);
-                        record.stage = Stage::Produce;
+                    Stage::Claiming | Stage::Fresh if fail_open(record.stream) => {
+                        pass_unchecked(record);
                         unverified.push((tp.clone(), offset));
                     }
                     Stage::Claiming => {
@@ -181,11 +180,12 @@ impl Flight {
         let mut unverified = Vec::new();
         for (tp, p) in &mut self.partitions {
             for (&offset, record) in p.records.iter_mut() {
-                let ready = matches!(record.stage, Stage::Claim | Stage::Wait { .. });
+                let ready = matches!(
+                    record.stage,
+                    Stage::Fresh | Stage::Claim | Stage::Wait { .. }
+                );
                 if ready && fail_open(record.stream) {
-                    record.decision = Some(Decision::Unverified);
-                    record.stage = Stage::Produce;
-                    record.waiting_since = None;
+                    pass_unchecked(record);
                     unverified.push((tp.clone(), offset));
                 }
             }
@@ -228,4 +228,17 @@ impl Flight {
             self.entered(tp, offset, stage);
         }
     }
+}
+
+/// A record of a stream that fails open, decided without the store: its
+/// own verdict where it has no hash, `unverified` otherwise. Not even its
+/// partition's watermark is known (a replay below it passes again: what
+/// failing open accepts).
+fn pass_unchecked(record: &mut super::Record) {
+    record.decision = Some(match &record.print {
+        Some(Err(invalid)) => Decision::Invalid(invalid.clone()),
+        _ => Decision::Unverified,
+    });
+    record.stage = Stage::Produce;
+    record.waiting_since = None;
 }
