@@ -10,13 +10,13 @@
 //! - [`ttl`]: TTLs derived from evidence: explicit durations, retention
 //!   years, job policies, and horizons measured from delivery logs.
 //! - [`config`]: the stream and store settings, parsed then validated.
-//! - [`store`]: the `ClaimStore` contract (claim, finalize, release a batch)
-//!   and its backends: `memory` (injectable clock, fastbloom generations) and
+//! - [`store`]: the `ClaimStore` contract (one round: publish what was
+//!   delivered, claim what arrived) and its backends: `memory` (injectable clock, fastbloom generations) and
 //!   `redis` (standalone or cluster; tier 2 on RedisBloom or bitmaps).
 //! - [`decision`]: a claim outcome turned into a decision, a route (clean or
 //!   audit) and the headers that say why.
-//! - [`worker`]: the consumer-group loop: poll a batch, fingerprint, claim,
-//!   route, produce, finalize or release, commit.
+//! - [`worker`]: the pipelined consumer-group loop: poll, fingerprint,
+//!   claim, route, produce, publish, commit, several batches in flight.
 //! - [`app`]: the one place a replica is wired (store, worker, /metrics,
 //!   store watcher) and run until shutdown.
 //! - [`demo`]: the whole product in one process on librdkafka's mock

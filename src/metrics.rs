@@ -41,8 +41,9 @@ pub(crate) const BATCH_BUCKETS: [f64; 10] = [
     1.0, 10.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0,
 ];
 
-/// Store operations, as the `op` label names them.
-const OPERATIONS: [&str; 3] = ["claim", "finalize", "release"];
+/// Store operations, as the `op` label names them: one round carries the
+/// publish of what was delivered and the claims of what arrived.
+const OPERATIONS: [&str; 1] = ["round"];
 const DECISIONS: [&str; 5] = ["novel", "duplicate", "conflict", "invalid", "unverified"];
 
 /// Registers names, units and help texts with the installed recorder.
@@ -60,26 +61,26 @@ pub fn describe() {
     describe_counter!(
         RELEASES,
         Unit::Count,
-        "claims released after an output could not be produced"
+        "claims released: every attempt to produce the record's output was refused, certainly not persisted"
     );
-    describe_counter!(REPLAYS, Unit::Count, "records met with their own done claim (delivered before a crash or replay); not produced again");
+    describe_counter!(REPLAYS, Unit::Count, "records decided before (below their partition's watermark, their own claim settled, or listed done by the last owner): not produced again");
     describe_counter!(
         WAITS,
         Unit::Count,
-        "claims retried because another record's claim was pending"
+        "claims answered with another record's unsettled claim: the record waits and claims again"
     );
     describe_counter!(
         PRODUCE_FAILURES,
         Unit::Count,
-        "outputs the broker did not accept; the record is retried"
+        "outputs not delivered: produced again (claim kept), or to audit without the payload where refused for size or content"
     );
     describe_histogram!(
         STORE_LATENCY,
         Unit::Seconds,
-        "claim store round trips, by operation"
+        "claim store rounds (publish and claims in one round trip), by operation"
     );
     describe_counter!(STORE_ERRORS, Unit::Count, "claim store calls that failed");
-    describe_histogram!(BATCH_SIZE, Unit::Count, "records per poll batch");
+    describe_histogram!(BATCH_SIZE, Unit::Count, "records claimed per store round");
     describe_gauge!(
         BREAKER_OPEN,
         Unit::Count,
@@ -204,9 +205,8 @@ pub(crate) fn breaker(open: bool) {
     gauge!(BREAKER_OPEN).set(if open { 1.0 } else { 0.0 });
 }
 
-
-/// Records waiting on other records' claims, and the longest wait, as a
-/// batch's round leaves them.
+/// Records waiting on other records' claims, and the longest wait, per
+/// stream (set every second).
 pub(crate) fn waiting(stream: &str, records: usize, oldest: Duration) {
     gauge!(WAITING, "stream" => stream.to_string()).set(records as f64);
     gauge!(OLDEST_WAIT, "stream" => stream.to_string()).set(oldest.as_secs_f64());

@@ -273,15 +273,19 @@ impl Worker {
                 crate::metrics::decided(name, &decision);
                 p.progress.decided(name, decision.label());
                 if decision != Decision::Novel {
-                    let hash = p
-                        .flight
-                        .record(&tp, offset)
+                    let record = p.flight.record(&tp, offset);
+                    let hash = record
                         .and_then(|r| r.print.as_ref())
                         .and_then(|print| print.as_ref().ok())
                         .map(|print| print.hash.to_string())
                         .unwrap_or_default();
-                    debug!(stream = %name, topic = %tp.0, partition = tp.1, offset,
-                        source_hash = %hash, decision = decision.label(), "suppressed or marked");
+                    let trace_id = record.map(|r| trace_id(&r.input)).unwrap_or_default();
+                    let reason = match &decision {
+                        Decision::Invalid(invalid) => invalid.to_string(),
+                        _ => String::new(),
+                    };
+                    debug!(trace_id = %trace_id, stream = %name, topic = %tp.0, partition = tp.1, offset,
+                        source_hash = %hash, decision = decision.label(), reason = %reason, "suppressed or marked");
                 }
             }
             Reported::Retry(error) => {
@@ -312,6 +316,9 @@ impl Worker {
                 p.flight.next_batch();
                 for input in inputs {
                     self.arrive(p, input);
+                }
+                for stream in p.flight.take_replayed() {
+                    crate::metrics::replayed(&self.streams[stream].config.spec.name);
                 }
             }
             Event::Assigned(partitions) => {
@@ -557,6 +564,21 @@ impl Worker {
     fn fail_open(&self, stream: usize) -> bool {
         self.streams[stream].config.fail_mode == FailMode::Open
     }
+}
+
+/// Trace id: W3C `traceparent` or `x-trace-id` when the producer set one,
+/// else the record's coordinates.
+fn trace_id(input: &super::consumer::Input) -> String {
+    for name in ["traceparent", "x-trace-id"] {
+        if let Some((_, Some(value))) = input
+            .headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        {
+            return String::from_utf8_lossy(value).into_owned();
+        }
+    }
+    format!("{}/{}/{}", input.topic, input.partition, input.offset)
 }
 
 /// What of its input a decision's output carries: all of it, but for a

@@ -184,6 +184,9 @@ pub(crate) struct Flight {
     /// The earliest instant a waiting record claims again, as the last
     /// round left them.
     earliest_wait: Option<Instant>,
+    /// Streams of records finished on arrival (decided before), until the
+    /// loop counts them.
+    replayed: Vec<usize>,
 }
 
 impl Flight {
@@ -238,6 +241,12 @@ impl Flight {
     /// Poll batches with records not finished yet.
     pub(crate) fn batches_in_flight(&self) -> usize {
         self.batches.len()
+    }
+
+    /// Streams of the records finished on arrival since the last call:
+    /// decided before, produced nothing.
+    pub(crate) fn take_replayed(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.replayed)
     }
 
     /// Whether a waiting record is due to claim again.
@@ -313,6 +322,9 @@ impl Flight {
         }
         let stage = record.stage;
         partition.records.insert(offset, record);
+        if stage == Stage::Finished {
+            self.replayed.push(stream);
+        }
         self.entered(&tp, offset, stage);
         true
     }
@@ -335,9 +347,10 @@ impl Flight {
         {
             record.stage = Stage::Finished;
             record.waiting_since = None;
+            // The payload and key go; the headers stay for the decision's
+            // log line (its trace id).
             record.input.payload = None;
             record.input.key = None;
-            record.input.headers = Vec::new();
             if std::mem::take(&mut record.counted) {
                 self.unfinished -= 1;
                 self.bytes -= record.bytes;
