@@ -30,7 +30,7 @@ const TIMED_OUT_REQUESTS: usize = 8;
 /// The guarantee: for every distinct event, exactly one copy in clean and
 /// nothing lost; and no claim is released for a failed delivery (it may
 /// have been persisted: the record keeps its claim and is produced again,
-/// docs/design.md §4.4). Evidence that clean deliveries failed: while the
+/// docs/design.md §4.5). Evidence that clean deliveries failed: while the
 /// topic refuses, no output arrives at all (copies wait on their originals'
 /// claims); once it is lifted, every input gets its output. Evidence that
 /// the broker errors were met: a probe produce after the run succeeds, so
