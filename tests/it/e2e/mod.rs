@@ -30,3 +30,4 @@ mod process;
 mod resets;
 mod restart;
 mod tiered;
+mod zombie;

@@ -240,19 +240,40 @@ impl Gate {
     /// offsets, so this aims the kill at the window whose work must be
     /// replayed. Falls back to a plain kill after `bound`.
     pub fn kill_after_next_log_line(&mut self, bound: Duration) -> bool {
+        let grew = self.log_grows_within(bound);
+        self.kill();
+        grew
+    }
+
+    /// SIGSTOP as soon as the log grows, aimed like
+    /// `kill_after_next_log_line`: the process keeps its sockets, its group
+    /// membership as far as it knows, and its work in flight, frozen (a
+    /// replica stalled by a hung VM or a long pause: a zombie once its
+    /// session times out). `resume` sends SIGCONT.
+    pub fn stop_after_next_log_line(&mut self, bound: Duration) -> bool {
+        let grew = self.log_grows_within(bound);
+        self.assert_alive();
+        signal(self.pid(), "STOP");
+        grew
+    }
+
+    /// SIGCONT: a stopped process carries on where it was.
+    pub fn resume(&mut self) {
+        signal(self.pid(), "CONT");
+    }
+
+    /// Waits up to `bound` for the log to grow; whether it did.
+    fn log_grows_within(&self, bound: Duration) -> bool {
         let size = || std::fs::metadata(&self.process.log).map_or(0, |m| m.len());
         let before = size();
         let until = Instant::now() + bound;
-        let mut grew = false;
         while Instant::now() < until {
             if size() > before {
-                grew = true;
-                break;
+                return true;
             }
             std::thread::sleep(Duration::from_micros(200));
         }
-        self.kill();
-        grew
+        false
     }
 
     /// SIGKILL: no shutdown, no final commit, claims left as they were.

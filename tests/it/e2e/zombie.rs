@@ -1,0 +1,181 @@
+//! A zombie replica (docs/design.md §4, §7): two gateways in one group,
+//! one frozen (SIGSTOP) mid-stream, just after it logged a delivery, for
+//! longer than its session timeout. Its partitions move to the other,
+//! which replays them from the last committed offsets, meets the frozen
+//! replica's claims as its own and re-stamps them with its owner token.
+//! Then the zombie is thawed (SIGCONT): its produce requests and its
+//! publish happen late, with its old token, and its commit comes from a
+//! generation the group has left behind. Its done flags must be refused
+//! (the claims carry another owner now) and nothing it does late may let a
+//! second input of an event into clean.
+
+use std::time::{Duration, Instant};
+
+use idemgate_testkit::check::{check, Expect};
+use idemgate_testkit::kafka::{read_inputs_as_delivered, Producer, Reader, Topics};
+use idemgate_testkit::servers::{claim_ttls, unsettled_claims};
+use idemgate_testkit::workload::{Bank, Planned};
+use idemgate_testkit::{env, say, tansu_brokers, BOUND};
+
+use super::process::{wait_split, Gate, GateConfig};
+
+/// Longer than the 6 s session timeout, with the rebalance after it.
+const STALL: Duration = Duration::from_secs(14);
+
+/// What the zombie logs when its late work meets the new owner's: done
+/// flags refused on claims re-stamped by the survivor, a commit refused
+/// for its old generation, partitions taken from it.
+const LATE: [&str; 3] = ["done flags refused", "commit failed", "revoke"];
+
+/// The guarantee: for every distinct event, exactly one copy in clean and
+/// nothing lost; the same input may be in clean twice (the zombie's late
+/// outputs and the survivor's replay of them), never an event through two
+/// inputs (Expect::Replays). Evidence that the fault hit: the survivor
+/// held every partition while the zombie was frozen, inputs were decided
+/// twice, and the zombie's log after the thaw tells of its late work
+/// meeting the new owner (refused done flags, a refused commit, a revoke).
+#[test]
+fn a_zombie_thawed_after_its_partitions_moved_lets_no_event_through_twice() {
+    const TEST: &str = "zombie";
+    let began = Instant::now();
+    let partitions = 4;
+    let topics = Topics::create(&tansu_brokers(), TEST, partitions, 2);
+    let mut bank = Bank::new(TEST, 64);
+    bank.copy_rate = (0.30, 0.08);
+    // Copies on other partitions: waiting copies leave holes above which
+    // delivered records settle by done flags, the zombie's among them.
+    bank.copies_share_key = false;
+    let burst = bank.phase(2_400, 0, 30);
+    let tail = bank.phase(600, 1_400, 10);
+    let plan: Vec<Planned> = burst.iter().chain(&tail).cloned().collect();
+    let redis_url = env("IDEMGATE_TEST_REDIS_URL");
+    let mut config = GateConfig::new(TEST, &topics, redis_url.clone());
+    config.max_records = 500;
+
+    let mut zombie = Gate::start(&format!("{TEST}-zombie"), &config);
+    let mut survivor = Gate::start(&format!("{TEST}-survivor"), &config);
+    let split = wait_split(
+        &mut zombie,
+        &mut survivor,
+        partitions as usize,
+        Duration::from_secs(30),
+    );
+    say(TEST, format!("assigned {split:?} at {:?}", began.elapsed()));
+
+    // A burst worked through as a backlog (so the stop lands inside a
+    // batch), then a paced tail that flows through the stall and the thaw.
+    let producing = {
+        let topic = topics.input.clone();
+        std::thread::spawn(move || {
+            let producer = Producer::new(&tansu_brokers());
+            let mut landed = producer.send(&topic, &burst, 250, Duration::from_millis(10));
+            landed.extend(producer.send(&topic, &tail, 20, Duration::from_millis(500)));
+            landed
+        })
+    };
+    let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
+    let part = plan.len() * 3 / 10;
+    let reached = reader.read_until(
+        BOUND,
+        |reader| reader.records.len() >= part,
+        || {
+            zombie.assert_alive();
+            survivor.assert_alive();
+        },
+    );
+    assert!(
+        reached,
+        "{} of {part} outputs before the stall",
+        reader.records.len()
+    );
+    let aimed = zombie.stop_after_next_log_line(Duration::from_secs(5));
+    let stopped = Instant::now();
+    say(
+        TEST,
+        format!(
+            "SIGSTOP at {:?} (aimed just after a delivery: {aimed}) with {} outputs read",
+            began.elapsed(),
+            reader.records.len()
+        ),
+    );
+
+    // The survivor takes every partition over while the zombie is frozen.
+    let until = Instant::now() + BOUND;
+    while survivor.assigned() != Some(partitions as usize) {
+        survivor.assert_alive();
+        assert!(
+            Instant::now() < until,
+            "the survivor did not take the frozen replica's partitions within {BOUND:?}; its log:\n{}",
+            survivor.tail(30)
+        );
+        reader.read_for(Duration::from_millis(200));
+    }
+    let taken_after = stopped.elapsed();
+    reader.read_for(STALL.saturating_sub(stopped.elapsed()));
+    let before_thaw = reader.records.len();
+    let log_at_thaw = zombie.log_text().len();
+    zombie.resume();
+    let thawed = Instant::now();
+    say(
+        TEST,
+        format!(
+            "the survivor held all {partitions} partitions {taken_after:?} into the stall; SIGCONT after {:?} with {before_thaw} outputs read",
+            stopped.elapsed()
+        ),
+    );
+    assert!(
+        !producing.is_finished(),
+        "the stream ended before the zombie was thawed"
+    );
+
+    reader.read_every_input(plan.len(), BOUND, "of the thaw", || {
+        zombie.assert_alive();
+        survivor.assert_alive();
+    });
+    say(
+        TEST,
+        format!(
+            "every input has an output {:?} after the thaw",
+            thawed.elapsed()
+        ),
+    );
+    let delivered = producing.join().expect("producer thread");
+    let landed = read_inputs_as_delivered(&tansu_brokers(), &topics, &delivered);
+    let summary = check(&plan, &landed, &topics, &reader.records, Expect::Replays);
+    say(TEST, &summary);
+    let late_log = zombie.log_text()[log_at_thaw..].to_string();
+    let late: Vec<(&str, usize)> = LATE
+        .iter()
+        .map(|what| (*what, late_log.matches(what).count()))
+        .collect();
+    say(TEST, format!("the zombie's log after the thaw: {late:?}"));
+    for line in late_log
+        .lines()
+        .filter(|l| LATE.iter().any(|w| l.contains(w)))
+        .take(8)
+    {
+        say(TEST, format!("  {line}"));
+    }
+    assert!(
+        summary.replayed_inputs > 0,
+        "no input was decided twice: the survivor replayed nothing of the zombie's ({summary})"
+    );
+    assert!(
+        late.iter().any(|(_, n)| *n > 0),
+        "the zombie's log after the thaw shows none of {LATE:?}:\n{late_log}"
+    );
+
+    for gate in [&mut zombie, &mut survivor] {
+        let status = gate.terminate(Duration::from_secs(40));
+        assert!(
+            status.success(),
+            "[{}] exited with {status} on SIGTERM",
+            gate.name
+        );
+    }
+    let ttls = claim_ttls(&redis_url, &config.key_prefix);
+    assert_eq!(ttls.len(), bank.events(), "claim keys, one per event");
+    let unsettled = unsettled_claims(&redis_url, &config.key_prefix);
+    assert!(unsettled.is_empty(), "claims left unsettled: {unsettled:?}");
+    say(TEST, format!("took {:?}", began.elapsed()));
+}
