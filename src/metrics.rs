@@ -122,7 +122,11 @@ pub fn describe() {
         Unit::Seconds,
         "how long the longest-waiting record has waited on another record's claim"
     );
-    describe_gauge!(IN_FLIGHT, Unit::Count, "poll batches read and not yet finished (several while pipelined)");
+    describe_gauge!(
+        IN_FLIGHT,
+        Unit::Count,
+        "poll batches read and not yet finished (several while pipelined)"
+    );
     describe_counter!(
         TAKEN_OVER,
         Unit::Count,

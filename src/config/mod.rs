@@ -393,7 +393,9 @@ fn validate_stream(
         return Err(invalid(field("tier1_ttl"), "must be above zero"));
     }
     let key_id = match &raw.key_id {
-        Some(id) if (1..=4).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric()) => {
+        Some(id)
+            if (1..=4).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric()) =>
+        {
             id.clone()
         }
         Some(_) => return Err(invalid(field("key_id"), "1 to 4 letters or digits")),

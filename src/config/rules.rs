@@ -130,7 +130,9 @@ pub(super) fn check_key_ids(streams: &[StreamConfig]) -> Result<(), ConfigError>
             if let Some(other) = tags.insert(crate::store::TopicTag::of(topic), topic) {
                 return Err(invalid(
                     format!("streams[{index}].inputs"),
-                    format!("{topic} and {other} have the same topic tag: read them in two streams"),
+                    format!(
+                        "{topic} and {other} have the same topic tag: read them in two streams"
+                    ),
                 ));
             }
         }

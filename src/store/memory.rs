@@ -95,7 +95,12 @@ impl State {
         self.writes += 1;
         if self.writes.is_multiple_of(SWEEP_EVERY) {
             let clocks = self.clocks.values().copied();
-            let now = if event_time { clocks.min() } else { clocks.max() }.unwrap_or(at);
+            let now = if event_time {
+                clocks.min()
+            } else {
+                clocks.max()
+            }
+            .unwrap_or(at);
             let claims = std::mem::take(&mut self.claims);
             self.claims = claims
                 .into_iter()
@@ -147,12 +152,7 @@ impl State {
     /// timestamp past its holder's expiry while the holder is still in
     /// flight, and no claim is ever taken over on a clock
     /// (docs/design.md §4.7).
-    fn live(
-        &self,
-        key: &(usize, SourceHash),
-        at: Millis,
-        event_time: bool,
-    ) -> Option<ClaimValue> {
+    fn live(&self, key: &(usize, SourceHash), at: Millis, event_time: bool) -> Option<ClaimValue> {
         self.claims
             .get(key)
             .filter(|(value, expires_at)| {

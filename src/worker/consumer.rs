@@ -86,4 +86,3 @@ pub fn read_headers(
     }
     (headers, bad_name)
 }
-

@@ -25,7 +25,11 @@ pub(crate) struct Metadata {
 }
 
 pub(crate) fn write(key_id: &str, metadata: &Metadata) -> String {
-    let chain = if metadata.gap_free { "gap-free" } else { "gaps" };
+    let chain = if metadata.gap_free {
+        "gap-free"
+    } else {
+        "gaps"
+    };
     let mut out = format!("idemgate/2 {key_id} {chain}");
     let mut first = true;
     for (from, to) in &metadata.done {
@@ -76,10 +80,7 @@ mod tests {
         let text = write("Ab", &metadata);
         assert_eq!(text, "idemgate/2 Ab gap-free done=10-12,15-16");
         assert_eq!(read("Ab", &text), Some(metadata));
-        assert_eq!(
-            read("Ab", "idemgate/2 Ab gaps"),
-            Some(Metadata::default())
-        );
+        assert_eq!(read("Ab", "idemgate/2 Ab gaps"), Some(Metadata::default()));
         assert_eq!(read("Cd", &text), None, "another stream's");
         assert_eq!(read("Ab", ""), None);
         assert_eq!(read("Ab", "some other tool"), None);

@@ -7,6 +7,7 @@
 //! - `consumer`: a record as read;
 //! - `flight`: every record in flight and every partition's offsets (pure);
 //! - `pipeline`: the loop, the I/O around `flight`;
+//! - `handover`: revokes, stops and commits;
 //! - `metadata`: what a commit says for the next owner;
 //! - `output`: the producer side; `breaker`: the store circuit breaker;
 //! - `progress`, `client_logs`: what the worker says in its logs.
@@ -15,6 +16,7 @@ mod breaker;
 mod client_logs;
 pub(crate) mod consumer;
 mod flight;
+mod handover;
 mod metadata;
 mod output;
 mod pipeline;

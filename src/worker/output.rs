@@ -84,9 +84,8 @@ pub(crate) fn send(
     output: &Output<'_>,
 ) -> futures::future::BoxFuture<'static, Result<(), Failure>> {
     use futures::FutureExt;
-    let mut headers = OwnedHeaders::new_with_capacity(
-        output.input.headers.len() + output.decision_headers.len(),
-    );
+    let mut headers =
+        OwnedHeaders::new_with_capacity(output.input.headers.len() + output.decision_headers.len());
     // Decision headers from an upstream idemgate are replaced, not
     // stacked: an output carries exactly one decision.
     let input_headers = match output.carry {
@@ -135,7 +134,9 @@ pub(crate) fn send(
             match delivery.await {
                 Ok(Ok(_)) => Ok(()),
                 Ok(Err((error, _))) => Err(classify(&error)),
-                Err(_) => Err(Failure::Retry("delivery report lost: producer closed".into())),
+                Err(_) => Err(Failure::Retry(
+                    "delivery report lost: producer closed".into(),
+                )),
             }
         }
         .boxed(),

@@ -17,13 +17,13 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use rdkafka::consumer::{CommitMode, Consumer};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::TopicPartitionList;
 use tokio::task::JoinHandle;
 use tracing::{debug, error, info, warn};
 
 use super::breaker::Breaker;
-use super::metadata::{self, Metadata};
 use super::flight::{Flight, Reported, Round, Tp};
+use super::metadata;
 use super::output::{send, Carry, Failure, Output};
 use super::poller::{self, Event};
 use super::progress::Progress;
@@ -38,7 +38,7 @@ use crate::store::{Millis, RoundAnswer, StoreError};
 /// trip the breaker in seconds, not minutes.
 const STORE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a revoke or a shutdown waits for deliveries and the publish.
-const FLUSH_PATIENCE: Duration = Duration::from_secs(30);
+pub(super) const FLUSH_PATIENCE: Duration = Duration::from_secs(30);
 /// Commits go out at most this often (and at every revoke and stop): one
 /// OffsetCommit per interval, whatever the round rate.
 const COMMIT_EVERY: Duration = Duration::from_millis(100);
@@ -56,10 +56,10 @@ pub fn now_ms() -> Millis {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-type Delivery = BoxFuture<'static, (Tp, i64, Result<(), Failure>)>;
+pub(super) type Delivery = BoxFuture<'static, (Tp, i64, Result<(), Failure>)>;
 
 /// The round in flight.
-struct InFlight {
+pub(super) struct InFlight {
     round: Round,
     started: Instant,
     handle: JoinHandle<Result<RoundAnswer, StoreError>>,
@@ -67,17 +67,17 @@ struct InFlight {
 
 /// What the loop keeps between turns.
 pub(crate) struct Pipeline {
-    flight: Flight,
-    round: Option<InFlight>,
-    deliveries: FuturesUnordered<Delivery>,
-    breaker: Breaker,
-    paused: HashSet<Tp>,
-    progress: Progress,
-    gauges_at: Instant,
+    pub(super) flight: Flight,
+    pub(super) round: Option<InFlight>,
+    pub(super) deliveries: FuturesUnordered<Delivery>,
+    pub(super) breaker: Breaker,
+    pub(super) paused: HashSet<Tp>,
+    pub(super) progress: Progress,
+    pub(super) gauges_at: Instant,
     /// Something arrived, was delivered or answered since the last round
     /// was put together: a new one may have work.
-    dirty: bool,
-    committed_at: Instant,
+    pub(super) dirty: bool,
+    pub(super) committed_at: Instant,
 }
 
 impl Pipeline {
@@ -97,7 +97,7 @@ impl Pipeline {
 }
 
 /// The answer of the round in flight; pending for ever when there is none.
-async fn answer(round: &mut Option<InFlight>) -> Result<RoundAnswer, StoreError> {
+pub(super) async fn answer(round: &mut Option<InFlight>) -> Result<RoundAnswer, StoreError> {
     match round {
         Some(in_flight) => (&mut in_flight.handle)
             .await
@@ -106,7 +106,9 @@ async fn answer(round: &mut Option<InFlight>) -> Result<RoundAnswer, StoreError>
     }
 }
 
-async fn next_report(deliveries: &mut FuturesUnordered<Delivery>) -> (Tp, i64, Result<(), Failure>) {
+pub(super) async fn next_report(
+    deliveries: &mut FuturesUnordered<Delivery>,
+) -> (Tp, i64, Result<(), Failure>) {
     match deliveries.next().await {
         Some(report) => report,
         None => std::future::pending().await,
@@ -155,7 +157,8 @@ impl Worker {
         }
         // The poller leaves the group with its callbacks quiet; a revoke it
         // is already waiting in is let go by dropping its acknowledgement.
-        self.closing.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.closing
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         self.events.close();
         while self.events.try_recv().is_ok() {}
         drop(self.consumer);
@@ -207,7 +210,7 @@ impl Worker {
         }
     }
 
-    fn start_round(&self, p: &mut Pipeline, round: Round, now: Instant) {
+    pub(super) fn start_round(&self, p: &mut Pipeline, round: Round, now: Instant) {
         crate::metrics::batch(round.claimed());
         let store = self.store.clone();
         let (publish, claims, read) = (
@@ -227,7 +230,7 @@ impl Worker {
         });
     }
 
-    fn on_answer(&self, p: &mut Pipeline, result: Result<RoundAnswer, StoreError>) {
+    pub(super) fn on_answer(&self, p: &mut Pipeline, result: Result<RoundAnswer, StoreError>) {
         let Some(InFlight { round, started, .. }) = p.round.take() else {
             return;
         };
@@ -237,9 +240,9 @@ impl Worker {
         match result {
             Ok(answer) => {
                 p.breaker.success();
-                let settled = p
-                    .flight
-                    .answered(round, answer, now, |s| self.streams[s].config.spec.filter.is_some());
+                let settled = p.flight.answered(round, answer, now, |s| {
+                    self.streams[s].config.spec.filter.is_some()
+                });
                 for stream in settled.replayed {
                     crate::metrics::replayed(&self.streams[stream].config.spec.name);
                 }
@@ -263,7 +266,11 @@ impl Worker {
         }
     }
 
-    fn on_report(&self, p: &mut Pipeline, (tp, offset, result): (Tp, i64, Result<(), Failure>)) {
+    pub(super) fn on_report(
+        &self,
+        p: &mut Pipeline,
+        (tp, offset, result): (Tp, i64, Result<(), Failure>),
+    ) {
         let now = Instant::now();
         p.dirty = true;
         let stream = self.by_topic.get(&tp.0).copied().unwrap_or_default();
@@ -399,85 +406,6 @@ impl Worker {
         };
         let delivery = send(&self.producer, &output);
         Some(async move { (tp, offset, delivery.await) }.boxed())
-    }
-
-    /// Waits for the round in flight and the deliveries of `partitions`,
-    /// publishes what is delivered (retried until acknowledged or out of
-    /// patience) and commits their finished prefixes synchronously. What
-    /// is left unfinished keeps its claims for the next owner
-    /// (docs/design.md §4.6).
-    async fn flush(&self, p: &mut Pipeline, partitions: &[Tp]) {
-        let deadline = Instant::now() + FLUSH_PATIENCE;
-        while p.round.is_some() || partitions.iter().any(|tp| p.flight.sending(tp)) {
-            tokio::select! {
-                result = answer(&mut p.round) => self.on_answer(p, result),
-                report = next_report(&mut p.deliveries) => self.on_report(p, report),
-                _ = tokio::time::sleep_until(deadline.into()) => break,
-            }
-        }
-        let mut backoff = Duration::from_millis(20);
-        // Until acknowledged, out of patience, or the breaker says the
-        // store is down (the next owner settles what is left).
-        while Instant::now() < deadline && p.breaker.allows(Instant::now()) {
-            let Some(round) = p.flight.take_round(Instant::now(), 0, self.token) else {
-                break;
-            };
-            if round.publish.is_empty() {
-                p.flight.failed(round, |_| false);
-                break;
-            }
-            let now = Instant::now();
-            self.start_round(p, round, now);
-            let result = answer(&mut p.round).await;
-            let failed = result.is_err();
-            self.on_answer(p, result);
-            if failed {
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-            }
-        }
-        self.commit(p, CommitMode::Sync, Some(partitions));
-    }
-
-    /// Commits each partition's finished prefix, with idemgate's metadata.
-    fn commit(&self, p: &mut Pipeline, mode: CommitMode, only: Option<&[Tp]>) {
-        let commits = match only {
-            None => p.flight.commits(None),
-            Some(list) => list
-                .iter()
-                .flat_map(|tp| p.flight.commits(Some(tp)))
-                .collect(),
-        };
-        if commits.is_empty() {
-            return;
-        }
-        let mut list = TopicPartitionList::new();
-        for c in &commits {
-            let Some(&stream) = self.by_topic.get(&c.tp.0) else {
-                continue;
-            };
-            if list
-                .add_partition_offset(&c.tp.0, c.tp.1, Offset::Offset(c.offset))
-                .is_err()
-            {
-                continue;
-            }
-            if let Some(mut element) = list.find_partition(&c.tp.0, c.tp.1) {
-                let written = Metadata {
-                    gap_free: c.gap_free,
-                    done: c.done.clone(),
-                };
-                element.set_metadata(metadata::write(
-                    &self.streams[stream].config.spec.key_id,
-                    &written,
-                ));
-            }
-        }
-        match self.consumer.commit(&list, mode) {
-            Ok(()) => crate::metrics::committed(),
-            Err(error) if poller::is_nothing_to_commit(&error) => {}
-            Err(error) => warn!(%error, "commit failed"),
-        }
     }
 
     /// At the in-flight bounds, reads no more: partitions holding waiting

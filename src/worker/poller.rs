@@ -98,14 +98,24 @@ impl ConsumerContext for GroupContext {
         let (ack, acked) = sync_mpsc::channel();
         let partitions = partitions_of(list);
         let count = partitions.len();
-        if self.events.blocking_send(Event::Revoke { partitions, ack }).is_err() {
+        if self
+            .events
+            .blocking_send(Event::Revoke { partitions, ack })
+            .is_err()
+        {
             return;
         }
         let started = Instant::now();
         match acked.recv_timeout(REVOKE_PATIENCE) {
-            Ok(()) => info!(partitions = count, took_ms = started.elapsed().as_millis() as u64,
-                "revoked: finished work published and committed"),
-            Err(_) => warn!(partitions = count, "revoke not acknowledged in time: unfinished claims go to the next owner"),
+            Ok(()) => info!(
+                partitions = count,
+                took_ms = started.elapsed().as_millis() as u64,
+                "revoked: finished work published and committed"
+            ),
+            Err(_) => warn!(
+                partitions = count,
+                "revoke not acknowledged in time: unfinished claims go to the next owner"
+            ),
         }
     }
 
@@ -115,26 +125,33 @@ impl ConsumerContext for GroupContext {
                 if self.closing.load(Ordering::SeqCst) {
                     return;
                 }
-                let committed = match consumer.committed_offsets((*list).clone(), Duration::from_secs(10)) {
+                let committed = match consumer
+                    .committed_offsets((*list).clone(), Duration::from_secs(10))
+                {
                     Ok(committed) => committed,
                     Err(error) => {
                         warn!(%error, "cannot read committed offsets: watermarks are not raised from them");
                         TopicPartitionList::new()
                     }
                 };
-                let partitions = partitions_of(list)
-                    .into_iter()
-                    .map(|tp| {
-                        let found = committed.find_partition(&tp.0, tp.1).and_then(|e| match e.offset() {
-                            Offset::Offset(offset) => Some((offset, e.metadata().to_string())),
-                            _ => None,
-                        });
-                        (tp, found)
-                    })
-                    .collect::<Vec<_>>();
+                let partitions =
+                    partitions_of(list)
+                        .into_iter()
+                        .map(|tp| {
+                            let found = committed.find_partition(&tp.0, tp.1).and_then(|e| match e
+                                .offset()
+                            {
+                                Offset::Offset(offset) => Some((offset, e.metadata().to_string())),
+                                _ => None,
+                            });
+                            (tp, found)
+                        })
+                        .collect::<Vec<_>>();
                 info!(partitions = partitions.len(), "assigned");
                 let _ = self.events.blocking_send(Event::Assigned(partitions));
-                self.state.assigned.store(list.count() > 0, Ordering::SeqCst);
+                self.state
+                    .assigned
+                    .store(list.count() > 0, Ordering::SeqCst);
             }
             Rebalance::Revoke(_) => {}
             Rebalance::Error(error) => warn!(%error, "rebalance error"),

@@ -181,7 +181,11 @@ impl ClaimStore for CountingStore {
         claims: &[Claim],
         read: &[StreamId],
     ) -> Result<RoundAnswer, StoreError> {
-        let call = if claims.is_empty() { Call::Settle } else { Call::Claim };
+        let call = if claims.is_empty() {
+            Call::Settle
+        } else {
+            Call::Claim
+        };
         self.observe(call, true);
         let result = self.inner.round(publish, claims, read).await;
         self.observe(call, false);
@@ -257,7 +261,10 @@ mod tests {
         };
         store.round(&publish, &batch[1..2], &[]).await.unwrap();
         let tally = store.tally();
-        assert_eq!((tally.rounds, tally.claim_rounds, tally.publish_rounds), (2, 2, 1));
+        assert_eq!(
+            (tally.rounds, tally.claim_rounds, tally.publish_rounds),
+            (2, 2, 1)
+        );
         assert_eq!((tally.won, tally.held, tally.duplicate_exact), (2, 1, 1));
         assert_eq!(tally.done_flags, 2);
     }

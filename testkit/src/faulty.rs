@@ -4,7 +4,7 @@
 //! (the writes landed, the worker cannot know: every one must be
 //! idempotent), for rounds that publish, or for all of them.
 
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;

@@ -18,9 +18,10 @@ impl Flight {
     ) -> Settled {
         let mut settled = Settled::default();
         for w in &answer.watermarks {
-            let partition = self.partitions.iter_mut().find(|(tp, p)| {
-                p.stream == w.stream.0 && p.tag == w.topic && tp.1 == w.partition
-            });
+            let partition = self
+                .partitions
+                .iter_mut()
+                .find(|(tp, p)| p.stream == w.stream.0 && p.tag == w.topic && tp.1 == w.partition);
             if let Some((_, p)) = partition {
                 p.watermark = Some(p.watermark.map_or(w.below, |m| m.max(w.below)));
             }

@@ -67,7 +67,9 @@ fn stage(flight: &Flight, partition: i32, offset: i64) -> Stage {
 /// Answers a round with the given outcomes, every raise and done flag
 /// accepted.
 fn answer(flight: &mut Flight, outcomes: Vec<ClaimOutcome>) -> Round {
-    let round = flight.take_round(Instant::now(), 100, TOKEN).expect("round");
+    let round = flight
+        .take_round(Instant::now(), 100, TOKEN)
+        .expect("round");
     let probe = Round {
         publish: round.publish.clone(),
         claims: round.claims.clone(),
@@ -112,7 +114,10 @@ fn records_read_before_the_watermark_is_known_wait_for_it() {
     f.arrive(input(0, 6), 0, print(2), 1);
     assert_eq!(stage(&f, 0, 5), Stage::Fresh);
     let round = f.take_round(Instant::now(), 100, TOKEN).expect("round");
-    assert!(round.claims.is_empty(), "nothing is claimed before the watermark is read");
+    assert!(
+        round.claims.is_empty(),
+        "nothing is claimed before the watermark is read"
+    );
     let answer = RoundAnswer {
         watermarks: vec![Watermark {
             stream: StreamId(0),
@@ -146,7 +151,10 @@ fn a_waiting_record_holds_its_partitions_commit_but_not_the_records_after_it() {
     // the delivered record above it.
     let round = answer(&mut f, vec![]);
     assert_eq!(round.publish.raises.len(), 1);
-    assert_eq!((round.publish.raises[0].start, round.publish.raises[0].end), (0, 1));
+    assert_eq!(
+        (round.publish.raises[0].start, round.publish.raises[0].end),
+        (0, 1)
+    );
     assert_eq!(round.publish.done.len(), 1);
     assert_eq!(round.publish.done[0].holder.offset, 2);
     assert_eq!(stage(&f, 0, 2), Stage::Finished);
@@ -163,10 +171,18 @@ fn a_new_owner_skips_what_the_last_one_listed_as_finished() {
     f.assign(tp(0), 0, Some(1), vec![(2, 3)]);
     f.arrive(input(0, 1), 0, print(1), 1);
     f.arrive(input(0, 2), 0, print(2), 1);
-    assert_eq!(stage(&f, 0, 2), Stage::Finished, "skipped: produces nothing");
+    assert_eq!(
+        stage(&f, 0, 2),
+        Stage::Finished,
+        "skipped: produces nothing"
+    );
     assert_eq!(stage(&f, 0, 1), Stage::Fresh);
     let round = f.take_round(Instant::now(), 100, TOKEN).expect("round");
-    assert_eq!(round.publish.raises.len(), 1, "the watermark raised from the metadata");
+    assert_eq!(
+        round.publish.raises.len(),
+        1,
+        "the watermark raised from the metadata"
+    );
     assert_eq!(round.publish.raises[0].end, 1);
 }
 
@@ -181,7 +197,10 @@ fn a_failed_round_is_sent_again_whole_and_a_fail_open_stream_passes_unverified()
     assert_eq!(round.claims.len(), 1);
     f.failed(round, |_| true);
     assert_eq!(stage(&f, 0, 0), Stage::Produce);
-    assert_eq!(f.record(&tp(0), 0).unwrap().decision, Some(Decision::Unverified));
+    assert_eq!(
+        f.record(&tp(0), 0).unwrap().decision,
+        Some(Decision::Unverified)
+    );
 }
 
 #[test]
@@ -195,20 +214,33 @@ fn a_timeout_keeps_the_claim_even_after_a_refusal_and_a_refusal_releases_only_a_
     let sent = f.to_send(now);
     assert_eq!(sent.len(), 3);
     let timed_out = Failure::Retry("timed out".into());
-    assert!(matches!(f.reported(&tp(0), 0, Err(timed_out), now), Reported::Retry(_)));
+    assert!(matches!(
+        f.reported(&tp(0), 0, Err(timed_out), now),
+        Reported::Retry(_)
+    ));
     assert!(matches!(stage(&f, 0, 0), Stage::Backoff { .. }));
     assert!(!f.record(&tp(0), 0).unwrap().claim.unwrap().release);
     let refused = Failure::Refused("too large".into());
-    assert!(matches!(f.reported(&tp(0), 1, Err(refused), now), Reported::Refused(_)));
+    assert!(matches!(
+        f.reported(&tp(0), 1, Err(refused), now),
+        Reported::Refused(_)
+    ));
     // Met its own claim: never released, whatever the refusal.
     assert!(!f.record(&tp(0), 1).unwrap().claim.unwrap().release);
     // Won it and refused at its only attempt: certainly not persisted.
     let refused = Failure::Refused("too large".into());
-    assert!(matches!(f.reported(&tp(0), 2, Err(refused), now), Reported::Refused(_)));
+    assert!(matches!(
+        f.reported(&tp(0), 2, Err(refused), now),
+        Reported::Refused(_)
+    ));
     assert!(f.record(&tp(0), 2).unwrap().claim.unwrap().release);
     let later = now + Duration::from_secs(2);
     let again = f.to_send(later);
-    assert_eq!(again.len(), 3, "the timed-out output and the two audit records");
+    assert_eq!(
+        again.len(),
+        3,
+        "the timed-out output and the two audit records"
+    );
     // Refused after a timeout: the attempt before may have landed, so the
     // claim stays (docs/design.md §4.5); the record still goes to audit.
     let refused = Failure::Refused("too large".into());
@@ -216,7 +248,10 @@ fn a_timeout_keeps_the_claim_even_after_a_refusal_and_a_refusal_releases_only_a_
     assert!(!f.record(&tp(0), 0).unwrap().claim.unwrap().release);
     assert!(matches!(
         f.record(&tp(0), 0).unwrap().decision,
-        Some(Decision::Invalid(Invalid::Undeliverable { bare: false, .. }))
+        Some(Decision::Invalid(Invalid::Undeliverable {
+            bare: false,
+            ..
+        }))
     ));
 }
 
@@ -227,7 +262,10 @@ fn an_owner_that_began_above_the_watermark_settles_by_done_flags() {
     answer(&mut f, vec![WON]);
     deliver_all(&mut f);
     let round = answer(&mut f, vec![]);
-    assert!(round.publish.raises.is_empty(), "an offset skip never raises");
+    assert!(
+        round.publish.raises.is_empty(),
+        "an offset skip never raises"
+    );
     assert_eq!(round.publish.done.len(), 1);
     let commits = f.commits(None);
     assert_eq!((commits[0].offset, commits[0].gap_free), (11, false));
@@ -252,7 +290,13 @@ fn a_filter_duplicate_keeps_its_claim_to_settle_and_a_copy_waits_on_a_local_hold
     let outcomes = round
         .claims
         .iter()
-        .map(|c| if c.holder == holder { filter } else { ClaimOutcome::Held { holder } })
+        .map(|c| {
+            if c.holder == holder {
+                filter
+            } else {
+                ClaimOutcome::Held { holder }
+            }
+        })
         .collect();
     let answer_of = RoundAnswer {
         outcomes,
@@ -275,5 +319,8 @@ fn revoking_a_partition_forgets_its_records_and_their_bytes() {
     assert_eq!(f.in_flight(), (2, 20));
     f.revoke(&tp(0));
     assert_eq!(f.in_flight(), (1, 10));
-    assert!(!f.arrive(input(0, 1), 0, print(3), 1), "a revoked partition takes nothing");
+    assert!(
+        !f.arrive(input(0, 1), 0, print(3), 1),
+        "a revoked partition takes nothing"
+    );
 }

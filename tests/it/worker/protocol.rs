@@ -13,8 +13,8 @@ use idemgate::store::ClaimStore;
 use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::faulty::{Fault, FaultyStore};
 use idemgate_testkit::kafka::{Out, Reader, Topics};
-use idemgate_testkit::workload::Planned;
 use idemgate_testkit::say;
+use idemgate_testkit::workload::Planned;
 
 use super::support::{bank, count, stop, wait_until, Options, Setup};
 
@@ -106,7 +106,10 @@ async fn a_store_outage_longer_than_every_timer_across_two_replicas_lets_no_copy
     stop(second).await?;
     let summary = check(&plan, &landed, &setup.topics, &outputs, Expect::Exact);
     assert_eq!(summary.events, bank.events());
-    say(TEST, format!("{summary}; {} rounds refused", store.faulted()));
+    say(
+        TEST,
+        format!("{summary}; {} rounds refused", store.faulted()),
+    );
     Ok(())
 }
 
@@ -139,7 +142,13 @@ async fn a_stop_during_a_store_outage_then_later_copies_lose_and_double_no_event
     let stopping = Instant::now();
     stop(replica).await?;
     let faulted = store.faulted();
-    say(TEST, format!("stopped in {:?} with the store down ({faulted} rounds refused)", stopping.elapsed()));
+    say(
+        TEST,
+        format!(
+            "stopped in {:?} with the store down ({faulted} rounds refused)",
+            stopping.elapsed()
+        ),
+    );
     assert!(faulted > 0, "the stop did not meet the outage");
     let mut landed = producing.await?;
     store.set(Fault::None);
@@ -189,7 +198,9 @@ async fn during_an_outage_a_fail_open_stream_flows_while_a_fail_closed_one_waits
     let closed_landed = setup
         .produce(&setup.topics.input, &closed_plan, 100, Duration::ZERO)
         .await?;
-    let open_landed = setup.produce(&open.input, &open_plan, 100, Duration::ZERO).await?;
+    let open_landed = setup
+        .produce(&open.input, &open_plan, 100, Duration::ZERO)
+        .await?;
     let open_out = setup.read(&open, open_plan.len()).await?;
     let closed_while_down = read_for(&setup, &setup.topics, Duration::from_secs(1)).await;
     assert!(
@@ -201,8 +212,17 @@ async fn during_an_outage_a_fail_open_stream_flows_while_a_fail_closed_one_waits
     stop(replica).await?;
     let open_summary = check(&open_plan, &open_landed, &open, &open_out, Expect::Open);
     assert!(count(&open_summary, &["unverified"]) > 0, "{open_summary}");
-    let closed_summary = check(&closed_plan, &closed_landed, &setup.topics, &closed_out, Expect::Exact);
-    say(TEST, format!("open: {open_summary}\nclosed: {closed_summary}"));
+    let closed_summary = check(
+        &closed_plan,
+        &closed_landed,
+        &setup.topics,
+        &closed_out,
+        Expect::Exact,
+    );
+    say(
+        TEST,
+        format!("open: {open_summary}\nclosed: {closed_summary}"),
+    );
     Ok(())
 }
 
@@ -211,8 +231,8 @@ async fn during_an_outage_a_fail_open_stream_flows_while_a_fail_closed_one_waits
 /// way round: no partition waits on another for ever, and every event is
 /// exactly once in clean.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn partitions_waiting_on_each_other_in_both_directions_never_deadlock(
-) -> anyhow::Result<()> {
+async fn partitions_waiting_on_each_other_in_both_directions_never_deadlock() -> anyhow::Result<()>
+{
     const TEST: &str = "cross-waits";
     let setup = Setup::new(TEST, 4);
     let config = setup.config(&Options {
@@ -250,8 +270,14 @@ async fn partitions_waiting_on_each_other_in_both_directions_never_deadlock(
             down += 1;
         }
     }
-    assert!(up > 0 && down > 0, "copies waited in one direction only ({up}, {down})");
-    say(TEST, format!("{summary}; cross-partition duplicates {up} up, {down} down"));
+    assert!(
+        up > 0 && down > 0,
+        "copies waited in one direction only ({up}, {down})"
+    );
+    say(
+        TEST,
+        format!("{summary}; cross-partition duplicates {up} up, {down} down"),
+    );
     Ok(())
 }
 
@@ -260,8 +286,7 @@ async fn partitions_waiting_on_each_other_in_both_directions_never_deadlock(
 /// waits for their reports, publishes and commits before it lets the
 /// partitions go; the other claims go to the new owner as its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_revoke_with_outputs_in_flight_hands_over_without_loss_or_double(
-) -> anyhow::Result<()> {
+async fn a_revoke_with_outputs_in_flight_hands_over_without_loss_or_double() -> anyhow::Result<()> {
     const TEST: &str = "revoke-in-flight";
     let setup = Setup::new(TEST, 4);
     let config = setup.config(&Options {
@@ -279,10 +304,17 @@ async fn a_revoke_with_outputs_in_flight_hands_over_without_loss_or_double(
     let cluster = setup.kafka.cluster()?;
     cluster.broker_round_trip_time(-1, Duration::from_millis(500))?;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let revocations = first.group().revocations.load(std::sync::atomic::Ordering::SeqCst);
+    let revocations = first
+        .group()
+        .revocations
+        .load(std::sync::atomic::Ordering::SeqCst);
     let second = start(&config, &store).await;
     wait_until("the group rebalanced", || {
-        first.group().revocations.load(std::sync::atomic::Ordering::SeqCst) > revocations
+        first
+            .group()
+            .revocations
+            .load(std::sync::atomic::Ordering::SeqCst)
+            > revocations
             && second.assigned()
     })
     .await;
@@ -351,7 +383,14 @@ async fn publishes_lost_after_the_acks_and_an_outage_then_copies_past_tier1_meet
         .filter(|o| late_ids.contains(o.test_id()))
         .filter(|o| o.header(idemgate::decision::TIER) == Some("filter"))
         .count();
-    assert_eq!(late_filtered, late.len(), "late copies not all caught by the filter: {summary}");
-    say(TEST, format!("{summary}; {} rounds faulted", store.faulted()));
+    assert_eq!(
+        late_filtered,
+        late.len(),
+        "late copies not all caught by the filter: {summary}"
+    );
+    say(
+        TEST,
+        format!("{summary}; {} rounds faulted", store.faulted()),
+    );
     Ok(())
 }

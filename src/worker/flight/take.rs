@@ -1,0 +1,144 @@
+//! Putting the next round together: the publish of what was delivered,
+//! the claims of what is ready, the watermark reads of fresh partitions.
+
+use std::time::Instant;
+
+use super::{claim_of, Flight, Round, Stage, Tp, FIRST_BACKOFF};
+use crate::store::{Insert, OwnerToken, Raise, StreamId};
+
+impl Flight {
+    /// The next round: the publish of everything delivered, the claims of
+    /// everything ready (at most `max_claims`), the watermarks of fresh
+    /// partitions. `None` when there is nothing to send.
+    pub(crate) fn take_round(
+        &mut self,
+        now: Instant,
+        max_claims: usize,
+        token: OwnerToken,
+    ) -> Option<Round> {
+        let mut round = Round::default();
+        let mut local_holders = Vec::new();
+        let mut earliest_wait = None;
+        for (tp, partition) in &self.partitions {
+            if !partition.fresh {
+                round.read.push(StreamId(partition.stream));
+                round.freshened.push(tp.clone());
+            }
+        }
+        for (tp, partition) in &mut self.partitions {
+            let stream = StreamId(partition.stream);
+            if let Some(end) = partition.metadata_raise.take() {
+                round.publish.raises.push(Raise {
+                    stream,
+                    topic: partition.tag,
+                    partition: tp.1,
+                    start: 0,
+                    end,
+                });
+                round.metadata_of.push((tp.clone(), end));
+            }
+            let end = partition.delivered_end();
+            let raise = partition.fresh && partition.gap_free && end > partition.raised;
+            if let (true, Some(start)) = (raise, partition.range_start) {
+                round.publish.raises.push(Raise {
+                    stream,
+                    topic: partition.tag,
+                    partition: tp.1,
+                    start,
+                    end,
+                });
+                round.raise_of.push((tp.clone(), end));
+            }
+            let covered = if partition.fresh && partition.gap_free {
+                end
+            } else {
+                i64::MIN
+            };
+            for (&offset, record) in partition.records.iter_mut() {
+                match record.stage {
+                    Stage::Delivered => {
+                        let Some(owned) = record.claim.as_mut() else {
+                            continue;
+                        };
+                        if let Some(at) = owned.insert {
+                            round.publish.inserts.push(Insert {
+                                stream,
+                                hash: owned.held.hash,
+                                at,
+                            });
+                        }
+                        if owned.release {
+                            round.publish.releases.push(owned.held);
+                            round.release_of.push((tp.clone(), offset));
+                        } else if offset >= covered {
+                            round.publish.done.push(owned.held);
+                            round.done_of.push((tp.clone(), offset));
+                        }
+                        record.stage = Stage::Settling;
+                    }
+                    Stage::Claim if round.claims.len() < max_claims => {
+                        if let Some(claim) = claim_of(record, token) {
+                            round.claims.push(claim);
+                            round.claim_of.push((tp.clone(), offset));
+                            record.stage = Stage::Claiming;
+                        }
+                    }
+                    Stage::Wait { retry_at } if retry_at <= now => {
+                        local_holders.push((tp.clone(), offset));
+                    }
+                    Stage::Wait { retry_at } => {
+                        earliest_wait =
+                            Some(earliest_wait.map_or(retry_at, |e: Instant| e.min(retry_at)));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        // A copy waits on a holder in flight here until that holder is
+        // finished; on one elsewhere, it claims again after its backoff.
+        for (tp, offset) in local_holders {
+            let holder_busy = self.holder_in_flight(&tp, offset);
+            if holder_busy || round.claims.len() >= max_claims {
+                // Looked at again shortly, not at once: the loop sleeps
+                // until the earliest due record.
+                if let Some(record) = self.record_mut(&tp, offset) {
+                    record.stage = Stage::Wait {
+                        retry_at: now + FIRST_BACKOFF,
+                    };
+                }
+                earliest_wait = Some(now + FIRST_BACKOFF);
+                continue;
+            }
+            if let Some(record) = self.record_mut(&tp, offset) {
+                if let Some(claim) = claim_of(record, token) {
+                    round.claims.push(claim);
+                    record.stage = Stage::Claiming;
+                    round.claim_of.push((tp, offset));
+                }
+            }
+        }
+        self.earliest_wait = earliest_wait;
+        round.read.sort_unstable();
+        round.read.dedup();
+        let empty = round.publish.is_empty() && round.claims.is_empty() && round.read.is_empty();
+        (!empty).then_some(round)
+    }
+
+    /// Whether the holder a waiting record last met is a record in flight
+    /// here, not finished yet.
+    fn holder_in_flight(&self, tp: &Tp, offset: i64) -> bool {
+        let Some(record) = self.record(tp, offset) else {
+            return false;
+        };
+        let Some(holder) = record.waiting_on else {
+            return false;
+        };
+        self.partitions
+            .iter()
+            .find(|(htp, p)| {
+                p.tag == holder.topic && htp.1 == holder.partition && p.stream == record.stream
+            })
+            .and_then(|(_, p)| p.records.get(&holder.offset))
+            .is_some_and(|h| h.stage != Stage::Finished)
+    }
+}

@@ -1,0 +1,97 @@
+//! Handing partitions over (a revoke, a stop) and committing: what the
+//! next owner of a partition finds is every finished prefix committed, with
+//! the metadata that lets it raise the watermark and skip what is done
+//! (docs/design.md §4.6, §7).
+
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+use tracing::warn;
+
+use super::flight::Tp;
+use super::metadata::{self, Metadata};
+use super::pipeline::{answer, next_report, Pipeline, FLUSH_PATIENCE};
+use super::poller;
+use super::Worker;
+
+impl Worker {
+    /// Waits for the round in flight and the deliveries of `partitions`,
+    /// publishes what is delivered (retried until acknowledged or out of
+    /// patience) and commits their finished prefixes synchronously. What
+    /// is left unfinished keeps its claims for the next owner
+    /// (docs/design.md §4.6).
+    pub(super) async fn flush(&self, p: &mut Pipeline, partitions: &[Tp]) {
+        let deadline = Instant::now() + FLUSH_PATIENCE;
+        while p.round.is_some() || partitions.iter().any(|tp| p.flight.sending(tp)) {
+            tokio::select! {
+                result = answer(&mut p.round) => self.on_answer(p, result),
+                report = next_report(&mut p.deliveries) => self.on_report(p, report),
+                _ = tokio::time::sleep_until(deadline.into()) => break,
+            }
+        }
+        let mut backoff = Duration::from_millis(20);
+        // Until acknowledged, out of patience, or the breaker says the
+        // store is down (the next owner settles what is left).
+        while Instant::now() < deadline && p.breaker.allows(Instant::now()) {
+            let Some(round) = p.flight.take_round(Instant::now(), 0, self.token) else {
+                break;
+            };
+            if round.publish.is_empty() {
+                p.flight.failed(round, |_| false);
+                break;
+            }
+            let now = Instant::now();
+            self.start_round(p, round, now);
+            let result = answer(&mut p.round).await;
+            let failed = result.is_err();
+            self.on_answer(p, result);
+            if failed {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+        }
+        self.commit(p, CommitMode::Sync, Some(partitions));
+    }
+
+    /// Commits each partition's finished prefix, with idemgate's metadata.
+    pub(super) fn commit(&self, p: &mut Pipeline, mode: CommitMode, only: Option<&[Tp]>) {
+        let commits = match only {
+            None => p.flight.commits(None),
+            Some(list) => list
+                .iter()
+                .flat_map(|tp| p.flight.commits(Some(tp)))
+                .collect(),
+        };
+        if commits.is_empty() {
+            return;
+        }
+        let mut list = TopicPartitionList::new();
+        for c in &commits {
+            let Some(&stream) = self.by_topic.get(&c.tp.0) else {
+                continue;
+            };
+            if list
+                .add_partition_offset(&c.tp.0, c.tp.1, Offset::Offset(c.offset))
+                .is_err()
+            {
+                continue;
+            }
+            if let Some(mut element) = list.find_partition(&c.tp.0, c.tp.1) {
+                let written = Metadata {
+                    gap_free: c.gap_free,
+                    done: c.done.clone(),
+                };
+                element.set_metadata(metadata::write(
+                    &self.streams[stream].config.spec.key_id,
+                    &written,
+                ));
+            }
+        }
+        match self.consumer.commit(&list, mode) {
+            Ok(()) => crate::metrics::committed(),
+            Err(error) if poller::is_nothing_to_commit(&error) => {}
+            Err(error) => warn!(%error, "commit failed"),
+        }
+    }
+}
