@@ -10,6 +10,9 @@
 //! one event meet on different replicas (docs/design.md §7: which replica sees
 //! which copy must not matter).
 //!
+//! And once with the store frozen around the kill for longer than the 60 s
+//! lease of claim protocol v1: nothing may pass on a clock.
+//!
 //! The kill is aimed: right after the doomed replica logs a delivered
 //! record, before it finalizes its claims and commits its offsets. Killed
 //! at a random instant it was almost always between batches, and nothing
@@ -19,9 +22,9 @@ use std::time::{Duration, Instant};
 
 use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{read_inputs_as_delivered, Producer, Reader, Topics};
-use idemgate_testkit::servers::{claim_ttls, unsettled_claims};
+use idemgate_testkit::servers::{claim_ttls, unsettled_claims, RedisServer, ServerOptions};
 
-use super::process::{Gate, GateConfig};
+use super::process::{wait_split, Gate, GateConfig};
 use idemgate_testkit::workload::{Bank, Planned};
 use idemgate_testkit::{env, say, tansu_brokers, BOUND};
 
@@ -63,24 +66,13 @@ fn failover(test: &str, copies_share_key: bool) {
     let mut doomed = Gate::start(&format!("{test}-doomed"), &config);
     let mut survivor = Gate::start(&format!("{test}-survivor"), &config);
     // Both members of one generation, the partitions split between them.
-    let until = Instant::now() + Duration::from_secs(30);
-    loop {
-        doomed.assert_alive();
-        survivor.assert_alive();
-        let (a, b) = (doomed.assigned(), survivor.assigned());
-        if matches!((a, b), (Some(a), Some(b)) if a > 0 && b > 0 && a + b == partitions as usize) {
-            say(
-                test,
-                format!("assigned {a:?} + {b:?} at {:?}", began.elapsed()),
-            );
-            break;
-        }
-        assert!(
-            Instant::now() < until,
-            "the group did not settle on two members within 30s: {a:?} + {b:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let split = wait_split(
+        &mut doomed,
+        &mut survivor,
+        partitions as usize,
+        Duration::from_secs(30),
+    );
+    say(test, format!("assigned {split:?} at {:?}", began.elapsed()));
 
     let producing = {
         let topic = topics.input.clone();
@@ -179,4 +171,153 @@ fn failover(test: &str, copies_share_key: bool) {
     let status = survivor.terminate(Duration::from_secs(20));
     assert!(status.success(), "idemgate exited with {status} on SIGTERM");
     say(test, format!("took {:?}", began.elapsed()));
+}
+
+/// How long the store stays frozen: past the 60 s lease of claim protocol
+/// v1, after which a killed holder's claims would have been taken over.
+const FROZEN: Duration = Duration::from_secs(65);
+
+/// SIGKILL of one of two replicas while the store (a redis-server of the
+/// test's own) is frozen by SIGSTOP, for `FROZEN`; then it thaws. The
+/// killed replica's delivered work was never published, so its claims stay
+/// pending; the survivor takes its partitions over during the freeze,
+/// replays them once the store answers, meets those claims as its own and
+/// produces again, and every copy waiting on them is decided only after.
+///
+/// The guarantee: for every distinct event, exactly one copy in clean and
+/// nothing lost; the same input may be in clean twice (the killed
+/// replica's output and the survivor's replay), never an event through two
+/// inputs (Expect::Replays). Evidence that the fault hit: the survivor's
+/// breaker opened, it held every partition while the store was frozen,
+/// and nothing produced during the freeze was decided (but invalid
+/// records, which need no claim) before the thaw.
+#[test]
+fn a_replica_killed_while_the_store_is_frozen_past_the_old_lease_doubles_no_event() {
+    const TEST: &str = "failover-frozen";
+    let began = Instant::now();
+    let partitions = 4;
+    let topics = Topics::create(&tansu_brokers(), TEST, partitions, 2);
+    let mut redis = RedisServer::start(TEST, ServerOptions::default());
+    let mut bank = Bank::new(TEST, 64);
+    bank.copy_rate = (0.30, 0.08);
+    // Copies on other partitions: some wait on the killed replica's claims
+    // from the survivor's own partitions.
+    bank.copies_share_key = false;
+    let before = bank.phase(1_600, 0, 20);
+    let during = bank.phase(200, 600, 8);
+    let mut config = GateConfig::new(TEST, &topics, redis.url());
+    config.max_records = 250;
+
+    let mut doomed = Gate::start(&format!("{TEST}-doomed"), &config);
+    let mut survivor = Gate::start(&format!("{TEST}-survivor"), &config);
+    let split = wait_split(
+        &mut doomed,
+        &mut survivor,
+        partitions as usize,
+        Duration::from_secs(30),
+    );
+    say(TEST, format!("assigned {split:?} at {:?}", began.elapsed()));
+    let producing = {
+        let (topic, records) = (topics.input.clone(), before.clone());
+        std::thread::spawn(move || {
+            Producer::new(&tansu_brokers()).send(&topic, &records, 250, Duration::from_millis(10))
+        })
+    };
+    let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
+    let part = before.len() * 3 / 10;
+    let reached = reader.read_until(
+        BOUND,
+        |reader| reader.records.len() >= part,
+        || {
+            doomed.assert_alive();
+            survivor.assert_alive();
+        },
+    );
+    assert!(
+        reached,
+        "{} of {part} outputs before the freeze",
+        reader.records.len()
+    );
+    redis.freeze();
+    let frozen = Instant::now();
+    // Outputs decided before the freeze are delivered within it; their
+    // publish cannot land, so the killed replica leaves them unsettled.
+    reader.read_for(Duration::from_secs(1));
+    doomed.kill();
+    say(
+        TEST,
+        format!(
+            "store frozen at {:?}, SIGKILL {:?} later, {} outputs read",
+            began.elapsed(),
+            frozen.elapsed(),
+            reader.records.len()
+        ),
+    );
+    let mut delivered = producing.join().expect("producer thread");
+    delivered.extend(Producer::new(&tansu_brokers()).send(
+        &topics.input,
+        &during,
+        100,
+        Duration::ZERO,
+    ));
+    let until = frozen + FROZEN - Duration::from_secs(5);
+    while survivor.assigned() != Some(partitions as usize) {
+        survivor.assert_alive();
+        assert!(
+            Instant::now() < until,
+            "the survivor did not take the killed replica's partitions during the freeze; its log:\n{}",
+            survivor.tail(30)
+        );
+        reader.read_for(Duration::from_millis(200));
+    }
+    let taken = frozen.elapsed();
+    reader.read_for(FROZEN.saturating_sub(frozen.elapsed()));
+    survivor.assert_alive();
+    let read_while_frozen = reader.records.len();
+    redis.thaw();
+    let thawed = Instant::now();
+    say(
+        TEST,
+        format!(
+            "the survivor held all {partitions} partitions {taken:?} into the freeze; thawed after {:?} with {read_while_frozen} outputs read",
+            frozen.elapsed()
+        ),
+    );
+    let during_ids: std::collections::HashSet<&str> =
+        during.iter().map(|p| p.id.as_str()).collect();
+    let decided_frozen: Vec<String> = reader.records[..read_while_frozen]
+        .iter()
+        .filter(|o| during_ids.contains(o.test_id()) && o.decision() != "invalid")
+        .map(|o| format!("{} {}", o.test_id(), o.decision()))
+        .collect();
+    assert!(
+        decided_frozen.is_empty(),
+        "decided while the store was frozen: {decided_frozen:?}"
+    );
+
+    let plan: Vec<Planned> = before.into_iter().chain(during).collect();
+    reader.read_every_input(plan.len(), BOUND, "of the thaw", || survivor.assert_alive());
+    say(
+        TEST,
+        format!(
+            "every input has an output {:?} after the thaw",
+            thawed.elapsed()
+        ),
+    );
+    let landed = read_inputs_as_delivered(&tansu_brokers(), &topics, &delivered);
+    let summary = check(&plan, &landed, &topics, &reader.records, Expect::Replays);
+    say(TEST, &summary);
+    let log = survivor.log_text();
+    assert!(
+        log.contains("breaker open"),
+        "the survivor never saw the store down:\n{}",
+        survivor.tail(30)
+    );
+    let status = survivor.terminate(Duration::from_secs(40));
+    assert!(status.success(), "idemgate exited with {status} on SIGTERM");
+    let ttls = claim_ttls(&redis.url(), &config.key_prefix);
+    assert_eq!(ttls.len(), bank.events(), "claim keys, one per event");
+    let unsettled = unsettled_claims(&redis.url(), &config.key_prefix);
+    assert!(unsettled.is_empty(), "claims left unsettled: {unsettled:?}");
+    say(TEST, format!("took {:?}", began.elapsed()));
 }
