@@ -3,8 +3,9 @@
 //! `IDEMGATE_TEST_KAFKA_BROKERS`) and real Redis, sent real signals.
 //!
 //! - `process`: the gateway binary as a guard;
-//! - `exact`, `restart`, `failover`, `outage`: the scenarios, on the test
-//!   kit's workload, Kafka readers, exactly-once check and server guards;
+//! - `exact`, `restart`, `failover`, `outage`, `zombie`, `resets`, `cluster`:
+//!   the scenarios, on the test kit's workload, Kafka readers, exactly-once
+//!   check and server guards;
 //! - `check`, `horizon`: the operator's commands against the same servers.
 //!
 //! Every test has its own topics, group and key prefix, so they run in

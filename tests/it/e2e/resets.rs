@@ -79,8 +79,8 @@ fn a_reset_to_earliest_without_tier1_keys_produces_nothing_by_the_watermark_alon
 /// earliest offsets adds nothing to clean or audit (docs/design.md §4.2),
 /// whether or not the tier-1 keys are still there (`delete_tier1`).
 /// Evidence that the replay happened: the second gateway committed the
-/// end of every partition again, from the offsets reset to 0, so it read
-/// every record.
+/// end of every partition again, from the offsets reset to 0, and counted
+/// every record it read as replayed (`idemgate_replayed_records_total`).
 fn reset_to_earliest(test: &str, delete_tier1: bool) {
     let began = Instant::now();
     let topics = Topics::create(&tansu_brokers(), test, 3, 2);
@@ -144,6 +144,11 @@ fn reset_to_earliest(test: &str, delete_tier1: bool) {
         added.is_empty(),
         "a replay below the watermark produced {} outputs: {added:?}",
         added.len()
+    );
+    assert_eq!(
+        replayed,
+        plan.len() as f64,
+        "idemgate_replayed_records_total: every record read again is below its watermark"
     );
     if delete_tier1 {
         assert!(
