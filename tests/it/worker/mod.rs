@@ -1,8 +1,8 @@
 //! The worker in-process on librdkafka's mock cluster: failed deliveries,
 //! brokers down, delivery timeouts, poison records, rebalances, restarts,
-//! event time, and the demo. Each
-//! test has its own mock cluster, topics, group and key prefix; workloads,
-//! the readers and the exactly-once check are the test kit's.
+//! event time, and the demo. Each test has its own mock cluster, topics,
+//! group and key prefix; workloads, the readers and the exactly-once check
+//! are the test kit's.
 
 mod demo;
 mod event_time;
