@@ -83,15 +83,12 @@ pub(crate) async fn serve(
             };
             let health = health.clone();
             tokio::spawn(async move {
-                let mut buffer = [0u8; 1024];
-                let read =
-                    match tokio::time::timeout(Duration::from_secs(5), socket.read(&mut buffer))
-                        .await
-                    {
-                        Ok(Ok(n)) => n,
-                        _ => return,
-                    };
-                let request = String::from_utf8_lossy(&buffer[..read]);
+                let Ok(Some(head)) =
+                    tokio::time::timeout(Duration::from_secs(5), read_head(&mut socket)).await
+                else {
+                    return;
+                };
+                let request = String::from_utf8_lossy(&head);
                 let path = request.split_whitespace().nth(1).unwrap_or("/");
                 let (status, body) = match path {
                     "/metrics" => ("200 OK", handle.map(|h| h.render()).unwrap_or_default()),
@@ -110,6 +107,24 @@ pub(crate) async fn serve(
             });
         }
     }))
+}
+
+/// The request line and headers, however many reads they take (a client
+/// may write them in pieces); `None` when the client goes away first or
+/// sends more than 8 KiB without ending them. Answering after a first
+/// partial read would close the connection while the client still writes:
+/// it would see a broken pipe.
+async fn read_head(socket: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
+    let mut head = Vec::with_capacity(512);
+    let mut buffer = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let read = socket.read(&mut buffer).await.ok()?;
+        if read == 0 || head.len() + read > 8192 {
+            return None;
+        }
+        head.extend_from_slice(&buffer[..read]);
+    }
+    Some(head)
 }
 
 /// Reads the store's figures every few seconds: evicted keys, filter fill
@@ -150,5 +165,29 @@ pub(crate) async fn watch_store(
             _ = tokio::time::sleep(Duration::from_secs(5)) => {}
             _ = stop.changed() => break,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    #[tokio::test]
+    async fn a_request_written_in_pieces_is_read_whole() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let client = tokio::spawn(async move {
+            let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+            stream.write_all(b"GET /metrics HTTP/1.1\r\n").await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            stream.write_all(b"Host: x\r\n\r\n").await.unwrap();
+            stream
+        });
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let head = read_head(&mut socket).await.expect("the whole head");
+        assert!(head.ends_with(b"Host: x\r\n\r\n"), "{head:?}");
+        drop(client.await.unwrap());
+        assert_eq!(read_head(&mut socket).await, None, "a closed client");
     }
 }
