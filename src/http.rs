@@ -179,7 +179,10 @@ mod tests {
         let address = listener.local_addr().unwrap();
         let client = tokio::spawn(async move {
             let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
-            stream.write_all(b"GET /metrics HTTP/1.1\r\n").await.unwrap();
+            stream
+                .write_all(b"GET /metrics HTTP/1.1\r\n")
+                .await
+                .unwrap();
             tokio::time::sleep(Duration::from_millis(50)).await;
             stream.write_all(b"Host: x\r\n\r\n").await.unwrap();
             stream

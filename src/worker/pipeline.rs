@@ -194,7 +194,7 @@ impl Worker {
             }
             p.dirty = false;
         }
-        for (tp, offset) in p.flight.to_send(now) {
+        for (tp, offset) in p.flight.take_sends(now) {
             if let Some(delivery) = self.send(&p.flight, tp, offset) {
                 p.deliveries.push(delivery);
             }

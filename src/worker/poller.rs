@@ -110,7 +110,7 @@ impl ConsumerContext for GroupContext {
             Ok(()) => info!(
                 partitions = count,
                 took_ms = started.elapsed().as_millis() as u64,
-                "revoked: finished work published and committed"
+                "revoked: partitions handed over (what finished is published and committed, unless the commit failed above)"
             ),
             Err(_) => warn!(
                 partitions = count,

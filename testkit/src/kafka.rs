@@ -632,9 +632,11 @@ pub fn committed_offsets(
         .expect("committed offsets");
     partitions
         .iter()
-        .map(|p| match committed.find_partition(topic, *p).map(|e| e.offset()) {
-            Some(Offset::Offset(offset)) => Some(offset),
-            _ => None,
-        })
+        .map(
+            |p| match committed.find_partition(topic, *p).map(|e| e.offset()) {
+                Some(Offset::Offset(offset)) => Some(offset),
+                _ => None,
+            },
+        )
         .collect()
 }

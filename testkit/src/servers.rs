@@ -422,7 +422,8 @@ pub fn unsettled_claims(url: &str, prefix: &str) -> Vec<String> {
             .expect("GET");
         let Some(value) = value else { continue };
         assert_eq!(value.len(), 28, "a tier-1 value of {} bytes", value.len());
-        let int = |r: std::ops::Range<usize>| value[r].iter().fold(0i64, |n, b| (n << 8) | i64::from(*b));
+        let int =
+            |r: std::ops::Range<usize>| value[r].iter().fold(0i64, |n, b| (n << 8) | i64::from(*b));
         let (tag, partition, offset) = (int(0..3), int(3..6), int(6..12));
         let done = value[24] & 0x80 != 0;
         let marks = watermarks.entry(key_id.clone()).or_insert_with(|| {
@@ -436,7 +437,9 @@ pub fn unsettled_claims(url: &str, prefix: &str) -> Vec<String> {
         });
         let below = marks.get(&format!("{tag:06x}:{partition}")).copied();
         if !done && below.is_none_or(|w| offset >= w) {
-            unsettled.push(format!("{tag:06x}/{partition}/{offset} (watermark {below:?})"));
+            unsettled.push(format!(
+                "{tag:06x}/{partition}/{offset} (watermark {below:?})"
+            ));
         }
     }
     unsettled
@@ -480,7 +483,12 @@ pub fn unsettled_claims_on(urls: &[String], prefix: &str) -> (usize, Vec<String>
                 value[r].iter().fold(0i64, |n, b| (n << 8) | i64::from(*b))
             };
             let field = format!("{:06x}:{}", int(0..3), int(3..6));
-            claims.push((rest[..brace].to_vec(), field, int(6..12), value[24] & 0x80 != 0));
+            claims.push((
+                rest[..brace].to_vec(),
+                field,
+                int(6..12),
+                value[24] & 0x80 != 0,
+            ));
         }
     }
     let unsettled = claims

@@ -40,7 +40,7 @@ pub(crate) struct Commit {
 impl Flight {
     /// Records whose output is to be sent now (decided, or past their
     /// backoff), marked `Sending`.
-    pub(crate) fn to_send(&mut self, now: Instant) -> Vec<(Tp, i64)> {
+    pub(crate) fn take_sends(&mut self, now: Instant) -> Vec<(Tp, i64)> {
         let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.backoffs)
             .into_iter()
             .partition(|(at, _, _)| *at <= now);

@@ -87,7 +87,7 @@ fn answer(flight: &mut Flight, outcomes: Vec<ClaimOutcome>) -> Round {
 }
 
 fn deliver_all(flight: &mut Flight) {
-    for (tp, offset) in flight.to_send(Instant::now()) {
+    for (tp, offset) in flight.take_sends(Instant::now()) {
         flight.reported(&tp, offset, Ok(()), Instant::now());
     }
 }
@@ -211,7 +211,7 @@ fn a_timeout_keeps_the_claim_even_after_a_refusal_and_a_refusal_releases_only_a_
     f.arrive(input(0, 2), 0, print(3), 1);
     answer(&mut f, vec![WON, ClaimOutcome::Won { fresh: false }, WON]);
     let now = Instant::now();
-    let sent = f.to_send(now);
+    let sent = f.take_sends(now);
     assert_eq!(sent.len(), 3);
     let timed_out = Failure::Retry("timed out".into());
     assert!(matches!(
@@ -235,7 +235,7 @@ fn a_timeout_keeps_the_claim_even_after_a_refusal_and_a_refusal_releases_only_a_
     ));
     assert!(f.record(&tp(0), 2).unwrap().claim.unwrap().release);
     let later = now + Duration::from_secs(2);
-    let again = f.to_send(later);
+    let again = f.take_sends(later);
     assert_eq!(
         again.len(),
         3,

@@ -284,7 +284,12 @@ impl Gate {
 
 /// Waits (bounded) until two gateways are members of one generation with
 /// the `partitions` split between them, both alive; returns their shares.
-pub fn wait_split(a: &mut Gate, b: &mut Gate, partitions: usize, bound: Duration) -> (usize, usize) {
+pub fn wait_split(
+    a: &mut Gate,
+    b: &mut Gate,
+    partitions: usize,
+    bound: Duration,
+) -> (usize, usize) {
     let until = Instant::now() + bound;
     loop {
         a.assert_alive();
