@@ -203,7 +203,7 @@ fn plan_puts_exact_and_tiered_side_by_side() {
         "{text}"
     );
     assert_eq!(row("tier-1 keys"), "tier-1 keys 1,728,000,000 288,000,000");
-    assert_eq!(row("tier-1 memory"), "tier-1 memory 337.0 GB 56.2 GB");
+    assert_eq!(row("tier-1 memory"), "tier-1 memory 281.7 GB 46.9 GB");
     assert_eq!(row("tier-2 bits per key"), "tier-2 bits per key - 14.38");
     assert_eq!(
         row("tier-2 generation"),
@@ -213,7 +213,7 @@ fn plan_puts_exact_and_tiered_side_by_side() {
         row("tier-2 memory"),
         "tier-2 memory - 6.2 GB (2 generations)"
     );
-    assert_eq!(row("total"), "total 337.0 GB 62.4 GB");
+    assert_eq!(row("total"), "total 281.7 GB 53.2 GB");
 
     let exact = ok(
         &[
@@ -228,7 +228,7 @@ fn plan_puts_exact_and_tiered_side_by_side() {
         "",
     );
     assert!(
-        exact.contains("337.0 GB") && !exact.contains("tiered"),
+        exact.contains("281.7 GB") && !exact.contains("tiered"),
         "{exact}"
     );
 }

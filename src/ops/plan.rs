@@ -7,15 +7,15 @@ use std::time::Duration;
 use crate::config::StreamConfig;
 use crate::store::{FilterSizing, Mode};
 
-/// Bytes one tier-1 key costs in Redis: 195, measured, not computed.
+/// Bytes one tier-1 key costs in Redis: 163, measured, not computed.
 ///
 /// From `BENCHMARKS.md`, "tier-1 bytes per key" of the latest bench run
 /// (`scripts/bench.sh`): growth of redis-server 7.0's `used_memory` per
-/// done claim in exact mode, with the 33-byte value layout of
-/// docs/design.md §4.1, the 36-byte key of stream `bank`, the expiry entry
-/// and the hash tables' share. A longer stream name or prefix costs a few
-/// bytes more; another value layout or Redis version needs a new run.
-pub const TIER1_BYTES_PER_KEY: u64 = 195;
+/// claim in exact mode, with the 28-byte value of docs/design.md §4.1, the
+/// 25-byte key under the default prefix `ig:`, the expiry entry and the
+/// hash tables' share. A prefix longer than 6 bytes costs a size class more;
+/// another value layout or Redis version needs a new run.
+pub const TIER1_BYTES_PER_KEY: u64 = 163;
 
 /// What a plan is computed from.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -269,19 +269,19 @@ mod tests {
     }
 
     #[test]
-    fn exact_keeps_forty_thousand_a_second_for_twelve_hours_in_337_gb() {
+    fn exact_keeps_forty_thousand_a_second_for_twelve_hours_in_282_gb() {
         let exact = plan(scenario(), PlanMode::Both).unwrap().exact.unwrap();
         assert_eq!(exact.keys, 40_000 * 43_200);
         assert_eq!(exact.keys, 1_728_000_000);
-        assert_eq!(exact.bytes, 1_728_000_000 * 195);
-        assert_eq!(exact.bytes, 336_960_000_000);
+        assert_eq!(exact.bytes, 1_728_000_000 * 163);
+        assert_eq!(exact.bytes, 281_664_000_000);
     }
 
     #[test]
     fn tiered_keeps_two_hours_of_keys_and_two_generations_of_three_gb() {
         let tiered = plan(scenario(), PlanMode::Both).unwrap().tiered.unwrap();
         assert_eq!(tiered.tier1_keys, 288_000_000);
-        assert_eq!(tiered.tier1_bytes, 56_160_000_000);
+        assert_eq!(tiered.tier1_bytes, 46_944_000_000);
         assert!(
             (tiered.bits_per_key - 14.3775).abs() < 1e-4,
             "{}",

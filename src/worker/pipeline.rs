@@ -430,7 +430,16 @@ impl Worker {
                 .filter(|(_, part)| part.waiting().next().is_some())
                 .map(|(tp, _)| tp.clone())
                 .collect();
-            if waiting.is_empty() {
+            // Pausing the partitions that wait is enough only where they
+            // hold the room; records elsewhere that fill it (a store
+            // outage: all of them waiting for the store) pause everything.
+            let elsewhere: usize = p
+                .flight
+                .partitions()
+                .filter(|(tp, _)| !waiting.contains(tp))
+                .map(|(_, part)| part.unfinished())
+                .sum();
+            if waiting.is_empty() || elsewhere * 10 >= self.max_in_flight_records * 9 {
                 want.extend(p.flight.partitions().map(|(tp, _)| tp.clone()));
             } else {
                 want.extend(waiting);

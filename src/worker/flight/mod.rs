@@ -395,6 +395,11 @@ impl Partition {
         }
     }
 
+    /// Records read and not finished.
+    pub(crate) fn unfinished(&self) -> usize {
+        self.records.values().filter(|r| r.counted).count()
+    }
+
     /// Records waiting on other records' claims.
     pub(crate) fn waiting(&self) -> impl Iterator<Item = &Record> {
         self.records
