@@ -75,7 +75,7 @@ impl OwnerToken {
 
     /// The same incarnation at its next assignment.
     pub fn next_attempt(self) -> OwnerToken {
-        OwnerToken((self.0 & !0xff) | ((self.0 + 1) & 0xff))
+        OwnerToken((self.0 & !0xff) | (self.0.wrapping_add(1) & 0xff))
     }
 }
 

@@ -134,6 +134,7 @@ impl Worker {
                 logs: client_logs::ClientLogs::default(),
                 events: sender.clone(),
                 closing: closing.clone(),
+                revoked: std::sync::Mutex::new(Vec::new()),
             })
             .context("creating the kafka consumer")?;
         let producer: FutureProducer<ProducerLogs> = producer_config

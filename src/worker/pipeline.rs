@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use tracing::{debug, error, info, warn};
 
 use super::breaker::Breaker;
-use super::flight::{Flight, Reported, Round, Tp};
+use super::flight::{Flight, Reported, Resume, Round, Tp};
 use super::metadata;
 use super::output::{send, Carry, Failure, Output};
 use super::poller::{self, Event};
@@ -56,7 +56,10 @@ pub fn now_ms() -> Millis {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-pub(super) type Delivery = BoxFuture<'static, (Tp, i64, Result<(), Failure>)>;
+pub(super) type Delivery = BoxFuture<'static, Report>;
+
+/// A delivery report: the record's partition, offset and assignment.
+pub(super) type Report = (Tp, i64, u64, Result<(), Failure>);
 
 /// The round in flight.
 pub(super) struct InFlight {
@@ -106,9 +109,7 @@ pub(super) async fn answer(round: &mut Option<InFlight>) -> Result<RoundAnswer, 
     }
 }
 
-pub(super) async fn next_report(
-    deliveries: &mut FuturesUnordered<Delivery>,
-) -> (Tp, i64, Result<(), Failure>) {
+pub(super) async fn next_report(deliveries: &mut FuturesUnordered<Delivery>) -> Report {
     match deliveries.next().await {
         Some(report) => report,
         None => std::future::pending().await,
@@ -127,11 +128,16 @@ impl Worker {
                 break;
             }
             self.turn(&mut p);
-            let idle = Instant::now() + Duration::from_secs(1);
+            // Only instants still ahead: one already past is served by the
+            // turn just taken, or waits for the round in flight (its answer
+            // wakes the loop), never by waking at once for ever.
+            let now = Instant::now();
+            let idle = now + Duration::from_secs(1);
             let commit = p.committed_at + COMMIT_EVERY;
             let wake = [p.flight.next_due(), p.breaker.next_trial(), Some(commit)]
                 .into_iter()
                 .flatten()
+                .filter(|at| *at > now)
                 .fold(idle, Instant::min);
             tokio::select! {
                 _ = stop.changed() => {}
@@ -266,16 +272,12 @@ impl Worker {
         }
     }
 
-    pub(super) fn on_report(
-        &self,
-        p: &mut Pipeline,
-        (tp, offset, result): (Tp, i64, Result<(), Failure>),
-    ) {
+    pub(super) fn on_report(&self, p: &mut Pipeline, (tp, offset, epoch, result): Report) {
         let now = Instant::now();
         p.dirty = true;
         let stream = self.by_topic.get(&tp.0).copied().unwrap_or_default();
         let name = &self.streams[stream].config.spec.name;
-        match p.flight.reported(&tp, offset, result, now) {
+        match p.flight.reported(&tp, offset, epoch, result, now) {
             Reported::Delivered(decision) => {
                 crate::metrics::decided(name, &decision);
                 p.progress.decided(name, decision.label());
@@ -338,9 +340,12 @@ impl Worker {
                     let ours = committed.as_ref().and_then(|(offset, text)| {
                         metadata::read(key_id, text).map(|m| (*offset, m))
                     });
-                    let raise = ours.as_ref().filter(|(_, m)| m.gap_free).map(|(o, _)| *o);
-                    let skip = ours.map(|(_, m)| m.done).unwrap_or_default();
-                    p.flight.assign(tp, stream, raise, skip);
+                    let resume = Resume {
+                        committed: committed.as_ref().map(|(offset, _)| *offset),
+                        metadata_raise: ours.as_ref().filter(|(_, m)| m.gap_free).map(|(o, _)| *o),
+                        skip: ours.map(|(_, m)| m.done).unwrap_or_default(),
+                    };
+                    p.flight.assign(tp, stream, resume);
                 }
             }
             Event::Revoke { partitions, ack } => {
@@ -405,7 +410,8 @@ impl Worker {
             carry: carry_of(decision),
         };
         let delivery = send(&self.producer, &output);
-        Some(async move { (tp, offset, delivery.await) }.boxed())
+        let epoch = record.epoch;
+        Some(async move { (tp, offset, epoch, delivery.await) }.boxed())
     }
 
     /// At the in-flight bounds, reads no more: partitions holding waiting

@@ -54,6 +54,10 @@ pub(crate) struct GroupContext {
     pub(crate) events: mpsc::Sender<Event>,
     /// Set when the loop is gone: callbacks then only log.
     pub(crate) closing: Arc<AtomicBool>,
+    /// Partitions revoked since the poller last looked: records of them it
+    /// read before the revoke and has not handed over yet belong to the old
+    /// assignment (the next one fetches them again from the commit).
+    pub(crate) revoked: std::sync::Mutex<Vec<Tp>>,
 }
 
 impl ClientContext for GroupContext {
@@ -97,6 +101,9 @@ impl ConsumerContext for GroupContext {
         }
         let (ack, acked) = sync_mpsc::channel();
         let partitions = partitions_of(list);
+        if let Ok(mut revoked) = self.revoked.lock() {
+            revoked.extend(partitions.iter().cloned());
+        }
         let count = partitions.len();
         if self
             .events
@@ -171,9 +178,10 @@ pub(crate) fn poll(
     linger: Duration,
 ) {
     while !stop.load(Ordering::SeqCst) {
-        let mut batch = Vec::new();
+        let mut batch: Vec<Input> = Vec::new();
         let mut deadline = None;
         while batch.len() < max && !stop.load(Ordering::SeqCst) {
+            drop_revoked(&consumer, &mut batch);
             let wait = match deadline {
                 None => Duration::from_millis(100),
                 Some(until) => {
@@ -199,6 +207,7 @@ pub(crate) fn poll(
                 None => {}
             }
         }
+        drop_revoked(&consumer, &mut batch);
         if !batch.is_empty() && events.blocking_send(Event::Records(batch)).is_err() {
             break;
         }
@@ -211,6 +220,22 @@ pub(crate) fn poll(
         if consumer.poll(Duration::from_millis(50)).is_none() {
             break;
         }
+    }
+}
+
+/// Drops, from a batch not handed over yet, the records of partitions
+/// revoked meanwhile (a rebalance served inside one of its polls).
+fn drop_revoked(consumer: &GroupConsumer, batch: &mut Vec<Input>) {
+    let revoked = match consumer.context().revoked.lock() {
+        Ok(mut revoked) => std::mem::take(&mut *revoked),
+        Err(_) => return,
+    };
+    if !revoked.is_empty() {
+        batch.retain(|i| {
+            !revoked
+                .iter()
+                .any(|(topic, partition)| *topic == i.topic && *partition == i.partition)
+        });
     }
 }
 

@@ -62,13 +62,15 @@ impl Flight {
         &mut self,
         tp: &Tp,
         offset: i64,
+        epoch: u64,
         result: Result<(), Failure>,
         now: Instant,
     ) -> Reported {
         let Some(record) = self.record_mut(tp, offset) else {
             return Reported::Gone;
         };
-        if record.stage != Stage::Sending {
+        // A report for an earlier assignment's attempt is not this record's.
+        if record.stage != Stage::Sending || record.epoch != epoch {
             return Reported::Gone;
         }
         let decision = record.decision.clone().unwrap_or(Decision::Unverified);
@@ -104,7 +106,7 @@ impl Flight {
                         if let Some(owned) = record.claim.as_mut() {
                             // Certainly not persisted: a claim this record
                             // wrote itself goes; any other stays.
-                            owned.release = decision == Decision::Novel && owned.fresh;
+                            owned.release |= decision == Decision::Novel && owned.fresh;
                             owned.insert = None;
                         }
                         let carry = if bare { Carry::NoPayload } else { Carry::Whole };

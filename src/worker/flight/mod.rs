@@ -95,6 +95,8 @@ pub(crate) struct Record {
     counted: bool,
     /// The poll batch it came in.
     batch: u64,
+    /// Its partition's assignment.
+    pub(crate) epoch: u64,
     /// A round carrying its claim failed: the claim may have been written
     /// (or re-stamped) without this record hearing of it, so a later
     /// `Won { fresh: true }` cannot be trusted to mean it wrote it, and it
@@ -102,10 +104,27 @@ pub(crate) struct Record {
     claim_uncertain: bool,
 }
 
+/// Where an assigned partition resumes, from its committed offset and
+/// idemgate's metadata on it.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Resume {
+    /// The committed offset, if any.
+    pub(crate) committed: Option<i64>,
+    /// The committed offset, where the metadata says everything below it
+    /// was delivered (gap-free).
+    pub(crate) metadata_raise: Option<i64>,
+    /// Finished ranges above it that the last owner listed.
+    pub(crate) skip: Vec<(i64, i64)>,
+}
+
 /// One partition this replica owns.
 pub(crate) struct Partition {
     pub(crate) stream: usize,
     pub(crate) tag: TopicTag,
+    /// Which assignment this is: a delivery report from an earlier one
+    /// (the partition revoked and given back meanwhile) is not this
+    /// assignment's record's.
+    pub(crate) epoch: u64,
     /// Records from the committed offset on, by offset.
     records: BTreeMap<i64, Record>,
     /// The first offset this owner read since it was assigned the
@@ -139,13 +158,23 @@ pub(crate) struct Round {
     pub(crate) claims: Vec<Claim>,
     pub(crate) read: Vec<StreamId>,
     claim_of: Vec<(Tp, i64)>,
-    raise_of: Vec<(Tp, i64)>,
+    /// Per raise in `publish.raises`, in order: its partition and what it
+    /// was for.
+    raise_of: Vec<(Tp, RaiseFor)>,
     done_of: Vec<(Tp, i64)>,
     release_of: Vec<(Tp, i64)>,
     /// Partitions whose watermark this round reads for the first time.
     freshened: Vec<Tp>,
-    /// Raises from committed metadata, given back if the round fails.
-    metadata_of: Vec<(Tp, i64)>,
+}
+
+/// Why a raise is in a round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RaiseFor {
+    /// The last owner's gap-free commit at this offset (given back if the
+    /// round fails).
+    Metadata(i64),
+    /// This owner's delivered prefix up to this offset.
+    Prefix(i64),
 }
 
 impl Round {
@@ -186,27 +215,31 @@ pub(crate) struct Flight {
     /// Streams of records finished on arrival (decided before), until the
     /// loop counts them.
     replayed: Vec<usize>,
+    /// Assignments so far.
+    epoch: u64,
 }
 
 impl Flight {
-    /// A partition assigned. `metadata_raise`: the committed offset, where
-    /// idemgate's metadata says everything below it is delivered; `skip`:
-    /// finished ranges above it that the last owner listed.
-    pub(crate) fn assign(
-        &mut self,
-        tp: Tp,
-        stream: usize,
-        metadata_raise: Option<i64>,
-        skip: Vec<(i64, i64)>,
-    ) {
+    /// A partition assigned, and where it resumes.
+    pub(crate) fn assign(&mut self, tp: Tp, stream: usize, from: Resume) {
         let tag = TopicTag::of(&tp.0);
+        self.epoch += 1;
+        let Resume {
+            committed,
+            metadata_raise,
+            skip,
+        } = from;
         self.partitions.entry(tp).or_insert(Partition {
             stream,
             tag,
+            epoch: self.epoch,
             records: BTreeMap::new(),
-            range_start: None,
+            // From the committed offset where there is one: the first record
+            // read may sit above it (a transaction marker, a compacted
+            // record), and the range is this owner's all the same.
+            range_start: committed,
             next_read: None,
-            committed: None,
+            committed,
             watermark: None,
             fresh: false,
             gap_free: true,
@@ -284,6 +317,7 @@ impl Flight {
         if partition.next_read.is_some_and(|n| offset < n) {
             return false;
         }
+        let first = partition.range_start.is_none();
         partition.range_start.get_or_insert(offset);
         partition.committed.get_or_insert(offset);
         partition.next_read = Some(offset + 1);
@@ -303,6 +337,7 @@ impl Flight {
             counted: true,
             claim_uncertain: false,
             batch: self.batch,
+            epoch: partition.epoch,
         };
         *self.batches.entry(self.batch).or_default() += 1;
         self.unfinished += 1;
@@ -315,9 +350,10 @@ impl Flight {
             // Delivered and settled by the last owner (its commit said so).
             record.stage = Stage::Finished;
         } else if partition.fresh {
-            if partition.range_start == Some(offset) && partition.committed == Some(offset) {
-                // The first record after the watermark was read: an owner
-                // starting above it (an offset skip) settles by done flags.
+            if first {
+                // The range begins with this record and the watermark is
+                // known: an owner starting above it (an offset skip)
+                // settles by done flags.
                 partition.gap_free = partition.watermark.is_none_or(|w| w >= offset);
             }
             entry_stage(&mut record, partition.watermark);

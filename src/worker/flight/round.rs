@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use super::{entry_stage, Flight, Owned, Round, Settled, Stage, Tp, MAX_BACKOFF};
+use super::{entry_stage, Flight, Owned, RaiseFor, Round, Settled, Stage, Tp, MAX_BACKOFF};
 use crate::decision::Decision;
 use crate::store::{ClaimOutcome, Held, RoundAnswer, Tier};
 
@@ -26,21 +26,16 @@ impl Flight {
                 p.watermark = Some(p.watermark.map_or(w.below, |m| m.max(w.below)));
             }
         }
-        for ((tp, end), now_at) in round.raise_of.iter().zip(&answer.raised) {
+        for ((tp, why), now_at) in round.raise_of.iter().zip(&answer.raised) {
             let Some(p) = self.partitions.get_mut(tp) else {
                 continue;
             };
             p.watermark = Some(p.watermark.map_or(*now_at, |m| m.max(*now_at)));
-            if *now_at >= *end {
-                p.raised = p.raised.max(*end);
-            } else {
+            match why {
+                RaiseFor::Metadata(_) => {}
+                RaiseFor::Prefix(end) if *now_at >= *end => p.raised = p.raised.max(*end),
                 // Refused: this owner began above the watermark.
-                p.gap_free = false;
-            }
-        }
-        for ((tp, _), now_at) in round.metadata_of.iter().zip(&answer.raised) {
-            if let Some(p) = self.partitions.get_mut(tp) {
-                p.watermark = Some(p.watermark.map_or(*now_at, |m| m.max(*now_at)));
+                RaiseFor::Prefix(_) => p.gap_free = false,
             }
         }
         for ((tp, offset), done) in round.done_of.iter().zip(&answer.done) {
@@ -150,8 +145,8 @@ impl Flight {
     /// to claim again (or, on a stream that fails open, `unverified`),
     /// settlements to settle again.
     pub(crate) fn failed(&mut self, round: Round, fail_open: impl Fn(usize) -> bool) {
-        for (tp, end) in round.metadata_of {
-            if let Some(p) = self.partitions.get_mut(&tp) {
+        for (tp, why) in round.raise_of {
+            if let (RaiseFor::Metadata(end), Some(p)) = (why, self.partitions.get_mut(&tp)) {
                 p.metadata_raise.get_or_insert(end);
             }
         }

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use super::{claim_of, Flight, Round, Stage, Tp, FIRST_BACKOFF};
+use super::{claim_of, Flight, RaiseFor, Round, Stage, Tp, FIRST_BACKOFF};
 use crate::store::{Insert, OwnerToken, Raise, StreamId};
 
 impl Flight {
@@ -35,7 +35,7 @@ impl Flight {
                     start: 0,
                     end,
                 });
-                round.metadata_of.push((tp.clone(), end));
+                round.raise_of.push((tp.clone(), RaiseFor::Metadata(end)));
             }
             let end = partition.delivered_end();
             let raise = partition.fresh && partition.gap_free && end > partition.raised;
@@ -47,7 +47,7 @@ impl Flight {
                     start,
                     end,
                 });
-                round.raise_of.push((tp.clone(), end));
+                round.raise_of.push((tp.clone(), RaiseFor::Prefix(end)));
             }
             let covered = if partition.fresh && partition.gap_free {
                 end

@@ -37,7 +37,7 @@ fn print(n: u8) -> Result<Fingerprint, Invalid> {
 fn flight(watermark: Option<i64>) -> Flight {
     let mut flight = Flight::default();
     for p in [0, 1] {
-        flight.assign(tp(p), 0, None, Vec::new());
+        flight.assign(tp(p), 0, Resume::default());
     }
     let round = flight
         .take_round(Instant::now(), 100, TOKEN)
@@ -66,7 +66,7 @@ fn stage(flight: &Flight, partition: i32, offset: i64) -> Stage {
 
 /// Answers a round with the given outcomes, every raise and done flag
 /// accepted.
-fn answer(flight: &mut Flight, outcomes: Vec<ClaimOutcome>) -> Round {
+fn answer_all(flight: &mut Flight, outcomes: Vec<ClaimOutcome>) -> Round {
     let round = flight
         .take_round(Instant::now(), 100, TOKEN)
         .expect("round");
@@ -88,7 +88,8 @@ fn answer(flight: &mut Flight, outcomes: Vec<ClaimOutcome>) -> Round {
 
 fn deliver_all(flight: &mut Flight) {
     for (tp, offset) in flight.take_sends(Instant::now()) {
-        flight.reported(&tp, offset, Ok(()), Instant::now());
+        let epoch = flight.record(&tp, offset).unwrap().epoch;
+        flight.reported(&tp, offset, epoch, Ok(()), Instant::now());
     }
 }
 
@@ -109,7 +110,7 @@ fn a_record_below_its_partitions_watermark_produces_nothing() {
 #[test]
 fn records_read_before_the_watermark_is_known_wait_for_it() {
     let mut f = Flight::default();
-    f.assign(tp(0), 0, None, Vec::new());
+    f.assign(tp(0), 0, Resume::default());
     f.arrive(input(0, 5), 0, print(1), 1);
     f.arrive(input(0, 6), 0, print(2), 1);
     assert_eq!(stage(&f, 0, 5), Stage::Fresh);
@@ -144,12 +145,12 @@ fn a_waiting_record_holds_its_partitions_commit_but_not_the_records_after_it() {
         partition: 1,
         offset: 40,
     };
-    answer(&mut f, vec![WON, ClaimOutcome::Held { holder }, WON]);
+    answer_all(&mut f, vec![WON, ClaimOutcome::Held { holder }, WON]);
     deliver_all(&mut f);
     assert!(matches!(stage(&f, 0, 1), Stage::Wait { .. }));
     // The publish: the watermark up to the waiting record, a done flag for
     // the delivered record above it.
-    let round = answer(&mut f, vec![]);
+    let round = answer_all(&mut f, vec![]);
     assert_eq!(round.publish.raises.len(), 1);
     assert_eq!(
         (round.publish.raises[0].start, round.publish.raises[0].end),
@@ -168,7 +169,15 @@ fn a_waiting_record_holds_its_partitions_commit_but_not_the_records_after_it() {
 #[test]
 fn a_new_owner_skips_what_the_last_one_listed_as_finished() {
     let mut f = Flight::default();
-    f.assign(tp(0), 0, Some(1), vec![(2, 3)]);
+    f.assign(
+        tp(0),
+        0,
+        Resume {
+            committed: Some(1),
+            metadata_raise: Some(1),
+            skip: vec![(2, 3)],
+        },
+    );
     f.arrive(input(0, 1), 0, print(1), 1);
     f.arrive(input(0, 2), 0, print(2), 1);
     assert_eq!(
@@ -209,20 +218,32 @@ fn a_timeout_keeps_the_claim_even_after_a_refusal_and_a_refusal_releases_only_a_
     f.arrive(input(0, 0), 0, print(1), 1);
     f.arrive(input(0, 1), 0, print(2), 1);
     f.arrive(input(0, 2), 0, print(3), 1);
-    answer(&mut f, vec![WON, ClaimOutcome::Won { fresh: false }, WON]);
+    answer_all(&mut f, vec![WON, ClaimOutcome::Won { fresh: false }, WON]);
     let now = Instant::now();
     let sent = f.take_sends(now);
     assert_eq!(sent.len(), 3);
     let timed_out = Failure::Retry("timed out".into());
     assert!(matches!(
-        f.reported(&tp(0), 0, Err(timed_out), now),
+        f.reported(
+            &tp(0),
+            0,
+            f.record(&tp(0), 0).unwrap().epoch,
+            Err(timed_out),
+            now
+        ),
         Reported::Retry(_)
     ));
     assert!(matches!(stage(&f, 0, 0), Stage::Backoff { .. }));
     assert!(!f.record(&tp(0), 0).unwrap().claim.unwrap().release);
     let refused = Failure::Refused("too large".into());
     assert!(matches!(
-        f.reported(&tp(0), 1, Err(refused), now),
+        f.reported(
+            &tp(0),
+            1,
+            f.record(&tp(0), 1).unwrap().epoch,
+            Err(refused),
+            now
+        ),
         Reported::Refused(_)
     ));
     // Met its own claim: never released, whatever the refusal.
@@ -230,7 +251,13 @@ fn a_timeout_keeps_the_claim_even_after_a_refusal_and_a_refusal_releases_only_a_
     // Won it and refused at its only attempt: certainly not persisted.
     let refused = Failure::Refused("too large".into());
     assert!(matches!(
-        f.reported(&tp(0), 2, Err(refused), now),
+        f.reported(
+            &tp(0),
+            2,
+            f.record(&tp(0), 2).unwrap().epoch,
+            Err(refused),
+            now
+        ),
         Reported::Refused(_)
     ));
     assert!(f.record(&tp(0), 2).unwrap().claim.unwrap().release);
@@ -244,7 +271,13 @@ fn a_timeout_keeps_the_claim_even_after_a_refusal_and_a_refusal_releases_only_a_
     // Refused after a timeout: the attempt before may have landed, so the
     // claim stays (docs/design.md §4.5); the record still goes to audit.
     let refused = Failure::Refused("too large".into());
-    f.reported(&tp(0), 0, Err(refused), later);
+    f.reported(
+        &tp(0),
+        0,
+        f.record(&tp(0), 0).unwrap().epoch,
+        Err(refused),
+        later,
+    );
     assert!(!f.record(&tp(0), 0).unwrap().claim.unwrap().release);
     assert!(matches!(
         f.record(&tp(0), 0).unwrap().decision,
@@ -259,9 +292,9 @@ fn a_timeout_keeps_the_claim_even_after_a_refusal_and_a_refusal_releases_only_a_
 fn an_owner_that_began_above_the_watermark_settles_by_done_flags() {
     let mut f = flight(Some(3));
     f.arrive(input(0, 10), 0, print(1), 1);
-    answer(&mut f, vec![WON]);
+    answer_all(&mut f, vec![WON]);
     deliver_all(&mut f);
-    let round = answer(&mut f, vec![]);
+    let round = answer_all(&mut f, vec![]);
     assert!(
         round.publish.raises.is_empty(),
         "an offset skip never raises"
@@ -322,5 +355,83 @@ fn revoking_a_partition_forgets_its_records_and_their_bytes() {
     assert!(
         !f.arrive(input(0, 1), 0, print(3), 1),
         "a revoked partition takes nothing"
+    );
+}
+
+#[test]
+fn a_range_resumed_at_a_commit_below_its_first_record_stays_gap_free() {
+    // A transactional input: the commit points at a marker (10), the first
+    // record read is 11, the watermark is 10.
+    let mut f = Flight::default();
+    let resume = Resume {
+        committed: Some(10),
+        ..Resume::default()
+    };
+    f.assign(tp(0), 0, resume);
+    let round = f.take_round(Instant::now(), 100, TOKEN).expect("round");
+    let answer = RoundAnswer {
+        watermarks: vec![Watermark {
+            stream: StreamId(0),
+            topic: TopicTag::of("raw"),
+            partition: 0,
+            below: 10,
+        }],
+        ..RoundAnswer::default()
+    };
+    f.answered(round, answer, Instant::now(), |_| false);
+    f.arrive(input(0, 11), 0, print(1), 1);
+    answer_all(&mut f, vec![WON]);
+    deliver_all(&mut f);
+    let round = answer_all(&mut f, vec![]);
+    assert_eq!(round.publish.raises.len(), 1, "still raising its watermark");
+    assert_eq!(
+        (round.publish.raises[0].start, round.publish.raises[0].end),
+        (10, 12)
+    );
+    assert!(round.publish.done.is_empty());
+}
+
+#[test]
+fn raises_of_two_kinds_in_one_round_get_their_own_answers() {
+    let mut f = flight(None);
+    // Partition 0 delivers a record; partition 2 arrives with a gap-free
+    // commit at 5,000,000.
+    f.arrive(input(0, 0), 0, print(1), 1);
+    answer_all(&mut f, vec![WON]);
+    deliver_all(&mut f);
+    let resume = Resume {
+        committed: Some(5_000_000),
+        metadata_raise: Some(5_000_000),
+        skip: Vec::new(),
+    };
+    f.assign(tp(2), 0, resume);
+    answer_all(&mut f, vec![]);
+    let p0 = f.partitions().find(|(t, _)| **t == tp(0)).unwrap().1;
+    assert_eq!(p0.watermark, Some(1), "partition 0 got its own answer");
+    let p2 = f.partitions().find(|(t, _)| **t == tp(2)).unwrap().1;
+    assert_eq!(p2.watermark, Some(5_000_000));
+}
+
+#[test]
+fn a_report_from_an_earlier_assignment_is_not_the_new_records() {
+    let mut f = flight(None);
+    f.arrive(input(0, 0), 0, print(1), 1);
+    answer_all(&mut f, vec![WON]);
+    let sent = f.take_sends(Instant::now());
+    assert_eq!(sent.len(), 1);
+    let old = f.record(&tp(0), 0).unwrap().epoch;
+    f.revoke(&tp(0));
+    f.assign(tp(0), 0, Resume::default());
+    let round = f.take_round(Instant::now(), 100, TOKEN).expect("round");
+    f.answered(round, RoundAnswer::default(), Instant::now(), |_| false);
+    f.arrive(input(0, 0), 0, print(1), 1);
+    answer_all(&mut f, vec![ClaimOutcome::Won { fresh: false }]);
+    f.take_sends(Instant::now());
+    let late = f.reported(&tp(0), 0, old, Ok(()), Instant::now());
+    assert_eq!(late, Reported::Gone);
+    assert_eq!(
+        stage(&f, 0, 0),
+        Stage::Sending,
+        "still awaiting its own report"
     );
 }
