@@ -143,9 +143,13 @@ pub struct Bank {
 
 impl Bank {
     /// `tag` keeps transaction ids apart between tests (each test has its
-    /// own key prefix anyway); the seed is printed so a failure replays.
+    /// own key prefix anyway); the seed is printed so a failure replays
+    /// (`IDEMGATE_TEST_SEED=<seed>` gives it back).
     pub fn new(tag: &str, accounts: usize) -> Bank {
-        let seed = rand::random::<u64>();
+        let seed = std::env::var("IDEMGATE_TEST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(rand::random::<u64>);
         println!("[{tag}] workload seed {seed}");
         Bank {
             tag: tag.to_string(),

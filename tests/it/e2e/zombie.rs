@@ -156,10 +156,12 @@ fn a_zombie_thawed_after_its_partitions_moved_lets_no_event_through_twice() {
     {
         say(TEST, format!("  {line}"));
     }
-    assert!(
-        summary.replayed_inputs > 0,
-        "no input was decided twice: the survivor replayed nothing of the zombie's ({summary})"
-    );
+    // How many inputs the survivor decided again depends on where the stop
+    // landed (records the zombie delivered after its last commit); it may
+    // be none, so it is reported, not required. The evidence that the fault
+    // hit is the survivor owning every partition during the stall (above)
+    // and the zombie's own late lines (below).
+    say(TEST, format!("inputs decided twice: {}", summary.replayed_inputs));
     assert!(
         late.iter().any(|(_, n)| *n > 0),
         "the zombie's log after the thaw shows none of {LATE:?}:\n{late_log}"
