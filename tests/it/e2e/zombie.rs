@@ -161,7 +161,10 @@ fn a_zombie_thawed_after_its_partitions_moved_lets_no_event_through_twice() {
     // be none, so it is reported, not required. The evidence that the fault
     // hit is the survivor owning every partition during the stall (above)
     // and the zombie's own late lines (below).
-    say(TEST, format!("inputs decided twice: {}", summary.replayed_inputs));
+    say(
+        TEST,
+        format!("inputs decided twice: {}", summary.replayed_inputs),
+    );
     assert!(
         late.iter().any(|(_, n)| *n > 0),
         "the zombie's log after the thaw shows none of {LATE:?}:\n{late_log}"
