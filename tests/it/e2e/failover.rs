@@ -24,7 +24,7 @@ use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{read_inputs_as_delivered, Producer, Reader, Topics};
 use idemgate_testkit::servers::{claim_ttls, unsettled_claims, RedisServer, ServerOptions};
 
-use super::process::{wait_split, Gate, GateConfig};
+use super::process::{read_part_before, wait_split, Gate, GateConfig};
 use idemgate_testkit::workload::{Bank, Planned};
 use idemgate_testkit::{env, say, tansu_brokers, BOUND};
 
@@ -85,18 +85,11 @@ fn failover(test: &str, copies_share_key: bool) {
     };
     let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
     let part = plan.len() * 3 / 10;
-    let reached = reader.read_until(
-        BOUND,
-        |reader| reader.records.len() >= part,
-        || {
-            doomed.assert_alive();
-            survivor.assert_alive();
-        },
-    );
-    assert!(
-        reached,
-        "{} of {part} outputs before the kill",
-        reader.records.len()
+    read_part_before(
+        &mut reader,
+        part,
+        &mut [&mut doomed, &mut survivor],
+        "the kill",
     );
     let aimed = doomed.kill_after_next_log_line(Duration::from_secs(5));
     let killed_at = Instant::now();
@@ -225,18 +218,11 @@ fn a_replica_killed_while_the_store_is_frozen_past_the_old_lease_doubles_no_even
     };
     let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
     let part = before.len() * 3 / 10;
-    let reached = reader.read_until(
-        BOUND,
-        |reader| reader.records.len() >= part,
-        || {
-            doomed.assert_alive();
-            survivor.assert_alive();
-        },
-    );
-    assert!(
-        reached,
-        "{} of {part} outputs before the freeze",
-        reader.records.len()
+    read_part_before(
+        &mut reader,
+        part,
+        &mut [&mut doomed, &mut survivor],
+        "the freeze",
     );
     redis.freeze();
     let frozen = Instant::now();

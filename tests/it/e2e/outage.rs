@@ -25,7 +25,7 @@ use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{read_inputs_as_delivered, Landed, Producer, Reader, Topics};
 use idemgate_testkit::servers::{claim_ttls, unsettled_claims, RedisServer, ServerOptions};
 
-use super::process::{Gate, GateConfig};
+use super::process::{read_part_before, Gate, GateConfig};
 use idemgate_testkit::workload::{Bank, Planned};
 use idemgate_testkit::{say, tansu_brokers, BOUND};
 
@@ -81,16 +81,7 @@ fn run_outage(
     };
     let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
     let half = before.len() / 2;
-    let reached = reader.read_until(
-        BOUND,
-        |reader| reader.records.len() >= half,
-        || gate.assert_alive(),
-    );
-    assert!(
-        reached,
-        "{} of {half} outputs before the outage",
-        reader.records.len()
-    );
+    read_part_before(&mut reader, half, &mut [&mut gate], "the outage");
 
     stop(&mut redis);
     let down = Instant::now();

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-use idemgate_testkit::kafka::Topics;
+use idemgate_testkit::kafka::{Reader, Topics};
 use idemgate_testkit::process::Logged;
 use idemgate_testkit::servers::signal;
-use idemgate_testkit::{env, tansu_brokers, unique};
+use idemgate_testkit::{env, tansu_brokers, unique, BOUND};
 
 /// What one gateway process is told, as the TOML file `idemgate run` reads.
 pub struct GateConfig {
@@ -280,6 +280,25 @@ impl Gate {
     pub fn kill(&mut self) {
         self.process.kill();
     }
+}
+
+/// Reads until `part` outputs are in (within `BOUND`), the gateways alive
+/// meanwhile; fails naming the moment it was reading up to (`before`).
+pub fn read_part_before(reader: &mut Reader, part: usize, gates: &mut [&mut Gate], before: &str) {
+    let reached = reader.read_until(
+        BOUND,
+        |reader| reader.records.len() >= part,
+        || {
+            for gate in gates.iter_mut() {
+                gate.assert_alive();
+            }
+        },
+    );
+    assert!(
+        reached,
+        "{} of {part} outputs before {before}",
+        reader.records.len()
+    );
 }
 
 /// Waits (bounded) until two gateways are members of one generation with

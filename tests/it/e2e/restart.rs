@@ -9,7 +9,7 @@ use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{read_inputs_as_delivered, Producer, Reader, Topics};
 use idemgate_testkit::servers::{claim_ttls, unsettled_claims};
 
-use super::process::{Gate, GateConfig};
+use super::process::{read_part_before, Gate, GateConfig};
 use idemgate_testkit::workload::{Bank, Planned};
 use idemgate_testkit::{env, say, tansu_brokers, BOUND};
 
@@ -44,16 +44,7 @@ fn a_restart_resumes_from_committed_offsets_and_loses_nothing() {
     };
     let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
     let part = before.len() / 3;
-    let reached = reader.read_until(
-        BOUND,
-        |reader| reader.records.len() >= part,
-        || first.assert_alive(),
-    );
-    assert!(
-        reached,
-        "{} of {part} outputs before the stop",
-        reader.records.len()
-    );
+    read_part_before(&mut reader, part, &mut [&mut first], "the stop");
     let stopping = Instant::now();
     let status = first.terminate(Duration::from_secs(20));
     let stopped_in = stopping.elapsed();

@@ -17,7 +17,7 @@ use idemgate_testkit::servers::{claim_ttls, unsettled_claims};
 use idemgate_testkit::workload::{Bank, Planned};
 use idemgate_testkit::{env, say, tansu_brokers, BOUND};
 
-use super::process::{wait_split, Gate, GateConfig};
+use super::process::{read_part_before, wait_split, Gate, GateConfig};
 
 /// Longer than the 6 s session timeout, with the rebalance after it.
 const STALL: Duration = Duration::from_secs(14);
@@ -75,18 +75,11 @@ fn a_zombie_thawed_after_its_partitions_moved_lets_no_event_through_twice() {
     };
     let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
     let part = plan.len() * 3 / 10;
-    let reached = reader.read_until(
-        BOUND,
-        |reader| reader.records.len() >= part,
-        || {
-            zombie.assert_alive();
-            survivor.assert_alive();
-        },
-    );
-    assert!(
-        reached,
-        "{} of {part} outputs before the stall",
-        reader.records.len()
+    read_part_before(
+        &mut reader,
+        part,
+        &mut [&mut zombie, &mut survivor],
+        "the stall",
     );
     let aimed = zombie.stop_after_next_log_line(Duration::from_secs(5));
     let stopped = Instant::now();

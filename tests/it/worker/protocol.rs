@@ -23,8 +23,7 @@ use super::support::{bank, count, stop, wait_until, Options, Setup};
 /// protocol v1 is gone: nothing may pass on a clock).
 const OUTAGE: Duration = Duration::from_secs(10);
 
-fn faulty(setup: &Setup, config: &idemgate::config::Config) -> Arc<FaultyStore> {
-    let _ = setup;
+fn faulty(config: &idemgate::config::Config) -> Arc<FaultyStore> {
     let streams = config.streams.iter().map(|s| s.spec.clone()).collect();
     Arc::new(FaultyStore::new(Arc::new(MemoryStore::new(streams))))
 }
@@ -32,6 +31,20 @@ fn faulty(setup: &Setup, config: &idemgate::config::Config) -> Arc<FaultyStore> 
 async fn start(config: &idemgate::config::Config, store: &Arc<FaultyStore>) -> Replica {
     let store: Arc<dyn ClaimStore> = store.clone();
     Replica::start(config, store).await.expect("replica")
+}
+
+/// Two replicas on one store, both with partitions.
+async fn start_two(
+    config: &idemgate::config::Config,
+    store: &Arc<FaultyStore>,
+) -> (Replica, Replica) {
+    let first = start(config, store).await;
+    let second = start(config, store).await;
+    wait_until("both replicas have partitions", || {
+        first.assigned() && second.assigned()
+    })
+    .await;
+    (first, second)
 }
 
 /// Reads `topics`' outputs for `duration`.
@@ -68,13 +81,8 @@ async fn a_store_outage_longer_than_every_timer_across_two_replicas_lets_no_copy
         max_records: 50,
         ..Options::default()
     });
-    let store = faulty(&setup, &config);
-    let first = start(&config, &store).await;
-    let second = start(&config, &store).await;
-    wait_until("both replicas have partitions", || {
-        first.assigned() && second.assigned()
-    })
-    .await;
+    let store = faulty(&config);
+    let (first, second) = start_two(&config, &store).await;
     let mut bank = spread(TEST);
     let before = bank.phase(200, 0, 0);
     let during = bank.phase(200, 150, 0);
@@ -128,7 +136,7 @@ async fn a_stop_during_a_store_outage_then_later_copies_lose_and_double_no_event
         max_records: 50,
         ..Options::default()
     });
-    let store = faulty(&setup, &config);
+    let store = faulty(&config);
     let replica = start(&config, &store).await;
     wait_until("the replica has partitions", || replica.assigned()).await;
     let mut bank = spread(TEST);
@@ -187,7 +195,7 @@ async fn during_an_outage_a_fail_open_stream_flows_while_a_fail_closed_one_waits
         max_records: 50,
         ..Options::default()
     });
-    let store = faulty(&setup, &config);
+    let store = faulty(&config);
     let replica = start(&config, &store).await;
     wait_until("the replica has partitions", || replica.assigned()).await;
     store.set(Fault::Down);
@@ -239,13 +247,8 @@ async fn partitions_waiting_on_each_other_in_both_directions_never_deadlock() ->
         max_records: 20,
         ..Options::default()
     });
-    let store = faulty(&setup, &config);
-    let first = start(&config, &store).await;
-    let second = start(&config, &store).await;
-    wait_until("both replicas have partitions", || {
-        first.assigned() && second.assigned()
-    })
-    .await;
+    let store = faulty(&config);
+    let (first, second) = start_two(&config, &store).await;
     let mut bank = spread(TEST);
     let plan = bank.phase(400, 0, 0);
     let landed = setup
@@ -293,7 +296,7 @@ async fn a_revoke_with_outputs_in_flight_hands_over_without_loss_or_double() -> 
         max_records: 20,
         ..Options::default()
     });
-    let store = faulty(&setup, &config);
+    let store = faulty(&config);
     let first = start(&config, &store).await;
     wait_until("the first replica has partitions", || first.assigned()).await;
     let mut bank = bank(TEST);
@@ -345,7 +348,7 @@ async fn publishes_lost_after_the_acks_and_an_outage_then_copies_past_tier1_meet
         max_records: 20,
         ..Options::default()
     });
-    let store = faulty(&setup, &config);
+    let store = faulty(&config);
     store.set_for(Fault::LosePublishAnswers, 5);
     let replica = start(&config, &store).await;
     wait_until("the replica has partitions", || replica.assigned()).await;
