@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -43,16 +43,7 @@ pub(crate) fn prometheus() -> Option<&'static PrometheusHandle> {
     HANDLE
         .get_or_init(|| {
             // Real histograms (buckets), so they aggregate across replicas.
-            let handle = PrometheusBuilder::new()
-                .set_buckets_for_metric(
-                    Matcher::Full(crate::metrics::STORE_LATENCY.into()),
-                    &crate::metrics::LATENCY_BUCKETS,
-                )
-                .ok()?
-                .set_buckets_for_metric(
-                    Matcher::Full(crate::metrics::BATCH_SIZE.into()),
-                    &crate::metrics::BATCH_BUCKETS,
-                )
+            let handle = crate::metrics::with_buckets(PrometheusBuilder::new())
                 .ok()?
                 .install_recorder()
                 .ok()?;

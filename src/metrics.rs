@@ -1,11 +1,13 @@
 //! Every metric idemgate exports, declared once (docs/design.md §11). The loop
-//! calls the small functions below where things happen. Labels are low
-//! cardinality: stream, decision, tier, operation; never a hash or offset.
+//! calls the small functions below where things happen; what happens per
+//! record is counted per turn of the loop ([`Tally`]) and added to handles
+//! looked up once ([`StreamMetrics`]). Labels are low cardinality: stream,
+//! decision, tier, operation; never a hash or offset.
 
 use std::time::Duration;
 
-use metrics::Unit;
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use metrics::{Counter, Histogram, Unit};
 
 use crate::decision::Decision;
 use crate::store::{StoreStats, Tier};
@@ -30,6 +32,7 @@ pub(crate) const WAITING: &str = "idemgate_waiting_records";
 pub(crate) const OLDEST_WAIT: &str = "idemgate_oldest_wait_seconds";
 pub(crate) const IN_FLIGHT: &str = "idemgate_batches_in_flight";
 pub(crate) const TAKEN_OVER: &str = "idemgate_claims_taken_over_total";
+pub const DECISION_LATENCY: &str = "idemgate_decision_latency_seconds";
 
 /// Bucket bounds of the store latency histogram (seconds): a loopback
 /// round trip is well under a millisecond, a timed-out one 5 s.
@@ -40,6 +43,25 @@ pub(crate) const LATENCY_BUCKETS: [f64; 14] = [
 pub(crate) const BATCH_BUCKETS: [f64; 10] = [
     1.0, 10.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0,
 ];
+
+/// Bucket bounds of the decision latency histogram (seconds), fine where a
+/// pipelined batch lands (a few to tens of milliseconds).
+pub const DECISION_BUCKETS: [f64; 20] = [
+    0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075,
+    0.1, 0.25, 0.5, 1.0, 5.0, 30.0,
+];
+
+/// The exporter with idemgate's histogram buckets.
+pub fn with_buckets(
+    builder: metrics_exporter_prometheus::PrometheusBuilder,
+) -> Result<metrics_exporter_prometheus::PrometheusBuilder, metrics_exporter_prometheus::BuildError>
+{
+    use metrics_exporter_prometheus::Matcher;
+    builder
+        .set_buckets_for_metric(Matcher::Full(STORE_LATENCY.into()), &LATENCY_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(BATCH_SIZE.into()), &BATCH_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(DECISION_LATENCY.into()), &DECISION_BUCKETS)
+}
 
 /// Store operations, as the `op` label names them: one round carries the
 /// publish of what was delivered and the claims of what arrived.
@@ -78,6 +100,11 @@ pub fn describe() {
         STORE_LATENCY,
         Unit::Seconds,
         "claim store rounds (publish and claims in one round trip), by operation"
+    );
+    describe_histogram!(
+        DECISION_LATENCY,
+        Unit::Seconds,
+        "from a record's poll to its output's delivery report, by stream"
     );
     describe_counter!(STORE_ERRORS, Unit::Count, "claim store calls that failed");
     describe_histogram!(BATCH_SIZE, Unit::Count, "records claimed per store round");
@@ -167,31 +194,116 @@ pub(crate) fn register(streams: &[&str], tiered: &[&str]) {
     gauge!(IN_FLIGHT).set(0.0);
 }
 
-pub(crate) fn decided(stream: &str, decision: &Decision) {
-    counter!(RECORDS, "stream" => stream.to_string(), "decision" => decision.label()).increment(1);
-    if let Decision::Duplicate { tier, .. } = decision {
-        tier_hit(stream, *tier);
+/// One stream's per-record metrics, looked up once.
+pub(crate) struct StreamMetrics {
+    /// By [`DECISIONS`] index.
+    records: [Counter; 5],
+    exact_hits: Counter,
+    filter_hits: Counter,
+    released: Counter,
+    replayed: Counter,
+    produce_failures: Counter,
+    latency: Histogram,
+}
+
+impl StreamMetrics {
+    pub(crate) fn new(stream: &str) -> StreamMetrics {
+        let s = || stream.to_string();
+        StreamMetrics {
+            records: DECISIONS.map(|d| counter!(RECORDS, "stream" => s(), "decision" => d)),
+            exact_hits: counter!(TIER_HITS, "stream" => s(), "tier" => Tier::Exact.as_str()),
+            filter_hits: counter!(TIER_HITS, "stream" => s(), "tier" => Tier::Filter.as_str()),
+            released: counter!(RELEASES, "stream" => s()),
+            replayed: counter!(REPLAYS, "stream" => s()),
+            produce_failures: counter!(PRODUCE_FAILURES, "stream" => s()),
+            latency: histogram!(DECISION_LATENCY, "stream" => s()),
+        }
+    }
+
+    /// A record's decision latency, recorded as it is known.
+    pub(crate) fn latency(&self, took: Duration) {
+        self.latency.record(took.as_secs_f64());
     }
 }
 
-fn tier_hit(stream: &str, tier: Tier) {
-    counter!(TIER_HITS, "stream" => stream.to_string(), "tier" => tier.as_str()).increment(1);
+/// What one turn of the loop counted per stream, added to the metrics at
+/// the end of the turn.
+#[derive(Default)]
+pub(crate) struct Tally {
+    streams: Vec<Counts>,
 }
 
-pub(crate) fn released(stream: &str, count: u64) {
-    counter!(RELEASES, "stream" => stream.to_string()).increment(count);
+#[derive(Clone, Copy, Default)]
+struct Counts {
+    records: [u64; 5],
+    exact_hits: u64,
+    filter_hits: u64,
+    released: u64,
+    replayed: u64,
+    produce_failures: u64,
 }
 
-pub(crate) fn replayed(stream: &str) {
-    counter!(REPLAYS, "stream" => stream.to_string()).increment(1);
+impl Tally {
+    fn of(&mut self, stream: usize) -> &mut Counts {
+        if self.streams.len() <= stream {
+            self.streams.resize(stream + 1, Counts::default());
+        }
+        &mut self.streams[stream]
+    }
+
+    pub(crate) fn decided(&mut self, stream: usize, decision: &Decision) {
+        let counts = self.of(stream);
+        let index = DECISIONS
+            .iter()
+            .position(|d| *d == decision.label())
+            .unwrap_or(0);
+        counts.records[index] += 1;
+        match decision {
+            Decision::Duplicate {
+                tier: Tier::Exact, ..
+            } => counts.exact_hits += 1,
+            Decision::Duplicate {
+                tier: Tier::Filter, ..
+            } => counts.filter_hits += 1,
+            _ => {}
+        }
+    }
+
+    pub(crate) fn released(&mut self, stream: usize) {
+        self.of(stream).released += 1;
+    }
+
+    pub(crate) fn replayed(&mut self, stream: usize) {
+        self.of(stream).replayed += 1;
+    }
+
+    pub(crate) fn produce_failed(&mut self, stream: usize) {
+        self.of(stream).produce_failures += 1;
+    }
+
+    /// Adds what was counted to the metrics and starts again.
+    pub(crate) fn flush(&mut self, metrics: &[StreamMetrics]) {
+        for (counts, m) in self.streams.iter_mut().zip(metrics) {
+            let add = |counter: &Counter, n: u64| {
+                if n > 0 {
+                    counter.increment(n);
+                }
+            };
+            for (counter, n) in m.records.iter().zip(counts.records) {
+                add(counter, n);
+            }
+            add(&m.exact_hits, counts.exact_hits);
+            add(&m.filter_hits, counts.filter_hits);
+            add(&m.released, counts.released);
+            add(&m.replayed, counts.replayed);
+            add(&m.produce_failures, counts.produce_failures);
+            *counts = Counts::default();
+        }
+    }
 }
 
 pub(crate) fn waited(count: u64) {
     counter!(WAITS).increment(count);
-}
-
-pub(crate) fn produce_failed(stream: &str) {
-    counter!(PRODUCE_FAILURES, "stream" => stream.to_string()).increment(1);
 }
 
 pub(crate) fn store_call(operation: &'static str, took: Duration, ok: bool) {

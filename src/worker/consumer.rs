@@ -1,13 +1,26 @@
 //! The consumer side: a record as read, and the thread that polls the
 //! group (`poller.rs`).
+//!
+//! A record is fingerprinted on the polling thread, while librdkafka's
+//! message is still borrowed (nothing is copied for it), so hashing runs
+//! beside the loop rather than on it. What the output needs later (key,
+//! payload, headers) is the one copy a record costs.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
 
 use rdkafka::message::BorrowedMessage;
 use rdkafka::Message;
 
+use crate::config::StreamConfig;
+use crate::fingerprint::{fingerprint, Fingerprint, Invalid, Profile, RecordView};
+
 /// A polled record, owned so a batch outlives the poll that read it.
 #[derive(Clone, Debug)]
 pub(crate) struct Input {
-    pub(crate) topic: String,
+    /// Shared by every record of the topic.
+    pub(crate) topic: Arc<str>,
     pub(crate) partition: i32,
     pub(crate) offset: i64,
     pub(crate) key: Option<Vec<u8>>,
@@ -15,25 +28,91 @@ pub(crate) struct Input {
     pub(crate) headers: Vec<(String, Option<Vec<u8>>)>,
     /// The record's timestamp (ms), the clock in event-time mode.
     pub(crate) timestamp: Option<i64>,
-    /// A header name that is not UTF-8 (shown lossily in `headers`): the
-    /// record is `invalid`, since its headers cannot be written out as
-    /// they came.
-    pub(crate) bad_header_name: Option<String>,
+    /// When the poll that read it returned: where its decision latency
+    /// starts.
+    pub(crate) polled: Instant,
 }
 
-impl Input {
-    pub(crate) fn from_message(message: &BorrowedMessage<'_>) -> Input {
+/// A record as read, with its stream and fingerprint.
+pub(crate) struct Arrival {
+    pub(crate) input: Input,
+    pub(crate) stream: usize,
+    pub(crate) print: Result<Fingerprint, Invalid>,
+}
+
+/// What the polling thread needs to fingerprint records: each input
+/// topic's stream, and each stream's profile.
+pub(crate) struct Reader {
+    topics: HashMap<String, (Arc<str>, usize)>,
+    streams: Vec<(Profile, usize)>,
+}
+
+impl Reader {
+    pub(crate) fn new(streams: &[StreamConfig]) -> Reader {
+        let mut topics = HashMap::new();
+        for (index, stream) in streams.iter().enumerate() {
+            for topic in &stream.inputs {
+                topics.insert(topic.clone(), (Arc::from(topic.as_str()), index));
+            }
+        }
+        Reader {
+            topics,
+            streams: streams
+                .iter()
+                .map(|s| (s.profile.clone(), s.max_record_bytes))
+                .collect(),
+        }
+    }
+
+    /// Reads and fingerprints a record; `None` for a topic no stream reads.
+    pub(crate) fn read(&self, message: &BorrowedMessage<'_>, polled: Instant) -> Option<Arrival> {
+        let (topic, stream) = self.topics.get(message.topic())?;
+        let (profile, max_bytes) = &self.streams[*stream];
+        // A header name that is not UTF-8 (shown lossily in `headers`)
+        // makes the record `invalid`: its headers cannot be written out as
+        // they came.
         let (headers, bad_header_name) = read_headers(message);
-        Input {
-            topic: message.topic().to_string(),
+        let print = match bad_header_name {
+            Some(name) => Err(Invalid::HeaderNameNotUtf8 { name }),
+            // Only the header profile reads headers.
+            None if matches!(profile, Profile::Header { .. }) => {
+                let view: Vec<(&str, Option<&[u8]>)> = headers
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_deref()))
+                    .collect();
+                fingerprint(
+                    profile,
+                    *max_bytes,
+                    &RecordView {
+                        payload: message.payload(),
+                        headers: &view,
+                    },
+                )
+            }
+            None => fingerprint(
+                profile,
+                *max_bytes,
+                &RecordView {
+                    payload: message.payload(),
+                    headers: &[],
+                },
+            ),
+        };
+        let input = Input {
+            topic: topic.clone(),
             partition: message.partition(),
             offset: message.offset(),
             key: message.key().map(<[u8]>::to_vec),
             payload: message.payload().map(<[u8]>::to_vec),
             headers,
             timestamp: message.timestamp().to_millis(),
-            bad_header_name,
-        }
+            polled,
+        };
+        Some(Arrival {
+            input,
+            stream: *stream,
+            print,
+        })
     }
 }
 

@@ -68,7 +68,7 @@ impl Worker {
         }
         let mut list = TopicPartitionList::new();
         for c in &commits {
-            let Some(&stream) = self.by_topic.get(&c.tp.0) else {
+            let Some(&stream) = self.by_topic.get(&*c.tp.0) else {
                 continue;
             };
             if list

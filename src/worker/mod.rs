@@ -86,14 +86,51 @@ const CONSUMER_FIXED: [(&str, &str); 2] = [
     ("enable.auto.commit", "false"),
     ("enable.auto.offset.store", "false"),
 ];
-/// Producer defaults for outputs that must not be lost or doubled by the
-/// client itself; the config may override them.
-const PRODUCER_DEFAULTS: [(&str, &str); 4] = [
+/// Consumer defaults, chosen for throughput (docs/configuration.md
+/// "librdkafka defaults"); `[kafka]` overrides them.
+pub const CONSUMER_DEFAULTS: [(&str, &str); 4] = [
+    ("group.id", "idemgate"),
+    ("auto.offset.reset", "earliest"),
+    ("partition.assignment.strategy", "range,roundrobin"),
+    // Lag per partition comes from librdkafka's statistics.
+    ("statistics.interval.ms", "5000"),
+];
+/// Producer defaults: outputs that must not be lost or doubled by the
+/// client itself; `[kafka]` overrides them.
+pub const PRODUCER_DEFAULTS: [(&str, &str); 4] = [
     ("enable.idempotence", "true"),
     ("acks", "all"),
     ("linger.ms", "5"),
     ("message.timeout.ms", "30000"),
 ];
+
+/// The consumer's and the producer's librdkafka configuration: the
+/// defaults above, then `[kafka]`, then the consumer's fixed properties.
+/// Common properties (bootstrap servers, TLS, SASL) go to both.
+pub fn client_configs(config: &Config) -> (ClientConfig, ClientConfig) {
+    let mut consumer = ClientConfig::new();
+    for (key, value) in CONSUMER_DEFAULTS {
+        consumer.set(key, value);
+    }
+    let mut producer = ClientConfig::new();
+    for (key, value) in PRODUCER_DEFAULTS {
+        producer.set(key, value);
+    }
+    for (key, value) in &config.kafka {
+        // Consumer-only and producer-only properties are told apart by
+        // librdkafka itself only with warnings; the common ones go to both.
+        if !is_producer_only(key) {
+            consumer.set(key, value);
+        }
+        if !is_consumer_only(key) {
+            producer.set(key, value);
+        }
+    }
+    for (key, value) in CONSUMER_FIXED {
+        consumer.set(key, value);
+    }
+    (consumer, producer)
+}
 
 impl Worker {
     pub(crate) async fn new(
@@ -104,30 +141,7 @@ impl Worker {
         let group = Arc::new(GroupState::default());
         let (sender, events) = tokio::sync::mpsc::channel(16);
         let closing = Arc::new(AtomicBool::new(false));
-        let mut consumer_config = ClientConfig::new();
-        consumer_config
-            .set("group.id", "idemgate")
-            .set("auto.offset.reset", "earliest")
-            .set("partition.assignment.strategy", "range,roundrobin")
-            // Lag per partition comes from librdkafka's statistics.
-            .set("statistics.interval.ms", "5000");
-        let mut producer_config = ClientConfig::new();
-        for (key, value) in PRODUCER_DEFAULTS {
-            producer_config.set(key, value);
-        }
-        for (key, value) in &config.kafka {
-            // Consumer-only and producer-only properties are told apart by
-            // librdkafka itself only with warnings; the common ones go to both.
-            if !is_producer_only(key) {
-                consumer_config.set(key, value);
-            }
-            if !is_consumer_only(key) {
-                producer_config.set(key, value);
-            }
-        }
-        for (key, value) in CONSUMER_FIXED {
-            consumer_config.set(key, value);
-        }
+        let (consumer_config, producer_config) = client_configs(config);
         let consumer: GroupConsumer = consumer_config
             .create_with_context(GroupContext {
                 state: group.clone(),

@@ -22,6 +22,7 @@ use tokio::task::JoinHandle;
 use tracing::{debug, error, info, warn};
 
 use super::breaker::Breaker;
+use super::consumer::{Arrival, Input, Reader};
 use super::flight::{Flight, Reported, Resume, Round, Tp};
 use super::metadata;
 use super::output::{send, Carry, Failure, Output};
@@ -30,8 +31,9 @@ use super::progress::Progress;
 use super::Worker;
 use crate::config::FailMode;
 use crate::decision::{headers, Decision, Route};
-use crate::fingerprint::{fingerprint, Invalid, RecordView};
+use crate::fingerprint::Invalid;
 use crate::logging::RateLimit;
+use crate::metrics::{StreamMetrics, Tally};
 use crate::store::{Millis, RoundAnswer, StoreError};
 
 /// A store round slower than this counts as a failure: a hung server must
@@ -81,11 +83,16 @@ pub(crate) struct Pipeline {
     /// was put together: a new one may have work.
     pub(super) dirty: bool,
     pub(super) committed_at: Instant,
+    /// Per stream, the metric handles; what this turn counted for them.
+    pub(super) metrics: Vec<StreamMetrics>,
+    pub(super) tally: Tally,
 }
 
 impl Pipeline {
-    pub(crate) fn new() -> Pipeline {
+    pub(crate) fn new(metrics: Vec<StreamMetrics>) -> Pipeline {
         Pipeline {
+            metrics,
+            tally: Tally::default(),
             flight: Flight::default(),
             round: None,
             deliveries: FuturesUnordered::new(),
@@ -121,7 +128,13 @@ impl Worker {
     /// what is finished and leaves the group.
     pub(crate) async fn run(mut self) -> Result<()> {
         let poller = self.start_poller()?;
-        let mut p = Pipeline::new();
+        // After the metrics listener installed the recorder.
+        let metrics = self
+            .streams
+            .iter()
+            .map(|s| StreamMetrics::new(&s.config.spec.name))
+            .collect();
+        let mut p = Pipeline::new(metrics);
         let mut stop = self.stop.clone();
         loop {
             if *stop.borrow() {
@@ -181,10 +194,12 @@ impl Worker {
             .take()
             .ok_or_else(|| anyhow::anyhow!("worker started twice"))?;
         let closing = self.closing.clone();
-        let (max, linger) = (self.max_records, self.linger);
+        let batch = (self.max_records, self.linger);
+        let configs: Vec<_> = self.streams.iter().map(|s| s.config.clone()).collect();
+        let reader = Reader::new(&configs);
         Ok(std::thread::Builder::new()
             .name("idemgate-poll".into())
-            .spawn(move || poller::poll(consumer, events, closing, max, linger))?)
+            .spawn(move || poller::poll(consumer, events, closing, reader, batch))?)
     }
 
     /// One turn: the next round, the sends, the commits, the bounds.
@@ -214,6 +229,7 @@ impl Worker {
             p.gauges_at = now;
             self.gauges(p, now);
         }
+        p.tally.flush(&p.metrics);
     }
 
     pub(super) fn start_round(&self, p: &mut Pipeline, round: Round, now: Instant) {
@@ -250,10 +266,10 @@ impl Worker {
                     self.streams[s].config.spec.filter.is_some()
                 });
                 for stream in settled.replayed {
-                    crate::metrics::replayed(&self.streams[stream].config.spec.name);
+                    p.tally.replayed(stream);
                 }
                 for stream in settled.released {
-                    crate::metrics::released(&self.streams[stream].config.spec.name, 1);
+                    p.tally.released(stream);
                 }
                 if settled.held > 0 {
                     crate::metrics::waited(settled.held);
@@ -275,14 +291,17 @@ impl Worker {
     pub(super) fn on_report(&self, p: &mut Pipeline, (tp, offset, epoch, result): Report) {
         let now = Instant::now();
         p.dirty = true;
-        let stream = self.by_topic.get(&tp.0).copied().unwrap_or_default();
+        let stream = self.by_topic.get(&*tp.0).copied().unwrap_or_default();
         let name = &self.streams[stream].config.spec.name;
         match p.flight.reported(&tp, offset, epoch, result, now) {
             Reported::Delivered(decision) => {
-                crate::metrics::decided(name, &decision);
+                p.tally.decided(stream, &decision);
                 p.progress.decided(name, decision.label());
-                if decision != Decision::Novel {
-                    let record = p.flight.record(&tp, offset);
+                let record = p.flight.record(&tp, offset);
+                if let Some(record) = record {
+                    p.metrics[stream].latency(now.duration_since(record.input.polled));
+                }
+                if decision != Decision::Novel && tracing::enabled!(tracing::Level::DEBUG) {
                     let hash = record
                         .and_then(|r| r.print.as_ref())
                         .and_then(|print| print.as_ref().ok())
@@ -298,19 +317,19 @@ impl Worker {
                 }
             }
             Reported::Retry(error) => {
-                crate::metrics::produce_failed(name);
+                p.tally.produce_failed(stream);
                 if let Some(held_back) = UNDELIVERED.allow(now) {
                     warn!(%error, topic = %tp.0, partition = tp.1, offset, held_back,
                         "output not delivered: the claim is kept and it is produced again");
                 }
             }
             Reported::Refused(error) => {
-                crate::metrics::produce_failed(name);
+                p.tally.produce_failed(stream);
                 warn!(%error, topic = %tp.0, partition = tp.1, offset,
                     "output refused: to audit without its payload");
             }
             Reported::GaveUp(error) => {
-                crate::metrics::produce_failed(name);
+                p.tally.produce_failed(stream);
                 error!(%error, topic = %tp.0, partition = tp.1, offset,
                     "even a bare audit record was refused: given up");
             }
@@ -321,19 +340,19 @@ impl Worker {
     async fn on_event(&mut self, p: &mut Pipeline, event: Event) {
         p.dirty = true;
         match event {
-            Event::Records(inputs) => {
+            Event::Records(arrivals) => {
                 p.flight.next_batch();
-                for input in inputs {
-                    self.arrive(p, input);
+                for arrival in arrivals {
+                    self.arrive(p, arrival);
                 }
                 for stream in p.flight.take_replayed() {
-                    crate::metrics::replayed(&self.streams[stream].config.spec.name);
+                    p.tally.replayed(stream);
                 }
             }
             Event::Assigned(partitions) => {
                 self.token = self.token.next_attempt();
                 for (tp, committed) in partitions {
-                    let Some(&stream) = self.by_topic.get(&tp.0) else {
+                    let Some(&stream) = self.by_topic.get(&*tp.0) else {
                         continue;
                     };
                     let key_id = &self.streams[stream].config.spec.key_id;
@@ -359,28 +378,13 @@ impl Worker {
         }
     }
 
-    /// A record read: fingerprinted, then into the flight.
-    fn arrive(&self, p: &mut Pipeline, input: super::consumer::Input) {
-        let Some(&stream) = self.by_topic.get(&input.topic) else {
-            warn!(topic = %input.topic, "record from a topic no stream reads");
-            return;
-        };
-        let config = &self.streams[stream].config;
-        let print = match &input.bad_header_name {
-            Some(name) => Err(Invalid::HeaderNameNotUtf8 { name: name.clone() }),
-            None => {
-                let headers: Vec<(&str, Option<&[u8]>)> = input
-                    .headers
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.as_deref()))
-                    .collect();
-                let view = RecordView {
-                    payload: input.payload.as_deref(),
-                    headers: &headers,
-                };
-                fingerprint(&config.profile, config.max_record_bytes, &view)
-            }
-        };
+    /// A record read (and fingerprinted by the poller): into the flight.
+    fn arrive(&self, p: &mut Pipeline, arrival: Arrival) {
+        let Arrival {
+            input,
+            stream,
+            print,
+        } = arrival;
         let at = match (self.event_time, input.timestamp) {
             (true, Some(at)) => at,
             _ => now_ms(),
@@ -433,7 +437,7 @@ impl Worker {
             let waiting: Vec<Tp> = p
                 .flight
                 .partitions()
-                .filter(|(_, part)| part.waiting().next().is_some())
+                .filter(|(tp, _)| p.flight.has_waiting(tp))
                 .map(|(tp, _)| tp.clone())
                 .collect();
             // Pausing the partitions that wait is enough only where they
@@ -511,7 +515,7 @@ impl Worker {
 
 /// Trace id: W3C `traceparent` or `x-trace-id` when the producer set one,
 /// else the record's coordinates.
-fn trace_id(input: &super::consumer::Input) -> String {
+fn trace_id(input: &Input) -> String {
     for name in ["traceparent", "x-trace-id"] {
         if let Some((_, Some(value))) = input
             .headers

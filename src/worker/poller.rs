@@ -21,12 +21,13 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use super::consumer::Input;
+use super::consumer::{Arrival, Reader};
 use super::flight::Tp;
 
 /// What the poller tells the loop.
 pub(crate) enum Event {
-    Records(Vec<Input>),
+    /// Records read and fingerprinted.
+    Records(Vec<Arrival>),
     /// Partitions assigned, each with its committed offset and metadata.
     Assigned(Vec<(Tp, Option<(i64, String)>)>),
     /// Partitions about to go: acknowledge once their work is committed.
@@ -85,7 +86,7 @@ impl ClientContext for GroupContext {
 fn partitions_of(list: &TopicPartitionList) -> Vec<Tp> {
     list.elements()
         .iter()
-        .map(|e| (e.topic().to_string(), e.partition()))
+        .map(|e| (Arc::from(e.topic()), e.partition()))
         .collect()
 }
 
@@ -169,16 +170,17 @@ impl ConsumerContext for GroupContext {
 pub(crate) type GroupConsumer = BaseConsumer<GroupContext>;
 
 /// Polls until `stop`, handing records to the loop in batches of up to
-/// `max` read within `linger` of the first. Then leaves the group.
+/// `max` read within `linger` of the first, fingerprinted. Then leaves the
+/// group.
 pub(crate) fn poll(
     consumer: Arc<GroupConsumer>,
     events: mpsc::Sender<Event>,
     stop: Arc<AtomicBool>,
-    max: usize,
-    linger: Duration,
+    reader: Reader,
+    (max, linger): (usize, Duration),
 ) {
     while !stop.load(Ordering::SeqCst) {
-        let mut batch: Vec<Input> = Vec::new();
+        let mut batch: Vec<Arrival> = Vec::with_capacity(max);
         let mut deadline = None;
         while batch.len() < max && !stop.load(Ordering::SeqCst) {
             drop_revoked(&consumer, &mut batch);
@@ -194,8 +196,15 @@ pub(crate) fn poll(
             };
             match consumer.poll(wait) {
                 Some(Ok(message)) => {
-                    batch.push(Input::from_message(&message));
-                    deadline.get_or_insert_with(|| Instant::now() + linger);
+                    let polled = Instant::now();
+                    match reader.read(&message, polled) {
+                        Some(arrival) => batch.push(arrival),
+                        None => warn!(
+                            topic = rdkafka::Message::topic(&message),
+                            "record from a topic no stream reads"
+                        ),
+                    }
+                    deadline.get_or_insert(polled + linger);
                 }
                 Some(Err(error)) => {
                     debug!(%error, "consumer error");
@@ -225,16 +234,16 @@ pub(crate) fn poll(
 
 /// Drops, from a batch not handed over yet, the records of partitions
 /// revoked meanwhile (a rebalance served inside one of its polls).
-fn drop_revoked(consumer: &GroupConsumer, batch: &mut Vec<Input>) {
+fn drop_revoked(consumer: &GroupConsumer, batch: &mut Vec<Arrival>) {
     let revoked = match consumer.context().revoked.lock() {
         Ok(mut revoked) => std::mem::take(&mut *revoked),
         Err(_) => return,
     };
     if !revoked.is_empty() {
-        batch.retain(|i| {
-            !revoked
-                .iter()
-                .any(|(topic, partition)| *topic == i.topic && *partition == i.partition)
+        batch.retain(|a| {
+            !revoked.iter().any(|(topic, partition)| {
+                *topic == a.input.topic && *partition == a.input.partition
+            })
         });
     }
 }

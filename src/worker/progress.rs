@@ -27,12 +27,12 @@ impl Progress {
     }
 
     pub(crate) fn decided(&mut self, stream: &str, decision: &'static str) {
-        *self
-            .counts
-            .entry(stream.to_string())
-            .or_default()
-            .entry(decision)
-            .or_default() += 1;
+        // The stream's name is copied once a period, not once a record.
+        let decisions = match self.counts.get_mut(stream) {
+            Some(decisions) => decisions,
+            None => self.counts.entry(stream.to_string()).or_default(),
+        };
+        *decisions.entry(decision).or_default() += 1;
     }
 
     /// The lines due at `now`, and the counts reset; nothing before `EVERY`

@@ -124,6 +124,8 @@ impl Flight {
         };
         if record.claim.is_none() {
             self.finish_at(tp, offset);
+        } else {
+            self.to_settle.push((tp.clone(), offset));
         }
         reported
     }

@@ -15,7 +15,8 @@
 //! failure, asks what to produce, hands back delivery reports, and asks
 //! what to commit. Nothing here touches Kafka, Redis or a clock.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod deliver;
@@ -30,8 +31,8 @@ use crate::decision::Decision;
 use crate::fingerprint::{Fingerprint, Invalid};
 use crate::store::{Claim, Coordinates, Held, Millis, OwnerToken, Publish, StreamId, TopicTag};
 
-/// A partition: topic and number.
-pub(crate) type Tp = (String, i32);
+/// A partition: topic (shared, cheap to clone) and number.
+pub(crate) type Tp = (Arc<str>, i32);
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(20);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
@@ -149,6 +150,14 @@ pub(crate) struct Partition {
     skip: Vec<(i64, i64)>,
     /// The finished ranges above the offset in the last commit.
     committed_done: Vec<(i64, i64)>,
+    /// Records read and not finished.
+    unfinished: usize,
+    /// Every record below this offset is delivered (or settling, or
+    /// finished), and below `finished_scan` finished: where the scans for
+    /// the delivered and the finished prefix resume (stages only move
+    /// forward past these).
+    delivered_scan: i64,
+    finished_scan: i64,
 }
 
 /// What a round carries, and where each answer goes back.
@@ -163,6 +172,9 @@ pub(crate) struct Round {
     raise_of: Vec<(Tp, RaiseFor)>,
     done_of: Vec<(Tp, i64)>,
     release_of: Vec<(Tp, i64)>,
+    /// Every record this round settles (with a done flag, a release, or
+    /// under a raise).
+    settling_of: Vec<(Tp, i64)>,
     /// Partitions whose watermark this round reads for the first time.
     freshened: Vec<Tp>,
 }
@@ -200,6 +212,13 @@ pub(crate) struct Flight {
     partitions: HashMap<Tp, Partition>,
     /// Records that entered `Produce`, in order.
     queue: Vec<(Tp, i64)>,
+    /// Records that entered `Claim`, in order (an entry whose record has
+    /// moved on since is skipped).
+    to_claim: VecDeque<(Tp, i64)>,
+    /// Records that entered `Delivered`: their claims are to be settled.
+    to_settle: Vec<(Tp, i64)>,
+    /// Records in `Wait`.
+    waits: Vec<(Tp, i64)>,
     /// Records in `Backoff`, with when they are due.
     backoffs: Vec<(Instant, Tp, i64)>,
     /// Records read and not finished, and their payload bytes.
@@ -247,6 +266,9 @@ impl Flight {
             metadata_raise,
             skip,
             committed_done: Vec::new(),
+            unfinished: 0,
+            delivered_scan: i64::MIN,
+            finished_scan: i64::MIN,
         });
     }
 
@@ -321,6 +343,7 @@ impl Flight {
         partition.range_start.get_or_insert(offset);
         partition.committed.get_or_insert(offset);
         partition.next_read = Some(offset + 1);
+        partition.unfinished += 1;
         let bytes = input.payload.as_ref().map_or(0, Vec::len);
         let mut record = Record {
             input,
@@ -372,17 +395,19 @@ impl Flight {
         match stage {
             Stage::Finished => self.finish_at(tp, offset),
             Stage::Produce => self.queue.push((tp.clone(), offset)),
+            Stage::Claim => self.to_claim.push_back((tp.clone(), offset)),
+            Stage::Delivered => self.to_settle.push((tp.clone(), offset)),
+            Stage::Wait { .. } => self.waits.push((tp.clone(), offset)),
             _ => {}
         }
     }
 
     /// Marks a record finished and frees its payload.
     fn finish_at(&mut self, tp: &Tp, offset: i64) {
-        if let Some(record) = self
-            .partitions
-            .get_mut(tp)
-            .and_then(|p| p.records.get_mut(&offset))
-        {
+        let Some(partition) = self.partitions.get_mut(tp) else {
+            return;
+        };
+        if let Some(record) = partition.records.get_mut(&offset) {
             record.stage = Stage::Finished;
             record.waiting_since = None;
             // The payload and key go; the headers stay for the decision's
@@ -390,6 +415,7 @@ impl Flight {
             record.input.payload = None;
             record.input.key = None;
             if std::mem::take(&mut record.counted) {
+                partition.unfinished -= 1;
                 self.unfinished -= 1;
                 self.bytes -= record.bytes;
                 uncount(&mut self.batches, record.batch);
@@ -405,35 +431,41 @@ impl Flight {
 impl Partition {
     /// The offset after this owner's contiguous run of delivered records:
     /// what a watermark raise may vouch for.
-    fn delivered_end(&self) -> i64 {
-        let first_open = self.records.iter().find(|(_, r)| {
+    fn delivered_end(&mut self) -> i64 {
+        let first_open = self.records.range(self.delivered_scan..).find(|(_, r)| {
             !matches!(
                 r.stage,
                 Stage::Delivered | Stage::Settling | Stage::Finished
             )
         });
-        match first_open {
+        let end = match first_open {
             Some((&offset, _)) => offset,
             None => self.next_read.unwrap_or(i64::MIN),
-        }
+        };
+        self.delivered_scan = self.delivered_scan.max(end);
+        end
     }
 
     /// The offset after the contiguous run of finished records: what may
     /// be committed.
-    fn finished_end(&self) -> Option<i64> {
+    fn finished_end(&mut self) -> Option<i64> {
         let first_open = self
             .records
-            .iter()
+            .range(self.finished_scan..)
             .find(|(_, r)| r.stage != Stage::Finished);
-        match first_open {
+        let end = match first_open {
             Some((&offset, _)) => Some(offset),
             None => self.next_read,
+        };
+        if let Some(end) = end {
+            self.finished_scan = self.finished_scan.max(end);
         }
+        end
     }
 
     /// Records read and not finished.
     pub(crate) fn unfinished(&self) -> usize {
-        self.records.values().filter(|r| r.counted).count()
+        self.unfinished
     }
 
     /// Records waiting on other records' claims.

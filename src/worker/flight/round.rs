@@ -54,24 +54,26 @@ impl Flight {
         }
         // What the raise covered is settled; what it did not (a refused
         // raise) goes out again with done flags.
-        let mut covered = Vec::new();
-        for (tp, p) in &mut self.partitions {
-            for (&offset, record) in p.records.iter_mut() {
-                if record.stage != Stage::Settling {
-                    continue;
-                }
-                if let Some(owned) = record.claim.as_mut() {
-                    owned.insert = None;
-                }
-                if p.gap_free && offset < p.raised {
-                    covered.push((tp.clone(), offset));
-                } else {
-                    record.stage = Stage::Delivered;
-                }
+        for (tp, offset) in &round.settling_of {
+            let Some(p) = self.partitions.get_mut(tp) else {
+                continue;
+            };
+            let covered = p.gap_free && *offset < p.raised;
+            let Some(record) = p.records.get_mut(offset) else {
+                continue;
+            };
+            if record.stage != Stage::Settling {
+                continue;
             }
-        }
-        for (tp, offset) in covered {
-            self.finish_at(&tp, offset);
+            if let Some(owned) = record.claim.as_mut() {
+                owned.insert = None;
+            }
+            if covered {
+                self.finish_at(tp, *offset);
+            } else {
+                record.stage = Stage::Delivered;
+                self.to_settle.push((tp.clone(), *offset));
+            }
         }
         for tp in &round.freshened {
             self.freshen(tp, &mut settled);
@@ -109,6 +111,7 @@ impl Flight {
                     record.stage = Stage::Wait { retry_at };
                     self.earliest_wait =
                         Some(self.earliest_wait.map_or(retry_at, |e| e.min(retry_at)));
+                    self.waits.push((tp.clone(), *offset));
                     continue;
                 }
                 ClaimOutcome::Duplicate { tier, holder } => (
@@ -154,7 +157,10 @@ impl Flight {
         for (tp, p) in &mut self.partitions {
             for (&offset, record) in p.records.iter_mut() {
                 match record.stage {
-                    Stage::Settling => record.stage = Stage::Delivered,
+                    Stage::Settling => {
+                        record.stage = Stage::Delivered;
+                        self.to_settle.push((tp.clone(), offset));
+                    }
                     Stage::Claiming | Stage::Fresh if fail_open(record.stream) => {
                         pass_unchecked(record);
                         unverified.push((tp.clone(), offset));
@@ -162,6 +168,7 @@ impl Flight {
                     Stage::Claiming => {
                         record.claim_uncertain = true;
                         record.stage = Stage::Claim;
+                        self.to_claim.push_back((tp.clone(), offset));
                     }
                     _ => {}
                 }

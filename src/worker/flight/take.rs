@@ -17,8 +17,9 @@ impl Flight {
         token: OwnerToken,
     ) -> Option<Round> {
         let mut round = Round::default();
-        let mut local_holders = Vec::new();
-        let mut earliest_wait = None;
+        // Per partition, the end of the delivered prefix a raise in this
+        // round vouches for: settlements below it need no done flag.
+        let mut covered_by: Vec<(Tp, i64)> = Vec::new();
         for (tp, partition) in &self.partitions {
             if !partition.fresh {
                 round.read.push(StreamId(partition.stream));
@@ -49,49 +50,76 @@ impl Flight {
                 });
                 round.raise_of.push((tp.clone(), RaiseFor::Prefix(end)));
             }
-            let covered = if partition.fresh && partition.gap_free {
-                end
-            } else {
-                i64::MIN
+            partition_covered(&mut covered_by, tp, partition, end);
+        }
+        // Settlements: everything delivered since the last round.
+        for (tp, offset) in std::mem::take(&mut self.to_settle) {
+            let covered = covered_by
+                .iter()
+                .find(|(t, _)| *t == tp)
+                .map_or(i64::MIN, |(_, end)| *end);
+            let Some(partition) = self.partitions.get_mut(&tp) else {
+                continue;
             };
-            for (&offset, record) in partition.records.iter_mut() {
-                match record.stage {
-                    Stage::Delivered => {
-                        let Some(owned) = record.claim.as_mut() else {
-                            continue;
-                        };
-                        if let Some(at) = owned.insert {
-                            round.publish.inserts.push(Insert {
-                                stream,
-                                hash: owned.held.hash,
-                                at,
-                            });
-                        }
-                        if owned.release {
-                            round.publish.releases.push(owned.held);
-                            round.release_of.push((tp.clone(), offset));
-                        } else if offset >= covered {
-                            round.publish.done.push(owned.held);
-                            round.done_of.push((tp.clone(), offset));
-                        }
-                        record.stage = Stage::Settling;
-                    }
-                    Stage::Claim if round.claims.len() < max_claims => {
-                        if let Some(claim) = claim_of(record, token) {
-                            round.claims.push(claim);
-                            round.claim_of.push((tp.clone(), offset));
-                            record.stage = Stage::Claiming;
-                        }
-                    }
-                    Stage::Wait { retry_at } if retry_at <= now => {
-                        local_holders.push((tp.clone(), offset));
-                    }
-                    Stage::Wait { retry_at } => {
-                        earliest_wait =
-                            Some(earliest_wait.map_or(retry_at, |e: Instant| e.min(retry_at)));
-                    }
-                    _ => {}
+            let stream = StreamId(partition.stream);
+            let Some(record) = partition.records.get_mut(&offset) else {
+                continue;
+            };
+            if record.stage != Stage::Delivered {
+                continue;
+            }
+            let Some(owned) = record.claim.as_mut() else {
+                continue;
+            };
+            if let Some(at) = owned.insert {
+                round.publish.inserts.push(Insert {
+                    stream,
+                    hash: owned.held.hash,
+                    at,
+                });
+            }
+            if owned.release {
+                round.publish.releases.push(owned.held);
+                round.release_of.push((tp.clone(), offset));
+            } else if offset >= covered {
+                round.publish.done.push(owned.held);
+                round.done_of.push((tp.clone(), offset));
+            }
+            record.stage = Stage::Settling;
+            round.settling_of.push((tp, offset));
+        }
+        // Claims: what is ready, oldest first.
+        while round.claims.len() < max_claims {
+            let Some((tp, offset)) = self.to_claim.pop_front() else {
+                break;
+            };
+            let Some(record) = self.record_mut(&tp, offset) else {
+                continue;
+            };
+            if record.stage != Stage::Claim {
+                continue;
+            }
+            if let Some(claim) = claim_of(record, token) {
+                round.claims.push(claim);
+                record.stage = Stage::Claiming;
+                round.claim_of.push((tp, offset));
+            }
+        }
+        // Waiting records: those due claim again, the others stay.
+        let mut local_holders = Vec::new();
+        let mut earliest_wait = None;
+        let waits = std::mem::take(&mut self.waits);
+        for (tp, offset) in waits {
+            match self.record(&tp, offset).map(|r| r.stage) {
+                Some(Stage::Wait { retry_at }) if retry_at <= now => {
+                    local_holders.push((tp, offset));
                 }
+                Some(Stage::Wait { retry_at }) => {
+                    earliest_wait =
+                        Some(earliest_wait.map_or(retry_at, |e: Instant| e.min(retry_at)));
+                    self.waits.push((tp, offset));
+                }
+                _ => {}
             }
         }
         // A copy waits on a holder in flight here until that holder is
@@ -105,6 +133,7 @@ impl Flight {
                     record.stage = Stage::Wait {
                         retry_at: now + FIRST_BACKOFF,
                     };
+                    self.waits.push((tp, offset));
                 }
                 earliest_wait = Some(now + FIRST_BACKOFF);
                 continue;
@@ -124,6 +153,16 @@ impl Flight {
         (!empty).then_some(round)
     }
 
+    /// Whether any record of the partition waits on another's claim.
+    pub(crate) fn has_waiting(&self, tp: &Tp) -> bool {
+        self.waits.iter().any(|(t, offset)| {
+            t == tp
+                && self
+                    .record(t, *offset)
+                    .is_some_and(|r| matches!(r.stage, Stage::Wait { .. }))
+        })
+    }
+
     /// Whether the holder a waiting record last met is a record in flight
     /// here, not finished yet.
     fn holder_in_flight(&self, tp: &Tp, offset: i64) -> bool {
@@ -140,5 +179,18 @@ impl Flight {
             })
             .and_then(|(_, p)| p.records.get(&holder.offset))
             .is_some_and(|h| h.stage != Stage::Finished)
+    }
+}
+
+/// Notes the end of the delivered prefix a raise of this round covers, for
+/// a partition whose raises hold (its watermark read, its range gap-free).
+fn partition_covered(
+    covered_by: &mut Vec<(Tp, i64)>,
+    tp: &Tp,
+    partition: &super::Partition,
+    end: i64,
+) {
+    if partition.fresh && partition.gap_free {
+        covered_by.push((tp.clone(), end));
     }
 }

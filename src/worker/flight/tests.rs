@@ -10,7 +10,7 @@ use crate::worker::output::Failure;
 const TOKEN: OwnerToken = OwnerToken(0x0100);
 
 fn tp(partition: i32) -> Tp {
-    ("raw".to_string(), partition)
+    ("raw".into(), partition)
 }
 
 fn input(partition: i32, offset: i64) -> Input {
@@ -22,7 +22,7 @@ fn input(partition: i32, offset: i64) -> Input {
         payload: Some(vec![b'x'; 10]),
         headers: Vec::new(),
         timestamp: Some(1_000),
-        bad_header_name: None,
+        polled: Instant::now(),
     }
 }
 
