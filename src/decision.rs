@@ -56,49 +56,112 @@ pub const TIER: &str = "idemgate-tier";
 pub const FIRST_SEEN: &str = "idemgate-first-seen";
 pub const REASON: &str = "idemgate-reason";
 
+/// A decision header's value: most are fixed texts or the hash, written
+/// without a heap allocation (the novel path writes two such headers per
+/// record); the rest are formatted.
+#[derive(Clone, Debug)]
+pub(crate) enum Value {
+    Static(&'static str),
+    Hex([u8; 64]),
+    Text(String),
+}
+
+impl Value {
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        match self {
+            Value::Static(text) => text.as_bytes(),
+            Value::Hex(hex) => hex,
+            Value::Text(text) => text.as_bytes(),
+        }
+    }
+
+    fn hash(hash: &SourceHash) -> Value {
+        let mut out = [0u8; 64];
+        // 32 bytes always fit 64 hex digits.
+        let _ = hex::encode_to_slice(hash.0, &mut out);
+        Value::Hex(out)
+    }
+}
+
+/// The headers of one output, in order (at most five).
+pub(crate) struct Headers {
+    entries: [Option<(&'static str, Value)>; 5],
+}
+
+impl Headers {
+    fn push(&mut self, name: &'static str, value: Value) {
+        if let Some(slot) = self.entries.iter_mut().find(|e| e.is_none()) {
+            *slot = Some((name, value));
+        }
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&'static str, &[u8])> {
+        self.entries
+            .iter()
+            .flatten()
+            .map(|(name, value)| (*name, value.as_bytes()))
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries.iter().flatten().count()
+    }
+}
+
 /// The headers written on an output, beside the record's own. `topic_name`
 /// turns a stored topic tag back into a name.
 pub(crate) fn headers(
     decision: &Decision,
     hash: Option<&SourceHash>,
     topic_name: &dyn Fn(&Coordinates) -> String,
-) -> Vec<(&'static str, String)> {
-    let mut out = vec![(DECISION, decision.label().to_string())];
+) -> Headers {
+    let mut out = Headers {
+        entries: Default::default(),
+    };
+    out.push(DECISION, Value::Static(decision.label()));
     if let Some(hash) = hash {
-        out.push((SOURCE_HASH, hash.to_string()));
+        out.push(SOURCE_HASH, Value::hash(hash));
     }
-    let first_seen = |c: &Coordinates| format!("{}/{}/{}", topic_name(c), c.partition, c.offset);
+    let first_seen =
+        |c: &Coordinates| Value::Text(format!("{}/{}/{}", topic_name(c), c.partition, c.offset));
     match decision {
         Decision::Novel => {}
         Decision::Duplicate {
             tier,
             first_seen: holder,
         } => {
-            out.push((TIER, tier.as_str().to_string()));
+            out.push(TIER, Value::Static(tier.as_str()));
             match holder {
                 Some(holder) => {
-                    out.push((FIRST_SEEN, first_seen(holder)));
-                    out.push((REASON, "hash already claimed and delivered".into()));
+                    out.push(FIRST_SEEN, first_seen(holder));
+                    out.push(REASON, Value::Static("hash already claimed and delivered"));
                 }
-                None => out.push((
+                None => out.push(
                     REASON,
-                    "hash found in the long-tail filter (false-positive rate applies)".into(),
-                )),
+                    Value::Static(
+                        "hash found in the long-tail filter (false-positive rate applies)",
+                    ),
+                ),
             }
         }
         Decision::Conflict { first_seen: holder } => {
-            out.push((TIER, Tier::Exact.as_str().to_string()));
-            out.push((FIRST_SEEN, first_seen(holder)));
-            out.push((
+            out.push(TIER, Value::Static(Tier::Exact.as_str()));
+            out.push(FIRST_SEEN, first_seen(holder));
+            out.push(
                 REASON,
-                "idempotency key reused with a different payload".into(),
-            ));
+                Value::Static("idempotency key reused with a different payload"),
+            );
         }
         Decision::Invalid(invalid) => {
-            out.push((REASON, format!("{}: {invalid}", invalid.code())));
+            out.push(
+                REASON,
+                Value::Text(format!("{}: {invalid}", invalid.code())),
+            );
         }
         Decision::Unverified => {
-            out.push((REASON, "claim store unreachable, stream fails open".into()));
+            out.push(
+                REASON,
+                Value::Static("claim store unreachable, stream fails open"),
+            );
         }
     }
     out
@@ -108,6 +171,13 @@ pub(crate) fn headers(
 mod tests {
     use super::*;
     use crate::store::TopicTag;
+
+    fn texts(headers: &Headers) -> Vec<(&'static str, String)> {
+        headers
+            .iter()
+            .map(|(k, v)| (k, String::from_utf8(v.to_vec()).unwrap()))
+            .collect()
+    }
 
     fn coords() -> Coordinates {
         Coordinates {
@@ -138,11 +208,12 @@ mod tests {
             first_seen: Some(coords()),
         };
         let hash = SourceHash([1; 32]);
-        let headers = headers(&decision, Some(&hash), &|_| "raw.bank".into());
+        let headers = texts(&headers(&decision, Some(&hash), &|_| "raw.bank".into()));
         assert!(headers.contains(&(DECISION, "duplicate".into())));
         assert!(headers.contains(&(TIER, "exact".into())));
         assert!(headers.contains(&(FIRST_SEEN, "raw.bank/2/41".into())));
         assert!(headers.contains(&(SOURCE_HASH, hash.to_string())));
+        assert_eq!(headers.len(), 5);
     }
 
     #[test]
@@ -150,7 +221,7 @@ mod tests {
         let decision = Decision::Invalid(Invalid::MissingField {
             field: "amount".into(),
         });
-        let headers = headers(&decision, None, &|_| String::new());
+        let headers = texts(&headers(&decision, None, &|_| String::new()));
         let reason = headers.iter().find(|(k, _)| *k == REASON).unwrap();
         assert!(reason.1.starts_with("missing-field"), "{}", reason.1);
         assert!(reason.1.contains("amount"), "{}", reason.1);

@@ -12,7 +12,7 @@ use super::consumer::Input;
 pub(crate) struct Output<'a> {
     pub(crate) topic: &'a str,
     pub(crate) input: &'a Input,
-    pub(crate) decision_headers: Vec<(&'static str, String)>,
+    pub(crate) decision_headers: crate::decision::Headers,
     /// What of the input goes out with it.
     pub(crate) carry: Carry,
 }
@@ -82,8 +82,7 @@ pub(crate) fn classify(error: &KafkaError) -> Failure {
 pub(crate) fn send(
     producer: &FutureProducer<super::client_logs::ProducerLogs>,
     output: &Output<'_>,
-) -> futures::future::BoxFuture<'static, Result<(), Failure>> {
-    use futures::FutureExt;
+) -> impl std::future::Future<Output = Result<(), Failure>> + Send + 'static {
     let mut headers =
         OwnedHeaders::new_with_capacity(output.input.headers.len() + output.decision_headers.len());
     // Decision headers from an upstream idemgate are replaced, not
@@ -101,10 +100,10 @@ pub(crate) fn send(
             value: value.as_deref(),
         });
     }
-    for (key, value) in &output.decision_headers {
+    for (key, value) in output.decision_headers.iter() {
         headers = headers.insert(Header {
             key,
-            value: Some(value.as_bytes()),
+            value: Some(value),
         });
     }
     let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(output.topic).headers(headers);
@@ -129,20 +128,16 @@ pub(crate) fn send(
     if let Some(timestamp) = output.input.timestamp {
         record = record.timestamp(timestamp);
     }
-    match producer.send_result(record) {
-        Ok(delivery) => async move {
-            match delivery.await {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err((error, _))) => Err(classify(&error)),
-                Err(_) => Err(Failure::Retry(
-                    "delivery report lost: producer closed".into(),
-                )),
-            }
-        }
-        .boxed(),
-        Err((error, _)) => {
-            let failure = classify(&error);
-            async move { Err(failure) }.boxed()
+    let queued = producer
+        .send_result(record)
+        .map_err(|(error, _)| classify(&error));
+    async move {
+        match queued?.await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err((error, _))) => Err(classify(&error)),
+            Err(_) => Err(Failure::Retry(
+                "delivery report lost: producer closed".into(),
+            )),
         }
     }
 }

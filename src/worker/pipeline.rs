@@ -34,7 +34,7 @@ use crate::decision::{headers, Decision, Route};
 use crate::fingerprint::Invalid;
 use crate::logging::RateLimit;
 use crate::metrics::{StreamMetrics, Tally};
-use crate::store::{Millis, RoundAnswer, StoreError};
+use crate::store::{Claim, Millis, Publish, RoundAnswer, StoreError, StreamId};
 
 /// A store round slower than this counts as a failure: a hung server must
 /// trip the breaker in seconds, not minutes.
@@ -67,8 +67,13 @@ pub(super) type Report = (Tp, i64, u64, Result<(), Failure>);
 pub(super) struct InFlight {
     round: Round,
     started: Instant,
-    handle: JoinHandle<Result<RoundAnswer, StoreError>>,
+    /// The round's publish, claims and reads go with the task and come
+    /// back with the answer (moved, not copied).
+    handle: JoinHandle<(RoundAnswerOf, Carried)>,
 }
+
+type RoundAnswerOf = Result<RoundAnswer, StoreError>;
+type Carried = (Publish, Vec<Claim>, Vec<StreamId>);
 
 /// What the loop keeps between turns.
 pub(crate) struct Pipeline {
@@ -107,11 +112,17 @@ impl Pipeline {
 }
 
 /// The answer of the round in flight; pending for ever when there is none.
-pub(super) async fn answer(round: &mut Option<InFlight>) -> Result<RoundAnswer, StoreError> {
+pub(super) async fn answer(round: &mut Option<InFlight>) -> RoundAnswerOf {
     match round {
-        Some(in_flight) => (&mut in_flight.handle)
-            .await
-            .unwrap_or_else(|e| Err(StoreError::Unavailable(format!("round task: {e}")))),
+        Some(in_flight) => match (&mut in_flight.handle).await {
+            Ok((answer, (publish, claims, read))) => {
+                in_flight.round.publish = publish;
+                in_flight.round.claims = claims;
+                in_flight.round.read = read;
+                answer
+            }
+            Err(e) => Err(StoreError::Unavailable(format!("round task: {e}"))),
+        },
         None => std::future::pending().await,
     }
 }
@@ -232,18 +243,19 @@ impl Worker {
         p.tally.flush(&p.metrics);
     }
 
-    pub(super) fn start_round(&self, p: &mut Pipeline, round: Round, now: Instant) {
+    pub(super) fn start_round(&self, p: &mut Pipeline, mut round: Round, now: Instant) {
         crate::metrics::batch(round.claimed());
         let store = self.store.clone();
         let (publish, claims, read) = (
-            round.publish.clone(),
-            round.claims.clone(),
-            round.read.clone(),
+            std::mem::take(&mut round.publish),
+            std::mem::take(&mut round.claims),
+            std::mem::take(&mut round.read),
         );
         let handle = tokio::spawn(async move {
-            tokio::time::timeout(STORE_TIMEOUT, store.round(&publish, &claims, &read))
+            let answer = tokio::time::timeout(STORE_TIMEOUT, store.round(&publish, &claims, &read))
                 .await
-                .unwrap_or_else(|_| Err(StoreError::Unavailable("round timed out".into())))
+                .unwrap_or_else(|_| Err(StoreError::Unavailable("round timed out".into())));
+            (answer, (publish, claims, read))
         });
         p.round = Some(InFlight {
             round,

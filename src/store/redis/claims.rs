@@ -209,7 +209,8 @@ impl RedisStore {
 
     /// Scripts the server did not know (`NOSCRIPT`: a restart, a failover,
     /// `SCRIPT FLUSH`) are sent again as `EVAL`, and the watermarks read
-    /// again after them, so that claims are judged after the raises.
+    /// again after them, with the claims of the keys whose done flags or
+    /// releases were lost: claims are judged after the publish.
     async fn resend_lost_scripts(
         &self,
         plan: &Plan<'_>,
@@ -241,6 +242,22 @@ impl RedisStore {
                 .filter_map(|&g| plan.releases.invocation(&scripts.release, g, false)),
         );
         commands.extend(plan.reads());
+        // A claim of a key whose done flag or release was lost ran before
+        // it: claimed again after it (a claim that met a value wrote
+        // nothing, so asking again is safe).
+        let settled_keys: Vec<&[u8]> = [(&plan.done, &lost[1]), (&plan.releases, &lost[2])]
+            .into_iter()
+            .flat_map(|(groups, failed)| failed.iter().filter_map(|&g| groups.groups.get(g)))
+            .flat_map(|(_, keys, _)| keys.iter().map(Vec::as_slice))
+            .collect();
+        let reclaim: Vec<usize> = plan
+            .claims
+            .iter()
+            .enumerate()
+            .filter(|(_, claim)| settled_keys.contains(&claim.key.as_slice()))
+            .map(|(index, _)| index)
+            .collect();
+        commands.extend(reclaim.iter().map(|&i| plan.claims[i].clone()));
         let mut again = self.conn.run(commands).await?.into_iter();
         for (part, failed) in [
             &mut answers.raises,
@@ -256,7 +273,12 @@ impl RedisStore {
                 }
             }
         }
-        answers.reads = again.collect();
+        answers.reads = again.by_ref().take(plan.streams.len()).collect();
+        for (index, answer) in reclaim.into_iter().zip(again) {
+            if let Some(slot) = answers.claims.get_mut(index) {
+                *slot = answer;
+            }
+        }
         Ok(())
     }
 
