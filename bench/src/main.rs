@@ -15,6 +15,11 @@ mod claims;
 mod e2e;
 mod proxy;
 
+/// The allocator `idemgate` itself runs on (src/main.rs): the replicas
+/// this binary runs are the product's worker.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

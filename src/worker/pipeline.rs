@@ -433,16 +433,24 @@ impl Worker {
     /// At the in-flight bounds, reads no more: partitions holding waiting
     /// records pause first (they are what holds the room), then every
     /// partition; a partition whose uncommitted records alone reach the
-    /// bound pauses too. Resumed below nine tenths of the bounds.
+    /// bound pauses too. Resumed below half the bounds: librdkafka drops
+    /// what it fetched ahead for a paused partition and fetches it again at
+    /// the resume, so pausing is kept rare.
     fn bound(&self, p: &mut Pipeline) {
         let (records, bytes) = p.flight.in_flight();
         let over = records >= self.max_in_flight_records || bytes >= self.max_in_flight_bytes;
-        let under = records * 10 < self.max_in_flight_records * 9
-            && bytes * 10 < self.max_in_flight_bytes * 9;
+        let under =
+            records * 2 < self.max_in_flight_records && bytes * 2 < self.max_in_flight_bytes;
+        let long = |tp: &Tp| p.flight.held_back(tp) >= self.max_in_flight_records;
+        // The common case, nothing paused and nothing to pause, allocates
+        // nothing.
+        if !over && p.paused.is_empty() && !p.flight.partitions().any(|(tp, _)| long(tp)) {
+            return;
+        }
         let mut want: HashSet<Tp> = p
             .flight
             .partitions()
-            .filter(|(tp, _)| p.flight.held_back(tp) >= self.max_in_flight_records)
+            .filter(|(tp, _)| long(tp))
             .map(|(tp, _)| tp.clone())
             .collect();
         if over {
