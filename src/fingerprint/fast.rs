@@ -25,8 +25,9 @@ use std::io::Write as _;
 use serde_json::{Map, Number, Value};
 
 use super::{
-    canonical, hash, header_value, normalise, payload_digest, FieldSpec, Fingerprint, Invalid,
-    Normaliser, Profile, RecordView, TAG_FIELDS, TAG_HEADER, TAG_PAYLOAD, TAG_PAYLOAD_RAW,
+    canonical, fast_normalise, hash, header_value, normalise, payload_digest, FieldSpec,
+    Fingerprint, Invalid, Normaliser, Profile, RecordView, TAG_FIELDS, TAG_HEADER, TAG_PAYLOAD,
+    TAG_PAYLOAD_RAW,
 };
 
 /// Deeper nesting goes to the reference (serde_json's own limit is 128).
@@ -276,23 +277,46 @@ fn nests(outer: &str, inner: &str) -> bool {
 }
 
 /// Appends the canonical form of the field's normalised value to
-/// `s.normalised`.
+/// `s.normalised`; `None` when the normaliser refuses the value (the
+/// reference then names the error).
 fn normalised(s: &mut Scratch, input: &[u8], node: u32, spec: &FieldSpec) -> Option<()> {
-    let tree = &s.tree;
+    let start = s.normalised.len();
+    if quick(&s.tree, input, node, &spec.normaliser, &mut s.normalised).is_some() {
+        return Some(());
+    }
+    s.normalised.truncate(start);
+    // Through serde_json `Value` and `normalise` itself, as the reference.
+    let value = s.tree.to_value(input, node)?;
+    let normal = normalise::normalise(&spec.name, &spec.normaliser, &value).ok()?;
+    s.text.clear();
+    canonical::write_value(&mut s.text, &normal);
+    s.normalised.extend_from_slice(s.text.as_bytes());
+    Some(())
+}
+
+/// The normalisers' common cases without an allocation; `None` (possibly
+/// with a partial value written) leaves the case to `normalise`.
+fn quick(
+    tree: &Tree,
+    input: &[u8],
+    node: u32,
+    normaliser: &Normaliser,
+    out: &mut Vec<u8>,
+) -> Option<()> {
     let n = tree.nodes[node as usize];
-    match (&spec.normaliser, n.kind) {
+    match (normaliser, n.kind) {
         // Both keep the value as it is: its canonical form.
         (Normaliser::String, Kind::String) | (Normaliser::Object, _) => {
-            tree.write(input, node, &mut s.normalised, &[], &[]);
+            tree.write(input, node, out, &[], &[]);
             Some(())
         }
-        (Normaliser::Upper | Normaliser::Lower, Kind::String)
-            if tree.bytes(input, n.text).is_ascii() =>
-        {
-            // On ASCII text, Unicode case mapping is ASCII case mapping.
-            let upper = spec.normaliser == Normaliser::Upper;
+        (Normaliser::Upper | Normaliser::Lower, Kind::String) => {
             let bytes = tree.bytes(input, n.text);
-            let out = &mut s.normalised;
+            // On ASCII text, Unicode case mapping is ASCII case mapping.
+            if !bytes.is_ascii() {
+                return None;
+            }
+            let upper = *normaliser == Normaliser::Upper;
             out.push(b'"');
             for &b in bytes {
                 let b = if upper {
@@ -305,20 +329,34 @@ fn normalised(s: &mut Scratch, input: &[u8], node: u32, spec: &FieldSpec) -> Opt
             out.push(b'"');
             Some(())
         }
-        // A non-string: the reference names the error.
-        (Normaliser::String | Normaliser::Upper | Normaliser::Lower, kind)
-            if kind != Kind::String =>
-        {
-            None
+        // A number's text is its canonical form, `Number`'s Display, which
+        // is what `normalise` reads.
+        (Normaliser::Decimal, Kind::String | Kind::Number) => {
+            fast_normalise::decimal(out, tree.bytes(input, n.text))
         }
-        _ => {
-            let value = tree.to_value(input, node)?;
-            let normal = normalise::normalise(&spec.name, &spec.normaliser, &value).ok()?;
-            s.text.clear();
-            canonical::write_value(&mut s.text, &normal);
-            s.normalised.extend_from_slice(s.text.as_bytes());
+        (Normaliser::Timestamp, Kind::String) => {
+            fast_normalise::timestamp(out, tree.bytes(input, n.text))
+        }
+        (Normaliser::Round(places), Kind::Number) => {
+            fast_normalise::round(out, tree.bytes(input, n.text), *places)
+        }
+        (Normaliser::Round(places), Kind::Array) => {
+            out.push(b'[');
+            let items = &tree.items[n.text.start as usize..n.text.end as usize];
+            for (index, &item) in items.iter().enumerate() {
+                let item = tree.nodes[item as usize];
+                if item.kind != Kind::Number {
+                    return None;
+                }
+                if index > 0 {
+                    out.push(b',');
+                }
+                fast_normalise::round(out, tree.bytes(input, item.text), *places)?;
+            }
+            out.push(b']');
             Some(())
         }
+        _ => None,
     }
 }
 

@@ -2,6 +2,7 @@
 //! every input, valid or not.
 
 use super::*;
+use super::{canonical, fast_normalise, normalise};
 use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -625,6 +626,123 @@ fn edge_cases_match() {
         assert_eq!(
             fingerprint(profile, 3, &view),
             fingerprint_reference(profile, 3, &view)
+        );
+    }
+}
+
+/// A decimal-ish text: leading zeros, long digit strings, exponents,
+/// and the odd malformed one.
+fn decimal_text(rng: &mut StdRng) -> String {
+    let digits = |rng: &mut StdRng, n: usize| -> String {
+        (0..n)
+            .map(|_| {
+                char::from(
+                    b'0' + if rng.gen_bool(0.3) {
+                        0
+                    } else {
+                        rng.gen_range(0..10)
+                    },
+                )
+            })
+            .collect()
+    };
+    match rng.gen_range(0..6) {
+        0 => number(rng),
+        1 => {
+            // serde_json's own text of a number, as `round` and `decimal`
+            // read it.
+            let parsed: Option<serde_json::Number> = serde_json::from_str(&number(rng)).ok();
+            parsed.map_or_else(|| "1".to_owned(), |n| n.to_string())
+        }
+        2 => serde_json::Number::from_f64(rng.gen::<f64>() * 10f64.powi(rng.gen_range(-12..12)))
+            .map_or_else(|| "0".to_owned(), |n| n.to_string()),
+        _ => {
+            let sign = pick(rng, &["", "", "-", "+", "--"]);
+            let whole_len = rng.gen_range(0..32);
+            let whole = digits(rng, whole_len);
+            let fraction = if rng.gen_bool(0.6) {
+                let n = rng.gen_range(0..32);
+                format!(".{}", digits(rng, n))
+            } else {
+                String::new()
+            };
+            let exponent = if rng.gen_bool(0.3) {
+                format!(
+                    "{}{}{}",
+                    pick(rng, &["e", "E"]),
+                    pick(rng, &["", "+", "-"]),
+                    rng.gen_range(0..60)
+                )
+            } else {
+                String::new()
+            };
+            format!("{sign}{whole}{fraction}{exponent}")
+        }
+    }
+}
+
+fn reference_normalised(normaliser: &Normaliser, value: &Value) -> Option<String> {
+    normalise::normalise("f", normaliser, value)
+        .ok()
+        .map(|v| canonical::to_canonical(&v))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(20000))]
+
+    #[test]
+    fn quick_normalisers_match_normalise(seed in any::<u64>()) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let text = decimal_text(&mut rng);
+        let mut out = Vec::new();
+        if fast_normalise::decimal(&mut out, text.as_bytes()).is_some() {
+            let expected = reference_normalised(&Normaliser::Decimal, &Value::String(text.clone()));
+            prop_assert_eq!(Some(String::from_utf8(out.clone()).unwrap()), expected, "decimal {}", text);
+        }
+        if let Ok(number) = serde_json::from_str::<serde_json::Number>(&text) {
+            let places = if rng.gen_bool(0.2) { 28 } else { rng.gen_range(0..12) };
+            let shown = number.to_string();
+            out.clear();
+            if fast_normalise::round(&mut out, shown.as_bytes(), places).is_some() {
+                let expected =
+                    reference_normalised(&Normaliser::Round(places), &Value::Number(number));
+                prop_assert_eq!(Some(String::from_utf8(out.clone()).unwrap()), expected, "round:{} {}", places, shown);
+            }
+        }
+        let at = timestamp(&mut rng);
+        out.clear();
+        if fast_normalise::timestamp(&mut out, at.as_bytes()).is_some() {
+            let expected = reference_normalised(&Normaliser::Timestamp, &Value::String(at.clone()));
+            prop_assert_eq!(Some(String::from_utf8(out).unwrap()), expected, "timestamp {}", at);
+        }
+    }
+}
+
+#[test]
+fn quick_normalisers_take_the_common_shapes() {
+    let mut out = Vec::new();
+    for (text, places, want) in [
+        ("100.50", 2, "\"100.5\""),
+        ("-74.5000005", 6, "\"-74.500001\""),
+        ("0.0000004", 6, "\"0\""),
+        ("-0.0000005", 6, "\"-0.000001\""),
+        ("9.9999995", 6, "\"10\""),
+        ("1.8446744073709552e19", 3, "\"18446744073709552000\""),
+    ] {
+        out.clear();
+        fast_normalise::round(&mut out, text.as_bytes(), places).unwrap();
+        assert_eq!(String::from_utf8(out.clone()).unwrap(), want, "{text}");
+    }
+    for at in [
+        "2024-02-29T23:30:00.5-01:00",
+        "1999-12-31T23:59:59Z",
+        "2000-01-01T00:10:00+05:30",
+    ] {
+        out.clear();
+        fast_normalise::timestamp(&mut out, at.as_bytes()).unwrap();
+        assert_eq!(
+            Some(String::from_utf8(out.clone()).unwrap()),
+            reference_normalised(&Normaliser::Timestamp, &Value::String(at.into()))
         );
     }
 }

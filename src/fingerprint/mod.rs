@@ -27,6 +27,7 @@
 mod canonical;
 mod error;
 mod fast;
+mod fast_normalise;
 mod normalise;
 mod profile;
 
@@ -115,8 +116,8 @@ impl fmt::Debug for PayloadDigest {
 ///
 /// A single-pass scanner over reused thread-local buffers (`fast.rs`)
 /// decides every record it is sure of, with no heap allocation per record
-/// in steady state (the `decimal`, `timestamp`, `round:N` normalisers, and
-/// `upper`/`lower` on non-ASCII text, still allocate their result); anything
+/// in steady state (but for the normalisers' uncommon cases, such as
+/// `upper`/`lower` on non-ASCII text, which go through `Value`); anything
 /// else (errors included) goes to [`fingerprint_reference`], whose results
 /// it reproduces byte for byte.
 pub fn fingerprint(
