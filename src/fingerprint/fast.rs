@@ -74,6 +74,16 @@ struct Entry {
     value: u32,
     /// Position in the object as written, for a stable sort.
     seq: u32,
+    /// The key's first 8 bytes, big-endian, zero-padded: orders as the
+    /// bytes do, ties settled on the whole key.
+    prefix: u64,
+}
+
+fn prefix(key: &[u8]) -> u64 {
+    let mut bytes = [0u8; 8];
+    let n = key.len().min(8);
+    bytes[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(bytes)
 }
 
 const NO_SPAN: Span = Span {
@@ -471,13 +481,19 @@ impl Parser<'_, '_> {
                             return None;
                         }
                         let key = self.string()?;
+                        let prefix = prefix(self.tree.bytes(self.input, key));
                         self.skip_ws();
                         if self.peek()? != b':' {
                             return None;
                         }
                         self.pos += 1;
                         let value = self.value(depth + 1)?;
-                        self.tree.entry_stack.push(Entry { key, value, seq });
+                        self.tree.entry_stack.push(Entry {
+                            key,
+                            value,
+                            seq,
+                            prefix,
+                        });
                         seq += 1;
                         self.skip_ws();
                         match self.peek()? {
@@ -574,6 +590,16 @@ impl Parser<'_, '_> {
         let mut ascii = true;
         let mut escaped = false;
         loop {
+            // Eight bytes at a time past plain ASCII (no quote, backslash,
+            // control character or byte >= 0x80).
+            while let Some(chunk) = input.get(pos..pos + 8) {
+                let mut word = [0u8; 8];
+                word.copy_from_slice(chunk);
+                if special(u64::from_le_bytes(word)) {
+                    break;
+                }
+                pos += 8;
+            }
             let b = *input.get(pos)?;
             if b == b'"' {
                 break;
@@ -664,6 +690,20 @@ impl Parser<'_, '_> {
     }
 }
 
+/// Whether a word holds a quote, a backslash, a control character or a
+/// byte >= 0x80 (exact as a yes or no).
+pub(super) fn special(word: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    let control = word.wrapping_sub(ONES * 0x20) & !word & HIGH;
+    (zero(word ^ (ONES * u64::from(b'"')))
+        | zero(word ^ (ONES * u64::from(b'\\')))
+        | control
+        | (word & HIGH))
+        != 0
+}
+
 fn hex4(digits: &[u8]) -> Option<u32> {
     let mut value = 0u32;
     for &d in digits {
@@ -698,12 +738,17 @@ impl Tree {
             &from[span.start as usize..span.end as usize]
         };
         let pending = &mut entry_stack[base..];
-        pending.sort_unstable_by(|a, b| key(a.key).cmp(key(b.key)).then(a.seq.cmp(&b.seq)));
+        pending.sort_unstable_by(|a, b| {
+            a.prefix
+                .cmp(&b.prefix)
+                .then_with(|| key(a.key).cmp(key(b.key)))
+                .then(a.seq.cmp(&b.seq))
+        });
         let start = entries.len() as u32;
         for (index, entry) in pending.iter().enumerate() {
             let superseded = pending
                 .get(index + 1)
-                .is_some_and(|next| key(next.key) == key(entry.key));
+                .is_some_and(|next| next.prefix == entry.prefix && key(next.key) == key(entry.key));
             if !superseded {
                 entries.push(*entry);
             }

@@ -746,3 +746,23 @@ fn quick_normalisers_take_the_common_shapes() {
         );
     }
 }
+
+proptest! {
+    #[test]
+    fn word_scan_flags_exactly_the_special_bytes(
+        mut bytes in proptest::array::uniform8(any::<u8>()),
+        plain in proptest::array::uniform8(0x20u8..0x80),
+        mask in any::<u8>(),
+    ) {
+        // Mostly plain ASCII, some bytes from anywhere.
+        for (i, b) in bytes.iter_mut().enumerate() {
+            if mask & (1 << i) == 0 {
+                *b = plain[i];
+            }
+        }
+        let expected = bytes
+            .iter()
+            .any(|&b| b == b'"' || b == b'\\' || b < 0x20 || b >= 0x80);
+        prop_assert_eq!(fast::special(u64::from_le_bytes(bytes)), expected);
+    }
+}
