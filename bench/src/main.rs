@@ -15,10 +15,51 @@ mod claims;
 mod e2e;
 mod proxy;
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use clap::{Parser, Subcommand};
+
+/// Counts heap allocations while `COUNTING` is on (the claims bench's
+/// allocations per fingerprint); otherwise the system allocator untouched
+/// but for one relaxed load.
+struct Counting;
+
+pub static COUNTING: AtomicBool = AtomicBool::new(false);
+pub static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards every call to `System` unchanged.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        System.alloc(layout)
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        System.alloc_zeroed(layout)
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        System.realloc(ptr, layout, new_size)
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
 
 #[derive(Parser)]
 #[command(name = "idemgate-bench", about = "idemgate's benchmarks")]
@@ -38,6 +79,10 @@ enum Command {
         /// Tiny sizes: every figure computed and checked, none meaningful.
         #[arg(long)]
         smoke: bool,
+        /// Run one section only: `fingerprints` (needs no Redis server;
+        /// times the fast path and the reference side by side).
+        #[arg(long, value_parser = ["fingerprints"])]
+        only: Option<String>,
     },
     /// One of the e2e bench's child processes (started by the bench).
     #[command(hide = true)]
@@ -60,7 +105,7 @@ fn main() -> ExitCode {
         match Cli::parse().command {
             Command::E2e(args) => e2e::run(args).await,
             Command::Replica { spec } => e2e::replica(&spec).await,
-            Command::Claims { smoke } => match claims::run(!smoke).await? {
+            Command::Claims { smoke, only } => match claims::run(!smoke, only.as_deref()).await? {
                 true => Ok(()),
                 false => anyhow::bail!("some figures were NOT measured (see above)"),
             },
