@@ -11,19 +11,16 @@
 //!   BENCHMARKS-claims.md.
 //! - `proxy`: counts Redis round trips on the wire, for both.
 
+mod alloc;
 mod claims;
 mod e2e;
 mod proxy;
-
-/// The allocator `idemgate` itself runs on (src/main.rs): the replicas
-/// this binary runs are the product's worker.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
 
 #[derive(Parser)]
 #[command(name = "idemgate-bench", about = "idemgate's benchmarks")]
@@ -43,6 +40,10 @@ enum Command {
         /// Tiny sizes: every figure computed and checked, none meaningful.
         #[arg(long)]
         smoke: bool,
+        /// Run one section only: `fingerprints` (needs no Redis server;
+        /// times the fast path and the reference side by side).
+        #[arg(long, value_parser = ["fingerprints"])]
+        only: Option<String>,
     },
     /// One of the e2e bench's child processes (started by the bench).
     #[command(hide = true)]
@@ -65,7 +66,7 @@ fn main() -> ExitCode {
         match Cli::parse().command {
             Command::E2e(args) => e2e::run(args).await,
             Command::Replica { spec } => e2e::replica(&spec).await,
-            Command::Claims { smoke } => match claims::run(!smoke).await? {
+            Command::Claims { smoke, only } => match claims::run(!smoke, only.as_deref()).await? {
                 true => Ok(()),
                 false => anyhow::bail!("some figures were NOT measured (see above)"),
             },

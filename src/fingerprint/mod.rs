@@ -26,9 +26,13 @@
 
 mod canonical;
 mod error;
+mod fast;
+mod fast_normalise;
 mod normalise;
 mod profile;
 
+#[cfg(test)]
+mod fast_tests;
 #[cfg(test)]
 mod tests;
 
@@ -109,7 +113,30 @@ impl fmt::Debug for PayloadDigest {
 /// record is refused before any parsing. The payload is parsed at most once
 /// and its canonical form serves both the digest and (for `payload`) the
 /// hash.
+///
+/// A single-pass scanner over reused thread-local buffers (`fast.rs`)
+/// decides every record it is sure of, with no heap allocation per record
+/// in steady state (but for the normalisers' uncommon cases, such as
+/// `upper`/`lower` on non-ASCII text, which go through `Value`); anything
+/// else (errors included) goes to [`fingerprint_reference`], whose results
+/// it reproduces byte for byte.
 pub fn fingerprint(
+    profile: &Profile,
+    max_bytes: usize,
+    record: &RecordView<'_>,
+) -> Result<Fingerprint, Invalid> {
+    match fast::fingerprint(profile, max_bytes, record) {
+        Some(result) => result,
+        None => fingerprint_reference(profile, max_bytes, record),
+    }
+}
+
+/// The reference implementation of [`fingerprint`] (serde_json `Value`,
+/// then canonical JSON into a fresh string): what the fast path must agree
+/// with on every input, and what decides whenever it is not sure. Public
+/// for the claims bench, which times both.
+#[doc(hidden)]
+pub fn fingerprint_reference(
     profile: &Profile,
     max_bytes: usize,
     record: &RecordView<'_>,

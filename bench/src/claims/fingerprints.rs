@@ -3,14 +3,19 @@
 //! Records are generated up front (varied ids, amounts written as strings
 //! and numbers with and without trailing zeros, currencies in either case,
 //! time zone offsets, shuffled key order) so the timed loop measures
-//! `idemgate::fingerprint::fingerprint` alone, not the generator.
+//! `idemgate::fingerprint::fingerprint` alone, not the generator. The
+//! reference implementation (`fingerprint_reference`, which the fast path
+//! falls back to and must agree with) is timed in the same passes,
+//! alternating with it, so a noisy machine moves both alike; heap
+//! allocations per record are counted for both.
 
 use std::collections::HashSet;
 use std::hint::black_box;
 use std::time::Instant;
 
 use anyhow::{ensure, Context};
-use idemgate::fingerprint::{fingerprint, Profile, RecordView};
+use idemgate::fingerprint::{fingerprint, fingerprint_reference, Fingerprint, Invalid};
+use idemgate::fingerprint::{Profile, RecordView};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -25,6 +30,81 @@ pub struct Row {
     /// Median over the timed passes, so one noisy pass does not move it.
     pub per_second: f64,
     pub ns_per_record: f64,
+    /// The same for `fingerprint_reference`, timed in the same passes.
+    pub reference_per_second: f64,
+    /// Records per second of on-CPU time (median), fast and reference.
+    pub cpu_per_second: Option<f64>,
+    pub reference_cpu_per_second: Option<f64>,
+    /// Heap allocations per record (one untimed pass each).
+    pub allocations: f64,
+    pub reference_allocations: f64,
+}
+
+type Fingerprinter = fn(&Profile, usize, &RecordView<'_>) -> Result<Fingerprint, Invalid>;
+
+/// This thread's time on a CPU (ns, from /proc/thread-self/schedstat): on
+/// a shared machine, the time the thread actually ran.
+fn thread_cpu_ns() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    stat.split_whitespace().next()?.parse().ok()
+}
+
+/// Records per second of one pass: wall clock, and on-CPU time if known.
+fn pass(f: Fingerprinter, profile: &Profile, views: &[RecordView<'_>]) -> (f64, Option<f64>) {
+    let cpu = thread_cpu_ns();
+    let started = Instant::now();
+    for view in views {
+        // The error case cannot occur (checked before); keeping the result
+        // alive is what matters to the optimiser.
+        let _ = black_box(f(profile, MAX_BYTES, black_box(view)));
+    }
+    let wall = views.len() as f64 / started.elapsed().as_secs_f64();
+    let cpu = cpu
+        .zip(thread_cpu_ns())
+        .map(|(from, to)| views.len() as f64 * 1e9 / (to.saturating_sub(from).max(1)) as f64);
+    (wall, cpu)
+}
+
+/// Heap allocations per record over one pass.
+fn allocations(f: Fingerprinter, profile: &Profile, views: &[RecordView<'_>]) -> f64 {
+    use std::sync::atomic::Ordering;
+    crate::alloc::ALLOCATIONS.store(0, Ordering::SeqCst);
+    crate::alloc::COUNTING.store(true, Ordering::SeqCst);
+    for view in views {
+        let _ = black_box(f(profile, MAX_BYTES, black_box(view)));
+    }
+    crate::alloc::COUNTING.store(false, Ordering::SeqCst);
+    crate::alloc::ALLOCATIONS.load(Ordering::SeqCst) as f64 / views.len() as f64
+}
+
+fn median(mut rates: Vec<f64>) -> f64 {
+    rates.sort_by(f64::total_cmp);
+    rates[rates.len() / 2]
+}
+
+/// Fast path beside the reference, from the same passes.
+pub fn print_comparison(rows: &[Row]) {
+    println!();
+    println!("1b. fingerprint (fast path) vs fingerprint_reference, same passes, median");
+    println!("    (wall: records per second of elapsed time; cpu: per second the thread ran)");
+    println!(
+        "{:<44} {:>11} {:>11} {:>11} {:>11} {:>8} {:>7} {:>7}",
+        "profile", "fast wall", "ref wall", "fast cpu", "ref cpu", "speedup", "f alloc", "r alloc"
+    );
+    let cpu = |rate: Option<f64>| rate.map_or("-".to_string(), |r| format!("{r:.0}"));
+    for row in rows {
+        println!(
+            "{:<44} {:>11.0} {:>11.0} {:>11} {:>11} {:>7.1}x {:>7.2} {:>7.2}",
+            row.profile,
+            row.per_second,
+            row.reference_per_second,
+            cpu(row.cpu_per_second),
+            cpu(row.reference_cpu_per_second),
+            row.per_second / row.reference_per_second,
+            row.allocations,
+            row.reference_allocations
+        );
+    }
 }
 
 /// One header as `RecordView` borrows it.
@@ -213,11 +293,17 @@ pub fn run(count: usize, passes: usize) -> anyhow::Result<Vec<Row>> {
             })
             .collect();
 
-        // Untimed pass: checks the outcomes and warms the caches.
+        // Untimed pass: checks the outcomes (the fast path agreeing with
+        // the reference) and warms the caches.
         let mut seen = HashSet::with_capacity(count);
         for view in &views {
             let print = fingerprint(&profile, MAX_BYTES, view)
                 .map_err(|e| anyhow::anyhow!("{name}: generated record refused: {e}"))?;
+            ensure!(
+                fingerprint_reference(&profile, MAX_BYTES, view) == Ok(print),
+                "{name}: fast path and reference disagree on {:?}",
+                String::from_utf8_lossy(view.payload.unwrap_or_default())
+            );
             seen.insert(print.hash);
         }
         ensure!(
@@ -226,18 +312,20 @@ pub fn run(count: usize, passes: usize) -> anyhow::Result<Vec<Row>> {
             seen.len()
         );
 
-        let mut rates = Vec::with_capacity(passes);
+        let allocs = allocations(fingerprint, &profile, &views);
+        let reference_allocs = allocations(fingerprint_reference, &profile, &views);
+        let (mut rates, mut reference_rates) = (Vec::new(), Vec::new());
+        let (mut cpu_rates, mut reference_cpu_rates) = (Vec::new(), Vec::new());
         for _ in 0..passes {
-            let started = Instant::now();
-            for view in &views {
-                // The error case cannot occur (checked above); keeping the
-                // result alive is what matters to the optimiser.
-                let _ = black_box(fingerprint(&profile, MAX_BYTES, black_box(view)));
-            }
-            rates.push(count as f64 / started.elapsed().as_secs_f64());
+            let (wall, cpu) = pass(fingerprint, &profile, &views);
+            rates.push(wall);
+            cpu_rates.extend(cpu);
+            let (wall, cpu) = pass(fingerprint_reference, &profile, &views);
+            reference_rates.push(wall);
+            reference_cpu_rates.extend(cpu);
         }
-        rates.sort_by(f64::total_cmp);
-        let per_second = rates[rates.len() / 2];
+        let per_second = median(rates);
+        let cpu_median = |rates: Vec<f64>| (!rates.is_empty()).then(|| median(rates));
         rows.push(Row {
             profile: match fields {
                 Some(list) => format!("fields ({list})"),
@@ -247,6 +335,11 @@ pub fn run(count: usize, passes: usize) -> anyhow::Result<Vec<Row>> {
             mean_bytes: owned.iter().map(|o| o.payload.len()).sum::<usize>() as f64 / count as f64,
             per_second,
             ns_per_record: 1e9 / per_second,
+            reference_per_second: median(reference_rates),
+            cpu_per_second: cpu_median(cpu_rates),
+            reference_cpu_per_second: cpu_median(reference_cpu_rates),
+            allocations: allocs,
+            reference_allocations: reference_allocs,
         });
     }
     Ok(rows)

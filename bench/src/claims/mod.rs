@@ -77,9 +77,10 @@ fn run_prefix() -> String {
     )
 }
 
-/// Runs every figure (`bench`: full sizes; otherwise the smoke sizes);
-/// `Ok(false)` when something went unmeasured.
-pub async fn run(bench: bool) -> anyhow::Result<bool> {
+/// Runs every figure (`bench`: full sizes; otherwise the smoke sizes), or
+/// only the section `only` names; `Ok(false)` when something went
+/// unmeasured.
+pub async fn run(bench: bool, only: Option<&str>) -> anyhow::Result<bool> {
     let sizes = if bench { &BENCH } else { &SMOKE };
     let mut complete = true;
     let mut report = report::Report::new(bench);
@@ -89,6 +90,12 @@ pub async fn run(bench: bool) -> anyhow::Result<bool> {
         sizes.fingerprint_records
     );
     report.fingerprints = fingerprints::run(sizes.fingerprint_records, sizes.fingerprint_passes)?;
+    fingerprints::print_comparison(&report.fingerprints);
+    match only {
+        Some("fingerprints") => return Ok(true),
+        Some(other) => anyhow::bail!("no claims section `{other}`"),
+        None => {}
+    }
 
     eprintln!("[claims] memory backend");
     let memory: Arc<dyn ClaimStore> = Arc::new(MemoryStore::new(throughput::streams()));
