@@ -75,13 +75,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs on stderr (the replicas' go to their log files), `info` unless
-/// `RUST_LOG` says otherwise, as `idemgate run` does.
+/// Logs on stderr (the replicas' go to their log files) exactly as
+/// `idemgate run` writes them by default: text, `info` unless `RUST_LOG`
+/// says otherwise, colour only on a terminal.
 fn tracing_init() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    idemgate::logging::init(idemgate::logging::LogFormat::Text);
 }
