@@ -31,7 +31,7 @@ struct Cli {
 enum Command {
     /// End to end against a Tansu broker and a redis-server of its own:
     /// writes BENCHMARKS.md and BENCHMARKS.json.
-    E2e(e2e::BenchArgs),
+    E2e(Box<e2e::BenchArgs>),
     /// Fingerprints/s, claim batches per backend, round trips and bytes
     /// per key against the test services' Redis servers.
     Claims {
@@ -58,7 +58,7 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match Cli::parse().command {
-            Command::E2e(args) => e2e::run(args).await,
+            Command::E2e(args) => e2e::run(*args).await,
             Command::Replica { spec } => e2e::replica(&spec).await,
             Command::Claims { smoke } => match claims::run(!smoke).await? {
                 true => Ok(()),

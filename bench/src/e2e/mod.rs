@@ -293,6 +293,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
     );
     println!("{}", report.table());
     if !args.no_write {
+        std::fs::create_dir_all(&args.out_dir)?;
         let md = args.out_dir.join("BENCHMARKS.md");
         let json = args.out_dir.join("BENCHMARKS.json");
         std::fs::write(&md, report.markdown())?;

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, OwnedHeaders};
+use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
@@ -252,10 +252,7 @@ fn produce(
     message: &BorrowedMessage<'_>,
     polled: Instant,
 ) -> Result<()> {
-    let headers = message
-        .headers()
-        .map(|h| h.detach())
-        .unwrap_or_else(OwnedHeaders::new);
+    let headers = message.headers().map(|h| h.detach()).unwrap_or_default();
     let sent = Box::new(Sent {
         partition: message.partition(),
         offset: message.offset(),

@@ -249,7 +249,6 @@ pub(crate) async fn counting(
     }
     let end_us = watch(setup, &group, dataset, &label, &mut children).await?;
     let cpu_after = cpu_now(setup, &children);
-    let rt = setup.proxy.snapshot() - rt_before;
     let peak = peak_rss_mb(&children);
     for child in &mut children {
         child.send(STOP).await?;
@@ -275,6 +274,9 @@ pub(crate) async fn counting(
         tally.add(&t);
         scrapes.push(scrape::parse(&metrics));
     }
+    // After the replicas stopped, as their tallies: the same store rounds
+    // (the last ones at the stop included) on both sides.
+    let rt = setup.proxy.snapshot() - rt_before;
     let scraped = Scraped::of(&scrapes);
     let seconds = first.map_or(0.0, |f| (end_us - f) as f64 / 1e6);
     let mut r = cpu_after.result(
