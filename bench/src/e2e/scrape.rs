@@ -187,6 +187,8 @@ pub(crate) struct Scraped {
     pub latency_p50_ms: Option<f64>,
     pub latency_p99_ms: Option<f64>,
     pub latency_count: u64,
+    /// Its buckets as scraped, summed: (`le`, cumulative count).
+    pub latency_buckets: Vec<(String, u64)>,
     /// `idemgate_records_total` by decision, summed over the replicas.
     pub novel: u64,
     pub duplicate: u64,
@@ -211,6 +213,10 @@ impl Scraped {
             latency_p50_ms: quantile(&buckets, 0.5).map(|s| s * 1000.0),
             latency_p99_ms: quantile(&buckets, 0.99).map(|s| s * 1000.0),
             latency_count: buckets.last().map_or(0, |b| b.1 as u64),
+            latency_buckets: buckets
+                .iter()
+                .map(|(le, count)| (le.to_string(), *count as u64))
+                .collect(),
             novel: decided("novel"),
             duplicate: decided("duplicate"),
             conflict: decided("conflict"),
