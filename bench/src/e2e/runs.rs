@@ -130,6 +130,9 @@ pub(crate) struct RunResult {
     pub latency_p99_ms: Option<f64>,
     /// Where the latency figures come from.
     pub latency_source: String,
+    /// Wall seconds the CPU figures cover: from `go` (the group join
+    /// included) to the moment every record is committed.
+    pub cpu_window_s: f64,
     /// CPU seconds of the replicas (or the passthrough or baseline process).
     pub worker_cpu_s: f64,
     pub worker_cpu_s_per_million: f64,
@@ -211,6 +214,8 @@ pub(crate) fn rss_mb(pid: u32) -> f64 {
 }
 
 pub(crate) struct Cpu {
+    /// Unix µs of the reading.
+    at_us: i64,
     children: Vec<f64>,
     tansu: f64,
     redis: f64,
@@ -231,6 +236,7 @@ impl Cpu {
 
 pub(crate) fn cpu_now(setup: &Setup, children: &[ChildProcess]) -> Cpu {
     Cpu {
+        at_us: unix_us(),
         children: children
             .iter()
             .map(|c| cpu_seconds(c.pid).unwrap_or(0.0))
@@ -381,6 +387,7 @@ impl Cpu {
             seconds,
             records_per_s: records as f64 / seconds.max(1e-9),
             over_passthrough: None,
+            cpu_window_s: (self.at_us - before.at_us) as f64 / 1e6,
             latency_p50_ms: None,
             latency_p99_ms: None,
             latency_source: String::new(),
