@@ -33,7 +33,7 @@ struct Cli {
 enum Command {
     /// End to end against a Tansu broker and a redis-server of its own:
     /// writes BENCHMARKS.md and BENCHMARKS.json.
-    E2e(e2e::BenchArgs),
+    E2e(Box<e2e::BenchArgs>),
     /// Fingerprints/s, claim batches per backend, round trips and bytes
     /// per key against the test services' Redis servers.
     Claims {
@@ -64,7 +64,7 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match Cli::parse().command {
-            Command::E2e(args) => e2e::run(args).await,
+            Command::E2e(args) => e2e::run(*args).await,
             Command::Replica { spec } => e2e::replica(&spec).await,
             Command::Claims { smoke, only } => match claims::run(!smoke, only.as_deref()).await? {
                 true => Ok(()),
@@ -81,13 +81,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs on stderr (the replicas' go to their log files), `info` unless
-/// `RUST_LOG` says otherwise, as `idemgate run` does.
+/// Logs on stderr (the replicas' go to their log files) exactly as
+/// `idemgate run` writes them by default: text, `info` unless `RUST_LOG`
+/// says otherwise, colour only on a terminal.
 fn tracing_init() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    idemgate::logging::init(idemgate::logging::LogFormat::Text);
 }

@@ -61,6 +61,7 @@ fn purpose(name: &[u8]) -> Purpose {
 pub struct Counts {
     round_trips: [AtomicU64; PURPOSES],
     commands: AtomicU64,
+    protocol_commands: AtomicU64,
     bytes_up: AtomicU64,
     bytes_down: AtomicU64,
 }
@@ -92,7 +93,12 @@ pub struct Snapshot {
     /// Round trips of writes without claims.
     pub publish: u64,
     pub other: u64,
+    /// Every complete request, whatever it was for.
     pub commands: u64,
+    /// Requests of the claim protocol (a claim, a probe or a write; not
+    /// set-up or `INFO`): a pipeline of N of them is one round trip and N
+    /// commands.
+    pub protocol_commands: u64,
     pub bytes_up: u64,
     pub bytes_down: u64,
 }
@@ -117,6 +123,7 @@ impl Counts {
             publish: rt(Purpose::Publish),
             other: rt(Purpose::Other),
             commands: self.commands.load(Ordering::SeqCst),
+            protocol_commands: self.protocol_commands.load(Ordering::SeqCst),
             bytes_up: self.bytes_up.load(Ordering::SeqCst),
             bytes_down: self.bytes_down.load(Ordering::SeqCst),
         }
@@ -131,6 +138,7 @@ impl std::ops::Add for Snapshot {
             publish: self.publish + other.publish,
             other: self.other + other.other,
             commands: self.commands + other.commands,
+            protocol_commands: self.protocol_commands + other.protocol_commands,
             bytes_up: self.bytes_up + other.bytes_up,
             bytes_down: self.bytes_down + other.bytes_down,
         }
@@ -145,6 +153,7 @@ impl std::ops::Sub for Snapshot {
             publish: self.publish - earlier.publish,
             other: self.other - earlier.other,
             commands: self.commands - earlier.commands,
+            protocol_commands: self.protocol_commands - earlier.protocol_commands,
             bytes_up: self.bytes_up - earlier.bytes_up,
             bytes_down: self.bytes_down - earlier.bytes_down,
         }
@@ -208,7 +217,11 @@ async fn relay(client: TcpStream, server: TcpStream, counts: Arc<Counts>) {
                 }
                 let burst = &mut w.burst;
                 let complete = w.requests.feed(&buf[..n], |name| {
-                    *burst = Some(up_counts.name(*burst, purpose(name)));
+                    let purpose = purpose(name);
+                    if purpose != Purpose::Other {
+                        up_counts.protocol_commands.fetch_add(1, Ordering::SeqCst);
+                    }
+                    *burst = Some(up_counts.name(*burst, purpose));
                 });
                 w.outstanding += complete;
                 up_counts.commands.fetch_add(complete, Ordering::SeqCst);

@@ -1,6 +1,7 @@
-//! Latency histogram: microseconds in buckets 1 % wide, so a replica can
-//! record every record's latency in O(1) and the harness can merge the
-//! replicas' histograms before reading quantiles.
+//! Latency histogram: microseconds in buckets 1 % wide, so the passthrough
+//! and the baseline can record every record's latency in O(1) and the
+//! harness can read quantiles (the worker's runs read the worker's own
+//! histogram instead, `scrape.rs`).
 
 use serde::{Deserialize, Serialize};
 
@@ -50,6 +51,7 @@ impl Histogram {
         self.max_us = self.max_us.max(us);
     }
 
+    #[cfg(test)]
     pub fn merge(&mut self, other: &Histogram) {
         for (mine, theirs) in self.counts.iter_mut().zip(&other.counts) {
             *mine += theirs;

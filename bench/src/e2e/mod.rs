@@ -6,38 +6,52 @@
 //!
 //! 1. loads, before anything is timed, a raw topic of N bank-txn records
 //!    (200 bytes, a tenth of them redeliveries along a retry ladder);
-//! 2. runs the worker as child processes (one replica, then two) in exact
-//!    mode and in tiered mode on both tier-2 backends, and measures records/s
-//!    end to end, decision latency, worker CPU per million records, Redis
-//!    round trips per batch (on the wire, through a counting proxy) and
-//!    Redis memory per key;
-//! 3. runs a per-record baseline (one `SET NX PX` round trip per record,
-//!    then produce, then commit) on the same topic and prints the ratio;
-//! 4. prints the table and writes it to `BENCHMARKS.md` and
+//! 2. runs the passthrough (consume, produce, commit with the worker's own
+//!    librdkafka settings and no store): the ceiling here;
+//! 3. runs the worker as child processes (one replica, then two) in exact
+//!    mode and in tiered mode on both tier-2 backends, each *clean*: nothing
+//!    of the bench in its path (direct Redis connection, plain store, the
+//!    product's recorder); records/s end to end, decision latency from the
+//!    worker's own histogram on /metrics, CPU of the worker, Tansu and Redis
+//!    per million records, Redis memory per key;
+//! 4. runs each mode once more as a *counting* run (one replica by default):
+//!    through the round-trip proxy and the counting store, for Redis round
+//!    trips, commands and store rounds per batch and the phases of a round;
+//! 5. runs a per-record baseline (one `SET NX PX` round trip per record,
+//!    then produce, then commit) on the same topic;
+//! 6. prints the table (with each run over the passthrough, and exact mode
+//!    over the baseline) and writes it to `BENCHMARKS.md` and
 //!    `BENCHMARKS.json` with the machine and versions.
 //!
-//! Layout: `idemgate_testkit::feed` (the records), `kafka` (topics, loader, commit
-//! watcher), `services` (the servers it owns), `replica` and `children`
-//! (the child processes and their line protocol), `idemgate_testkit::counting` (the store
-//! decorator), `recorder` (the metrics tap) and `timeline` (phases of a
-//! batch, decision latency), `proxy` (round trips on the wire), `baseline`,
-//! `runs` (one timed run), `memory`, `profile` (perf), and `report`,
-//! `report_details` (the table, BENCHMARKS.md and .json).
+//! Layout: `idemgate_testkit::feed` (the records), `kafka` (topics, loader,
+//! commit watcher), `services` (the servers it owns), `replica` and
+//! `children` (the child processes and their line protocol), `runs` (what
+//! the runs share), `run_workers` (clean and counting runs), `run_others`
+//! (passthrough and baseline runs), `passthrough` and `baseline` (those
+//! children), `scrape` (a replica's /metrics), `idemgate_testkit::counting`
+//! (the store decorator), `recorder` (the metrics tap) and `timeline`
+//! (phases of a round), `proxy` (round trips on the wire), `memory`,
+//! `profile` (perf), and `report`, `report_details`, `definitions` (the
+//! table, BENCHMARKS.md and .json).
 
 mod baseline;
 mod children;
+mod definitions;
 mod histogram;
 mod kafka;
 mod memory;
+mod passthrough;
 mod profile;
 mod recorder;
 mod replica;
 mod report;
 mod report_details;
+mod run_others;
+mod run_workers;
 mod runs;
+mod scrape;
 mod services;
 mod timeline;
-
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -73,9 +87,16 @@ pub struct BenchArgs {
     /// Modes to run: exact, redisbloom, bitmap.
     #[arg(long, value_delimiter = ',', default_value = "exact,redisbloom,bitmap")]
     pub modes: Vec<String>,
-    /// Replica counts to run each mode with.
+    /// Replica counts to run each mode with (clean runs).
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub replicas: Vec<usize>,
+    /// Replica counts of each mode's counting run (through the proxy and
+    /// the counting store, for round trips and commands); none: skip.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub counting_replicas: Vec<usize>,
+    /// Skip the passthrough run (and the ratios over it).
+    #[arg(long)]
+    pub no_passthrough: bool,
     /// Records the per-record baseline processes (the first ones of the
     /// exact run's topic); 0 skips it.
     #[arg(long, default_value_t = 100_000)]
@@ -223,25 +244,35 @@ async fn bench(args: BenchArgs) -> Result<()> {
         Some(m) if m != args.records => Some(load(&setup, "raw-matrix", m, &args).await?),
         _ => None,
     };
+    let passthrough = match args.no_passthrough {
+        false => Some(run_others::passthrough(&setup, &main).await?),
+        true => None,
+    };
+    let dataset_of = |mode: Mode, replicas: usize| match &matrix {
+        Some(smaller) if !(mode == Mode::Exact && replicas == 1) => smaller,
+        _ => &main,
+    };
     let mut results = Vec::new();
+    let mut counting = Vec::new();
     for &mode in &modes {
         for &replicas in &args.replicas {
-            let dataset = match &matrix {
-                Some(smaller) if !(mode == Mode::Exact && replicas == 1) => smaller,
-                _ => &main,
-            };
-            results.push(runs::workers(&setup, dataset, mode, replicas, false).await?);
+            let dataset = dataset_of(mode, replicas);
+            results.push(run_workers::clean(&setup, dataset, mode, replicas, false).await?);
+        }
+        for &replicas in args.counting_replicas.iter().filter(|r| **r > 0) {
+            let dataset = dataset_of(mode, replicas);
+            counting.push(run_workers::counting(&setup, dataset, mode, replicas).await?);
         }
     }
     let baseline = if args.baseline_records > 0 {
         let records = args.baseline_records.min(main.records);
-        Some(runs::baseline(&setup, &main, records).await?)
+        Some(run_others::baseline(&setup, &main, records).await?)
     } else {
         None
     };
     let profiled = if args.perf {
         let dataset = matrix.as_ref().unwrap_or(&main);
-        Some(runs::workers(&setup, dataset, Mode::Exact, 1, true).await?)
+        Some(run_workers::clean(&setup, dataset, Mode::Exact, 1, true).await?)
     } else {
         None
     };
@@ -251,13 +282,18 @@ async fn bench(args: BenchArgs) -> Result<()> {
         &args,
         &setup,
         datasets,
-        results,
-        baseline,
-        profiled,
+        report::Runs {
+            clean: results,
+            counting,
+            passthrough,
+            baseline,
+            profiled,
+        },
         started.elapsed().as_secs_f64(),
     );
     println!("{}", report.table());
     if !args.no_write {
+        std::fs::create_dir_all(&args.out_dir)?;
         let md = args.out_dir.join("BENCHMARKS.md");
         let json = args.out_dir.join("BENCHMARKS.json");
         std::fs::write(&md, report.markdown())?;

@@ -1,9 +1,9 @@
-//! The metrics recorder of a bench replica: the same Prometheus recorder
-//! `idemgate run` installs, wrapped so that three of the worker's metrics
-//! also feed the timeline (`timeline.rs`): the batch size (a poll
-//! returned), the records counter (an output was acknowledged) and the
-//! offset commits. Every call still reaches the Prometheus recorder, so a
-//! replica pays what a deployed worker pays for its metrics.
+//! The metrics recorder of a counting replica (never a clean one): the same
+//! Prometheus recorder `idemgate run` installs, with the product's buckets,
+//! wrapped so that three of the worker's metrics also feed the timeline
+//! (`timeline.rs`): the batch size (a store round starts), the records
+//! counter (outputs were acknowledged) and the offset commits. Every call
+//! still reaches the Prometheus recorder.
 
 use std::sync::Arc;
 
@@ -11,7 +11,7 @@ use metrics::{
     Counter, CounterFn, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
     SharedString, Unit,
 };
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
 use super::timeline::{self, Event};
 use idemgate::metrics::{BATCH_SIZE, COMMITS, RECORDS};
@@ -85,13 +85,16 @@ impl Recorder for Tapped {
     }
 }
 
-/// Installs the tapped recorder as the process's recorder. Must run before
-/// anything records a metric (and before `http::prometheus`, which then
-/// finds a recorder installed and serves an empty /metrics).
-pub(crate) fn install() -> anyhow::Result<()> {
-    let inner = PrometheusBuilder::new().build_recorder();
+/// Installs the tapped recorder as the process's recorder and returns its
+/// handle (to render what it holds at the end). Must run before anything
+/// records a metric (and before the product's /metrics listener, which then
+/// finds a recorder installed and serves an empty /metrics: a counting
+/// replica reports its exposition itself).
+pub(crate) fn install() -> anyhow::Result<PrometheusHandle> {
+    let inner = idemgate::metrics::with_buckets(PrometheusBuilder::new())?.build_recorder();
+    let handle = inner.handle();
     metrics::set_global_recorder(Tapped { inner })
         .map_err(|_| anyhow::anyhow!("a metrics recorder was installed already"))?;
     idemgate::metrics::describe();
-    Ok(())
+    Ok(handle)
 }

@@ -1,15 +1,24 @@
 //! The bench's child processes, one per worker replica (and one for the
-//! per-record baseline), so each one's CPU time is its own
-//! (`/proc/<pid>/stat`).
+//! passthrough and one for the per-record baseline), so each one's CPU time
+//! is its own (`/proc/<pid>/stat`).
 //!
-//! A worker replica is `idemgate run` (`idemgate::app::run_with_store`)
-//! with the store wrapped in the counting decorator and the Prometheus
-//! recorder wrapped by the timeline's tap: the same worker, /metrics
-//! listener and store watcher. The protocol with the harness is
-//! line-based: the child prints `connected` once its store answers, waits
-//! for `go` on stdin (so every replica starts together and the round-trip
-//! counter can be read before any batch), runs until `stop` (or stdin
-//! closes), then prints `report <json>` and exits.
+//! A clean worker replica is exactly `idemgate run`:
+//! `idemgate::app::run_with_store` on the plain `idemgate::store::open`
+//! store, connected straight to redis-server, with the Prometheus recorder
+//! the product's /metrics listener installs itself. Nothing of the bench is
+//! in its path; the harness reads its /metrics.
+//!
+//! A counting replica is the same worker with its Redis connection through
+//! the round-trip proxy (in the config), its store wrapped in the counting
+//! decorator and its recorder (the product's, with the product's buckets)
+//! tapped by the timeline: it tells round trips, commands, store rounds and
+//! the phases of a round, never a mode's throughput.
+//!
+//! The protocol with the harness is line-based: the child prints
+//! `connected` once its store (or clients) are ready, waits for `go` on
+//! stdin (so every replica starts together and the counters can be read
+//! before any batch), runs until `stop` (or stdin closes), then prints
+//! `report <json>` and exits.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -19,25 +28,37 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 
 use super::baseline::{self, BaselineReport, BaselineSpec};
+use super::passthrough::{self, PassthroughReport, PassthroughSpec};
 use super::timeline::{self, Event, TimelineReport};
 use idemgate::config::Config;
 use idemgate_testkit::counting::{Call, CountingStore, StoreTally};
 
 #[derive(Serialize, Deserialize)]
 pub(crate) enum Role {
-    /// A worker replica: the TOML config it runs.
+    /// A clean worker replica: the TOML config it runs.
     Worker {
         config: String,
     },
+    /// A counting worker replica: the TOML config (its store URL the
+    /// proxy's).
+    Counting {
+        config: String,
+    },
+    Passthrough(PassthroughSpec),
     Baseline(BaselineSpec),
 }
 
 #[derive(Serialize, Deserialize)]
 pub(crate) enum Report {
-    Worker {
+    /// A clean replica reports nothing: the harness scraped its /metrics.
+    Worker,
+    Counting {
         tally: Box<StoreTally>,
         timeline: Box<TimelineReport>,
+        /// Its recorder's exposition at the end, as /metrics would serve it.
+        metrics: String,
     },
+    Passthrough(Box<PassthroughReport>),
     Baseline(BaselineReport),
 }
 
@@ -54,11 +75,19 @@ pub(crate) async fn run(spec: &Path) -> Result<()> {
     let mut stdin = BufReader::new(tokio::io::stdin()).lines();
     let report = match role {
         Role::Worker { config } => {
-            let tally = worker(&config, &mut stdin).await?;
-            Report::Worker {
+            worker(&config, &mut stdin).await?;
+            Report::Worker
+        }
+        Role::Counting { config } => {
+            let (tally, metrics) = counting(&config, &mut stdin).await?;
+            Report::Counting {
                 tally: Box::new(tally),
                 timeline: Box::new(timeline::global().report()),
+                metrics,
             }
+        }
+        Role::Passthrough(spec) => {
+            Report::Passthrough(Box::new(passthrough::run(&spec, &mut stdin).await?))
         }
         Role::Baseline(spec) => Report::Baseline(baseline::run(&spec, &mut stdin).await?),
     };
@@ -76,8 +105,27 @@ pub(crate) async fn wait_for(stdin: &mut Lines<BufReader<Stdin>>, word: &str) ->
     Ok(false)
 }
 
-async fn worker(config: &str, stdin: &mut Lines<BufReader<Stdin>>) -> Result<StoreTally> {
-    super::recorder::install()?;
+/// `idemgate run` on the plain store, until `stop`.
+async fn worker(config: &str, stdin: &mut Lines<BufReader<Stdin>>) -> Result<()> {
+    let config = Config::parse(config).context("the replica's config")?;
+    let store = idemgate::store::open(&config).await?;
+    println!("{CONNECTED}");
+    if !wait_for(stdin, GO).await? {
+        bail!("the harness went away before go");
+    }
+    let stop = async {
+        let _ = wait_for(stdin, STOP).await;
+    };
+    idemgate::app::run_with_store(&config, store, stop).await
+}
+
+/// The same worker on the counting store with the tapped recorder; its
+/// tally and its recorder's exposition at the end.
+async fn counting(
+    config: &str,
+    stdin: &mut Lines<BufReader<Stdin>>,
+) -> Result<(StoreTally, String)> {
+    let handle = super::recorder::install()?;
     let config = Config::parse(config).context("the replica's config")?;
     let inner = idemgate::store::open(&config).await?;
     let store = Arc::new(
@@ -94,10 +142,9 @@ async fn worker(config: &str, stdin: &mut Lines<BufReader<Stdin>>) -> Result<Sto
     if !wait_for(stdin, GO).await? {
         bail!("the harness went away before go");
     }
-    // As `idemgate run` does, on the counting store, until `stop`.
     let stop = async {
         let _ = wait_for(stdin, STOP).await;
     };
     idemgate::app::run_with_store(&config, store.clone(), stop).await?;
-    Ok(store.tally())
+    Ok((store.tally(), handle.render()))
 }

@@ -7,8 +7,21 @@ use std::process::Command;
 
 use serde::Serialize;
 
-use super::runs::{Dataset, Mode, RunResult, Setup};
+use super::runs::{Dataset, Kind, Mode, RunResult, Setup};
 use super::BenchArgs;
+
+/// Every run of an invocation, by role.
+pub(crate) struct Runs {
+    /// The mode's figures: nothing of the bench in the path.
+    pub clean: Vec<RunResult>,
+    /// Round trips, commands, store rounds: through the proxy and the
+    /// counting store.
+    pub counting: Vec<RunResult>,
+    pub passthrough: Option<RunResult>,
+    pub baseline: Option<RunResult>,
+    /// The extra clean run under perf.
+    pub profiled: Option<RunResult>,
+}
 
 #[derive(Serialize)]
 pub(crate) struct Report {
@@ -22,10 +35,18 @@ pub(crate) struct Report {
     pub partitions: i32,
     pub feed_rate: f64,
     pub datasets: Vec<Dataset>,
+    /// The clean runs: every mode's figures.
     pub runs: Vec<RunResult>,
+    /// The counting runs: round trips, commands and store rounds per batch
+    /// (their throughput is not a mode's).
+    pub counting: Vec<RunResult>,
+    /// Consume, produce, commit with the worker's clients and no store.
+    pub passthrough: Option<RunResult>,
     pub baseline: Option<RunResult>,
     /// Exact mode, one replica, over the per-record baseline (records/s).
     pub baseline_ratio: Option<f64>,
+    /// Exact mode, one replica, over the passthrough (records/s).
+    pub passthrough_ratio: Option<f64>,
     pub targets: Vec<Target>,
     /// The extra run under perf, when asked for (not in the table).
     pub profiled: Option<RunResult>,
@@ -137,11 +158,21 @@ impl Report {
         args: &BenchArgs,
         setup: &Setup,
         datasets: Vec<Dataset>,
-        runs: Vec<RunResult>,
-        baseline: Option<RunResult>,
-        profiled: Option<RunResult>,
+        all: Runs,
         total_seconds: f64,
     ) -> Report {
+        let Runs {
+            clean: mut runs,
+            mut counting,
+            passthrough,
+            baseline,
+            profiled,
+        } = all;
+        let ceiling = passthrough.as_ref().map(|p| p.records_per_s);
+        for r in runs.iter_mut().chain(counting.iter_mut()) {
+            r.over_passthrough = ceiling.filter(|c| *c > 0.0).map(|c| r.records_per_s / c);
+        }
+        let passthrough_ratio = exact_one(&runs).and_then(|r| r.over_passthrough);
         let command = std::env::args()
             .skip(1)
             .collect::<Vec<_>>()
@@ -163,8 +194,11 @@ impl Report {
             feed_rate: args.feed_rate,
             datasets,
             runs,
+            counting,
+            passthrough,
             baseline,
             baseline_ratio,
+            passthrough_ratio,
             targets: Vec::new(),
             profiled,
             profile,
@@ -194,36 +228,31 @@ impl Report {
         // the next batch's claims: one Redis round trip on a standalone
         // server. A batch whose records wait on each other is claimed again
         // in a later round, and a publish with nothing to claim goes alone,
-        // so rounds per batch are shown beside the round trips per round.
+        // so store rounds per batch are shown beside the round trips.
         let per_round: Vec<(String, bool)> = self
-            .runs
+            .counting
             .iter()
             .filter_map(|r| {
-                let rt = r.round_trips?;
-                let t = r.tally.as_ref()?;
-                let b = r.batches.max(1) as f64;
-                let wire_per_round = rt.protocol_round_trips() as f64 / t.rounds.max(1) as f64;
+                let c = r.counting.as_ref()?;
                 // Allowed on top: one NOSCRIPT retry per replica (the first
                 // script on a server that has not seen it).
-                let spare = r.replicas as u64;
-                let ok = rt.protocol_round_trips() <= t.rounds + spare;
+                let ok = c.round_trips.protocol_round_trips() <= c.tally.rounds + r.replicas as u64;
                 Some((
                     format!(
-                        "{}: {wire_per_round:.3} Redis round trips per store round; {:.2} store \
-                         rounds per batch ({:.2} with claims, {:.2} with a publish); {:.2} Redis \
-                         round trips per batch",
+                        "{}: {:.3} Redis round trips per store round; {:.2} store rounds, \
+                         {:.2} Redis round trips and {:.1} Redis commands per batch",
                         run_name(r),
-                        t.rounds as f64 / b,
-                        t.claim_rounds as f64 / b,
-                        t.publish_rounds as f64 / b,
-                        rt.protocol_round_trips() as f64 / b,
+                        c.round_trips_per_store_round,
+                        c.store_rounds_per_batch,
+                        c.round_trips_per_batch,
+                        c.commands_per_batch,
                     ),
                     ok,
                 ))
             })
             .collect();
         t.push(Target {
-            target: "one Redis round trip per store round, the publish riding with the next claims"
+            target: "one Redis round trip per store round, the publish riding with the next claims (counting runs)"
                 .into(),
             figure: if per_round.is_empty() {
                 "not run".into()
@@ -267,43 +296,87 @@ impl Report {
         t
     }
 
+    /// The table's rows: the clean runs, the passthrough, the baseline.
     pub(crate) fn all_runs(&self) -> impl Iterator<Item = &RunResult> {
-        self.runs.iter().chain(self.baseline.iter())
+        self.runs
+            .iter()
+            .chain(self.passthrough.iter())
+            .chain(self.baseline.iter())
+    }
+
+    /// The counting run that gives a clean run its round trips: the one of
+    /// the same mode and replicas, else the mode's first.
+    pub(crate) fn counting_for(&self, r: &RunResult) -> Option<&RunResult> {
+        let same_mode = || self.counting.iter().filter(|c| c.mode == r.mode);
+        same_mode()
+            .find(|c| c.replicas == r.replicas)
+            .or_else(|| same_mode().next())
     }
 
     /// The main table, for stdout and the Markdown alike.
     pub fn table(&self) -> String {
         let mut out = String::new();
-        out.push_str("| run | records | records/s | per replica | p50 ms | p99 ms | worker CPU s / M records | store rounds / batch | Redis round trips / batch | tier-1 bytes / key | tier-2 bits / key |\n");
-        out.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+        out.push_str("| run | records | records/s | per replica | x passthrough | p50 ms | p99 ms | worker CPU s / M | Tansu CPU s / M | Redis CPU s / M | Redis round trips / batch | Redis commands / batch | store rounds / batch | tier-1 bytes / key | tier-2 bits / key |\n");
+        out.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+        let mut borrowed = false;
         for r in self.all_runs() {
             let memory = r.memory.as_ref();
+            let (trips, commands, rounds) = match r.kind {
+                Kind::Baseline => ("1 per record".into(), "1 per record".into(), "".into()),
+                Kind::Passthrough => ("none".into(), "none".into(), "".into()),
+                _ => match self
+                    .counting_for(r)
+                    .and_then(|c| Some((c, c.counting.as_ref()?)))
+                {
+                    Some((c, counted)) => {
+                        let mark = if c.replicas == r.replicas { "" } else { "*" };
+                        borrowed |= !mark.is_empty();
+                        (
+                            format!("{:.2}{mark}", counted.round_trips_per_batch),
+                            format!("{:.1}{mark}", counted.commands_per_batch),
+                            format!("{:.2}{mark}", counted.store_rounds_per_batch),
+                        )
+                    }
+                    None => ("".into(), "".into(), "".into()),
+                },
+            };
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {trips} | {commands} | {rounds} | {} | {} |",
                 run_name(r),
                 count(r.records),
                 rate(r.records_per_s),
                 rate(r.records_per_s / r.replicas as f64),
+                match r.kind {
+                    Kind::Passthrough => "1.00".into(),
+                    _ => opt(r.over_passthrough, 2),
+                },
                 opt(r.latency_p50_ms, 1),
                 opt(r.latency_p99_ms, 1),
                 r.worker_cpu_s_per_million,
-                r.tally.as_ref().map_or("".into(), |t| format!(
-                    "{:.2}",
-                    t.rounds as f64 / r.batches.max(1) as f64
-                )),
-                r.round_trips_per_batch
-                    .map_or("1 per record".into(), |x| format!("{x:.2}")),
+                r.tansu_cpu_s_per_million,
+                r.redis_cpu_s_per_million,
                 memory.map_or("".into(), |m| format!("{:.0}", m.tier1_bytes_per_key)),
                 memory
                     .and_then(|m| m.tier2.as_ref())
                     .map_or("".into(), |t| format!("{:.2}", t.bits_per_capacity_key)),
             );
         }
+        if borrowed {
+            out.push_str("\n\\* from the mode's counting run with another replica count (see the counting runs).\n");
+        }
+        out.push_str("\nRecords/s, latency and CPU: clean runs, nothing of the bench in the worker's path; latency read from the worker's own idemgate_decision_latency_seconds histogram (/metrics). Round trips, commands and store rounds per batch (a store round with claims): the mode's counting run, through the proxy and the counting store.\n");
+        if let Some(p) = &self.passthrough {
+            let _ = writeln!(
+                out,
+                "\nPassthrough (consume, produce, commit; the worker's clients, no store): {} records/s, the ceiling here; x passthrough is each run's records/s over it.",
+                rate(p.records_per_s)
+            );
+        }
         if let Some(x) = self.baseline_ratio {
             let _ = writeln!(
                 out,
-                "\nexact mode, one replica, over the per-record baseline: {x:.1}x records/s"
+                "\nExact mode, one replica, over the per-record baseline: {x:.1}x records/s."
             );
         }
         out
@@ -327,12 +400,14 @@ impl Report {
         }
         md.push_str(
             "\nEverything runs on this one machine and shares its cores: the worker replicas \
-             (child processes), the Tansu broker, the redis-server, and the harness (its Redis \
-             round-trip proxy and the commit watcher). The bench starts its own Tansu and \
-             redis-server on spare loopback ports, so no other session's keys or topics are in \
-             its figures. Redis runs with `maxmemory-policy noeviction`, no persistence.\n\n",
+             (child processes), the Tansu broker, the redis-server, and the harness (the commit \
+             watcher; in the counting runs also its Redis round-trip proxy). The bench starts its \
+             own Tansu and redis-server on spare loopback ports, so no other session's keys or \
+             topics are in its figures. Redis runs with `maxmemory-policy noeviction`, no \
+             persistence.\n\n",
         );
         self.workload_section(&mut md);
+        md.push_str(super::definitions::RUNS);
         md.push_str("## Results\n\n");
         md.push_str(&self.table());
         md.push('\n');
@@ -347,20 +422,26 @@ impl Report {
             let _ = writeln!(md, "| {} | {} | {met} |", t.target, t.figure);
         }
         md.push('\n');
-        md.push_str(super::report_details::DEFINITIONS);
+        md.push_str(super::definitions::DEFINITIONS);
         md
     }
 }
 
 pub(crate) fn run_name(r: &RunResult) -> String {
-    match r.mode {
-        Some(mode) => format!(
-            "{}, {} replica{}",
+    match (r.kind, r.mode) {
+        (Kind::Passthrough, _) => "passthrough (no store)".into(),
+        (Kind::Baseline, _) | (_, None) => "per-record baseline".into(),
+        (kind, Some(mode)) => format!(
+            "{}, {} replica{}{}",
             mode.label(),
             r.replicas,
-            if r.replicas == 1 { "" } else { "s" }
+            if r.replicas == 1 { "" } else { "s" },
+            if kind == Kind::Counting {
+                " (counting)"
+            } else {
+                ""
+            }
         ),
-        None => "per-record baseline".into(),
     }
 }
 

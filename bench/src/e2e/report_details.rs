@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 
 use super::report::{bytes, count, human_seconds, opt, rate, run_name, Report};
+use super::runs::RunResult;
 use idemgate_testkit::feed::{LADDER, PAYLOAD_BYTES};
 
 impl Report {
@@ -56,116 +57,107 @@ impl Report {
         );
     }
 
+    /// Every run, the counting runs last.
+    fn every_run(&self) -> impl Iterator<Item = &RunResult> {
+        self.all_runs().chain(self.counting.iter())
+    }
+
     pub(crate) fn detail_sections(&self, md: &mut String) {
-        md.push_str("### Where a batch's wall time goes\n\n");
-        md.push_str(
-            "Per batch, ms: each replica's wall time split at the events the worker emits (see \
-             below), summed over the replicas and divided by their batches. The phases follow \
-             each other, so they add up to the batch cycle; a batch whose records wait on each \
-             other is claimed again in a later round. A claim round carries the publish of the \
-             batches delivered before it; a publish-only round goes when there is nothing to \
-             claim.\n\n",
-        );
-        md.push_str("| run | records / batch | claim rounds / batch |");
-        for (name, _) in super::timeline::Phases::default().named() {
-            let _ = write!(md, " {name} |");
-        }
-        md.push_str(" batch cycle p50 / p99 |\n|---|--:|--:|");
-        md.push_str(&"--:|".repeat(10));
-        md.push('\n');
-        for r in &self.runs {
-            let (Some(phases), Some(t)) = (&r.phases, &r.tally) else {
-                continue;
-            };
-            let b = r.batches.max(1) as f64;
-            let _ = write!(
-                md,
-                "| {} | {:.0} | {:.2} |",
-                run_name(r),
-                r.batch_records as f64 / b,
-                t.claim_rounds as f64 / b
-            );
-            for (_, us) in phases.named() {
-                let _ = write!(md, " {:.2} |", us as f64 / 1000.0 / b);
-            }
+        self.cpu_section(md);
+        self.counting_section(md);
+        self.decisions_section(md);
+        self.memory_section(md);
+    }
+
+    fn cpu_section(&self, md: &mut String) {
+        md.push_str("### CPU\n\n");
+        md.push_str("CPU seconds per million records, and cores busy (CPU seconds / the seconds they were counted over; the machine has 2), from `/proc/<pid>/stat` of each process the bench owns, read before `go` and once every record is committed: the CPU window, which holds the group join before the first poll and so is longer than the wall time records/s is taken over. *Anything else* is the machine's busy time (`/proc/stat`) less the run's own processes: other work on the machine that competed with the run. The counting runs are listed for what the counting costs; their figures are not the mode's.\n\n");
+        md.push_str("| run | wall s | CPU window s | records/s | worker | Tansu | redis-server | harness | anything else | total | worker s / M | Tansu s / M | Redis s / M | RSS MiB: worker peak, Tansu, redis-server |\n");
+        md.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+        for r in self.every_run() {
+            let w = r.cpu_window_s.max(1e-9);
             let _ = writeln!(
                 md,
-                " {} / {} |",
-                opt(r.batch_cycle_p50_ms, 1),
-                opt(r.batch_cycle_p99_ms, 1)
-            );
-        }
-        md.push_str("\n### CPU\n\n");
-        md.push_str("Cores busy over each run's wall time (CPU seconds / wall seconds; the machine has 2), and CPU seconds per million records. *Anything else* is the machine's busy time (`/proc/stat`) less the run's own processes: other work on the machine that competed with the run.\n\n");
-        md.push_str("| run | wall s | worker | Tansu | redis-server | harness | anything else | total | worker s / M | Tansu s / M | Redis s / M | RSS MiB: worker peak, Tansu, redis-server |\n");
-        md.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
-        for r in self.all_runs() {
-            let w = r.seconds.max(1e-9);
-            let m = r.records.max(1) as f64 / 1e6;
-            let _ = writeln!(
-                md,
-                "| {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {:.1} | {:.1} | {:.0}, {:.0}, {:.0} |",
+                "| {} | {:.1} | {:.1} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {:.1} | {:.1} | {:.0}, {:.0}, {:.0} |",
                 run_name(r),
                 r.seconds,
+                r.cpu_window_s,
+                rate(r.records_per_s),
                 r.worker_cpu_s / w,
                 r.tansu_cpu_s / w,
                 r.redis_cpu_s / w,
                 r.harness_cpu_s / w,
                 r.other_cpu_s / w,
-                (r.worker_cpu_s
-                    + r.tansu_cpu_s
-                    + r.redis_cpu_s
-                    + r.harness_cpu_s
-                    + r.other_cpu_s)
-                    / w,
-                r.worker_cpu_s / m,
-                r.tansu_cpu_s / m,
-                r.redis_cpu_s / m,
+                (r.worker_cpu_s + r.tansu_cpu_s + r.redis_cpu_s + r.harness_cpu_s + r.other_cpu_s) / w,
+                r.worker_cpu_s_per_million,
+                r.tansu_cpu_s_per_million,
+                r.redis_cpu_s_per_million,
                 r.worker_peak_rss_mb,
                 r.tansu_rss_mb,
                 r.redis_rss_mb,
             );
         }
-        md.push_str("\n### Store rounds and Redis round trips per batch\n\n");
-        md.push_str("Store rounds per batch as the replicas' counting store saw them (a round carries claims, a publish, or both), and Redis round trips per batch on the wire, by what they carried; beside them, Redis round trips per store round, which is what the protocol fixes.\n\n");
-        md.push_str("| run | batches | store rounds | with claims | with a publish | round trips: claims | publish only | total | per store round | other (connect, stats watcher) | commands / batch | bytes up / down per batch |\n");
-        md.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
-        for r in &self.runs {
-            let Some(rt) = r.round_trips else { continue };
-            let b = r.batches.max(1) as f64;
-            let per_batch = |n: u64| format!("{:.3}", n as f64 / b);
-            let (rounds, claim_rounds, publish_rounds, per_round) =
-                r.tally.as_ref().map_or_else(Default::default, |t| {
-                    (
-                        per_batch(t.rounds),
-                        per_batch(t.claim_rounds),
-                        per_batch(t.publish_rounds),
-                        format!(
-                            "{:.3}",
-                            rt.protocol_round_trips() as f64 / t.rounds.max(1) as f64
-                        ),
-                    )
-                });
+    }
+
+    fn counting_section(&self, md: &mut String) {
+        if self.counting.is_empty() {
+            return;
+        }
+        md.push_str(
+            "\n### Counting runs: store rounds, Redis round trips and commands per batch\n\n",
+        );
+        md.push_str("A batch here is a store round carrying claims (the worker claims a poll's records in one round; records waiting on another record's claim are claimed again in a later one). Store rounds as the counting store saw them (with claims, or a publish only); Redis round trips and commands of the claim protocol on the wire, through the proxy (set-up and the stats watcher's `INFO` left out, listed as *other*). The records/s and latency of these runs carry the proxy and the counting in their path: they show what the counting costs, not the mode.\n\n");
+        md.push_str("| run | records/s (counting in the path) | p50 / p99 ms | batches | records / batch | store rounds / batch | with a publish / batch | round trips: claims / batch | publish only / batch | total / batch | per store round | commands / batch | other round trips | bytes up / down per batch |\n");
+        md.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+        for r in &self.counting {
+            let Some(c) = &r.counting else { continue };
+            let b = c.batches.max(1) as f64;
+            let rt = &c.round_trips;
             let _ = writeln!(
                 md,
-                "| {} | {} | {rounds} | {claim_rounds} | {publish_rounds} | {:.3} | {:.3} | {:.3} | {per_round} | {} | {:.0} | {:.0} / {:.0} |",
+                "| {} | {} | {} / {} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {} | {:.0} / {:.0} |",
                 run_name(r),
-                count(r.batches),
+                rate(r.records_per_s),
+                opt(r.latency_p50_ms, 1),
+                opt(r.latency_p99_ms, 1),
+                count(c.batches),
+                c.records_per_batch,
+                c.store_rounds_per_batch,
+                c.tally.publish_rounds as f64 / b,
                 rt.claim as f64 / b,
                 rt.publish as f64 / b,
-                rt.protocol_round_trips() as f64 / b,
+                c.round_trips_per_batch,
+                c.round_trips_per_store_round,
+                c.commands_per_batch,
                 rt.other,
-                rt.commands as f64 / b,
                 rt.bytes_up as f64 / b,
                 rt.bytes_down as f64 / b,
             );
         }
-        md.push_str("\n### What the publishes carried, per batch\n\n");
+        md.push_str("\n### Where a counting replica's wall time goes, per batch\n\n");
+        md.push_str("Per batch, ms: each counting replica's wall time split at the events the worker emits (a store round starts: its batch-size metric; a store call starts and ends: the counting store; outputs acknowledged: its records metric, counted once a turn of its loop; an offset commit), summed over the replicas and divided by the batches. With rounds pipelined, each gap goes to the phase its two events bound.\n\n");
+        md.push_str("| run |");
+        for (name, _) in super::timeline::Phases::default().named() {
+            let _ = write!(md, " {name} |");
+        }
+        md.push_str("\n|---|");
+        md.push_str(&"--:|".repeat(9));
+        md.push('\n');
+        for r in &self.counting {
+            let Some(c) = &r.counting else { continue };
+            let b = c.batches.max(1) as f64;
+            let _ = write!(md, "| {} |", run_name(r));
+            for (_, us) in c.phases.named() {
+                let _ = write!(md, " {:.2} |", us as f64 / 1000.0 / b);
+            }
+            md.push('\n');
+        }
+        md.push_str("\n### What the publishes carried, per batch (counting runs)\n\n");
         md.push_str("| run | watermark raises | done flags set | done flags lost | tier-2 inserts | claims released |\n");
         md.push_str("|---|--:|--:|--:|--:|--:|\n");
-        for r in &self.runs {
-            let Some(t) = &r.tally else { continue };
-            let b = r.batches.max(1) as f64;
+        for r in &self.counting {
+            let Some(c) = &r.counting else { continue };
+            let (t, b) = (&c.tally, c.batches.max(1) as f64);
             let _ = writeln!(
                 md,
                 "| {} | {:.2} | {:.2} | {} | {:.1} | {} |",
@@ -177,21 +169,37 @@ impl Report {
                 count(t.released),
             );
         }
-        md.push_str("\n### Decisions (from the claim outcomes)\n\n");
-        md.push_str("| run | novel | duplicate, tier 1 | duplicate, filter | conflict | replayed (decided before) | own claim re-stamped (after a rebalance) | claim retries (held) | check |\n");
+    }
+
+    fn decisions_section(&self, md: &mut String) {
+        md.push_str("\n### Decisions\n\n");
+        md.push_str("Clean runs: the replicas' `idemgate_records_total` and `idemgate_tier_hits_total` on /metrics; counting runs: the claim outcomes the counting store saw; the baseline: its own.\n\n");
+        md.push_str("| run | novel | duplicate, tier 1 | duplicate, filter | conflict | unverified or invalid | replayed (decided before) | claim retries (held) | check |\n");
         md.push_str("|---|--:|--:|--:|--:|--:|--:|--:|---|\n");
-        for r in self.all_runs() {
-            if let Some(t) = &r.tally {
+        for r in self.every_run() {
+            if let Some(s) = &r.scraped {
                 let _ = writeln!(
                     md,
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    "| {} | {} | {} | {} | {} | {} | | | {} |",
+                    run_name(r),
+                    count(s.novel),
+                    count(s.duplicate_exact),
+                    count(s.duplicate_filter),
+                    count(s.conflict),
+                    count(s.unverified + s.invalid),
+                    r.check
+                );
+            } else if let Some(c) = &r.counting {
+                let t = &c.tally;
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {} | {} | | {} | {} | {} |",
                     run_name(r),
                     count(t.won),
                     count(t.duplicate_exact),
                     count(t.duplicate_filter),
                     count(t.conflict),
                     count(t.replayed),
-                    count(t.restamped),
                     count(t.held),
                     r.check
                 );
@@ -204,9 +212,14 @@ impl Report {
                     count(b.duplicates),
                     r.check
                 );
+            } else if r.passthrough.is_some() {
+                let _ = writeln!(md, "| {} | | | | | | | | {} |", run_name(r), r.check);
             }
         }
-        md.push_str("\n### Redis memory\n\n");
+    }
+
+    fn memory_section(&self, md: &mut String) {
+        md.push_str("\n### Redis memory (clean runs)\n\n");
         md.push_str("| run | tier-1 keys | used_memory growth | bytes / tier-1 key | MEMORY USAGE of a tier-1 key | key + value bytes | tier-2 keys | tier-2 bytes | keys inserted | capacity | bits / key: sizing, held per capacity, held per insert |\n");
         md.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
         for r in &self.runs {
@@ -235,68 +248,3 @@ impl Report {
         md.push('\n');
     }
 }
-
-pub(crate) const DEFINITIONS: &str = "## What the figures mean\n\n\
-- **records/s** end to end: records of the topic / (the first poll of any replica that \
-returned records, to the moment the group's committed offsets cover every record). Completion is judged from the committed offsets against the offsets the loader \
-got back for every record (never from Tansu's high watermark, which is wrong); the harness \
-polls every 50 ms. With two replicas the window includes the rebalance when the second joins. \
-*Per replica* is that divided by the replicas.\n\
-- **decision latency** (p50, p99), per record: from the moment the poll that read it returned \
-(the worker's batch-size metric; nothing else has happened to the batch yet) to the moment its \
-output was acknowledged by the broker (the worker's records metric, which it emits per record \
-right after the acknowledgements of the record's round). Measured inside each replica: its \
-metrics recorder (the Prometheus one `idemgate run` installs) is wrapped to see those two \
-metrics and the offset commits, and its claim store is wrapped to see each call start and end. \
-It leaves out the time a record waits in the topic before it is polled (here everything is \
-loaded before the run, so that wait would only measure the backlog) and the publish and commit \
-after the acknowledgement. For the baseline: from the consumer handing over the record to its \
-output's acknowledgement.\n\
-- **where a batch's time goes**: the same events split each replica's wall time into phases: \
-poll returned → first claim round: fingerprint (and building the claims); a store round \
-carrying claims (with the publish riding on it): claim; claim returned → first acknowledged \
-output: produce + acks; between acknowledged outputs and a publish-only round: the per-record \
-metrics and decision logs; a store round carrying only a publish: publish-only round; → commit \
-metric: commit; commit → next poll returned: poll. A round that decides nothing backs off.\n\
-- **store rounds per batch**: the replicas' `ClaimStore::round` calls, counted by the store \
-wrapper of the test kit (`StoreTally`): *store rounds* is every call, *with claims* those \
-carrying claims (`claim_rounds`), *with a publish* those carrying a publish (`publish_rounds`: \
-tier-2 inserts, watermark raises, done flags, releases); a round carrying both counts in both. \
-Over the batches (polls that returned records) of every replica. The publish table gives what \
-the publishes carried: watermark raises (one per partition with finished records), done flags \
-set (delivered records a raise did not cover) and lost (the claim gone or re-stamped by another \
-owner), tier-2 inserts, claims released.\n\
-- **worker CPU**: user + system CPU seconds of the replica processes (`/proc/<pid>/stat`) from \
-`go` to the last commit, per million records. A replica is `idemgate run` in a child process: \
-the same worker, Prometheus recorder, /metrics listener and store watcher, at the default log \
-level (every non-novel decision is logged, to a file). Tansu, Redis and the harness are given \
-beside it: they share the machine's cores (see Machine and versions).\n\
-- **Redis round trips per batch**: counted on the wire by a proxy between the replicas and \
-redis-server that parses RESP both ways; a round trip is a burst the client starts while none \
-of its requests is unanswered, named by what its commands carry: *claims* if any is a claim or \
-a tier-2 probe (`SET`, `BF.MEXISTS`, `BITFIELD_RO`), whatever publish rides with them; \
-*publish only* if any is a write (a script: raise, done flag, release, re-stamp; \
-`BF.INSERT`/`BITFIELD`/`INCRBY`/`PEXPIRE`: tier-2 inserts), as a publish-only round or a \
-round's follow-up (a re-stamp, a NOSCRIPT retry) sends. The per-batch figure is the claim \
-protocol's round trips (connection set-up and the stats watcher's `INFO` every 5 s are listed \
-apart) over the batches; per store round, over the rounds the replicas' counting store saw. \
-The protocol fixes a store round at one pipelined round trip per node: the publish (tier-2 inserts \
-first, then the watermark raises, done flags and releases), the watermark reads and every \
-claim's `SET NX PX GET` with its filter probes. The worker's Redis connection goes through the \
-proxy; the baseline's does not.\n\
-- **tier-1 bytes per key**: growth of redis-server's `used_memory` over the run (emptied before \
-it), less the `MEMORY USAGE` of the stream's other keys (tier-2 generations and counters, the \
-watermark hash), per tier-1 key: the key (the `ig:` prefix, the \
-stream's short key id, the hash tag and 16 bytes of hash), the 28-byte claim value (holder, \
-owner token, payload digest, claim time, done flag), the expiry entry and the hash tables' \
-share. `MEMORY USAGE` of single keys (which \
-leaves out the expiry entry and the table buckets) is given beside it.\n\
-- **tier-2 bits per key**: `MEMORY USAGE` of the generation keys (RedisBloom filter, or bitmap \
-shards, plus the insert counter) x 8 / the generation's capacity (peak rate x horizon, sized \
-for every distinct event of the dataset), beside the sizing formula's m/n and the bits per key \
-actually inserted.\n\
-- **per-record baseline**: for each record, in order, fingerprint it, one `SET key value NX PX \
-ttl` round trip, produce its output and await the acknowledgement, then store its offset for \
-commit (librdkafka commits stored offsets every 100 ms, and once synchronously at the end). It \
-gets `linger.ms = 0` and a direct Redis connection, its best case. It runs over the first \
-records of the exact run's topic (see its record count); the ratio compares records/s.\n\n";

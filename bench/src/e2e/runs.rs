@@ -1,11 +1,12 @@
-//! One timed run: start the replicas (or the baseline), say `go`, watch the
-//! group's committed offsets until every record is committed, then gather
-//! CPU times, round trips, the replicas' reports and the store's memory.
+//! What every timed run shares: the modes, the servers, the datasets, the
+//! replicas' config, a run's figures, CPU readings and the commit watcher.
+//! The runs themselves are in `run_workers` (the clean and the counting
+//! runs of the worker) and `run_others` (the passthrough and the per-record
+//! baseline).
 //!
-//! Records/s end to end = records / (the first poll of any replica that
-//! returned records, to the moment the harness sees the last offset
-//! committed). The watcher polls every 50 ms, so the end is late by up to
-//! that much.
+//! Records/s end to end = records / (the first poll that returned records,
+//! to the moment the harness sees the last offset committed). The watcher
+//! polls every 50 ms, so the end is late by up to that much.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -14,13 +15,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Result};
 use serde::Serialize;
 
-use super::baseline::{BaselineReport, BaselineSpec};
+use super::baseline::BaselineReport;
 use super::children::ChildProcess;
-use super::histogram::Histogram;
-use super::kafka::{create_topics, CommitWatch, Loaded, Progress};
-use super::memory::{self, Memory};
-use super::profile::{self, Profile};
-use super::replica::{Report, Role, CONNECTED, GO, STOP};
+use super::kafka::{CommitWatch, Loaded, Progress};
+use super::memory::Memory;
+use super::passthrough::PassthroughReport;
+use super::profile::Profile;
+use super::scrape::Scraped;
 use super::services::{cpu_seconds, machine_busy_seconds, status_bytes, Redis};
 use super::timeline::Phases;
 use crate::proxy::{Counts, Snapshot};
@@ -32,7 +33,9 @@ use idemgate_testkit::servers::Tansu;
 pub(crate) const PREFIX: &str = "ig:";
 pub(crate) const STREAM: &str = "bank";
 /// Tiered streams: the filter covers a day; tier 1 holds an hour.
-const HORIZON_S: u64 = 86_400;
+pub(crate) const HORIZON_S: u64 = 86_400;
+/// `[batch] linger` of every replica (and the passthrough's).
+pub(crate) const LINGER_MS: u64 = 20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -60,7 +63,7 @@ impl Mode {
         }
     }
 
-    fn short(self) -> &'static str {
+    pub fn short(self) -> &'static str {
         match self {
             Mode::Exact => "exact",
             Mode::RedisBloom => "bloom",
@@ -96,20 +99,41 @@ pub(crate) struct Dataset {
     pub loaded: Loaded,
 }
 
+/// What a run was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Kind {
+    /// The worker with nothing of the bench in its path: the mode's figures.
+    Clean,
+    /// The worker through the round-trip proxy, the counting store and the
+    /// timeline: round trips, commands, store rounds, phases.
+    Counting,
+    /// Consume, produce, commit; no store.
+    Passthrough,
+    /// One `SET NX PX` round trip per record.
+    Baseline,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct RunResult {
     pub name: String,
+    pub kind: Kind,
     pub mode: Option<Mode>,
     pub replicas: usize,
     pub dataset: String,
     pub records: u64,
     pub seconds: f64,
     pub records_per_s: f64,
+    /// records/s over the passthrough's (set by the report).
+    pub over_passthrough: Option<f64>,
     pub latency_p50_ms: Option<f64>,
     pub latency_p99_ms: Option<f64>,
-    pub batch_cycle_p50_ms: Option<f64>,
-    pub batch_cycle_p99_ms: Option<f64>,
-    /// CPU seconds of the replicas (or the baseline process).
+    /// Where the latency figures come from.
+    pub latency_source: String,
+    /// Wall seconds the CPU figures cover: from `go` (the group join
+    /// included) to the moment every record is committed.
+    pub cpu_window_s: f64,
+    /// CPU seconds of the replicas (or the passthrough or baseline process).
     pub worker_cpu_s: f64,
     pub worker_cpu_s_per_million: f64,
     pub worker_peak_rss_mb: f64,
@@ -117,39 +141,81 @@ pub(crate) struct RunResult {
     pub tansu_rss_mb: f64,
     pub redis_rss_mb: f64,
     pub tansu_cpu_s: f64,
+    pub tansu_cpu_s_per_million: f64,
     pub redis_cpu_s: f64,
-    /// The harness itself (round-trip proxy, commit watcher).
+    pub redis_cpu_s_per_million: f64,
+    /// The harness itself (round-trip proxy, commit watcher, scrapes).
     pub harness_cpu_s: f64,
     /// Everything else on the machine over the run (other sessions, the
     /// kernel's own work): machine-wide busy time less the above.
     pub other_cpu_s: f64,
-    /// Polls that returned records (batches), and the records in them.
-    pub batches: u64,
-    pub batch_records: u64,
-    pub round_trips: Option<Snapshot>,
-    pub round_trips_per_batch: Option<f64>,
-    pub tally: Option<StoreTally>,
+    /// A clean run: what its replicas' /metrics said at the end.
+    pub scraped: Option<Scraped>,
+    /// A counting run: round trips, commands, store rounds, phases.
+    pub counting: Option<Counting>,
+    pub passthrough: Option<PassthroughReport>,
     pub baseline: Option<BaselineReport>,
+    /// A clean run: Redis memory per key after it.
     pub memory: Option<Memory>,
-    /// Wall time of the replicas by phase of a batch, µs summed over them.
-    pub phases: Option<Phases>,
     pub check: String,
     #[serde(skip)]
     pub profile: Option<Profile>,
 }
 
-fn unix_us() -> i64 {
+/// A counting run's figures. A *batch* is a store round carrying claims
+/// (up to `batch.max_records` records; the worker claims a poll's records
+/// in one round, the records that wait on another's claim again later).
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct Counting {
+    pub batches: u64,
+    pub records_per_batch: f64,
+    /// Every store round (with claims, or a publish only) per batch.
+    pub store_rounds_per_batch: f64,
+    /// Redis round trips of the claim protocol per batch (set-up and the
+    /// stats watcher left out).
+    pub round_trips_per_batch: f64,
+    /// Redis commands of the claim protocol per batch: a pipeline of N
+    /// commands is one round trip and N commands.
+    pub commands_per_batch: f64,
+    pub round_trips_per_store_round: f64,
+    pub round_trips: Snapshot,
+    pub tally: StoreTally,
+    /// Wall time by phase of a round, µs summed over the replicas.
+    pub phases: Phases,
+}
+
+impl Counting {
+    pub fn new(rt: Snapshot, tally: StoreTally, phases: Phases) -> Counting {
+        let b = tally.claim_rounds.max(1) as f64;
+        Counting {
+            batches: tally.claim_rounds,
+            records_per_batch: tally.claimed as f64 / b,
+            store_rounds_per_batch: tally.rounds as f64 / b,
+            round_trips_per_batch: rt.protocol_round_trips() as f64 / b,
+            commands_per_batch: rt.protocol_commands as f64 / b,
+            round_trips_per_store_round: rt.protocol_round_trips() as f64
+                / tally.rounds.max(1) as f64,
+            round_trips: rt,
+            tally,
+            phases,
+        }
+    }
+}
+
+pub(crate) fn unix_us() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros() as i64)
         .unwrap_or(0)
 }
 
-fn rss_mb(pid: u32) -> f64 {
+pub(crate) fn rss_mb(pid: u32) -> f64 {
     status_bytes(pid, "VmRSS").unwrap_or(0) as f64 / 1048576.0
 }
 
-struct Cpu {
+pub(crate) struct Cpu {
+    /// Unix µs of the reading.
+    at_us: i64,
     children: Vec<f64>,
     tansu: f64,
     redis: f64,
@@ -168,8 +234,9 @@ impl Cpu {
     }
 }
 
-fn cpu_now(setup: &Setup, children: &[ChildProcess]) -> Cpu {
+pub(crate) fn cpu_now(setup: &Setup, children: &[ChildProcess]) -> Cpu {
     Cpu {
+        at_us: unix_us(),
         children: children
             .iter()
             .map(|c| cpu_seconds(c.pid).unwrap_or(0.0))
@@ -193,13 +260,19 @@ pub(crate) fn sizing(dataset: &Dataset) -> (u64, FilterSizing) {
 
 /// Where a replica's config points: the broker, the store (the
 /// round-trip proxy) and the batch size.
-struct Endpoints<'a> {
-    brokers: &'a str,
-    store_url: &'a str,
-    batch: usize,
+pub(crate) struct Endpoints<'a> {
+    pub brokers: &'a str,
+    pub store_url: &'a str,
+    pub batch: usize,
 }
 
-fn config(at: &Endpoints, dataset: &Dataset, mode: Mode, group: &str, out: &str) -> String {
+pub(crate) fn config(
+    at: &Endpoints,
+    dataset: &Dataset,
+    mode: Mode,
+    group: &str,
+    out: &str,
+) -> String {
     let brokers = at.brokers;
     let stream = match mode {
         Mode::Exact => "mode = \"exact\"\nttl = { horizon = \"9h20m\", outage = \"2h\" }\n".to_string(),
@@ -229,7 +302,7 @@ listen = "127.0.0.1:0"
 
 [batch]
 max_records = {batch}
-linger = "20ms"
+linger = "{LINGER_MS}ms"
 
 [[streams]]
 name = "{STREAM}"
@@ -246,7 +319,7 @@ profile = "bank-txn"
 
 /// Watches the group until every record is committed; returns the unix µs
 /// it saw the last one.
-async fn watch(
+pub(crate) async fn watch(
     setup: &Setup,
     group: &str,
     dataset: &Dataset,
@@ -285,270 +358,97 @@ async fn watch(
     }
 }
 
-/// `replicas` worker processes over the dataset in `mode`.
-pub(crate) async fn workers(
-    setup: &Setup,
-    dataset: &Dataset,
-    mode: Mode,
-    replicas: usize,
-    record_profile: bool,
-) -> Result<RunResult> {
-    let name = format!(
-        "{}-x{replicas}{}",
-        mode.short(),
-        if record_profile { "-perf" } else { "" }
-    );
-    let label = format!("{} x{replicas}", mode.label());
-    let group = format!("{}.{name}", setup.run_id);
-    let out = format!("{}.{name}", setup.run_id);
-    let clean = format!("{out}.clean");
-    let audit = format!("{out}.audit");
-    create_topics(&setup.tansu.brokers, &[&clean, &audit], setup.partitions).await?;
-    let mut conn = super::services::connect(&setup.redis.url).await?;
-    let before = memory::reset(&mut conn).await?;
+impl Cpu {
+    /// The common figures of a run of `records` over `seconds`, from CPU
+    /// readings before and after it (`worker_cpu` from the children).
+    pub fn result(
+        &self,
+        before: &Cpu,
+        setup: &Setup,
+        (name, kind): (String, Kind),
+        (records, seconds): (u64, f64),
+    ) -> RunResult {
+        let worker_cpu: f64 = self
+            .children
+            .iter()
+            .zip(&before.children)
+            .map(|(a, b)| a - b)
+            .sum();
+        let per_million = |s: f64| s / records.max(1) as f64 * 1e6;
+        let tansu = self.tansu - before.tansu;
+        let redis = self.redis - before.redis;
+        RunResult {
+            name,
+            kind,
+            mode: None,
+            replicas: self.children.len(),
+            dataset: String::new(),
+            records,
+            seconds,
+            records_per_s: records as f64 / seconds.max(1e-9),
+            over_passthrough: None,
+            cpu_window_s: (self.at_us - before.at_us) as f64 / 1e6,
+            latency_p50_ms: None,
+            latency_p99_ms: None,
+            latency_source: String::new(),
+            worker_cpu_s: worker_cpu,
+            worker_cpu_s_per_million: per_million(worker_cpu),
+            worker_peak_rss_mb: 0.0,
+            tansu_rss_mb: rss_mb(setup.tansu.pid()),
+            redis_rss_mb: rss_mb(setup.redis.server.pid()),
+            tansu_cpu_s: tansu,
+            tansu_cpu_s_per_million: per_million(tansu),
+            redis_cpu_s: redis,
+            redis_cpu_s_per_million: per_million(redis),
+            harness_cpu_s: self.harness - before.harness,
+            other_cpu_s: self.other_since(before),
+            scraped: None,
+            counting: None,
+            passthrough: None,
+            baseline: None,
+            memory: None,
+            check: String::new(),
+            profile: None,
+        }
+    }
+}
 
-    let endpoints = Endpoints {
-        brokers: &setup.tansu.brokers,
-        store_url: &setup.proxy_url,
-        batch: setup.batch,
-    };
-    let config = config(&endpoints, dataset, mode, &group, &out);
-    let mut children = Vec::new();
-    for r in 0..replicas {
-        let role = Role::Worker {
-            config: config.clone(),
-        };
-        children.push(ChildProcess::spawn(
-            &setup.exe,
-            &setup.dir,
-            &format!("{name}-r{r}"),
-            &role,
-        )?);
-    }
-    for child in &mut children {
-        child.expect(CONNECTED, Duration::from_secs(60)).await?;
-    }
-    let rt_before = setup.proxy.snapshot();
-    let cpu_before = cpu_now(setup, &children);
-    let recorder = if record_profile {
-        let mut pids: Vec<u32> = children.iter().map(|c| c.pid).collect();
-        pids.push(setup.tansu.pid());
-        pids.push(setup.redis.server.pid());
-        Some(profile::Recorder::start(&setup.dir, &name, &pids)?)
-    } else {
-        None
-    };
-    for child in &mut children {
-        child.send(GO).await?;
-    }
-    let end_us = watch(setup, &group, dataset, &label, &mut children).await?;
-    let cpu_after = cpu_now(setup, &children);
-    let rt = setup.proxy.snapshot() - rt_before;
-    let rss: u64 = children
+/// The peak resident memory of the largest of the children, MiB.
+pub(crate) fn peak_rss_mb(children: &[ChildProcess]) -> f64 {
+    children
         .iter()
         .map(|c| status_bytes(c.pid, "VmHWM").unwrap_or(0))
         .max()
-        .unwrap_or(0);
-    let profile = match recorder {
-        Some(recorder) => {
-            let roles: Vec<(u32, String)> = children
-                .iter()
-                .map(|c| (c.pid, "worker".to_string()))
-                .chain([
-                    (setup.tansu.pid(), "tansu".to_string()),
-                    (setup.redis.server.pid(), "redis-server".to_string()),
-                ])
-                .collect();
-            Some(recorder.finish(&roles).await?)
-        }
-        None => None,
-    };
-    let mut tally = StoreTally::default();
-    let mut first_batch: Option<i64> = None;
-    let mut latency = Histogram::default();
-    let mut cycle = Histogram::default();
-    let mut phases = Phases::default();
-    let (mut batches, mut batch_records) = (0, 0);
-    for child in &mut children {
-        child.send(STOP).await?;
-    }
-    for child in &mut children {
-        let Report::Worker { tally: t, timeline } = child.report(Duration::from_secs(60)).await?
-        else {
-            bail!("a worker replica sent a baseline report");
-        };
-        first_batch = match (first_batch, timeline.first_batch_us) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        latency.merge(&timeline.latency);
-        cycle.merge(&timeline.batch_cycle);
-        phases.add(&timeline.phases);
-        batches += timeline.batches;
-        batch_records += timeline.batch_records;
-        tally.add(&t);
-    }
-    // Client buffers go with the clients: let the server settle.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let filter = match mode {
-        Mode::Exact => None,
-        _ => {
-            let (peak, sizing) = self::sizing(dataset);
-            Some((peak * HORIZON_S, sizing.bits_per_key()))
-        }
-    };
-    let memory = memory::measure(&mut conn, before, PREFIX, STREAM, filter).await?;
-
-    let seconds = first_batch.map_or(0.0, |f| (end_us - f) as f64 / 1e6);
-    let worker_cpu: f64 = cpu_after
-        .children
-        .iter()
-        .zip(&cpu_before.children)
-        .map(|(a, b)| a - b)
-        .sum();
-    let check = check(mode, dataset, &tally);
-    Ok(RunResult {
-        name,
-        mode: Some(mode),
-        replicas,
-        dataset: dataset.topic.clone(),
-        records: dataset.records,
-        seconds,
-        records_per_s: dataset.records as f64 / seconds.max(1e-9),
-        latency_p50_ms: latency.quantile(0.5).map(|us| us / 1000.0),
-        latency_p99_ms: latency.quantile(0.99).map(|us| us / 1000.0),
-        batch_cycle_p50_ms: cycle.quantile(0.5).map(|us| us / 1000.0),
-        batch_cycle_p99_ms: cycle.quantile(0.99).map(|us| us / 1000.0),
-        worker_cpu_s: worker_cpu,
-        worker_cpu_s_per_million: worker_cpu / dataset.records as f64 * 1e6,
-        worker_peak_rss_mb: rss as f64 / 1048576.0,
-        tansu_rss_mb: rss_mb(setup.tansu.pid()),
-        redis_rss_mb: rss_mb(setup.redis.server.pid()),
-        tansu_cpu_s: cpu_after.tansu - cpu_before.tansu,
-        redis_cpu_s: cpu_after.redis - cpu_before.redis,
-        harness_cpu_s: cpu_after.harness - cpu_before.harness,
-        other_cpu_s: cpu_after.other_since(&cpu_before),
-        batches,
-        batch_records,
-        round_trips_per_batch: Some(rt.protocol_round_trips() as f64 / batches.max(1) as f64),
-        round_trips: Some(rt),
-        phases: Some(phases),
-        tally: Some(tally),
-        baseline: None,
-        memory: Some(memory),
-        check,
-        profile,
-    })
+        .unwrap_or(0) as f64
+        / 1048576.0
 }
 
 /// Every distinct event novel exactly once (exact mode); in tiered mode a
 /// filter false positive turns an event (and its copies) into filter
-/// duplicates instead.
-fn check(mode: Mode, dataset: &Dataset, t: &StoreTally) -> String {
-    let problems = t.conflict + t.done_lost + t.store_errors;
+/// duplicates instead. `problems`: conflicts, lost done flags, store
+/// errors, records passed unverified.
+pub(crate) fn check(
+    mode: Mode,
+    dataset: &Dataset,
+    novel: u64,
+    filter: u64,
+    problems: &[(&str, u64)],
+) -> String {
     let ok = match mode {
-        Mode::Exact => t.won == dataset.events && t.duplicate_filter == 0,
-        _ => t.won <= dataset.events && t.won + t.duplicate_filter >= dataset.events,
-    } && problems == 0;
+        Mode::Exact => novel == dataset.events && filter == 0,
+        _ => novel <= dataset.events && novel + filter >= dataset.events,
+    } && problems.iter().all(|(_, n)| *n == 0);
     if ok {
-        "ok".into()
-    } else {
-        format!(
-            "CHECK: novel {} of {} events, filter dup {}, conflicts {}, done flags lost {}, store errors {}",
-            t.won, dataset.events, t.duplicate_filter, t.conflict, t.done_lost, t.store_errors
-        )
+        return "ok".into();
     }
-}
-
-/// The per-record baseline over the first `records` records of the dataset.
-pub(crate) async fn baseline(setup: &Setup, dataset: &Dataset, records: u64) -> Result<RunResult> {
-    let name = "baseline".to_string();
-    let group = format!("{}.{name}", setup.run_id);
-    let out = format!("{}.{name}", setup.run_id);
-    let spec = BaselineSpec {
-        brokers: setup.tansu.brokers.clone(),
-        group: group.clone(),
-        topic: dataset.topic.clone(),
-        clean: format!("{out}.clean"),
-        audit: format!("{out}.audit"),
-        redis_url: setup.redis.url.clone(),
-        key_prefix: format!("{PREFIX}baseline:c:"),
-        ttl_ms: 11 * 3_600_000 + 20 * 60_000,
-        records,
-    };
-    create_topics(
-        &setup.tansu.brokers,
-        &[&spec.clean, &spec.audit],
-        setup.partitions,
-    )
-    .await?;
-    let mut conn = super::services::connect(&setup.redis.url).await?;
-    memory::reset(&mut conn).await?;
-    let mut child = ChildProcess::spawn(&setup.exe, &setup.dir, &name, &Role::Baseline(spec))?;
-    child.expect(CONNECTED, Duration::from_secs(60)).await?;
-    let cpu_before = cpu_now(setup, std::slice::from_ref(&child));
-    child.send(GO).await?;
-    let watcher = CommitWatch::new(&setup.tansu.brokers, &group, &dataset.loaded)?;
-    let mut progress = Progress::new("per-record baseline", records);
-    let report = loop {
-        let read = child.expect(super::replica::REPORT, Duration::from_millis(250));
-        if let Ok(text) = read.await {
-            break serde_json::from_str::<Report>(&text)?;
-        }
-        if child.exited() {
-            bail!("the baseline exited without a report\n{}", child.tail());
-        }
-        if let Ok((done, _)) = tokio::task::block_in_place(|| watcher.committed()) {
-            progress.update(done.min(records));
-        }
-    };
-    let cpu_after = cpu_now(setup, std::slice::from_ref(&child));
-    let Report::Baseline(report) = report else {
-        bail!("the baseline sent a worker report");
-    };
-    progress.finish(report.processed);
-    let seconds = match (report.first_consumed_us, report.last_committed_us) {
-        (Some(a), Some(b)) => (b - a) as f64 / 1e6,
-        _ => 0.0,
-    };
-    let worker_cpu = cpu_after.children[0] - cpu_before.children[0];
-    let check = if report.processed == records {
-        "ok".to_string()
-    } else {
-        format!("CHECK: processed {} of {records}", report.processed)
-    };
-    Ok(RunResult {
-        name,
-        mode: None,
-        replicas: 1,
-        dataset: dataset.topic.clone(),
-        records: report.processed,
-        seconds,
-        records_per_s: report.processed as f64 / seconds.max(1e-9),
-        latency_p50_ms: report.latency.quantile(0.5).map(|us| us / 1000.0),
-        latency_p99_ms: report.latency.quantile(0.99).map(|us| us / 1000.0),
-        batch_cycle_p50_ms: None,
-        batch_cycle_p99_ms: None,
-        worker_cpu_s: worker_cpu,
-        worker_cpu_s_per_million: worker_cpu / report.processed.max(1) as f64 * 1e6,
-        worker_peak_rss_mb: report.peak_rss_bytes as f64 / 1048576.0,
-        tansu_rss_mb: rss_mb(setup.tansu.pid()),
-        redis_rss_mb: rss_mb(setup.redis.server.pid()),
-        tansu_cpu_s: cpu_after.tansu - cpu_before.tansu,
-        redis_cpu_s: cpu_after.redis - cpu_before.redis,
-        harness_cpu_s: cpu_after.harness - cpu_before.harness,
-        other_cpu_s: cpu_after.other_since(&cpu_before),
-        batches: 0,
-        batch_records: 0,
-        round_trips: None,
-        round_trips_per_batch: None,
-        tally: None,
-        baseline: Some(report),
-        memory: None,
-        phases: None,
-        check,
-        profile: None,
-    })
+    let mut text = format!(
+        "CHECK: novel {novel} of {} events, filter dup {filter}",
+        dataset.events
+    );
+    for (what, n) in problems {
+        text.push_str(&format!(", {what} {n}"));
+    }
+    text
 }
 
 #[cfg(test)]

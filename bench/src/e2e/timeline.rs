@@ -1,24 +1,23 @@
-//! Where a replica's wall time goes, batch by batch, and every record's
-//! decision latency, from events the worker already emits: its metrics
-//! (`recorder.rs` sees them) and its store calls (the counting store's observer).
+//! Where a counting replica's wall time goes, round by round, from events
+//! the worker already emits: its metrics (`recorder.rs` sees them) and its
+//! store calls (the counting store's observer). Only counting runs have
+//! it; a clean replica has nothing of this in its path.
 //!
-//! Read as if a replica ran one batch at a time:
+//! Read as if a replica ran one round at a time:
 //!
 //! ```text
-//! poll ─► batch-size metric ─► fingerprint ─► claim ─► produce, await acks ─► records metric
-//!   ▲                                           ▲   (per record) ─► publish ──┐
-//!   └── commits metric ◄── commit ◄─────────────┴─ next round (held records) ◄┘
+//! batch-size metric (a round starts) ─► claim call ─► produce, await acks ─► records metric
+//!   ▲                                                  ─► publish-only call ──┐
+//!   └── next round ◄── commits metric ◄── commit ◄────────────────────────────┘
 //! ```
 //!
 //! so the time between two consecutive events belongs to one phase, told by
 //! the pair of events. A claim call is a store round carrying claims (the
 //! publish of earlier batches rides with it, docs/design.md §4.3); a
-//! publish call is a round carrying only a publish. With batches pipelined
-//! (§1) the phases of consecutive batches interleave, and each gap goes to
-//! the phase its two events bound. A record's *decision latency* runs from its batch's
-//! batch-size metric (the poll is done, nothing else has happened to the
-//! batch) to its own records metric, which the worker emits once the output
-//! of the record's round has been acknowledged by the broker.
+//! publish call is a round carrying only a publish. With rounds pipelined
+//! (§1) the phases of consecutive rounds interleave, and each gap goes to
+//! the phase its two events bound. The records metric is counted once a
+//! turn of the worker's loop, for the outputs acknowledged in that turn.
 //!
 //! The timeline is process-wide (a replica is a process), like the metrics
 //! recorder it is fed by.
@@ -28,11 +27,10 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::histogram::Histogram;
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Event {
-    /// The batch-size metric: a poll returned this many records.
+    /// The batch-size metric: a store round starts, claiming this many
+    /// records.
     BatchStart(u64),
     ClaimStart,
     ClaimEnd,
@@ -47,6 +45,7 @@ pub(crate) enum Event {
 /// Summed wall time per phase, µs.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub(crate) struct Phases {
+    /// From a round's start (its batch-size metric) to its store call.
     pub fingerprint: u64,
     pub claim: u64,
     /// From the end of a claim call to the first acknowledged output of
@@ -81,7 +80,7 @@ impl Phases {
     /// (name, µs) in the order of a batch.
     pub fn named(&self) -> [(&'static str, u64); 9] {
         [
-            ("fingerprint", self.fingerprint),
+            ("round set-up", self.fingerprint),
             ("claim", self.claim),
             ("produce + acks", self.produce),
             ("per-record metrics, logs", self.bookkeeping),
@@ -101,11 +100,7 @@ pub(crate) struct TimelineReport {
     pub decided: u64,
     pub commits: u64,
     pub phases: Phases,
-    /// Per record, µs.
-    pub latency: Histogram,
-    /// Batch-size metric to the next, µs.
-    pub batch_cycle: Histogram,
-    /// Unix µs of the first poll's batch and of the last acknowledged
+    /// Unix µs of the first round's start and of the last acknowledged
     /// output.
     pub first_batch_us: Option<i64>,
     pub last_decided_us: Option<i64>,
@@ -115,7 +110,7 @@ pub(crate) struct TimelineReport {
 struct State {
     report: TimelineReport,
     last: Option<(Event, Instant)>,
-    batch_started: Option<Instant>,
+    started: bool,
 }
 
 pub(crate) struct Timeline {
@@ -160,12 +155,10 @@ impl State {
             if r.first_batch_us.is_none() {
                 r.first_batch_us = Some(unix_us());
             }
-            if let Some(started) = self.batch_started.replace(now) {
-                r.batch_cycle.record((now - started).as_micros() as u64);
-            }
+            self.started = true;
         }
-        // Nothing is timed before the first batch (the group join).
-        if self.batch_started.is_none() {
+        // Nothing is timed before the first round (the group join).
+        if !self.started {
             return;
         }
         if let Some((last, at)) = self.last {
@@ -185,11 +178,6 @@ impl State {
             *slot += us;
         }
         if event == Decided {
-            if let Some(started) = self.batch_started {
-                self.report
-                    .latency
-                    .record((now - started).as_micros() as u64);
-            }
             self.report.decided += 1;
             self.report.last_decided_us = Some(unix_us());
         }
@@ -229,6 +217,5 @@ mod tests {
         assert_eq!(r.phases.commit, 1_000);
         assert_eq!(r.phases.poll, 9_000);
         assert_eq!((r.batches, r.batch_records, r.decided), (2, 3, 2));
-        assert_eq!(r.latency.count(), 2);
     }
 }
