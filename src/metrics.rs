@@ -46,9 +46,9 @@ pub(crate) const BATCH_BUCKETS: [f64; 10] = [
 
 /// Bucket bounds of the decision latency histogram (seconds), fine where a
 /// pipelined batch lands (a few to tens of milliseconds).
-pub const DECISION_BUCKETS: [f64; 20] = [
+pub const DECISION_BUCKETS: [f64; 22] = [
     0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075,
-    0.1, 0.25, 0.5, 1.0, 5.0, 30.0,
+    0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 30.0,
 ];
 
 /// The exporter with idemgate's histogram buckets.

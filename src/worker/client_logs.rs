@@ -17,8 +17,7 @@ use crate::logging::RateLimit;
 /// One line per facility and level this often.
 const PERIOD: Duration = Duration::from_secs(30);
 
-/// The rate limits of one client (the consumer's context embeds one; the
-/// producer's context is one).
+/// The rate limits of one client (each client's context embeds one).
 #[derive(Default)]
 pub(crate) struct ClientLogs {
     limits: Mutex<HashMap<(String, i32), std::sync::Arc<RateLimit>>>,
@@ -64,19 +63,5 @@ impl ClientLogs {
         if let Some(held) = self.limit((code, -1)).allow(Instant::now()) {
             error!(target: "librdkafka", %error, held_back = held, "{reason}");
         }
-    }
-}
-
-/// The producer's context: nothing but its logs.
-#[derive(Default)]
-pub(crate) struct ProducerLogs(pub(crate) ClientLogs);
-
-impl rdkafka::ClientContext for ProducerLogs {
-    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
-        self.0.log(level, fac, log_message);
-    }
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        self.0.error(&error, reason);
     }
 }

@@ -11,7 +11,7 @@ use tracing::warn;
 
 use super::flight::Tp;
 use super::metadata::{self, Metadata};
-use super::pipeline::{answer, next_report, Pipeline, FLUSH_PATIENCE};
+use super::pipeline::{answer, Pipeline, FLUSH_PATIENCE};
 use super::poller;
 use super::Worker;
 
@@ -26,7 +26,7 @@ impl Worker {
         while p.round.is_some() || partitions.iter().any(|tp| p.flight.sending(tp)) {
             tokio::select! {
                 result = answer(&mut p.round) => self.on_answer(p, result),
-                report = next_report(&mut p.deliveries) => self.on_report(p, report),
+                _ = self.reports.ready() => self.on_reports(p),
                 _ = tokio::time::sleep_until(deadline.into()) => break,
             }
         }

@@ -29,12 +29,11 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use rdkafka::consumer::Consumer;
-use rdkafka::producer::FutureProducer;
 use rdkafka::ClientConfig;
 
 use crate::config::{Config, StoreConfig, StreamConfig};
 use crate::store::{ClaimStore, OwnerToken, TopicTag};
-use client_logs::ProducerLogs;
+use output::{OutputContext, OutputProducer, Reports};
 use poller::{Event, GroupConsumer, GroupContext, GroupState};
 
 pub use consumer::read_headers;
@@ -62,13 +61,18 @@ pub(crate) struct Worker {
     by_topic: HashMap<String, usize>,
     store: Arc<dyn ClaimStore>,
     consumer: Arc<GroupConsumer>,
-    producer: FutureProducer<ProducerLogs>,
+    producer: OutputProducer,
+    /// Where the producer's thread hands delivery reports over.
+    reports: Arc<Reports>,
     group: Arc<GroupState>,
     events: tokio::sync::mpsc::Receiver<Event>,
     /// The polling thread's end of the channel, until it starts.
     poll_events: Option<tokio::sync::mpsc::Sender<Event>>,
     /// Tells the polling thread to leave the group; its callbacks go quiet.
     closing: Arc<AtomicBool>,
+    /// Records read and not finished, as the loop last counted them: the
+    /// poller reads ahead only so far (`poller::READ_AHEAD_BATCHES`).
+    unfinished: Arc<std::sync::atomic::AtomicUsize>,
     event_time: bool,
     max_records: usize,
     linger: std::time::Duration,
@@ -151,8 +155,12 @@ impl Worker {
                 revoked: std::sync::Mutex::new(Vec::new()),
             })
             .context("creating the kafka consumer")?;
-        let producer: FutureProducer<ProducerLogs> = producer_config
-            .create_with_context(ProducerLogs::default())
+        let reports = Arc::new(Reports::default());
+        let producer: OutputProducer = producer_config
+            .create_with_context(OutputContext {
+                logs: client_logs::ClientLogs::default(),
+                reports: reports.clone(),
+            })
             .context("creating the kafka producer")?;
 
         let mut by_topic = HashMap::new();
@@ -185,10 +193,12 @@ impl Worker {
             store,
             consumer: Arc::new(consumer),
             producer,
+            reports,
             group,
             events,
             poll_events: Some(sender),
             closing,
+            unfinished: Arc::default(),
             event_time: matches!(config.store, StoreConfig::Memory { event_time: true }),
             max_records: config.batch.max_records,
             linger: config.batch.linger,

@@ -1,12 +1,113 @@
 //! The producer side: every output is the input's key, payload and
 //! timestamp as they were, its headers, and the decision headers; every
-//! delivery report is awaited and classified.
+//! delivery report is classified and handed to the loop.
+//!
+//! Outputs go to a `ThreadedProducer` with a slot number as their opaque:
+//! its thread hands each report over as (slot, outcome) and wakes the loop,
+//! which knows the record by the slot. No future, box or channel per
+//! output.
 
+use std::sync::{Arc, Mutex};
+
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
+use rdkafka::ClientContext;
 
+use super::client_logs::ClientLogs;
 use super::consumer::Input;
+use super::flight::Tp;
+
+/// The producer outputs go through.
+pub(crate) type OutputProducer = ThreadedProducer<OutputContext>;
+
+/// Delivery reports the producer's thread has handed over, not yet taken
+/// by the loop.
+#[derive(Default)]
+pub(crate) struct Reports {
+    queue: Mutex<Vec<(usize, Result<(), Failure>)>>,
+    ready: tokio::sync::Notify,
+}
+
+impl Reports {
+    fn push(&self, slot: usize, outcome: Result<(), Failure>) {
+        self.queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((slot, outcome));
+        self.ready.notify_one();
+    }
+
+    /// Resolves once a report is waiting (at once if one came meanwhile).
+    pub(crate) async fn ready(&self) {
+        self.ready.notified().await;
+    }
+
+    /// Every report handed over so far.
+    pub(crate) fn take(&self) -> Vec<(usize, Result<(), Failure>)> {
+        std::mem::take(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// The producer's context: its logs, and where its reports go.
+pub(crate) struct OutputContext {
+    pub(crate) logs: ClientLogs,
+    pub(crate) reports: Arc<Reports>,
+}
+
+impl ClientContext for OutputContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        self.logs.log(level, fac, log_message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.logs.error(&error, reason);
+    }
+}
+
+impl ProducerContext for OutputContext {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, slot: usize) {
+        let outcome = match result {
+            Ok(_) => Ok(()),
+            Err((error, _)) => Err(classify(error)),
+        };
+        self.reports.push(slot, outcome);
+    }
+}
+
+/// Outputs awaiting their reports: per slot, the record's partition,
+/// offset and assignment. Slots are reused.
+#[derive(Default)]
+pub(crate) struct Sent {
+    slots: Vec<Option<(Tp, i64, u64)>>,
+    free: Vec<usize>,
+}
+
+impl Sent {
+    pub(crate) fn insert(&mut self, entry: (Tp, i64, u64)) -> usize {
+        match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot] = Some(entry);
+                slot
+            }
+            None => {
+                self.slots.push(Some(entry));
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    pub(crate) fn take(&mut self, slot: usize) -> Option<(Tp, i64, u64)> {
+        let entry = self.slots.get_mut(slot)?.take();
+        if entry.is_some() {
+            self.free.push(slot);
+        }
+        entry
+    }
+}
 
 /// One output to produce.
 pub(crate) struct Output<'a> {
@@ -76,13 +177,10 @@ pub(crate) fn classify(error: &KafkaError) -> Failure {
     }
 }
 
-/// Hands one output to the producer and returns its delivery report. The
-/// record is copied into librdkafka at once, so the future borrows nothing;
-/// a full local queue is a failure to retry, like any other that may pass.
-pub(crate) fn send(
-    producer: &FutureProducer<super::client_logs::ProducerLogs>,
-    output: &Output<'_>,
-) -> impl std::future::Future<Output = Result<(), Failure>> + Send + 'static {
+/// Hands one output to the producer under `slot`; its report comes
+/// through [`Reports`]. A refusal at once (a full local queue, say) is
+/// reported there too, as a failure to retry like any other that may pass.
+pub(crate) fn send(producer: &OutputProducer, reports: &Reports, output: &Output<'_>, slot: usize) {
     let mut headers =
         OwnedHeaders::new_with_capacity(output.input.headers.len() + output.decision_headers.len());
     // Decision headers from an upstream idemgate are replaced, not
@@ -106,7 +204,8 @@ pub(crate) fn send(
             value: Some(value),
         });
     }
-    let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(output.topic).headers(headers);
+    let mut record: BaseRecord<'_, [u8], [u8], usize> =
+        BaseRecord::with_opaque_to(output.topic, slot).headers(headers);
     if let Some(key) = output
         .input
         .key
@@ -128,17 +227,8 @@ pub(crate) fn send(
     if let Some(timestamp) = output.input.timestamp {
         record = record.timestamp(timestamp);
     }
-    let queued = producer
-        .send_result(record)
-        .map_err(|(error, _)| classify(&error));
-    async move {
-        match queued?.await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err((error, _))) => Err(classify(&error)),
-            Err(_) => Err(Failure::Retry(
-                "delivery report lost: producer closed".into(),
-            )),
-        }
+    if let Err((error, _)) = producer.send(record) {
+        reports.push(slot, Err(classify(&error)));
     }
 }
 

@@ -13,9 +13,6 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use futures::future::BoxFuture;
-use futures::stream::FuturesUnordered;
-use futures::{FutureExt, StreamExt};
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::TopicPartitionList;
 use tokio::task::JoinHandle;
@@ -25,7 +22,7 @@ use super::breaker::Breaker;
 use super::consumer::{Arrival, Input, Reader};
 use super::flight::{Flight, Reported, Resume, Round, Tp};
 use super::metadata;
-use super::output::{send, Carry, Failure, Output};
+use super::output::{send, Carry, Failure, Output, Sent};
 use super::poller::{self, Event};
 use super::progress::Progress;
 use super::Worker;
@@ -58,8 +55,6 @@ pub fn now_ms() -> Millis {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-pub(super) type Delivery = BoxFuture<'static, Report>;
-
 /// A delivery report: the record's partition, offset and assignment.
 pub(super) type Report = (Tp, i64, u64, Result<(), Failure>);
 
@@ -79,7 +74,8 @@ type Carried = (Publish, Vec<Claim>, Vec<StreamId>);
 pub(crate) struct Pipeline {
     pub(super) flight: Flight,
     pub(super) round: Option<InFlight>,
-    pub(super) deliveries: FuturesUnordered<Delivery>,
+    /// Outputs awaiting their delivery reports, by slot.
+    pub(super) sent: Sent,
     pub(super) breaker: Breaker,
     pub(super) paused: HashSet<Tp>,
     pub(super) progress: Progress,
@@ -100,7 +96,7 @@ impl Pipeline {
             tally: Tally::default(),
             flight: Flight::default(),
             round: None,
-            deliveries: FuturesUnordered::new(),
+            sent: Sent::default(),
             breaker: Breaker::new(),
             paused: HashSet::new(),
             progress: Progress::new(Instant::now()),
@@ -123,13 +119,6 @@ pub(super) async fn answer(round: &mut Option<InFlight>) -> RoundAnswerOf {
             }
             Err(e) => Err(StoreError::Unavailable(format!("round task: {e}"))),
         },
-        None => std::future::pending().await,
-    }
-}
-
-pub(super) async fn next_report(deliveries: &mut FuturesUnordered<Delivery>) -> Report {
-    match deliveries.next().await {
-        Some(report) => report,
         None => std::future::pending().await,
     }
 }
@@ -170,13 +159,7 @@ impl Worker {
                     None => break,
                 },
                 result = answer(&mut p.round) => self.on_answer(&mut p, result),
-                report = next_report(&mut p.deliveries) => {
-                    self.on_report(&mut p, report);
-                    // Every report already in, in one turn.
-                    while let Some(Some(report)) = p.deliveries.next().now_or_never() {
-                        self.on_report(&mut p, report);
-                    }
-                }
+                _ = self.reports.ready() => self.on_reports(&mut p),
                 _ = tokio::time::sleep_until(wake.into()) => {}
             }
         }
@@ -205,7 +188,11 @@ impl Worker {
             .take()
             .ok_or_else(|| anyhow::anyhow!("worker started twice"))?;
         let closing = self.closing.clone();
-        let batch = (self.max_records, self.linger);
+        let batch = poller::Batching {
+            max: self.max_records,
+            linger: self.linger,
+            unfinished: self.unfinished.clone(),
+        };
         let configs: Vec<_> = self.streams.iter().map(|s| s.config.clone()).collect();
         let reader = Reader::new(&configs);
         Ok(std::thread::Builder::new()
@@ -227,9 +214,7 @@ impl Worker {
             p.dirty = false;
         }
         for (tp, offset) in p.flight.take_sends(now) {
-            if let Some(delivery) = self.send(&p.flight, tp, offset) {
-                p.deliveries.push(delivery);
-            }
+            self.send(p, tp, offset);
         }
         if now.duration_since(p.committed_at) >= COMMIT_EVERY {
             p.committed_at = now;
@@ -241,6 +226,8 @@ impl Worker {
             self.gauges(p, now);
         }
         p.tally.flush(&p.metrics);
+        self.unfinished
+            .store(p.flight.in_flight().0, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub(super) fn start_round(&self, p: &mut Pipeline, mut round: Round, now: Instant) {
@@ -405,9 +392,13 @@ impl Worker {
     }
 
     /// Hands a decided record's output to the producer.
-    fn send(&self, flight: &Flight, tp: Tp, offset: i64) -> Option<Delivery> {
-        let record = flight.record(&tp, offset)?;
-        let decision = record.decision.as_ref()?;
+    fn send(&self, p: &mut Pipeline, tp: Tp, offset: i64) {
+        let Some(record) = p.flight.record(&tp, offset) else {
+            return;
+        };
+        let Some(decision) = record.decision.as_ref() else {
+            return;
+        };
         let stream = &self.streams[record.stream];
         let topic = match decision.route() {
             Route::Clean => stream.config.clean.as_str(),
@@ -425,9 +416,17 @@ impl Worker {
             decision_headers: headers(decision, hash, &name),
             carry: carry_of(decision),
         };
-        let delivery = send(&self.producer, &output);
-        let epoch = record.epoch;
-        Some(async move { (tp, offset, epoch, delivery.await) }.boxed())
+        let slot = p.sent.insert((tp.clone(), offset, record.epoch));
+        send(&self.producer, &self.reports, &output, slot);
+    }
+
+    /// Every delivery report handed over since the last call.
+    pub(super) fn on_reports(&self, p: &mut Pipeline) {
+        for (slot, result) in self.reports.take() {
+            if let Some((tp, offset, epoch)) = p.sent.take(slot) {
+                self.on_report(p, (tp, offset, epoch, result));
+            }
+        }
     }
 
     /// At the in-flight bounds, reads no more: partitions holding waiting

@@ -169,17 +169,51 @@ impl ConsumerContext for GroupContext {
 
 pub(crate) type GroupConsumer = BaseConsumer<GroupContext>;
 
+/// The poller reads ahead of the loop by this many batches at most: more
+/// only waits in memory, and a record's decision latency counts that wait.
+/// (librdkafka keeps fetching ahead meanwhile, into its own queue.)
+pub(crate) const READ_AHEAD_BATCHES: usize = 4;
+/// The longest the poller holds off: it polls at least this often, so
+/// rebalances are served and `max.poll.interval.ms` never lapses; a loop
+/// stuck past it is held by the in-flight bounds (pauses) instead.
+const HOLD_OFF: Duration = Duration::from_secs(1);
+
+/// How the poller cuts batches, and how far ahead of the loop it reads.
+pub(crate) struct Batching {
+    /// Records per batch, and how long a batch waits after its first.
+    pub(crate) max: usize,
+    pub(crate) linger: Duration,
+    /// Records read and not finished, as the loop last counted them.
+    pub(crate) unfinished: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Batching {
+    /// Waits while the loop holds `READ_AHEAD_BATCHES` batches or more,
+    /// for `HOLD_OFF` at most.
+    fn hold_off(&self, stop: &AtomicBool) {
+        let until = Instant::now() + HOLD_OFF;
+        while self.unfinished.load(Ordering::Relaxed) >= READ_AHEAD_BATCHES * self.max
+            && Instant::now() < until
+            && !stop.load(Ordering::SeqCst)
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
 /// Polls until `stop`, handing records to the loop in batches of up to
-/// `max` read within `linger` of the first, fingerprinted. Then leaves the
-/// group.
+/// `max` read within `linger` of the first, fingerprinted, reading ahead of
+/// the loop by a few batches. Then leaves the group.
 pub(crate) fn poll(
     consumer: Arc<GroupConsumer>,
     events: mpsc::Sender<Event>,
     stop: Arc<AtomicBool>,
     reader: Reader,
-    (max, linger): (usize, Duration),
+    batching: Batching,
 ) {
+    let (max, linger) = (batching.max, batching.linger);
     while !stop.load(Ordering::SeqCst) {
+        batching.hold_off(&stop);
         let mut batch: Vec<Arrival> = Vec::with_capacity(max);
         let mut deadline = None;
         while batch.len() < max && !stop.load(Ordering::SeqCst) {
@@ -217,6 +251,9 @@ pub(crate) fn poll(
             }
         }
         drop_revoked(&consumer, &mut batch);
+        // Counted at once (the loop's next count replaces it), so the next
+        // hold-off sees this batch.
+        batching.unfinished.fetch_add(batch.len(), Ordering::Relaxed);
         if !batch.is_empty() && events.blocking_send(Event::Records(batch)).is_err() {
             break;
         }
