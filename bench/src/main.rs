@@ -21,7 +21,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-
 #[derive(Parser)]
 #[command(name = "idemgate-bench", about = "idemgate's benchmarks")]
 struct Cli {

@@ -253,7 +253,9 @@ pub(crate) fn poll(
         drop_revoked(&consumer, &mut batch);
         // Counted at once (the loop's next count replaces it), so the next
         // hold-off sees this batch.
-        batching.unfinished.fetch_add(batch.len(), Ordering::Relaxed);
+        batching
+            .unfinished
+            .fetch_add(batch.len(), Ordering::Relaxed);
         if !batch.is_empty() && events.blocking_send(Event::Records(batch)).is_err() {
             break;
         }

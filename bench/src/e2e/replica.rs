@@ -57,6 +57,9 @@ pub(crate) enum Report {
         timeline: Box<TimelineReport>,
         /// Its recorder's exposition at the end, as /metrics would serve it.
         metrics: String,
+        /// Heap allocations (Rust's; librdkafka's C code allocates with
+        /// its own malloc) from `go` to `stop`.
+        allocations: u64,
     },
     Passthrough(Box<PassthroughReport>),
     Baseline(BaselineReport),
@@ -79,11 +82,12 @@ pub(crate) async fn run(spec: &Path) -> Result<()> {
             Report::Worker
         }
         Role::Counting { config } => {
-            let (tally, metrics) = counting(&config, &mut stdin).await?;
+            let (tally, metrics, allocations) = counting(&config, &mut stdin).await?;
             Report::Counting {
                 tally: Box::new(tally),
                 timeline: Box::new(timeline::global().report()),
                 metrics,
+                allocations,
             }
         }
         Role::Passthrough(spec) => {
@@ -119,12 +123,13 @@ async fn worker(config: &str, stdin: &mut Lines<BufReader<Stdin>>) -> Result<()>
     idemgate::app::run_with_store(&config, store, stop).await
 }
 
-/// The same worker on the counting store with the tapped recorder; its
-/// tally and its recorder's exposition at the end.
+/// The same worker on the counting store with the tapped recorder, its
+/// heap allocations counted; its tally, its recorder's exposition and the
+/// allocations at the end.
 async fn counting(
     config: &str,
     stdin: &mut Lines<BufReader<Stdin>>,
-) -> Result<(StoreTally, String)> {
+) -> Result<(StoreTally, String, u64)> {
     let handle = super::recorder::install()?;
     let config = Config::parse(config).context("the replica's config")?;
     let inner = idemgate::store::open(&config).await?;
@@ -145,6 +150,12 @@ async fn counting(
     let stop = async {
         let _ = wait_for(stdin, STOP).await;
     };
-    idemgate::app::run_with_store(&config, store.clone(), stop).await?;
-    Ok((store.tally(), handle.render()))
+    use std::sync::atomic::Ordering;
+    crate::alloc::ALLOCATIONS.store(0, Ordering::SeqCst);
+    crate::alloc::COUNTING.store(true, Ordering::SeqCst);
+    let run = idemgate::app::run_with_store(&config, store.clone(), stop).await;
+    crate::alloc::COUNTING.store(false, Ordering::SeqCst);
+    run?;
+    let allocations = crate::alloc::ALLOCATIONS.load(Ordering::SeqCst);
+    Ok((store.tally(), handle.render(), allocations))
 }

@@ -107,15 +107,15 @@ impl Report {
             "\n### Counting runs: store rounds, Redis round trips and commands per batch\n\n",
         );
         md.push_str("A batch here is a store round carrying claims (the worker claims a poll's records in one round; records waiting on another record's claim are claimed again in a later one). Store rounds as the counting store saw them (with claims, or a publish only); Redis round trips and commands of the claim protocol on the wire, through the proxy (set-up and the stats watcher's `INFO` left out, listed as *other*). The records/s and latency of these runs carry the proxy and the counting in their path: they show what the counting costs, not the mode.\n\n");
-        md.push_str("| run | records/s (counting in the path) | p50 / p99 ms | batches | records / batch | store rounds / batch | with a publish / batch | round trips: claims / batch | publish only / batch | total / batch | per store round | commands / batch | other round trips | bytes up / down per batch |\n");
-        md.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+        md.push_str("| run | records/s (counting in the path) | p50 / p99 ms | batches | records / batch | store rounds / batch | with a publish / batch | round trips: claims / batch | publish only / batch | total / batch | per store round | commands / batch | other round trips | bytes up / down per batch | heap allocations / record |\n");
+        md.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
         for r in &self.counting {
             let Some(c) = &r.counting else { continue };
             let b = c.batches.max(1) as f64;
             let rt = &c.round_trips;
             let _ = writeln!(
                 md,
-                "| {} | {} | {} / {} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {} | {:.0} / {:.0} |",
+                "| {} | {} | {} / {} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {} | {:.0} / {:.0} | {:.2} |",
                 run_name(r),
                 rate(r.records_per_s),
                 opt(r.latency_p50_ms, 1),
@@ -132,6 +132,7 @@ impl Report {
                 rt.other,
                 rt.bytes_up as f64 / b,
                 rt.bytes_down as f64 / b,
+                c.allocations_per_record,
             );
         }
         md.push_str("\n### Where a counting replica's wall time goes, per batch\n\n");

@@ -257,11 +257,13 @@ pub(crate) async fn counting(
     let mut phases = Phases::default();
     let mut first: Option<i64> = None;
     let mut scrapes = Vec::new();
+    let mut allocations = 0;
     for child in &mut children {
         let Report::Counting {
             tally: t,
             timeline,
             metrics,
+            allocations: a,
         } = child.report(Duration::from_secs(60)).await?
         else {
             bail!("a counting replica sent another report");
@@ -272,6 +274,7 @@ pub(crate) async fn counting(
         };
         phases.add(&timeline.phases);
         tally.add(&t);
+        allocations += a;
         scrapes.push(scrape::parse(&metrics));
     }
     // After the replicas stopped, as their tallies: the same store rounds
@@ -303,6 +306,8 @@ pub(crate) async fn counting(
             ("store errors", tally.store_errors),
         ],
     );
-    r.counting = Some(Counting::new(rt, tally, phases));
+    let mut counted = Counting::new(rt, tally, phases);
+    counted.allocations_per_record = allocations as f64 / dataset.records.max(1) as f64;
+    r.counting = Some(counted);
     Ok(r)
 }

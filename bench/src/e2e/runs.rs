@@ -182,6 +182,10 @@ pub(crate) struct Counting {
     pub tally: StoreTally,
     /// Wall time by phase of a round, µs summed over the replicas.
     pub phases: Phases,
+    /// Heap allocations of the replicas' Rust code per record, start to
+    /// stop (set-up, logs and metrics included; librdkafka's C code
+    /// allocates with its own malloc and is not counted).
+    pub allocations_per_record: f64,
 }
 
 impl Counting {
@@ -198,6 +202,7 @@ impl Counting {
             round_trips: rt,
             tally,
             phases,
+            allocations_per_record: 0.0,
         }
     }
 }

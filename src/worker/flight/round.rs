@@ -154,6 +154,7 @@ impl Flight {
             }
         }
         let mut unverified = Vec::new();
+        let mut again = Vec::new();
         for (tp, p) in &mut self.partitions {
             for (&offset, record) in p.records.iter_mut() {
                 match record.stage {
@@ -168,11 +169,16 @@ impl Flight {
                     Stage::Claiming => {
                         record.claim_uncertain = true;
                         record.stage = Stage::Claim;
-                        self.to_claim.push_back((tp.clone(), offset));
+                        again.push((tp.clone(), offset));
                     }
                     _ => {}
                 }
             }
+        }
+        // Ahead of every record read after them, in offset order: a
+        // partition's copies are claimed in the order they were read.
+        for entry in again.into_iter().rev() {
+            self.to_claim.push_front(entry);
         }
         self.queue.extend(unverified);
     }
