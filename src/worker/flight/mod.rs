@@ -15,7 +15,9 @@
 //! failure, asks what to produce, hands back delivery reports, and asks
 //! what to commit. Nothing here touches Kafka, Redis or a clock.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
