@@ -95,6 +95,9 @@ pub(crate) struct BatchConfig {
     /// more (partitions holding waiting records pause first).
     pub(crate) max_in_flight_records: usize,
     pub(crate) max_in_flight_bytes: usize,
+    /// Batches the poller reads ahead of the loop: throughput against
+    /// decision latency (a record waits behind those read before it).
+    pub(crate) read_ahead: usize,
 }
 
 /// Environment variables that override the file, so one config serves
@@ -247,6 +250,7 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             linger: raw.batch.linger,
             max_in_flight_records: raw.batch.max_in_flight_records.get(),
             max_in_flight_bytes: raw.batch.max_in_flight_bytes.get(),
+            read_ahead: raw.batch.read_ahead.get(),
         },
         streams,
     })

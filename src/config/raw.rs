@@ -216,6 +216,9 @@ pub(crate) struct RawBatch {
     /// Most payload bytes held by records in flight. Default 64 MiB.
     #[serde(default = "default_in_flight_bytes")]
     pub(crate) max_in_flight_bytes: NonZeroUsize,
+    /// How many batches the poller reads ahead of the loop. Default 4.
+    #[serde(default = "default_read_ahead")]
+    pub(crate) read_ahead: NonZeroUsize,
 }
 
 impl Default for RawBatch {
@@ -225,6 +228,7 @@ impl Default for RawBatch {
             linger: default_linger(),
             max_in_flight_records: default_in_flight_records(),
             max_in_flight_bytes: default_in_flight_bytes(),
+            read_ahead: default_read_ahead(),
         }
     }
 }
@@ -234,6 +238,9 @@ fn default_in_flight_records() -> NonZeroUsize {
 }
 fn default_in_flight_bytes() -> NonZeroUsize {
     const { nonzero_usize(64 << 20) }
+}
+fn default_read_ahead() -> NonZeroUsize {
+    const { nonzero_usize(4) }
 }
 fn default_max_records() -> NonZeroUsize {
     const { nonzero_usize(1000) }

@@ -71,13 +71,14 @@ pub(crate) struct Worker {
     /// Tells the polling thread to leave the group; its callbacks go quiet.
     closing: Arc<AtomicBool>,
     /// Records read and not finished, as the loop last counted them: the
-    /// poller reads ahead only so far (`poller::READ_AHEAD_BATCHES`).
+    /// poller reads ahead only so far (`batch.read_ahead`).
     unfinished: Arc<std::sync::atomic::AtomicUsize>,
     event_time: bool,
     max_records: usize,
     linger: std::time::Duration,
     max_in_flight_records: usize,
     max_in_flight_bytes: usize,
+    read_ahead: usize,
     /// This incarnation's owner token; its attempt moves on at every
     /// assignment.
     token: OwnerToken,
@@ -208,6 +209,7 @@ impl Worker {
             linger: config.batch.linger,
             max_in_flight_records: config.batch.max_in_flight_records,
             max_in_flight_bytes: config.batch.max_in_flight_bytes,
+            read_ahead: config.batch.read_ahead,
             token: OwnerToken::new(incarnation, 0),
             stop,
         })

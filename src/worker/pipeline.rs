@@ -191,6 +191,7 @@ impl Worker {
         let batch = poller::Batching {
             max: self.max_records,
             linger: self.linger,
+            read_ahead: self.read_ahead,
             unfinished: self.unfinished.clone(),
         };
         let configs: Vec<_> = self.streams.iter().map(|s| s.config.clone()).collect();

@@ -169,10 +169,6 @@ impl ConsumerContext for GroupContext {
 
 pub(crate) type GroupConsumer = BaseConsumer<GroupContext>;
 
-/// The poller reads ahead of the loop by this many batches at most: more
-/// only waits in memory, and a record's decision latency counts that wait.
-/// (librdkafka keeps fetching ahead meanwhile, into its own queue.)
-pub(crate) const READ_AHEAD_BATCHES: usize = 4;
 /// The longest the poller holds off: it polls at least this often, so
 /// rebalances are served and `max.poll.interval.ms` never lapses; a loop
 /// stuck past it is held by the in-flight bounds (pauses) instead.
@@ -183,16 +179,21 @@ pub(crate) struct Batching {
     /// Records per batch, and how long a batch waits after its first.
     pub(crate) max: usize,
     pub(crate) linger: Duration,
+    /// The poller reads ahead of the loop by this many batches at most
+    /// (`batch.read_ahead`): more only waits in memory, and a record's
+    /// decision latency counts that wait. librdkafka keeps fetching ahead
+    /// meanwhile, into its own queue.
+    pub(crate) read_ahead: usize,
     /// Records read and not finished, as the loop last counted them.
     pub(crate) unfinished: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Batching {
-    /// Waits while the loop holds `READ_AHEAD_BATCHES` batches or more,
-    /// for `HOLD_OFF` at most.
+    /// Waits while the loop holds `read_ahead` batches or more, for
+    /// `HOLD_OFF` at most.
     fn hold_off(&self, stop: &AtomicBool) {
         let until = Instant::now() + HOLD_OFF;
-        while self.unfinished.load(Ordering::Relaxed) >= READ_AHEAD_BATCHES * self.max
+        while self.unfinished.load(Ordering::Relaxed) >= self.read_ahead * self.max
             && Instant::now() < until
             && !stop.load(Ordering::SeqCst)
         {
