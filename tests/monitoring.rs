@@ -31,6 +31,7 @@ const METRICS: &[(&str, bool)] = &[
     ("idemgate_claim_waits_total", false),
     ("idemgate_produce_failures_total", false),
     ("idemgate_store_errors_total", false),
+    ("idemgate_decision_latency_seconds", true),
     ("idemgate_store_latency_seconds", true),
     ("idemgate_batch_records", true),
     ("idemgate_breaker_open", false),

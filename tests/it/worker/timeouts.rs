@@ -165,6 +165,10 @@ async fn a_size_refusal_after_a_timeout_keeps_the_claim_and_lets_no_copy_through
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
     );
     cluster.broker_round_trip_time(-1, Duration::ZERO)?;
+    // The worker's queued retries go out first: the injected error is for
+    // the next Produce request of any client, and must not meet the test's
+    // own producer.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let later = bank.phase(10, 80, 0);
     landed.extend(
         setup
