@@ -49,9 +49,9 @@ replicas and the quantile is interpolated linearly within its bucket, as PromQL'
 topic before it is polled (everything is loaded before the run, so that wait would only \
 measure the backlog) and the publish and commit after the delivery report. It does include \
 the time a polled record waits in the worker behind the records already in flight (up to \
-`batch.max_in_flight_records`, 20,000 by default): with the whole topic as a backlog the \
-worker keeps that window full, so the median is close to the records in flight over the \
-records/s. The passthrough \
+`batch.read_ahead` batches, 4 by default, that the polling thread reads ahead of the loop): \
+with the whole topic as a backlog the worker keeps that window full, so the median is close \
+to the records in flight over the records/s. The passthrough \
 measures the same span itself (poll to delivery report); the baseline from the consumer \
 handing over the record to its output's acknowledgement.\n\
 - **worker, Tansu and Redis CPU per million records**: user + system CPU seconds \
