@@ -21,7 +21,9 @@ impl Worker {
     /// patience) and commits their finished prefixes synchronously. What
     /// is left unfinished keeps its claims for the next owner
     /// (docs/design.md §4.6).
-    pub(super) async fn flush(&self, p: &mut Pipeline, partitions: &[Tp]) {
+    /// Exactly once, the open transaction commits first, whatever
+    /// partitions go: it holds every partition's outputs.
+    pub(super) async fn flush(&self, p: &mut Pipeline, partitions: &[Tp]) -> anyhow::Result<()> {
         let deadline = Instant::now() + FLUSH_PATIENCE;
         while p.round.is_some() || partitions.iter().any(|tp| p.flight.sending(tp)) {
             tokio::select! {
@@ -29,6 +31,9 @@ impl Worker {
                 _ = self.reports.ready() => self.on_reports(p),
                 _ = tokio::time::sleep_until(deadline.into()) => break,
             }
+        }
+        if self.transactional {
+            self.seal(p).await?;
         }
         let mut backoff = Duration::from_millis(20);
         // Until acknowledged, out of patience, or the breaker says the
@@ -51,7 +56,13 @@ impl Worker {
                 backoff = (backoff * 2).min(Duration::from_secs(1));
             }
         }
-        self.commit(p, CommitMode::Sync, Some(partitions));
+        if self.transactional {
+            // Committed with the transaction; what settled is dropped.
+            let _ = p.flight.commits(None);
+        } else {
+            self.commit(p, CommitMode::Sync, Some(partitions));
+        }
+        Ok(())
     }
 
     /// Commits each partition's finished prefix, with idemgate's metadata.
