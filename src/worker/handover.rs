@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::flight::Tp;
 use super::metadata::{self, Metadata};
@@ -24,6 +24,9 @@ impl Worker {
     /// Exactly once, the open transaction commits first, whatever
     /// partitions go: it holds every partition's outputs.
     pub(super) async fn flush(&self, p: &mut Pipeline, partitions: &[Tp]) -> anyhow::Result<()> {
+        if self.transactional {
+            self.drain(p).await?;
+        }
         let deadline = Instant::now() + FLUSH_PATIENCE;
         while p.round.is_some() || partitions.iter().any(|tp| p.flight.sending(tp)) {
             tokio::select! {
@@ -33,7 +36,12 @@ impl Worker {
             }
         }
         if self.transactional {
-            self.seal(p).await?;
+            let commits = self.seal(p).await?;
+            let offsets: Vec<String> = commits
+                .iter()
+                .map(|c| format!("{}/{}@{}", c.tp.0, c.tp.1, c.offset))
+                .collect();
+            info!(offsets = ?offsets, "handover: the open transaction committed");
         }
         let mut backoff = Duration::from_millis(20);
         // Until acknowledged, out of patience, or the breaker says the

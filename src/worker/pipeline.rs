@@ -211,7 +211,7 @@ impl Worker {
     }
 
     /// One turn: the next round, the sends, the commits, the bounds.
-    fn turn(&mut self, p: &mut Pipeline) -> Result<()> {
+    pub(super) fn turn(&self, p: &mut Pipeline) -> Result<()> {
         let now = Instant::now();
         // A new round when something changed, a waiting record fell due,
         // or the breaker is open (its trial, once the cool-down is over).

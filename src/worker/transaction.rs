@@ -19,6 +19,7 @@ use rdkafka::producer::Producer;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{info, warn};
 
+use super::flight::Commit;
 use super::metadata::{self, Metadata};
 use super::pipeline::{answer, Pipeline, FLUSH_PATIENCE};
 use super::Worker;
@@ -26,6 +27,8 @@ use crate::store::{Publish, StoreError};
 
 /// How long librdkafka may take for a transaction's own requests.
 const TXN_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a handover lets the records read finish first.
+const DRAIN: Duration = Duration::from_secs(10);
 
 /// Where the open transaction stands.
 #[derive(Default)]
@@ -59,11 +62,36 @@ impl Worker {
         Ok(())
     }
 
+    /// Before a handover (a revoke, a stop): reads nothing more and runs
+    /// the loop until every record read is finished, or waits on a holder
+    /// elsewhere, or `DRAIN` passes. The commit then covers everything
+    /// delivered in its offsets alone, not in its metadata, which some
+    /// brokers do not keep for transactional commits (Tansu).
+    pub(super) async fn drain(&self, p: &mut Pipeline) -> Result<()> {
+        let until = Instant::now() + DRAIN;
+        while Instant::now() < until && !p.flight.drained() {
+            self.turn(p)?;
+            if p.committed_at.elapsed() >= self.commit_interval {
+                self.seal(p).await?;
+                let _ = p.flight.commits(None);
+                p.committed_at = Instant::now();
+            }
+            let soon = Instant::now() + Duration::from_millis(10);
+            let wake = p.flight.next_due().map_or(soon, |at| at.min(soon));
+            tokio::select! {
+                result = answer(&mut p.round) => self.on_answer(p, result),
+                _ = self.reports.ready() => self.on_reports(p),
+                _ = tokio::time::sleep_until(wake.into()) => {}
+            }
+        }
+        Ok(())
+    }
+
     /// Commits the open transaction (or one with offsets alone, where they
     /// moved): waits for every delivery report, inserts into tier 2, sends
     /// the offsets with the group's metadata and commits. The settlements
     /// follow in the next rounds. An error is the end of this worker.
-    pub(super) async fn seal(&self, p: &mut Pipeline) -> Result<()> {
+    pub(super) async fn seal(&self, p: &mut Pipeline) -> Result<Vec<Commit>> {
         let deadline = Instant::now() + FLUSH_PATIENCE;
         while p.flight.any_sending() {
             tokio::select! {
@@ -81,7 +109,7 @@ impl Worker {
         self.insert_before_commit(p, deadline).await?;
         let commits = p.flight.txn_offsets();
         if commits.is_empty() && p.txn.open_since.is_none() {
-            return Ok(());
+            return Ok(commits);
         }
         let mut list = TopicPartitionList::new();
         for c in &commits {
@@ -118,7 +146,7 @@ impl Worker {
             Ok(()) => {
                 crate::metrics::committed();
                 p.flight.txn_committed();
-                Ok(())
+                Ok(commits)
             }
             Err(error) => {
                 p.flight.txn_offsets_lost();

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 mod deliver;
 mod take;
-pub(crate) use deliver::Reported;
+pub(crate) use deliver::{Commit, Reported};
 mod round;
 #[cfg(test)]
 mod tests;

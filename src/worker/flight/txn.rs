@@ -121,6 +121,18 @@ impl Flight {
         }
     }
 
+    /// Whether every record read is finished, or waits on a holder in
+    /// another replica (which may take any time): what a handover drains to.
+    pub(crate) fn drained(&self) -> bool {
+        self.partitions.iter().all(|(tp, p)| {
+            p.records.iter().all(|(&offset, r)| match r.stage {
+                Stage::Finished => true,
+                Stage::Wait { .. } => !self.holder_in_flight(tp, offset),
+                _ => false,
+            })
+        })
+    }
+
     /// The transaction's offsets did not commit: the next one sends them
     /// again.
     pub(crate) fn txn_offsets_lost(&mut self) {
