@@ -165,7 +165,7 @@ impl Flight {
 
     /// Whether the holder a waiting record last met is a record in flight
     /// here, not finished yet.
-    pub(super) fn holder_in_flight(&self, tp: &Tp, offset: i64) -> bool {
+    fn holder_in_flight(&self, tp: &Tp, offset: i64) -> bool {
         let Some(record) = self.record(tp, offset) else {
             return false;
         };

@@ -121,13 +121,19 @@ impl Flight {
         }
     }
 
-    /// Whether every record read is finished, or waits on a holder in
-    /// another replica (which may take any time): what a handover drains to.
+    /// Whether every record read is finished, or waits on a holder in a
+    /// partition this replica does not own (which may take any time): what
+    /// a handover drains to.
     pub(crate) fn drained(&self) -> bool {
-        self.partitions.iter().all(|(tp, p)| {
-            p.records.iter().all(|(&offset, r)| match r.stage {
-                Stage::Finished => true,
-                Stage::Wait { .. } => !self.holder_in_flight(tp, offset),
+        let owned = |holder: &crate::store::Coordinates, stream: usize| {
+            self.partitions.iter().any(|(tp, p)| {
+                p.stream == stream && p.tag == holder.topic && tp.1 == holder.partition
+            })
+        };
+        self.partitions.values().all(|p| {
+            p.records.values().all(|r| match (r.stage, &r.waiting_on) {
+                (Stage::Finished, _) => true,
+                (Stage::Wait { .. }, Some(holder)) => !owned(holder, r.stream),
                 _ => false,
             })
         })

@@ -198,3 +198,33 @@ fn at_least_once_a_listed_range_is_finished_on_arrival() {
     f.arrive(input(6), 0, print(6), 1);
     assert_eq!(stage(&f, 6), Stage::Finished);
 }
+
+#[test]
+fn a_handover_drains_past_waits_on_holders_here_but_not_on_holders_elsewhere() {
+    let mut f = flight(Resume::default(), 0);
+    f.arrive(input(0), 0, print(1), 1);
+    f.arrive(input(1), 0, print(1), 1);
+    assert!(!f.drained(), "records to claim");
+    let on = |partition| ClaimOutcome::Held {
+        holder: Coordinates {
+            topic: TopicTag::of("raw"),
+            partition,
+            offset: 0,
+        },
+    };
+    // Offset 1 waits on offset 0 of this partition, which is here.
+    round(&mut f, vec![WON, on(0)]);
+    deliver_all(&mut f);
+    f.txn_committed();
+    round(&mut f, vec![]);
+    assert_eq!(stage(&f, 0), Stage::Finished);
+    assert!(
+        !f.drained(),
+        "a wait on a holder of an owned partition resolves: drained on"
+    );
+    // A wait on a partition another replica owns may take any time.
+    let mut g = flight(Resume::default(), 0);
+    g.arrive(input(0), 0, print(1), 1);
+    round(&mut g, vec![on(9)]);
+    assert!(g.drained());
+}

@@ -17,19 +17,29 @@
 //! read here beside their replays. Those tests hold the at-least-once
 //! bound (the same input may be in clean twice, never an event through two
 //! inputs) and report the count; the Apache Kafka of docker-compose.yml is
-//! where "0 for a read_committed reader" can be checked (README).
+//! where "0 for a read_committed reader" can be checked (README): with
+//! `IDEMGATE_TEST_BROKER=apache-kafka` these tests hold it to that, and to
+//! idemgate's metadata on the transaction's offsets.
 
 use std::time::{Duration, Instant};
 
 use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{
-    committed_metadata, committed_offsets, read_inputs_as_delivered, Landed, Producer, Reader, Topics,
+    committed_metadata, committed_offsets, read_inputs_as_delivered, Landed, Producer, Reader,
+    Topics,
 };
 use idemgate_testkit::servers::{claim_ttls, unsettled_claims};
 use idemgate_testkit::workload::{Bank, Planned};
 use idemgate_testkit::{env, say, tansu_brokers, unique, BOUND};
 
 use super::process::{read_part_before, wait_split, Gate, GateConfig};
+
+/// The broker under test is an Apache Kafka (docker-compose.yml), whose
+/// transactions are whole: aborted records hidden from read_committed
+/// readers, metadata kept on transactional offsets.
+fn apache_kafka() -> bool {
+    std::env::var("IDEMGATE_TEST_BROKER").as_deref() == Ok("apache-kafka")
+}
 
 /// Per input partition, the offset after the last record landed there.
 fn ends(landed: &std::collections::HashMap<String, Landed>, partitions: i32) -> Vec<Option<i64>> {
@@ -76,8 +86,7 @@ fn exactly_once_commits_outputs_and_offsets_in_transactions() {
     let producer = Producer::new(&tansu_brokers());
     let delivered = producer.send(&topics.input, &plan, 100, Duration::ZERO);
     let redis_url = env("IDEMGATE_TEST_REDIS_URL");
-    let config =
-        GateConfig::new(TEST, &topics, redis_url.clone()).exactly_once(&unique("eos-txn"));
+    let config = GateConfig::new(TEST, &topics, redis_url.clone()).exactly_once(&unique("eos-txn"));
     let mut gate = Gate::start(TEST, &config);
     let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
     reader.read_every_input(plan.len(), BOUND, "", || gate.assert_alive());
@@ -91,7 +100,19 @@ fn exactly_once_commits_outputs_and_offsets_in_transactions() {
     // (the worker's drain at handovers is what does not need it; the mock
     // cluster's test in tests/it/worker/exactly_once.rs reads it back).
     let metadata = committed_metadata(&tansu_brokers(), &config.group, &topics.input, &[0, 1, 2]);
-    say(TEST, format!("committed metadata as Tansu keeps it: {metadata:?}"));
+    say(
+        TEST,
+        format!("committed metadata as the broker keeps it: {metadata:?}"),
+    );
+    if apache_kafka() {
+        for text in &metadata {
+            assert!(
+                text.as_deref()
+                    .is_some_and(|t| t.starts_with("idemgate/2 ")),
+                "the transaction's offsets lost idemgate's metadata: {metadata:?}"
+            );
+        }
+    }
     assert!(
         gate.log_text().contains("transactional producer ready"),
         "no transactional producer in the log"
@@ -112,8 +133,7 @@ fn exactly_once_a_sigterm_and_restart_mid_stream_repeat_no_output() {
     let mut bank = Bank::new(TEST, 24);
     let plan = bank.phase(2_000, 0, 20);
     let redis_url = env("IDEMGATE_TEST_REDIS_URL");
-    let config =
-        GateConfig::new(TEST, &topics, redis_url.clone()).exactly_once(&unique("eos-txn"));
+    let config = GateConfig::new(TEST, &topics, redis_url.clone()).exactly_once(&unique("eos-txn"));
     let mut gate = Gate::start(&format!("{TEST}-first"), &config);
     gate.wait_assigned(Duration::from_secs(30));
     let producing = {
@@ -127,7 +147,10 @@ fn exactly_once_a_sigterm_and_restart_mid_stream_repeat_no_output() {
     read_part_before(&mut reader, plan.len() / 3, &mut [&mut gate], "the SIGTERM");
     let status = gate.terminate(Duration::from_secs(40));
     assert!(status.success(), "idemgate exited with {status} on SIGTERM");
-    say(TEST, format!("SIGTERM with {} outputs read", reader.records.len()));
+    say(
+        TEST,
+        format!("SIGTERM with {} outputs read", reader.records.len()),
+    );
     let mut second = Gate::start(&format!("{TEST}-second"), &config);
     reader.read_every_input(plan.len(), BOUND, "after the restart", || {
         second.assert_alive()
@@ -210,6 +233,12 @@ fn exactly_once_a_replica_killed_mid_transaction_loses_nothing_and_settles_every
             summary.replayed_inputs
         ),
     );
+    if apache_kafka() {
+        assert_eq!(
+            summary.replayed_inputs, 0,
+            "a read_committed reader of Apache Kafka saw an input's output twice"
+        );
+    }
     let ttls = claim_ttls(&redis_url, &config.key_prefix);
     assert_eq!(ttls.len(), bank.events(), "claim keys, one per event");
     let unsettled = unsettled_claims(&redis_url, &config.key_prefix);
