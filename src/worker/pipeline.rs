@@ -388,7 +388,11 @@ impl Worker {
                 }
             }
             Event::Revoke { partitions, ack } => {
-                self.flush(p, &partitions).await?;
+                if self.transactional && self.consumer.assignment_lost() {
+                    self.abandon(p).await?;
+                } else {
+                    self.flush(p, &partitions).await?;
+                }
                 for tp in &partitions {
                     p.flight.revoke(tp);
                     p.paused.remove(tp);

@@ -107,7 +107,7 @@ impl Worker {
             bail!("an output of the transaction was not delivered ({error}): aborted; the replay produces it again");
         }
         self.insert_before_commit(p, deadline).await?;
-        let commits = p.flight.txn_offsets();
+        let commits = p.flight.txn_offsets(p.txn.open_since.is_some());
         if commits.is_empty() && p.txn.open_since.is_none() {
             return Ok(commits);
         }
@@ -146,6 +146,8 @@ impl Worker {
             Ok(()) => {
                 crate::metrics::committed();
                 p.flight.txn_committed();
+                // Their settlements are the next round's work.
+                p.dirty = true;
                 Ok(commits)
             }
             Err(error) => {
@@ -186,6 +188,21 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// The assignment was lost (the session timed out: this replica was
+    /// a zombie, its partitions have another owner): the open transaction
+    /// is aborted, not committed, and everything in flight is left to the
+    /// new owner, who meets the claims as its own.
+    pub(super) async fn abandon(&self, p: &mut Pipeline) -> Result<()> {
+        if p.txn.open_since.take().is_some() {
+            warn!("assignment lost (the session timed out): the open transaction is aborted, its records left to their new owner");
+            self.abort()
+                .await
+                .context("aborting the transaction of a lost assignment")?;
+        }
+        p.txn.failed = None;
+        Ok(())
     }
 
     async fn abort(&self) -> Result<()> {

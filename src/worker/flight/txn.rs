@@ -42,9 +42,11 @@ impl Flight {
 
     /// Per partition, the offsets the transaction commits: the delivered
     /// prefix (outputs in this or an earlier transaction, or none due),
-    /// and the delivered ranges above it. `None` where nothing moved since
-    /// the last transaction.
-    pub(crate) fn txn_offsets(&mut self) -> Vec<Commit> {
+    /// and the delivered ranges above it: only where they moved since the
+    /// last transaction, unless `all` (a transaction with outputs sends
+    /// offsets, so the broker checks the group generation and fences a
+    /// zombie).
+    pub(crate) fn txn_offsets(&mut self, all: bool) -> Vec<Commit> {
         let mut out = Vec::new();
         for (tp, p) in &mut self.partitions {
             let Some(start) = p.committed.or(p.range_start) else {
@@ -88,7 +90,7 @@ impl Flight {
             );
             let ranges = merged(ranges);
             let now = (end, ranges);
-            if p.txn_committed.as_ref() == Some(&now) {
+            if !all && p.txn_committed.as_ref() == Some(&now) {
                 continue;
             }
             out.push(Commit {

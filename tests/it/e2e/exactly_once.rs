@@ -301,3 +301,97 @@ fn exactly_once_a_second_producer_with_the_same_transactional_id_fences_the_firs
     let status = second.terminate(Duration::from_secs(20));
     assert!(status.success(), "idemgate exited with {status} on SIGTERM");
 }
+
+/// Longer than the 6 s session timeout, with the rebalance after it.
+const STALL: Duration = Duration::from_secs(14);
+
+/// A zombie: one of two replicas frozen (SIGSTOP) inside an open
+/// transaction past its session timeout, its partitions taken over, then
+/// thawed. Its late transaction carries a generation the group left
+/// behind. The guarantee: every distinct event once in clean through one
+/// input, nothing lost, every claim settled; on Apache Kafka the zombie is
+/// also fenced (its commit refused: it exits with the error). On Tansu the
+/// test reports what the zombie did.
+#[test]
+fn exactly_once_a_zombie_thawed_after_its_partitions_moved_lets_no_event_through_twice() {
+    const TEST: &str = "eos-zombie";
+    let partitions = 4;
+    let topics = Topics::create(&tansu_brokers(), TEST, partitions, 2);
+    let mut bank = Bank::new(TEST, 64);
+    bank.copy_rate = (0.30, 0.08);
+    bank.copies_share_key = false;
+    let burst = bank.phase(2_400, 0, 30);
+    let tail = bank.phase(600, 1_400, 10);
+    let plan: Vec<Planned> = burst.iter().chain(&tail).cloned().collect();
+    let redis_url = env("IDEMGATE_TEST_REDIS_URL");
+    let mut config = GateConfig::new(TEST, &topics, redis_url.clone());
+    config.max_records = 500;
+    let zombie_config = config.clone().exactly_once(&unique("eos-zombie"));
+    let survivor_config = config.clone().exactly_once(&unique("eos-survivor"));
+    let mut zombie = Gate::start(&format!("{TEST}-zombie"), &zombie_config);
+    let mut survivor = Gate::start(&format!("{TEST}-survivor"), &survivor_config);
+    wait_split(
+        &mut zombie,
+        &mut survivor,
+        partitions as usize,
+        Duration::from_secs(30),
+    );
+    let producing = {
+        let topic = topics.input.clone();
+        std::thread::spawn(move || {
+            let producer = Producer::new(&tansu_brokers());
+            let mut landed = producer.send(&topic, &burst, 250, Duration::from_millis(10));
+            landed.extend(producer.send(&topic, &tail, 20, Duration::from_millis(500)));
+            landed
+        })
+    };
+    let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
+    read_part_before(
+        &mut reader,
+        plan.len() * 3 / 10,
+        &mut [&mut zombie, &mut survivor],
+        "the stall",
+    );
+    let aimed = zombie.stop_after_next_log_line(Duration::from_secs(5));
+    let stopped = Instant::now();
+    say(TEST, format!("SIGSTOP (aimed after a delivery: {aimed})"));
+    let until = Instant::now() + BOUND;
+    while survivor.assigned() != Some(partitions as usize) {
+        survivor.assert_alive();
+        assert!(
+            Instant::now() < until,
+            "the survivor did not take the frozen replica's partitions within {BOUND:?}"
+        );
+        reader.read_for(Duration::from_millis(200));
+    }
+    reader.read_for(STALL.saturating_sub(stopped.elapsed()));
+    zombie.resume();
+    say(TEST, format!("SIGCONT after {:?}", stopped.elapsed()));
+    assert!(!producing.is_finished(), "the stream ended before the thaw");
+    reader.read_every_input(plan.len(), BOUND, "of the thaw", || survivor.assert_alive());
+    let delivered = producing.join().expect("producer thread");
+    let landed = read_inputs_as_delivered(&tansu_brokers(), &topics, &delivered);
+    let summary = check(&plan, &landed, &topics, &reader.records, Expect::Replays);
+    say(TEST, &summary);
+    let unsettled = unsettled_claims(&redis_url, &config.key_prefix);
+    assert!(unsettled.is_empty(), "claims left unsettled: {unsettled:?}");
+    let zombie_exited = zombie.exited();
+    let log = zombie.log_text();
+    let told: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("ERROR") || l.contains("fenc") || l.contains("revoked"))
+        .collect();
+    say(
+        TEST,
+        format!("the zombie exited: {zombie_exited:?}; its lines after the thaw: {told:?}"),
+    );
+    if apache_kafka() {
+        assert!(
+            zombie_exited.is_some_and(|status| !status.success()),
+            "Apache Kafka did not fence the zombie's transaction"
+        );
+        assert_eq!(summary.replayed_inputs, 0, "an input's output read twice");
+    }
+    let status = survivor.terminate(Duration::from_secs(20));
+    assert!(status.success(), "idemgate exited with {status} on SIGTERM");
+}

@@ -242,6 +242,11 @@ impl Gate {
         }
     }
 
+    /// Its exit status, if it has exited.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.process.exited()
+    }
+
     /// Waits up to `bound` for the process to exit on its own.
     pub fn wait_exit(&mut self, bound: Duration) -> ExitStatus {
         self.process.wait_exit(bound)
