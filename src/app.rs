@@ -96,6 +96,12 @@ impl Replica {
         self.group.assigned.load(Ordering::SeqCst)
     }
 
+    /// Whether the worker has ended on its own (an error: a stop ends it
+    /// only through `stop`).
+    pub fn finished(&self) -> bool {
+        self.worker.is_finished()
+    }
+
     /// Graceful stop: the batch in flight finishes, the finished work is
     /// committed, the replica leaves the group; the worker's error if it
     /// had one.

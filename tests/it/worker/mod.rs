@@ -6,6 +6,7 @@
 
 mod demo;
 mod event_time;
+mod exactly_once;
 mod faults;
 mod group;
 mod poison;

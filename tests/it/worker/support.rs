@@ -47,6 +47,8 @@ pub struct Options<'a> {
     /// name/inputs/clean/audit.
     pub more: &'a [(&'a Topics, &'a str)],
     pub max_records: usize,
+    /// Top-level lines (`guarantee = "exactly-once"`).
+    pub top: &'a str,
 }
 
 impl Default for Options<'_> {
@@ -56,6 +58,7 @@ impl Default for Options<'_> {
             stream: BANK_STREAM,
             more: &[],
             max_records: 200,
+            top: "",
         }
     }
 }
@@ -128,7 +131,8 @@ impl Setup {
             ));
         }
         let mut text = format!(
-            r#"[kafka]
+            r#"{top}
+[kafka]
 {kafka}
 [store]
 kind = "memory"
@@ -141,6 +145,7 @@ listen = "127.0.0.1:0"
 max_records = {max}
 linger = "20ms"
 "#,
+            top = options.top,
             prefix = self.prefix,
             max = options.max_records,
         );
