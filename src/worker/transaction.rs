@@ -95,7 +95,10 @@ impl Worker {
         let deadline = Instant::now() + FLUSH_PATIENCE;
         while p.flight.any_sending() {
             tokio::select! {
-                result = answer(&mut p.round) => self.on_answer(p, result),
+                result = answer(&mut p.round) => {
+                    self.on_answer(p, result);
+                    self.claim_meanwhile(p);
+                }
                 _ = self.reports.ready() => self.on_reports(p),
                 _ = tokio::time::sleep_until(deadline.into()) => {
                     bail!("outputs of the open transaction undelivered after {FLUSH_PATIENCE:?}")
@@ -134,13 +137,23 @@ impl Worker {
             .group_metadata()
             .ok_or_else(|| anyhow!("no consumer group metadata for the transaction"))?;
         let producer = self.producer.clone();
-        let result = tokio::task::spawn_blocking(move || {
+        let mut commit = tokio::task::spawn_blocking(move || {
             if list.count() > 0 {
                 producer.send_offsets_to_transaction(&list, &group, TXN_TIMEOUT)?;
             }
             producer.commit_transaction(TXN_TIMEOUT)
-        })
-        .await?;
+        });
+        // The store rounds go on meanwhile (claims, and the settlements of
+        // earlier transactions); what they decide waits for the next one.
+        let result = loop {
+            tokio::select! {
+                result = &mut commit => break result?,
+                result = answer(&mut p.round) => {
+                    self.on_answer(p, result);
+                    self.claim_meanwhile(p);
+                }
+            }
+        };
         p.txn.open_since = None;
         match result {
             Ok(()) => {
@@ -154,6 +167,17 @@ impl Worker {
                 p.flight.txn_offsets_lost();
                 let _ = self.abort().await;
                 Err(error).context("committing the transaction (a fenced zombie, or the broker aborted it): aborted; the partitions' next owner replays")
+            }
+        }
+    }
+
+    /// While a transaction is sealed: the next store round, if none is in
+    /// flight. Its decisions are sent in the next transaction.
+    fn claim_meanwhile(&self, p: &mut Pipeline) {
+        let now = Instant::now();
+        if p.round.is_none() && p.breaker.allows(now) {
+            if let Some(round) = p.flight.take_round(now, self.max_records, self.token) {
+                self.start_round(p, round, now);
             }
         }
     }

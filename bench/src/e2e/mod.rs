@@ -84,8 +84,13 @@ pub struct BenchArgs {
     /// Partitions of the raw topic and of the outputs.
     #[arg(long, default_value_t = 8)]
     pub partitions: i32,
-    /// Modes to run: exact, redisbloom, bitmap.
-    #[arg(long, value_delimiter = ',', default_value = "exact,redisbloom,bitmap")]
+    /// Modes to run: exact, exactly-once (exact with transactions),
+    /// redisbloom, bitmap.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "exact,exactly-once,redisbloom,bitmap"
+    )]
     pub modes: Vec<String>,
     /// Replica counts to run each mode with (clean runs).
     #[arg(long, value_delimiter = ',', default_value = "1,2")]

@@ -175,7 +175,7 @@ pub(crate) async fn clean(
     // Client buffers go with the clients: let the server settle.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let filter = match mode {
-        Mode::Exact => None,
+        Mode::Exact | Mode::ExactlyOnce => None,
         _ => {
             let (peak, sizing) = sizing(dataset);
             Some((peak * HORIZON_S, sizing.bits_per_key()))

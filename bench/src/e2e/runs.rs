@@ -458,7 +458,7 @@ pub(crate) fn check(
     problems: &[(&str, u64)],
 ) -> String {
     let ok = match mode {
-        Mode::Exact => novel == dataset.events && filter == 0,
+        Mode::Exact | Mode::ExactlyOnce => novel == dataset.events && filter == 0,
         _ => novel <= dataset.events && novel + filter >= dataset.events,
     } && problems.iter().all(|(_, n)| *n == 0);
     if ok {
