@@ -12,6 +12,7 @@
 //! - `transaction`: exactly once, the transaction around a commit
 //!   interval's outputs and offsets;
 //! - `output`: the producer side; `breaker`: the store circuit breaker;
+//! - `pressure`: pausing at the in-flight bounds, the waiting gauges;
 //! - `progress`, `client_logs`: what the worker says in its logs.
 
 mod breaker;
@@ -23,6 +24,7 @@ mod metadata;
 mod output;
 mod pipeline;
 pub(crate) mod poller;
+mod pressure;
 mod progress;
 mod transaction;
 
