@@ -10,5 +10,6 @@ mod faults;
 mod group;
 mod poison;
 mod protocol;
+mod shadow;
 mod support;
 mod timeouts;
