@@ -263,12 +263,18 @@ pub fn text(plan: &Plan, dry_run: bool) -> String {
             "reset"
         }
     );
+    let names: Vec<String> = plan
+        .partitions
+        .iter()
+        .map(|p| format!("{}/{}", p.topic, p.partition))
+        .collect();
+    let width = names.iter().map(String::len).max().unwrap_or(0).max(9);
     let _ = writeln!(
         out,
-        "  {:<32} {:>12} {:>12} {:>12}  what",
+        "  {:<width$} {:>12} {:>12} {:>12}  what",
         "partition", "committed", "new", "watermark"
     );
-    for p in &plan.partitions {
+    for (p, name) in plan.partitions.iter().zip(&names) {
         let committed = p
             .committed
             .map_or_else(|| format!("none ({})", p.before), |c| c.to_string());
@@ -301,11 +307,8 @@ pub fn text(plan: &Plan, dry_run: bool) -> String {
         };
         let _ = writeln!(
             out,
-            "  {:<32} {:>12} {:>12} {:>12}  {what}",
-            format!("{}/{}", p.topic, p.partition),
-            committed,
-            p.after,
-            watermark
+            "  {name:<width$} {committed:>12} {:>12} {watermark:>12}  {what}",
+            p.after
         );
     }
     match (plan.forward(), plan.skipped) {
