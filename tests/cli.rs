@@ -334,3 +334,34 @@ fn check_offline_refuses_a_config_it_cannot_read_naming_the_file() {
         "{report}"
     );
 }
+
+#[test]
+fn reset_refuses_bad_flags_and_unknown_streams_before_reaching_a_broker() {
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/example.toml");
+    let base = ["reset", "--config", config, "--stream", "bank"];
+    let with = |more: &[&'static str]| -> Vec<&str> { base.iter().chain(more).copied().collect() };
+    let text = refused(&with(&["--to-offset", "raw.bank:x=1"]), "");
+    assert!(text.contains("--to-offset"), "{text}");
+    let text = refused(&with(&["--to-earliest", "--skipped", "lost"]), "");
+    assert!(
+        text.contains("--skipped") && text.contains("lost"),
+        "{text}"
+    );
+    let text = refused(&with(&["--to-time", "yesterday"]), "");
+    assert!(text.contains("--to-time"), "{text}");
+    // Exactly one target.
+    refused(&with(&[]), "");
+    refused(&with(&["--to-earliest", "--to-offset", "5"]), "");
+    let text = refused(
+        &[
+            "reset",
+            "--config",
+            config,
+            "--stream",
+            "nope",
+            "--to-earliest",
+        ],
+        "",
+    );
+    assert!(text.contains("--stream") && text.contains("nope"), "{text}");
+}

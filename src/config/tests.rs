@@ -436,3 +436,11 @@ fn brokers_from_the_environment_or_librdkafkas_alias_are_enough() {
     let alias = format!("[kafka]\n\"metadata.broker.list\" = \"b-1:9092\"\n{BASE}");
     assert!(Config::parse(&alias).is_ok());
 }
+
+#[test]
+fn shadow_is_off_by_default_and_a_non_boolean_is_refused_naming_the_field() {
+    assert!(!parse(BASE).unwrap().streams[0].shadow);
+    assert!(parse(&format!("{BASE}shadow = true\n")).unwrap().streams[0].shadow);
+    let error = refused(&format!("{BASE}shadow = \"yes\"\n"));
+    assert!(error.contains("streams[0].shadow"), "{error}");
+}
