@@ -18,11 +18,27 @@ use super::reset::{plan, text, Change, Request, Seen, Skipped, Target};
 use crate::config::Config;
 use crate::store::{PartitionReset, Publish, StoreError, StreamId, TopicTag};
 
-/// The commit metadata a reset writes: idemgate's, for the stream, and
-/// never `gap-free`, so the next owner raises no watermark from it
-/// (docs/design.md §7).
-pub(crate) fn commit_metadata(key_id: &str) -> String {
-    format!("idemgate/2 {key_id} reset")
+/// The commit metadata a reset writes: idemgate's, for the stream, never
+/// `gap-free` (the next owner raises no watermark from it, docs/design.md
+/// §7), and carrying the `done` ranges of the commit it replaces that lie
+/// at or above the new offset: those records were finished (their
+/// duplicates and invalid records already in audit, above a record that
+/// waited), and the next owner skips them rather than deciding them again.
+pub(crate) fn commit_metadata(key_id: &str, old: Option<&str>, after: i64) -> String {
+    let done = old
+        .and_then(|text| crate::worker::metadata::read(key_id, text))
+        .map(|m| m.done)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(from, to)| (to > after).then_some((from.max(after), to)))
+        .collect();
+    crate::worker::metadata::write(
+        key_id,
+        &crate::worker::metadata::Metadata {
+            gap_free: false,
+            done,
+        },
+    )
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -75,7 +91,7 @@ pub async fn reset(config: &Config, args: ResetArgs) -> Result<String, ResetErro
     );
     let inputs = stream.inputs.clone();
     let target = args.target.clone();
-    let (consumer, mut seen) = {
+    let (consumer, (mut seen, metadata)) = {
         let group = group.clone();
         tokio::task::spawn_blocking(move || -> Result<_, ResetError> {
             let consumer: BaseConsumer<QuietContext> = consumer_config
@@ -84,8 +100,8 @@ pub async fn reset(config: &Config, args: ResetArgs) -> Result<String, ResetErro
                     ResetError::Kafka(format!("cannot make a client from [kafka]: {e}"))
                 })?;
             refuse_if_active(&consumer, &group)?;
-            let seen = look(&consumer, &inputs, &target)?;
-            Ok((consumer, seen))
+            let (seen, metadata) = look(&consumer, &inputs, &target)?;
+            Ok((consumer, (seen, metadata)))
         })
         .await
         .map_err(|e| ResetError::Kafka(e.to_string()))??
@@ -133,18 +149,22 @@ pub async fn reset(config: &Config, args: ResetArgs) -> Result<String, ResetErro
 
     let key_id = stream.spec.key_id.clone();
     let group_name = group.clone();
-    let commits: Vec<(String, i32, i64)> = plan
+    let commits: Vec<(String, i32, i64, String)> = plan
         .partitions
         .iter()
         .filter(|p| p.change != Change::Unchanged || p.committed.is_none())
-        .map(|p| (p.topic.clone(), p.partition, p.after))
+        .map(|p| {
+            let old = metadata.get(&(p.topic.clone(), p.partition));
+            let written = commit_metadata(&key_id, old.map(String::as_str), p.after);
+            (p.topic.clone(), p.partition, p.after, written)
+        })
         .collect();
     let committed = tokio::task::spawn_blocking(move || -> Result<usize, ResetError> {
         // Asked again right before the commit: a replica that joined
         // meanwhile would otherwise read from offsets the store's ranges
         // were not written for.
         refuse_if_active(&consumer, &group)?;
-        commit(&consumer, &key_id, &commits)?;
+        commit(&consumer, &commits)?;
         Ok(commits.len())
     })
     .await
@@ -176,13 +196,16 @@ fn refuse_if_active(consumer: &BaseConsumer<QuietContext>, group: &str) -> Resul
     Ok(())
 }
 
+/// Committed metadata by partition.
+type Committed = std::collections::HashMap<(String, i32), String>;
+
 /// Every input partition: committed offset, log bounds, the offset at the
-/// time asked for.
+/// time asked for; and the committed offsets' metadata.
 fn look(
     consumer: &BaseConsumer<QuietContext>,
     inputs: &[String],
     target: &Target,
-) -> Result<Vec<Seen>, ResetError> {
+) -> Result<(Vec<Seen>, Committed), ResetError> {
     let mut seen = Vec::new();
     for topic in inputs {
         let metadata = consumer
@@ -217,12 +240,16 @@ fn look(
     let committed = consumer
         .committed_offsets(list, REQUEST_TIMEOUT)
         .map_err(|e| ResetError::Kafka(format!("committed offsets: {e}")))?;
+    let mut metadata = Committed::new();
     for s in &mut seen {
-        if let Some(Offset::Offset(o)) = committed
-            .find_partition(&s.topic, s.partition)
-            .map(|e| e.offset())
-        {
-            s.committed = Some(o);
+        if let Some(element) = committed.find_partition(&s.topic, s.partition) {
+            if let Offset::Offset(o) = element.offset() {
+                s.committed = Some(o);
+                metadata.insert(
+                    (s.topic.clone(), s.partition),
+                    element.metadata().to_string(),
+                );
+            }
         }
     }
     if let Target::Time(at) = target {
@@ -243,23 +270,22 @@ fn look(
             }
         }
     }
-    Ok(seen)
+    Ok((seen, metadata))
 }
 
 fn commit(
     consumer: &BaseConsumer<QuietContext>,
-    key_id: &str,
-    commits: &[(String, i32, i64)],
+    commits: &[(String, i32, i64, String)],
 ) -> Result<(), ResetError> {
     if commits.is_empty() {
         return Ok(());
     }
     let mut list = TopicPartitionList::new();
-    for (topic, partition, offset) in commits {
+    for (topic, partition, offset, metadata) in commits {
         list.add_partition_offset(topic, *partition, Offset::Offset(*offset))
             .map_err(|e| ResetError::Kafka(e.to_string()))?;
         if let Some(mut element) = list.find_partition(topic, *partition) {
-            element.set_metadata(commit_metadata(key_id));
+            element.set_metadata(metadata);
         }
     }
     consumer.commit(&list, CommitMode::Sync).map_err(|e| {
@@ -269,13 +295,13 @@ fn commit(
     })?;
     // Read back: the broker said yes to what it holds now.
     let mut check = TopicPartitionList::new();
-    for (topic, partition, _) in commits {
+    for (topic, partition, _, _) in commits {
         check.add_partition(topic, *partition);
     }
     let back = consumer
         .committed_offsets(check, Duration::from_secs(10))
         .map_err(|e| ResetError::Kafka(format!("reading the commit back: {e}")))?;
-    for (topic, partition, offset) in commits {
+    for (topic, partition, offset, _) in commits {
         let now = back.find_partition(topic, *partition).map(|e| e.offset());
         if now != Some(Offset::Offset(*offset)) {
             return Err(ResetError::Kafka(format!(
@@ -288,10 +314,25 @@ fn commit(
 
 #[cfg(test)]
 mod tests {
+    use crate::worker::metadata::read;
+
     #[test]
     fn a_reset_commit_never_claims_gap_free() {
-        let text = super::commit_metadata("Ab");
-        let read = crate::worker::metadata::read("Ab", &text);
-        assert!(read.is_none_or(|m| !m.gap_free), "{text}");
+        let text = super::commit_metadata("Ab", Some("idemgate/2 Ab gap-free"), 7);
+        let read = read("Ab", &text).expect("idemgate's own metadata");
+        assert!(!read.gap_free, "{text}");
+        assert!(read.done.is_empty(), "{text}");
+    }
+
+    #[test]
+    fn a_reset_commit_carries_the_done_ranges_at_or_above_its_offset() {
+        let old = "idemgate/2 Ab gaps done=11-15,20-30";
+        let text = super::commit_metadata("Ab", Some(old), 22);
+        assert_eq!(read("Ab", &text).unwrap().done, vec![(22, 30)], "{text}");
+        let text = super::commit_metadata("Ab", Some(old), 0);
+        assert_eq!(read("Ab", &text).unwrap().done, vec![(11, 15), (20, 30)]);
+        // Another stream's or another writer's ranges are not ours.
+        let text = super::commit_metadata("Ab", Some("idemgate/2 Cd gaps done=1-5"), 0);
+        assert!(read("Ab", &text).unwrap().done.is_empty());
     }
 }
