@@ -364,4 +364,26 @@ fn reset_refuses_bad_flags_and_unknown_streams_before_reaching_a_broker() {
         "",
     );
     assert!(text.contains("--stream") && text.contains("nope"), "{text}");
+    // A memory store lives inside each replica: nothing to record a reset in.
+    let memory =
+        std::env::temp_dir().join(format!("idemgate-cli-reset-{}.toml", std::process::id()));
+    std::fs::write(
+        &memory,
+        "[kafka]\n\"bootstrap.servers\" = \"127.0.0.1:1\"\n[store]\nkind = \"memory\"\n\n[[streams]]\nname = \"bank\"\ninputs = [\"raw.bank\"]\nclean = \"clean.bank\"\naudit = \"audit.bank\"\nprofile = \"bank-txn\"\nmode = \"exact\"\nttl = { explicit = \"1h\" }\n",
+    )
+    .expect("writing a config");
+    let path = memory.to_string_lossy().into_owned();
+    let text = refused(
+        &[
+            "reset",
+            "--config",
+            &path,
+            "--stream",
+            "bank",
+            "--to-earliest",
+        ],
+        "",
+    );
+    let _ = std::fs::remove_file(&memory);
+    assert!(text.contains("store.kind"), "{text}");
 }

@@ -80,6 +80,14 @@ pub async fn reset(config: &Config, args: ResetArgs) -> Result<String, ResetErro
                 names.join(", ")
             ))
         })?;
+    if matches!(config.store, crate::config::StoreConfig::Memory { .. }) {
+        return Err(ResetError::Refused(
+            "store.kind = \"memory\": claims and watermarks live inside each replica, where \
+             no reset can record anything; reset with Kafka's own tool (a restarted memory \
+             store remembers nothing anyway)"
+                .into(),
+        ));
+    }
     let (consumer_config, _) = crate::worker::client_configs(config);
     let group = consumer_config
         .get("group.id")
