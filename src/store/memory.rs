@@ -249,13 +249,16 @@ impl ClaimStore for MemoryStore {
         answer
             .watermarks
             .sort_by_key(|w| (w.stream, w.topic, w.partition));
-        let mut marked: Vec<PartitionKey> = state
-            .abandoned
-            .keys()
-            .chain(state.replays.keys())
-            .filter(|k| streams.binary_search(&k.0).is_ok())
-            .copied()
-            .collect();
+        let mut marked: Vec<PartitionKey> = Vec::new();
+        if !state.abandoned.is_empty() || !state.replays.is_empty() {
+            marked = state
+                .abandoned
+                .keys()
+                .chain(state.replays.keys())
+                .filter(|k| streams.binary_search(&k.0).is_ok())
+                .copied()
+                .collect();
+        }
         marked.sort_unstable();
         marked.dedup();
         answer.ranges = marked.into_iter().map(|key| state.ranges(key)).collect();
@@ -274,15 +277,19 @@ impl ClaimStore for MemoryStore {
             let own_below = below(&state, claim.stream, &claim.holder);
             let holder_below = existing.and_then(|v| below(&state, claim.stream, &v.holder));
             let in_filter = state.in_filter(claim.stream.0, spec, &claim.hash, claim.at);
-            let marks = ResetMarks {
-                replay: state
-                    .ranges(partition_of(claim.stream, &claim.holder))
-                    .in_replay(claim.holder.offset),
-                holder_abandoned: existing.is_some_and(|v| {
-                    state
-                        .ranges(partition_of(claim.stream, &v.holder))
-                        .in_abandoned(v.holder.offset)
-                }),
+            let marks = if state.abandoned.is_empty() && state.replays.is_empty() {
+                ResetMarks::default()
+            } else {
+                ResetMarks {
+                    replay: state
+                        .ranges(partition_of(claim.stream, &claim.holder))
+                        .in_replay(claim.holder.offset),
+                    holder_abandoned: existing.is_some_and(|v| {
+                        state
+                            .ranges(partition_of(claim.stream, &v.holder))
+                            .in_abandoned(v.holder.offset)
+                    }),
+                }
             };
             let verdict = judge_reset(
                 claim,

@@ -248,6 +248,9 @@ pub(crate) struct Flight {
     replayed: Vec<usize>,
     /// Assignments so far.
     epoch: u64,
+    /// Some partition has a re-emit range: the rounds' answers are read
+    /// for them until none has.
+    replaying: bool,
 }
 
 impl Flight {

@@ -28,21 +28,8 @@ impl Flight {
         }
         // The re-emit ranges as the store holds them now: a partition read
         // without one has none (a later reset cleared it).
-        let read: Vec<usize> = round
-            .read
-            .iter()
-            .chain(round.claims.iter().map(|c| &c.stream))
-            .map(|s| s.0)
-            .collect();
-        for (tp, p) in self.partitions.iter_mut() {
-            if !read.contains(&p.stream) {
-                continue;
-            }
-            p.replay = answer
-                .ranges
-                .iter()
-                .find(|r| r.stream.0 == p.stream && r.topic == p.tag && r.partition == tp.1)
-                .and_then(|r| r.replay);
+        if !answer.ranges.is_empty() || self.replaying {
+            self.read_replays(&round, &answer);
         }
         for ((tp, why), now_at) in round.raise_of.iter().zip(&answer.raised) {
             let Some(p) = self.partitions.get_mut(tp) else {
@@ -171,6 +158,27 @@ impl Flight {
             self.entered(tp, *offset, stage);
         }
         settled
+    }
+
+    /// Each read partition's re-emit range, as the round's answer holds it.
+    fn read_replays(&mut self, round: &Round, answer: &RoundAnswer) {
+        let read: Vec<usize> = round
+            .read
+            .iter()
+            .chain(round.claims.iter().map(|c| &c.stream))
+            .map(|s| s.0)
+            .collect();
+        for (tp, p) in self.partitions.iter_mut() {
+            if !read.contains(&p.stream) {
+                continue;
+            }
+            p.replay = answer
+                .ranges
+                .iter()
+                .find(|r| r.stream.0 == p.stream && r.topic == p.tag && r.partition == tp.1)
+                .and_then(|r| r.replay);
+        }
+        self.replaying = self.partitions.values().any(|p| p.replay.is_some());
     }
 
     /// Puts what a failed round carried back to where it was, whole: claims
