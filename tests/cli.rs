@@ -387,3 +387,26 @@ fn reset_refuses_bad_flags_and_unknown_streams_before_reaching_a_broker() {
     let _ = std::fs::remove_file(&memory);
     assert!(text.contains("store.kind"), "{text}");
 }
+
+#[test]
+fn check_warns_that_a_shadow_stream_suppresses_nothing() {
+    let path =
+        std::env::temp_dir().join(format!("idemgate-cli-shadow-{}.toml", std::process::id()));
+    std::fs::write(
+        &path,
+        "[kafka]\n\"bootstrap.servers\" = \"127.0.0.1:1\"\n[store]\nkind = \"memory\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n\n[[streams]]\nname = \"bank\"\ninputs = [\"raw.bank\"]\nclean = \"clean.bank\"\naudit = \"audit.bank\"\nprofile = \"bank-txn\"\nmode = \"exact\"\nttl = { explicit = \"1h\" }\nshadow = true\n",
+    )
+    .expect("writing a config");
+    let shown = path.to_string_lossy().into_owned();
+    let report = ok(&["check", "--config", &shown, "--offline"], "");
+    let _ = std::fs::remove_file(&path);
+    let line = report
+        .lines()
+        .find(|l| l.contains("streams[0].shadow"))
+        .unwrap_or_else(|| panic!("no shadow finding: {report}"));
+    assert!(line.starts_with("warn"), "{line}");
+    assert!(
+        line.contains("bank: shadow mode") && line.contains("clean.bank"),
+        "{line}"
+    );
+}
