@@ -148,6 +148,13 @@ fn a_reset_without_re_emission_repeats_nothing_and_with_it_clean_gets_the_novel_
     let status = first.terminate(Duration::from_secs(20));
     assert!(status.success(), "idemgate exited with {status} on SIGTERM");
 
+    // A dry run says what would happen and moves nothing.
+    let report = reset_when_empty(&config, &["--to-earliest", "--dry-run"]);
+    assert!(report.contains("dry run, nothing written"), "{report}");
+    assert!(report.contains("backward replay"), "{report}");
+    let committed = committed_offsets(&tansu_brokers(), &config.group, &topics.input, &partitions);
+    assert_eq!(committed, want, "a dry run moved the offsets");
+
     // Without re-emission: nothing, audit included.
     let report = reset_when_empty(&config, &["--to-earliest"]);
     assert!(report.contains("backward replay"), "{report}");
