@@ -13,7 +13,6 @@ use super::tier2::{self, counter_key, BloomWrite, Item};
 use super::{protocol, tier1, unparsable, watermarks, Keyed, RedisStore};
 use crate::store::judge::{judge_reset, ResetMarks, Verdict};
 use crate::store::value::ClaimValue;
-use crate::store::Raise;
 use crate::store::{
     millis, spec, Claim, ClaimOutcome, ClaimStore, FilterFill, Millis, PartitionRanges,
     PartitionReset, Publish, RoundAnswer, StoreError, StoreStats, StreamId, TopicTag,
@@ -114,75 +113,7 @@ impl ClaimStore for RedisStore {
     }
 
     async fn reset(&self, resets: &[PartitionReset]) -> Result<(), StoreError> {
-        // Read first: abandoned ranges add to those recorded before. The
-        // group has no members meanwhile, so no round writes in between.
-        let mut streams: Vec<StreamId> = resets.iter().map(|r| r.stream).collect();
-        streams.sort_unstable();
-        streams.dedup();
-        let reads = streams
-            .iter()
-            .map(|id| Ok(watermarks::read(&self.prefix, spec(&self.streams, *id)?)))
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        let mut before: Ranges = HashMap::new();
-        for (stream, read) in streams
-            .iter()
-            .zip(values(self.conn.run(reads).await?, "watermarks")?)
-        {
-            for r in watermarks::parse_all(*stream, read)?.1 {
-                before.insert((r.stream.0, r.topic, r.partition), r);
-            }
-        }
-        let mut commands = Vec::new();
-        for r in resets {
-            let spec = spec(&self.streams, r.stream)?;
-            let key = watermarks::key(&self.prefix, &spec.key_id);
-            let keyed = |cmd: redis::Cmd| Keyed {
-                key: key.clone(),
-                cmd,
-            };
-            if let Some(to) = r.raise_to {
-                // A raise from 0 always applies and never lowers.
-                let raise = Raise {
-                    stream: r.stream,
-                    topic: r.topic,
-                    partition: r.partition,
-                    start: 0,
-                    end: to,
-                };
-                let groups = watermarks::RaiseGroups::new(&self.prefix, &[raise], |id| {
-                    spec_of(&self.streams, id)
-                })?;
-                commands.extend(groups.invocations(&self.scripts.raise, false));
-            }
-            if let Some(range) = r.abandon {
-                let mut ranges = before
-                    .get(&(r.stream.0, r.topic, r.partition))
-                    .map(|b| b.abandoned.clone())
-                    .unwrap_or_default();
-                crate::store::add_abandoned(&mut ranges, range);
-                let mut cmd = redis::cmd("HSET");
-                cmd.arg(&key)
-                    .arg(watermarks::range_field(
-                        r.topic,
-                        r.partition,
-                        watermarks::ABANDONED,
-                    ))
-                    .arg(watermarks::format_ranges(&ranges));
-                commands.push(keyed(cmd));
-            }
-            let replay = watermarks::range_field(r.topic, r.partition, watermarks::REPLAY);
-            let mut cmd = redis::cmd(if r.replay.is_some() { "HSET" } else { "HDEL" });
-            cmd.arg(&key).arg(replay);
-            if let Some(range) = r.replay {
-                cmd.arg(watermarks::format_ranges(&[range]));
-            }
-            commands.push(keyed(cmd));
-            let mut expire = redis::cmd("PEXPIRE");
-            expire.arg(&key).arg(millis(spec.watermark_ttl()).max(1));
-            commands.push(keyed(expire));
-        }
-        values(self.conn.run(commands).await?, "reset")?;
-        Ok(())
+        self.record_reset(resets).await
     }
 
     async fn stats(&self, at: Millis) -> Result<StoreStats, StoreError> {
@@ -518,11 +449,4 @@ fn verdict(
         }),
     };
     judge_reset(claim, existing, own, holder, in_filter, reset)
-}
-
-fn spec_of(
-    streams: &[crate::store::StreamSpec],
-    id: StreamId,
-) -> Result<&crate::store::StreamSpec, StoreError> {
-    spec(streams, id)
 }
