@@ -41,6 +41,16 @@ impl Decision {
             }
         }
     }
+
+    /// The route on a stream: a `shadow = true` stream sends every output
+    /// to clean, its decision headers saying what it would have done.
+    pub(crate) fn route_on(&self, shadow: bool) -> Route {
+        if shadow {
+            Route::Clean
+        } else {
+            self.route()
+        }
+    }
 }
 
 /// Where an output goes.
@@ -55,6 +65,9 @@ pub const SOURCE_HASH: &str = "idemgate-source-hash";
 pub const TIER: &str = "idemgate-tier";
 pub const FIRST_SEEN: &str = "idemgate-first-seen";
 pub const REASON: &str = "idemgate-reason";
+/// On a record produced again by a replay the operator asked to re-emit
+/// (`idemgate reset --re-emit`), value `true`.
+pub const REPLAY: &str = "idemgate-replay";
 
 /// A decision header's value: most are fixed texts or the hash, written
 /// without a heap allocation (the novel path writes two such headers per
@@ -83,12 +96,17 @@ impl Value {
     }
 }
 
-/// The headers of one output, in order (at most five).
+/// The headers of one output, in order (at most six).
 pub(crate) struct Headers {
-    entries: [Option<(&'static str, Value)>; 5],
+    entries: [Option<(&'static str, Value)>; 6],
 }
 
 impl Headers {
+    /// Marks a record produced again by a re-emitting replay.
+    pub(crate) fn mark_replay(&mut self) {
+        self.push(REPLAY, Value::Static("true"));
+    }
+
     fn push(&mut self, name: &'static str, value: Value) {
         if let Some(slot) = self.entries.iter_mut().find(|e| e.is_none()) {
             *slot = Some((name, value));
@@ -199,6 +217,38 @@ mod tests {
             .route(),
             Route::Audit
         );
+    }
+
+    #[test]
+    fn a_shadow_stream_routes_every_decision_to_clean() {
+        let all = [
+            Decision::Novel,
+            Decision::Unverified,
+            Decision::Invalid(Invalid::NotObject),
+            Decision::Duplicate {
+                tier: Tier::Filter,
+                first_seen: None,
+            },
+            Decision::Conflict {
+                first_seen: coords(),
+            },
+        ];
+        for decision in &all {
+            assert_eq!(decision.route_on(true), Route::Clean, "{decision:?}");
+            assert_eq!(decision.route_on(false), decision.route(), "{decision:?}");
+        }
+        assert_eq!(all[2].route_on(false), Route::Audit);
+    }
+
+    #[test]
+    fn a_re_emitted_record_is_marked_as_a_replay() {
+        let hash = SourceHash([1; 32]);
+        let mut h = headers(&Decision::Novel, Some(&hash), &|_| String::new());
+        h.mark_replay();
+        let h = texts(&h);
+        assert!(h.contains(&(DECISION, "novel".into())));
+        assert!(h.contains(&(REPLAY, "true".into())));
+        assert_eq!(h.len(), 3);
     }
 
     #[test]

@@ -23,7 +23,8 @@
 //!   cluster, with a realistic at-least-once workload.
 //! - [`logging`]: text or JSON logs, rate limits for repeated errors.
 //! - [`ops`]: the operator's commands: `check` a config and its servers,
-//!   `plan` memory, measure a `horizon` from a log or a recorded topic.
+//!   `plan` memory, measure a `horizon` from a log or a recorded topic,
+//!   `reset` a stream's offsets (replay, re-emit, skip forward).
 //! - [`metrics`], `http`: every metric declared once; /metrics, /healthz
 //!   and /readyz.
 

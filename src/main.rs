@@ -75,6 +75,46 @@ enum Command {
     /// exact and tiered side by side; from flags or from each stream of a
     /// config.
     Plan(PlanArgs),
+    /// Reset a stream's input offsets for the group (to earliest, an offset
+    /// or a time) while the group has no members; prints every partition's
+    /// offsets before and after. A forward skip needs --skipped; a replay
+    /// produces nothing again unless --re-emit.
+    Reset(ResetArgs),
+}
+
+#[derive(Args)]
+#[command(group(clap::ArgGroup::new("to").required(true).args(["to_earliest", "to_offset", "to_time"])))]
+struct ResetArgs {
+    /// The TOML configuration `run` reads (brokers, group, store).
+    #[arg(long)]
+    config: std::path::PathBuf,
+    /// The stream whose input topics are reset.
+    #[arg(long)]
+    stream: String,
+    /// Every partition to its log start.
+    #[arg(long)]
+    to_earliest: bool,
+    /// One offset for every partition, or TOPIC:PARTITION=OFFSET,... naming
+    /// every input partition.
+    #[arg(long)]
+    to_offset: Option<String>,
+    /// The first offset at or after this RFC 3339 time (the log's end where
+    /// none is).
+    #[arg(long)]
+    to_time: Option<String>,
+    /// What the records a forward skip passes over count as: `delivered`
+    /// (their copies become duplicates: loss if they were not) or
+    /// `abandoned` (their copies may take their claims over: a double if
+    /// they were delivered). Required for a forward skip.
+    #[arg(long)]
+    skipped: Option<String>,
+    /// Records of the replayed range that were delivered before as their
+    /// claim's holder go to clean again, marked `idemgate-replay: true`.
+    #[arg(long)]
+    re_emit: bool,
+    /// Print what would happen; write nothing.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 #[derive(Args)]
@@ -250,7 +290,37 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Plan(args) => plan(args),
+        Command::Reset(args) => reset(args),
     }
+}
+
+fn reset(args: ResetArgs) -> Result<()> {
+    use idemgate::ops::reset::{parse_offsets, Skipped, Target};
+    let target = match (args.to_earliest, &args.to_offset, &args.to_time) {
+        (true, None, None) => Target::Earliest,
+        (false, Some(offsets), None) => parse_offsets(offsets).map_err(anyhow::Error::msg)?,
+        (false, None, Some(time)) => {
+            Target::Time(rfc3339_ms(time).map_err(|e| anyhow::anyhow!("--to-time: {e}"))?)
+        }
+        _ => bail!("give exactly one of --to-earliest, --to-offset, --to-time"),
+    };
+    let skipped = args
+        .skipped
+        .as_deref()
+        .map(Skipped::parse)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let config = idemgate::config::Config::load(&args.config)?;
+    let request = idemgate::ops::reset_run::ResetArgs {
+        stream: args.stream,
+        target,
+        skipped,
+        re_emit: args.re_emit,
+        dry_run: args.dry_run,
+    };
+    let report = runtime()?.block_on(idemgate::ops::reset_run::reset(&config, request))?;
+    print!("{report}");
+    Ok(())
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {

@@ -203,6 +203,7 @@ pub(crate) struct StreamMetrics {
     released: Counter,
     replayed: Counter,
     produce_failures: Counter,
+    taken_over: Counter,
     latency: Histogram,
 }
 
@@ -216,6 +217,7 @@ impl StreamMetrics {
             released: counter!(RELEASES, "stream" => s()),
             replayed: counter!(REPLAYS, "stream" => s()),
             produce_failures: counter!(PRODUCE_FAILURES, "stream" => s()),
+            taken_over: counter!(TAKEN_OVER, "stream" => s()),
             latency: histogram!(DECISION_LATENCY, "stream" => s()),
         }
     }
@@ -241,6 +243,7 @@ struct Counts {
     released: u64,
     replayed: u64,
     produce_failures: u64,
+    taken_over: u64,
 }
 
 impl Tally {
@@ -277,6 +280,11 @@ impl Tally {
         self.of(stream).replayed += 1;
     }
 
+    /// A claim taken over from a holder an operator's reset abandoned.
+    pub(crate) fn taken_over(&mut self, stream: usize) {
+        self.of(stream).taken_over += 1;
+    }
+
     pub(crate) fn produce_failed(&mut self, stream: usize) {
         self.of(stream).produce_failures += 1;
     }
@@ -297,6 +305,7 @@ impl Tally {
             add(&m.released, counts.released);
             add(&m.replayed, counts.replayed);
             add(&m.produce_failures, counts.produce_failures);
+            add(&m.taken_over, counts.taken_over);
             *counts = Counts::default();
         }
     }

@@ -334,3 +334,79 @@ fn check_offline_refuses_a_config_it_cannot_read_naming_the_file() {
         "{report}"
     );
 }
+
+#[test]
+fn reset_refuses_bad_flags_and_unknown_streams_before_reaching_a_broker() {
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/example.toml");
+    let base = ["reset", "--config", config, "--stream", "bank"];
+    let with = |more: &[&'static str]| -> Vec<&str> { base.iter().chain(more).copied().collect() };
+    let text = refused(&with(&["--to-offset", "raw.bank:x=1"]), "");
+    assert!(text.contains("--to-offset"), "{text}");
+    let text = refused(&with(&["--to-earliest", "--skipped", "lost"]), "");
+    assert!(
+        text.contains("--skipped") && text.contains("lost"),
+        "{text}"
+    );
+    let text = refused(&with(&["--to-time", "yesterday"]), "");
+    assert!(text.contains("--to-time"), "{text}");
+    // Exactly one target.
+    refused(&with(&[]), "");
+    refused(&with(&["--to-earliest", "--to-offset", "5"]), "");
+    let text = refused(
+        &[
+            "reset",
+            "--config",
+            config,
+            "--stream",
+            "nope",
+            "--to-earliest",
+        ],
+        "",
+    );
+    assert!(text.contains("--stream") && text.contains("nope"), "{text}");
+    // A memory store lives inside each replica: nothing to record a reset in.
+    let memory =
+        std::env::temp_dir().join(format!("idemgate-cli-reset-{}.toml", std::process::id()));
+    std::fs::write(
+        &memory,
+        "[kafka]\n\"bootstrap.servers\" = \"127.0.0.1:1\"\n[store]\nkind = \"memory\"\n\n[[streams]]\nname = \"bank\"\ninputs = [\"raw.bank\"]\nclean = \"clean.bank\"\naudit = \"audit.bank\"\nprofile = \"bank-txn\"\nmode = \"exact\"\nttl = { explicit = \"1h\" }\n",
+    )
+    .expect("writing a config");
+    let path = memory.to_string_lossy().into_owned();
+    let text = refused(
+        &[
+            "reset",
+            "--config",
+            &path,
+            "--stream",
+            "bank",
+            "--to-earliest",
+        ],
+        "",
+    );
+    let _ = std::fs::remove_file(&memory);
+    assert!(text.contains("store.kind"), "{text}");
+}
+
+#[test]
+fn check_warns_that_a_shadow_stream_suppresses_nothing() {
+    let path =
+        std::env::temp_dir().join(format!("idemgate-cli-shadow-{}.toml", std::process::id()));
+    std::fs::write(
+        &path,
+        "[kafka]\n\"bootstrap.servers\" = \"127.0.0.1:1\"\n[store]\nkind = \"memory\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n\n[[streams]]\nname = \"bank\"\ninputs = [\"raw.bank\"]\nclean = \"clean.bank\"\naudit = \"audit.bank\"\nprofile = \"bank-txn\"\nmode = \"exact\"\nttl = { explicit = \"1h\" }\nshadow = true\n",
+    )
+    .expect("writing a config");
+    let shown = path.to_string_lossy().into_owned();
+    let report = ok(&["check", "--config", &shown, "--offline"], "");
+    let _ = std::fs::remove_file(&path);
+    let line = report
+        .lines()
+        .find(|l| l.contains("streams[0].shadow"))
+        .unwrap_or_else(|| panic!("no shadow finding: {report}"));
+    assert!(line.starts_with("warn"), "{line}");
+    assert!(
+        line.contains("bank: shadow mode") && line.contains("clean.bank"),
+        "{line}"
+    );
+}

@@ -126,6 +126,9 @@ pub struct StreamConfig {
     pub(crate) profile: Profile,
     pub(crate) max_record_bytes: usize,
     pub(crate) fail_mode: FailMode,
+    /// Every output goes to clean, decision headers kept (docs/design.md
+    /// §2.1).
+    pub(crate) shadow: bool,
     /// Tiered: the expected peak records/s that sized the filter, kept for
     /// `idemgate plan` and `check` (exact streams have none).
     pub(crate) peak_rate: Option<u64>,
@@ -421,6 +424,7 @@ fn validate_stream(
         profile,
         max_record_bytes: raw.max_record_bytes.get(),
         fail_mode: raw.fail_mode,
+        shadow: raw.shadow,
         peak_rate: filter
             .is_some()
             .then(|| raw.peak_rate.map(|rate| rate.get()))

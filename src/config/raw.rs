@@ -335,6 +335,12 @@ pub(crate) struct RawStream {
     /// What happens while the store is unreachable. Default `closed`.
     #[serde(default)]
     pub(crate) fail_mode: FailMode,
+    /// Decide, claim and count as usual, but route every record to the
+    /// clean topic with its decision headers (duplicates, conflicts and
+    /// invalid records included): for trying idemgate on a live feed before
+    /// it suppresses anything. Default false.
+    #[serde(default)]
+    pub(crate) shadow: bool,
 }
 
 fn default_prefix() -> String {

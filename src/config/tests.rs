@@ -475,3 +475,11 @@ fn exactly_once_is_a_top_level_choice_with_its_producer_settings_checked() {
         assert!(error.contains(field), "{field} not named in: {error}");
     }
 }
+
+#[test]
+fn shadow_is_off_by_default_and_a_non_boolean_is_refused_naming_the_field() {
+    assert!(!parse(BASE).unwrap().streams[0].shadow);
+    assert!(parse(&format!("{BASE}shadow = true\n")).unwrap().streams[0].shadow);
+    let error = refused(&format!("{BASE}shadow = \"yes\"\n"));
+    assert!(error.contains("streams[0].shadow"), "{error}");
+}

@@ -181,6 +181,17 @@ fn offline_findings(path: &Path, config: &Config) -> Vec<Finding> {
     if let Some(brokers) = config.brokers() {
         findings.push(Finding::ok("kafka.bootstrap.servers", brokers));
     }
+    for (index, stream) in config.streams.iter().enumerate() {
+        if stream.shadow {
+            findings.push(Finding::warn(
+                format!("streams[{index}].shadow"),
+                format!(
+                    "{}: shadow mode: every record goes to {} with its decision, nothing is suppressed",
+                    stream.spec.name, stream.clean
+                ),
+            ));
+        }
+    }
     findings.push(listen(&config.metrics_listen));
     findings
 }

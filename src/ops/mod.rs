@@ -11,6 +11,10 @@
 //! - [`horizon`]: retry horizons from a delivery log on stdin, or from a
 //!   recorded topic ([`horizon_topic`]), measured by the pure
 //!   `ttl::measure_horizon`.
+//! - [`reset`]: reset and replay a stream's input offsets (to a time, an
+//!   offset or earliest) while its group is empty, recording in the store
+//!   what a forward skip passed over and what a replay re-emits; the pure
+//!   plan and report in `reset`, the I/O in [`reset_run`].
 //! - `kafka`: the short-lived, quiet Kafka clients these use.
 
 pub mod check;
@@ -21,3 +25,5 @@ pub mod horizon_topic;
 mod kafka;
 pub mod plan;
 pub mod plan_text;
+pub mod reset;
+pub mod reset_run;

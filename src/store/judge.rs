@@ -21,11 +21,29 @@ pub(crate) enum Verdict {
     /// record's token (compare and set on the old holder and token), then
     /// it is `Won { fresh: false }`.
     Restamp,
+    /// The record met another record's unsettled claim whose holder lies
+    /// in a range the operator's reset abandoned (DESIGN.md §4 rule 7):
+    /// write this record's own claim over exactly the value judged (compare
+    /// and set on the whole old value, keeping the key's expiry); then it
+    /// is `Won { fresh: false }`, counted as taken over.
+    TakeOver,
 }
 
+/// What an operator's reset recorded, as it bears on one claim.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ResetMarks {
+    /// The record lies in its own partition's re-emit range.
+    pub(crate) replay: bool,
+    /// The existing claim's holder lies in an abandoned range of its
+    /// partition.
+    pub(crate) holder_abandoned: bool,
+}
+
+/// Without any reset's marks (tests state the rules of §4.4 through it).
 /// `existing` is the value `SET NX GET` answered (`None`: this claim was
 /// written); `own_below` is the watermark of the record's own partition,
 /// `holder_below` that of the existing holder's partition.
+#[cfg(test)]
 pub(crate) fn judge(
     claim: &Claim,
     existing: Option<&ClaimValue>,
@@ -33,10 +51,42 @@ pub(crate) fn judge(
     holder_below: Option<i64>,
     in_filter: bool,
 ) -> Verdict {
+    judge_reset(
+        claim,
+        existing,
+        own_below,
+        holder_below,
+        in_filter,
+        ResetMarks::default(),
+    )
+}
+
+/// [`judge`] with what a reset recorded: in a re-emit range, what would be
+/// `Replayed` as the claim's own holder is `Reemit`; a holder in an
+/// abandoned range is taken over instead of waited on.
+pub(crate) fn judge_reset(
+    claim: &Claim,
+    existing: Option<&ClaimValue>,
+    own_below: Option<i64>,
+    holder_below: Option<i64>,
+    in_filter: bool,
+    marks: ResetMarks,
+) -> Verdict {
     use ClaimOutcome::*;
     // Rule 2: below the watermark means decided, whatever tier 1 says.
     if own_below.is_some_and(|w| claim.holder.offset < w) {
-        return Verdict::Decided(Replayed);
+        // Re-emitted only where nothing says its output went to audit:
+        // its own claim, or (the key expired) no claim and no filter hit.
+        // Another holder's claim means it was a duplicate or a conflict.
+        let own = match existing {
+            Some(value) => value.holder == claim.holder,
+            None => !in_filter,
+        };
+        return Verdict::Decided(if marks.replay && own {
+            Reemit
+        } else {
+            Replayed
+        });
     }
     let Some(value) = existing else {
         // A fresh claim on a hash the filter knows: a duplicate from
@@ -54,7 +104,7 @@ pub(crate) fn judge(
         // Its own claim overrides a filter hit (its hash went in when it
         // was delivered).
         return if settled(value, holder_below) {
-            Verdict::Decided(Replayed)
+            Verdict::Decided(if marks.replay { Reemit } else { Replayed })
         } else if value.token == claim.token {
             // This owner wrote it: a retried round whose first answer was
             // lost. That first attempt met the filter if this one does (the
@@ -71,6 +121,9 @@ pub(crate) fn judge(
         } else {
             Verdict::Restamp
         };
+    }
+    if !settled(value, holder_below) && marks.holder_abandoned {
+        return Verdict::TakeOver;
     }
     Verdict::Decided(if !settled(value, holder_below) {
         Held {
@@ -192,6 +245,73 @@ mod tests {
         assert_eq!(
             judge(&again, Some(&done), Some(2), Some(2), true),
             Verdict::Decided(ClaimOutcome::Replayed)
+        );
+    }
+
+    #[test]
+    fn a_replay_range_re_emits_only_what_held_its_own_claim() {
+        let replay = ResetMarks {
+            replay: true,
+            ..ResetMarks::default()
+        };
+        let c = claim(at(0, 5), 1);
+        let own = value_of(&claim(at(0, 5), 9));
+        let other = value_of(&claim(at(1, 2), 9));
+        let reemit = Verdict::Decided(ClaimOutcome::Reemit);
+        let replayed = Verdict::Decided(ClaimOutcome::Replayed);
+        // Below the watermark: its own claim, or nothing at all known.
+        assert_eq!(
+            judge_reset(&c, Some(&own), Some(6), Some(6), false, replay),
+            reemit
+        );
+        assert_eq!(judge_reset(&c, None, Some(6), None, false, replay), reemit);
+        // A filter hit or another holder: it went to audit before.
+        assert_eq!(judge_reset(&c, None, Some(6), None, true, replay), replayed);
+        assert_eq!(
+            judge_reset(&c, Some(&other), Some(6), Some(9), false, replay),
+            replayed
+        );
+        // Its own claim settled by a done flag above the watermark.
+        let done = ClaimValue { done: true, ..own };
+        assert_eq!(
+            judge_reset(&c, Some(&done), Some(1), Some(1), false, replay),
+            reemit
+        );
+        // Outside the range: as ever.
+        assert_eq!(judge(&c, Some(&own), Some(6), Some(6), false), replayed);
+        // Its own unsettled claim is re-stamped, not re-emitted.
+        assert_eq!(
+            judge_reset(&c, Some(&own), Some(1), Some(1), false, replay),
+            Verdict::Restamp
+        );
+    }
+
+    #[test]
+    fn an_abandoned_unsettled_holder_is_taken_over_and_a_settled_one_is_not() {
+        let abandoned = ResetMarks {
+            holder_abandoned: true,
+            ..ResetMarks::default()
+        };
+        let holder = claim(at(1, 10), 1);
+        let copy = claim(at(0, 3), 2);
+        let v = value_of(&holder);
+        assert_eq!(
+            judge_reset(&copy, Some(&v), None, Some(5), false, abandoned),
+            Verdict::TakeOver
+        );
+        assert_eq!(
+            judge(&copy, Some(&v), None, Some(5), false),
+            Verdict::Decided(ClaimOutcome::Held {
+                holder: holder.holder
+            })
+        );
+        let done = ClaimValue { done: true, ..v };
+        assert_eq!(
+            judge_reset(&copy, Some(&done), None, Some(5), false, abandoned),
+            Verdict::Decided(ClaimOutcome::Duplicate {
+                tier: Tier::Exact,
+                holder: Some(holder.holder)
+            })
         );
     }
 

@@ -9,11 +9,12 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use fastbloom::BloomFilter;
 
-use super::judge::{judge, raise, Verdict};
+use super::judge::{judge_reset, raise, ResetMarks, Verdict};
 use super::value::ClaimValue;
 use super::{
-    millis, spec, Claim, ClaimOutcome, ClaimStore, Coordinates, FilterFill, Millis, Publish,
-    RoundAnswer, StoreError, StoreStats, StreamId, StreamSpec, TopicTag, Watermark,
+    add_abandoned, millis, spec, Claim, ClaimOutcome, ClaimStore, Coordinates, FilterFill, Millis,
+    PartitionRanges, PartitionReset, Publish, RoundAnswer, StoreError, StoreStats, StreamId,
+    StreamSpec, TopicTag, Watermark,
 };
 use crate::fingerprint::SourceHash;
 
@@ -34,6 +35,10 @@ struct State {
     /// clock.
     claims: HashMap<(usize, SourceHash), (ClaimValue, Millis)>,
     watermarks: HashMap<PartitionKey, i64>,
+    /// What operators' resets recorded (docs/design.md §4.9): abandoned
+    /// ranges and the re-emit range, per partition.
+    abandoned: HashMap<PartitionKey, Vec<(i64, i64)>>,
+    replays: HashMap<PartitionKey, (i64, i64)>,
     generations: HashMap<(usize, i64), Generation>,
     /// Per partition, the latest time its claims carried. On event time,
     /// partitions run at different points of the clock: a key is swept
@@ -89,6 +94,16 @@ fn partition_of(stream: StreamId, holder: &Coordinates) -> PartitionKey {
 }
 
 impl State {
+    fn ranges(&self, key: PartitionKey) -> PartitionRanges {
+        PartitionRanges {
+            stream: StreamId(key.0),
+            topic: key.1,
+            partition: key.2,
+            abandoned: self.abandoned.get(&key).cloned().unwrap_or_default(),
+            replay: self.replays.get(&key).copied(),
+        }
+    }
+
     fn observe(&mut self, key: PartitionKey, at: Millis, event_time: bool) {
         let clock = self.clocks.entry(key).or_insert(at);
         *clock = (*clock).max(at);
@@ -234,6 +249,19 @@ impl ClaimStore for MemoryStore {
         answer
             .watermarks
             .sort_by_key(|w| (w.stream, w.topic, w.partition));
+        let mut marked: Vec<PartitionKey> = Vec::new();
+        if !state.abandoned.is_empty() || !state.replays.is_empty() {
+            marked = state
+                .abandoned
+                .keys()
+                .chain(state.replays.keys())
+                .filter(|k| streams.binary_search(&k.0).is_ok())
+                .copied()
+                .collect();
+        }
+        marked.sort_unstable();
+        marked.dedup();
+        answer.ranges = marked.into_iter().map(|key| state.ranges(key)).collect();
         let below = |state: &State, stream: StreamId, c: &Coordinates| {
             state.watermarks.get(&partition_of(stream, c)).copied()
         };
@@ -249,7 +277,28 @@ impl ClaimStore for MemoryStore {
             let own_below = below(&state, claim.stream, &claim.holder);
             let holder_below = existing.and_then(|v| below(&state, claim.stream, &v.holder));
             let in_filter = state.in_filter(claim.stream.0, spec, &claim.hash, claim.at);
-            let verdict = judge(claim, existing.as_ref(), own_below, holder_below, in_filter);
+            let marks = if state.abandoned.is_empty() && state.replays.is_empty() {
+                ResetMarks::default()
+            } else {
+                ResetMarks {
+                    replay: state
+                        .ranges(partition_of(claim.stream, &claim.holder))
+                        .in_replay(claim.holder.offset),
+                    holder_abandoned: existing.is_some_and(|v| {
+                        state
+                            .ranges(partition_of(claim.stream, &v.holder))
+                            .in_abandoned(v.holder.offset)
+                    }),
+                }
+            };
+            let verdict = judge_reset(
+                claim,
+                existing.as_ref(),
+                own_below,
+                holder_below,
+                in_filter,
+                marks,
+            );
             if existing.is_none() {
                 // `SET NX` writes whatever the verdict, as on Redis.
                 let value = ClaimValue::pending(claim.holder, claim.token, claim.digest, claim.at);
@@ -265,9 +314,37 @@ impl ClaimStore for MemoryStore {
                     }
                     ClaimOutcome::Won { fresh: false }
                 }
+                Verdict::TakeOver => {
+                    if let Some((value, _)) = state.claims.get_mut(&key) {
+                        *value =
+                            ClaimValue::pending(claim.holder, claim.token, claim.digest, claim.at);
+                    }
+                    answer.taken_over.push(answer.outcomes.len());
+                    ClaimOutcome::Won { fresh: false }
+                }
             });
         }
         Ok(answer)
+    }
+
+    async fn reset(&self, resets: &[PartitionReset]) -> Result<(), StoreError> {
+        let mut state = self.lock()?;
+        for r in resets {
+            spec(&self.streams, r.stream)?;
+            let key = (r.stream.0, r.topic, r.partition);
+            if let Some(to) = r.raise_to {
+                let now = raise(state.watermarks.get(&key).copied(), 0, to);
+                state.watermarks.insert(key, now);
+            }
+            if let Some(range) = r.abandon {
+                add_abandoned(state.abandoned.entry(key).or_default(), range);
+            }
+            match r.replay {
+                Some(range) => state.replays.insert(key, range),
+                None => state.replays.remove(&key),
+            };
+        }
+        Ok(())
     }
 
     async fn stats(&self, at: Millis) -> Result<StoreStats, StoreError> {

@@ -20,7 +20,7 @@ mod client_logs;
 pub(crate) mod consumer;
 mod flight;
 mod handover;
-mod metadata;
+pub(crate) mod metadata;
 mod output;
 mod pipeline;
 pub(crate) mod poller;

@@ -284,6 +284,9 @@ impl Worker {
                 for stream in settled.released {
                     p.tally.released(stream);
                 }
+                for stream in settled.taken_over {
+                    p.tally.taken_over(stream);
+                }
                 if settled.held > 0 {
                     crate::metrics::waited(settled.held);
                 }
@@ -425,7 +428,7 @@ impl Worker {
             return;
         };
         let stream = &self.streams[record.stream];
-        let topic = match decision.route() {
+        let topic = match decision.route_on(stream.config.shadow) {
             Route::Clean => stream.config.clean.as_str(),
             Route::Audit => stream.config.audit.as_str(),
         };
@@ -435,10 +438,14 @@ impl Worker {
             .and_then(|p| p.as_ref().ok())
             .map(|p| &p.hash);
         let name = |c: &crate::store::Coordinates| stream.topic_name(c.topic);
+        let mut decision_headers = headers(decision, hash, &name);
+        if record.replay {
+            decision_headers.mark_replay();
+        }
         let output = Output {
             topic,
             input: &record.input,
-            decision_headers: headers(decision, hash, &name),
+            decision_headers,
             carry: carry_of(decision),
         };
         let slot = p.sent.insert((tp.clone(), offset, record.epoch));

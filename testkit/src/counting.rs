@@ -81,7 +81,7 @@ impl StoreTally {
                 ClaimOutcome::Held { .. } => self.held += 1,
                 ClaimOutcome::Won { fresh: true } => self.won += 1,
                 ClaimOutcome::Won { fresh: false } => self.restamped += 1,
-                ClaimOutcome::Replayed => self.replayed += 1,
+                ClaimOutcome::Replayed | ClaimOutcome::Reemit => self.replayed += 1,
                 ClaimOutcome::Duplicate {
                     tier: Tier::Exact, ..
                 } => self.duplicate_exact += 1,

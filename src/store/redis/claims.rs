@@ -11,11 +11,11 @@ use tracing::warn;
 use super::round::{self, existing, noscript, values, Answers, Plan};
 use super::tier2::{self, counter_key, BloomWrite, Item};
 use super::{protocol, tier1, unparsable, watermarks, Keyed, RedisStore};
-use crate::store::judge::{judge, Verdict};
+use crate::store::judge::{judge_reset, ResetMarks, Verdict};
 use crate::store::value::ClaimValue;
 use crate::store::{
-    millis, spec, Claim, ClaimOutcome, ClaimStore, FilterFill, Millis, Publish, RoundAnswer,
-    StoreError, StoreStats, StreamId, TopicTag,
+    millis, spec, Claim, ClaimOutcome, ClaimStore, FilterFill, Millis, PartitionRanges,
+    PartitionReset, Publish, RoundAnswer, StoreError, StoreStats, StreamId, TopicTag,
 };
 
 /// A re-stamp meets a value changed under it at most this often in one
@@ -23,6 +23,16 @@ use crate::store::{
 const RESTAMP_ATTEMPTS: usize = 4;
 
 type Watermarks = HashMap<(usize, TopicTag, i32), i64>;
+type Ranges = HashMap<(usize, TopicTag, i32), PartitionRanges>;
+
+/// A record that met a value it writes over by compare and set: its own
+/// unsettled claim (re-stamp) or an abandoned holder's (take-over).
+#[derive(Clone, Copy)]
+struct Overwrite {
+    index: usize,
+    old: ClaimValue,
+    take_over: bool,
+}
 
 #[async_trait]
 impl ClaimStore for RedisStore {
@@ -81,18 +91,29 @@ impl ClaimStore for RedisStore {
             .iter()
             .zip(values(answers.reads, "watermarks")?)
         {
-            answer.watermarks.extend(watermarks::parse(*stream, read)?);
+            let (marks, ranges) = watermarks::parse_all(*stream, read)?;
+            answer.watermarks.extend(marks);
+            answer.ranges.extend(ranges);
         }
         let marks: Watermarks = answer
             .watermarks
             .iter()
             .map(|w| ((w.stream.0, w.topic, w.partition), w.below))
             .collect();
+        let ranges: Ranges = answer
+            .ranges
+            .iter()
+            .map(|r| ((r.stream.0, r.topic, r.partition), r.clone()))
+            .collect();
         let in_filter = tier2::hits(&plan.probe_map, answers.probes, claims.len())?;
-        answer.outcomes = self
-            .judge_claims(claims, answers.claims, &in_filter, &marks)
+        (answer.outcomes, answer.taken_over) = self
+            .judge_claims(claims, answers.claims, &in_filter, &marks, &ranges)
             .await?;
         Ok(answer)
+    }
+
+    async fn reset(&self, resets: &[PartitionReset]) -> Result<(), StoreError> {
+        self.record_reset(resets).await
     }
 
     async fn stats(&self, at: Millis) -> Result<StoreStats, StoreError> {
@@ -290,42 +311,55 @@ impl RedisStore {
         answers: Vec<RedisResult<Value>>,
         in_filter: &[bool],
         marks: &Watermarks,
-    ) -> Result<Vec<ClaimOutcome>, StoreError> {
+        ranges: &Ranges,
+    ) -> Result<(Vec<ClaimOutcome>, Vec<usize>), StoreError> {
         if answers.len() != claims.len() {
             return Err(StoreError::Protocol("claims answered short".into()));
         }
         let mut outcomes = Vec::with_capacity(claims.len());
         let mut restamps = Vec::new();
+        let overwrite = |index: usize, old: ClaimValue, verdict: Verdict| match verdict {
+            Verdict::Decided(_) => None,
+            Verdict::Restamp | Verdict::TakeOver => Some(Overwrite {
+                index,
+                old,
+                take_over: verdict == Verdict::TakeOver,
+            }),
+        };
         for (index, (claim, answer)) in claims.iter().zip(answers).enumerate() {
             let value = existing(answer)?;
             let hit = in_filter.get(index).copied().unwrap_or(false);
-            match verdict(claim, value.as_ref(), marks, hit) {
+            match verdict(claim, value.as_ref(), marks, ranges, hit) {
                 Verdict::Decided(outcome) => outcomes.push(outcome),
-                Verdict::Restamp => {
-                    // Placeholder until the re-stamp answers.
+                other => {
+                    // Placeholder until the compare and set answers.
                     outcomes.push(ClaimOutcome::Won { fresh: false });
-                    restamps.extend(value.map(|v| (index, v)));
+                    restamps.extend(value.and_then(|v| overwrite(index, v, other)));
                 }
             }
         }
+        let mut taken_over = Vec::new();
         for _ in 0..RESTAMP_ATTEMPTS {
             if restamps.is_empty() {
-                return Ok(outcomes);
+                taken_over.sort_unstable();
+                return Ok((outcomes, taken_over));
             }
-            let changed = self.restamp(claims, &restamps).await?;
+            let (written, changed) = self.restamp(claims, &restamps).await?;
+            taken_over.extend(written);
             let mut again = Vec::new();
             for (index, now) in changed {
                 let claim = &claims[index];
                 let hit = in_filter.get(index).copied().unwrap_or(false);
-                match verdict(claim, Some(&now), marks, hit) {
+                match verdict(claim, Some(&now), marks, ranges, hit) {
                     Verdict::Decided(outcome) => outcomes[index] = outcome,
-                    Verdict::Restamp => again.push((index, now)),
+                    other => again.extend(overwrite(index, now, other)),
                 }
             }
             restamps = again;
         }
         if restamps.is_empty() {
-            Ok(outcomes)
+            taken_over.sort_unstable();
+            Ok((outcomes, taken_over))
         } else {
             Err(StoreError::Protocol(
                 "a claim kept changing under its re-stamp".into(),
@@ -333,22 +367,32 @@ impl RedisStore {
         }
     }
 
-    /// Compare and set of token and claim time over exactly the value
-    /// judged (the key keeps its expiry). Returns the claims whose value
-    /// had changed, with the value now there.
+    /// Compare and set over exactly the value judged (the key keeps its
+    /// expiry): a re-stamp writes token and claim time, a take-over the
+    /// record's own claim. Returns the take-overs written, and the claims
+    /// whose value had changed, with the value now there.
     async fn restamp(
         &self,
         claims: &[Claim],
-        restamps: &[(usize, ClaimValue)],
-    ) -> Result<Vec<(usize, ClaimValue)>, StoreError> {
+        restamps: &[Overwrite],
+    ) -> Result<(Vec<usize>, Vec<(usize, ClaimValue)>), StoreError> {
         let mut prepared = Vec::with_capacity(restamps.len());
-        for (index, old) in restamps {
+        for Overwrite {
+            index,
+            old,
+            take_over,
+        } in restamps
+        {
             let claim = &claims[*index];
             let spec = spec(&self.streams, claim.stream)?;
-            let new = ClaimValue {
-                token: claim.token,
-                claimed_at: claim.at,
-                ..*old
+            let new = if *take_over {
+                ClaimValue::pending(claim.holder, claim.token, claim.digest, claim.at)
+            } else {
+                ClaimValue {
+                    token: claim.token,
+                    claimed_at: claim.at,
+                    ..*old
+                }
             };
             prepared.push((
                 tier1::key(&self.prefix, &spec.key_id, &claim.hash),
@@ -368,28 +412,41 @@ impl RedisStore {
             })
             .await?;
         let mut changed = Vec::new();
-        for ((index, _), answer) in restamps.iter().zip(answers) {
+        let mut written = Vec::new();
+        for (o, answer) in restamps.iter().zip(answers) {
             match answer {
+                Value::Int(1) if o.take_over => written.push(o.index),
                 Value::Int(1) => {}
-                Value::BulkString(bytes) => changed.push((*index, ClaimValue::decode(&bytes)?)),
+                Value::BulkString(bytes) => changed.push((o.index, ClaimValue::decode(&bytes)?)),
                 other => return Err(StoreError::Protocol(format!("re-stamp answered {other:?}"))),
             }
         }
-        Ok(changed)
+        Ok((written, changed))
     }
 }
 
-/// The pure judgement with the round's watermarks: the record's own
-/// partition's, and the existing holder's.
+/// The pure judgement with the round's watermarks and reset ranges: the
+/// record's own partition's, and the existing holder's.
 fn verdict(
     claim: &Claim,
     existing: Option<&ClaimValue>,
     marks: &Watermarks,
+    ranges: &Ranges,
     in_filter: bool,
 ) -> Verdict {
     let below =
         |topic: TopicTag, partition: i32| marks.get(&(claim.stream.0, topic, partition)).copied();
+    let ranges_of =
+        |topic: TopicTag, partition: i32| ranges.get(&(claim.stream.0, topic, partition));
     let own = below(claim.holder.topic, claim.holder.partition);
     let holder = existing.and_then(|v| below(v.holder.topic, v.holder.partition));
-    judge(claim, existing, own, holder, in_filter)
+    let reset = ResetMarks {
+        replay: ranges_of(claim.holder.topic, claim.holder.partition)
+            .is_some_and(|r| r.in_replay(claim.holder.offset)),
+        holder_abandoned: existing.is_some_and(|v| {
+            ranges_of(v.holder.topic, v.holder.partition)
+                .is_some_and(|r| r.in_abandoned(v.holder.offset))
+        }),
+    };
+    judge_reset(claim, existing, own, holder, in_filter, reset)
 }

@@ -26,6 +26,7 @@
 
 mod claims;
 mod conn;
+mod reset;
 mod round;
 mod tier1;
 mod tier2;

@@ -106,6 +106,9 @@ pub(crate) struct Record {
     batch: u64,
     /// Its partition's assignment.
     pub(crate) epoch: u64,
+    /// Produced again in a replay the operator asked to re-emit
+    /// (`idemgate reset --re-emit`): its output is marked `idemgate-replay`.
+    pub(crate) replay: bool,
     /// A round carrying its claim failed: the claim may have been written
     /// (or re-stamped) without this record hearing of it, so a later
     /// `Won { fresh: true }` cannot be trusted to mean it wrote it, and it
@@ -149,6 +152,10 @@ pub(crate) struct Partition {
     committed: Option<i64>,
     /// The watermark as last read or raised; `None` where none exists.
     pub(crate) watermark: Option<i64>,
+    /// The re-emit range an operator's reset recorded, as last read: its
+    /// records below the watermark are claimed (the store says whether to
+    /// produce them again) rather than finished on arrival.
+    replay: Option<(i64, i64)>,
     /// The watermark was read after the assignment.
     fresh: bool,
     /// This owner's range starts at or below the watermark: its raises
@@ -220,6 +227,9 @@ pub(crate) struct Settled {
     pub(crate) lost: usize,
     /// Records told to wait on another record's claim.
     pub(crate) held: u64,
+    /// Per claim that took over an abandoned holder's (docs/design.md §4.9),
+    /// its stream.
+    pub(crate) taken_over: Vec<usize>,
 }
 
 #[derive(Default)]
@@ -255,6 +265,9 @@ pub(crate) struct Flight {
     /// for their transaction, listed here.
     pub(crate) transactional: bool,
     in_txn: Vec<(Tp, i64)>,
+    /// Some partition has a re-emit range: the rounds' answers are read
+    /// for them until none has.
+    replaying: bool,
 }
 
 impl Flight {
@@ -279,6 +292,7 @@ impl Flight {
             next_read: None,
             committed,
             watermark: None,
+            replay: None,
             fresh: false,
             gap_free: true,
             raised: i64::MIN,
@@ -382,6 +396,7 @@ impl Flight {
             already_out: false,
             batch: self.batch,
             epoch: partition.epoch,
+            replay: false,
         };
         *self.batches.entry(self.batch).or_default() += 1;
         self.unfinished += 1;
@@ -401,7 +416,7 @@ impl Flight {
                 // settles by done flags.
                 partition.gap_free = partition.watermark.is_none_or(|w| w >= offset);
             }
-            entry_stage(&mut record, partition.watermark);
+            entry_stage(&mut record, partition.watermark, partition.replay);
         }
         // Exactly once, the last owner's commit lists it as delivered: its
         // output is in a committed transaction, its claim may not be settled
@@ -513,11 +528,17 @@ fn uncount(batches: &mut HashMap<u64, usize>, batch: u64) {
 }
 
 /// Where a record goes once its partition's watermark is known: below it,
-/// decided before (rule 2); otherwise claimed, or straight to audit when
-/// it has no hash.
-fn entry_stage(record: &mut Record, watermark: Option<i64>) {
-    if watermark.is_some_and(|w| record.input.offset < w) {
-        record.stage = Stage::Finished;
+/// decided before (rule 2), unless it is in the re-emit range and has a
+/// hash (then the store says whether it goes to clean again); otherwise
+/// claimed, or straight to audit when it has no hash.
+fn entry_stage(record: &mut Record, watermark: Option<i64>, replay: Option<(i64, i64)>) {
+    let offset = record.input.offset;
+    if watermark.is_some_and(|w| offset < w) {
+        let in_replay = replay.is_some_and(|(from, to)| from <= offset && offset < to);
+        record.stage = match &record.print {
+            Some(Ok(_)) if in_replay => Stage::Claim,
+            _ => Stage::Finished,
+        };
         return;
     }
     record.stage = match &record.print {

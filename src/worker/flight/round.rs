@@ -26,6 +26,11 @@ impl Flight {
                 p.watermark = Some(p.watermark.map_or(w.below, |m| m.max(w.below)));
             }
         }
+        // The re-emit ranges as the store holds them now: a partition read
+        // without one has none (a later reset cleared it).
+        if !answer.ranges.is_empty() || self.replaying {
+            self.read_replays(&round, &answer);
+        }
         for ((tp, why), now_at) in round.raise_of.iter().zip(&answer.raised) {
             let Some(p) = self.partitions.get_mut(tp) else {
                 continue;
@@ -78,6 +83,11 @@ impl Flight {
         for tp in &round.freshened {
             self.freshen(tp, &mut settled);
         }
+        for &index in &answer.taken_over {
+            if let Some(claim) = round.claims.get(index) {
+                settled.taken_over.push(claim.stream.0);
+            }
+        }
         let claims = round.claim_of.iter().zip(&round.claims);
         for (((tp, offset), claim), outcome) in claims.zip(answer.outcomes) {
             let Some(record) = self.record_mut(tp, *offset) else {
@@ -101,6 +111,12 @@ impl Flight {
                 ClaimOutcome::Replayed => {
                     settled.replayed.push(record.stream);
                     (Stage::Finished, None, None)
+                }
+                // Delivered before; produced again, marked, with nothing
+                // to settle (its partition's watermark already covers it).
+                ClaimOutcome::Reemit => {
+                    record.replay = true;
+                    (Stage::Produce, Some(Decision::Novel), None)
                 }
                 ClaimOutcome::Held { holder } => {
                     settled.held += 1;
@@ -149,6 +165,27 @@ impl Flight {
             self.entered(tp, *offset, stage);
         }
         settled
+    }
+
+    /// Each read partition's re-emit range, as the round's answer holds it.
+    fn read_replays(&mut self, round: &Round, answer: &RoundAnswer) {
+        let read: Vec<usize> = round
+            .read
+            .iter()
+            .chain(round.claims.iter().map(|c| &c.stream))
+            .map(|s| s.0)
+            .collect();
+        for (tp, p) in self.partitions.iter_mut() {
+            if !read.contains(&p.stream) {
+                continue;
+            }
+            p.replay = answer
+                .ranges
+                .iter()
+                .find(|r| r.stream.0 == p.stream && r.topic == p.tag && r.partition == tp.1)
+                .and_then(|r| r.replay);
+        }
+        self.replaying = self.partitions.values().any(|p| p.replay.is_some());
     }
 
     /// Puts what a failed round carried back to where it was, whole: claims
@@ -233,7 +270,7 @@ impl Flight {
         let mut moved = Vec::new();
         for (&offset, record) in p.records.iter_mut() {
             if record.stage == Stage::Fresh {
-                entry_stage(record, p.watermark);
+                entry_stage(record, p.watermark, p.replay);
                 if record.stage == Stage::Finished {
                     settled.replayed.push(record.stream);
                 }

@@ -74,8 +74,8 @@ fn round(flight: &mut Flight, outcomes: Vec<ClaimOutcome>) -> Publish {
         raised: round.publish.raises.iter().map(|r| r.end).collect(),
         done: vec![true; round.publish.done.len()],
         released: vec![true; round.publish.releases.len()],
-        watermarks: Vec::new(),
         outcomes,
+        ..RoundAnswer::default()
     };
     flight.answered(round, answer, Instant::now(), |_| true);
     publish

@@ -29,6 +29,7 @@ mod horizon;
 mod monitoring;
 mod outage;
 mod process;
+mod reset_command;
 mod resets;
 mod restart;
 mod tiered;

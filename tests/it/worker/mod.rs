@@ -11,5 +11,6 @@ mod faults;
 mod group;
 mod poison;
 mod protocol;
+mod shadow;
 mod support;
 mod timeouts;

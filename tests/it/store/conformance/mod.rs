@@ -231,12 +231,14 @@ const FILTER_DUPLICATE: ClaimOutcome = ClaimOutcome::Duplicate {
 
 mod long_tail;
 mod meet;
+mod reset;
 mod rounds;
 mod server;
 mod settle;
 
 pub use long_tail::*;
 pub use meet::*;
+pub use reset::*;
 pub use rounds::*;
 pub use server::*;
 pub use settle::*;

@@ -1,0 +1,435 @@
+//! `idemgate reset`: the operator's reset and replay of one stream's input
+//! offsets (DESIGN.md §4 rules 2 and 7; docs/design.md §4.9). What it does
+//! to each partition is decided here, purely, from what the brokers and the
+//! store said; `reset_run.rs` asks them and writes the outcome.
+//!
+//! - A **backward** reset (replay) moves the committed offset down. Its
+//!   records are below the partition's delivered watermark: they produce
+//!   nothing, audit included, unless `--re-emit` records the replayed range
+//!   so that those that held their own claim go to clean again, marked
+//!   `idemgate-replay: true`.
+//! - A **forward** skip moves it up past records never read: their claims
+//!   stay unsettled for ever, and their copies would wait for ever. The
+//!   operator says what they were: `--skipped delivered` raises the
+//!   watermark over them (their copies become duplicates: loss if they were
+//!   never delivered), `--skipped abandoned` records the range so that a
+//!   copy may take their claims over (a double if they were delivered).
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// Where the offsets go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// Each partition's log start.
+    Earliest,
+    /// The first offset at or after this time (milliseconds since the
+    /// epoch), or the partition's end where none is.
+    Time(i64),
+    /// One offset for every partition.
+    Offset(i64),
+    /// Per partition; every input partition must be named.
+    Offsets(BTreeMap<(String, i32), i64>),
+}
+
+/// `--skipped`: what the records a forward skip passes over count as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Skipped {
+    Delivered,
+    Abandoned,
+}
+
+impl Skipped {
+    pub fn parse(text: &str) -> Result<Skipped, String> {
+        match text {
+            "delivered" => Ok(Skipped::Delivered),
+            "abandoned" => Ok(Skipped::Abandoned),
+            other => Err(format!(
+                "--skipped: `{other}` is neither `delivered` nor `abandoned`"
+            )),
+        }
+    }
+
+    /// What the choice risks, as the command prints it.
+    pub fn risk(self) -> &'static str {
+        match self {
+            Skipped::Delivered => {
+                "--skipped delivered: the skipped records count as decided and delivered; \
+                 a copy of one of them is suppressed as a duplicate. Risk: LOSS, for every \
+                 skipped record whose output never reached clean."
+            }
+            Skipped::Abandoned => {
+                "--skipped abandoned: a copy of a skipped record whose claim was never \
+                 settled takes the claim over and goes to clean. Risk: a DOUBLE, for every \
+                 skipped record whose output did reach clean before its claim was settled."
+            }
+        }
+    }
+}
+
+/// Parses `--to-offset`: a single offset for every partition, or
+/// `TOPIC:PARTITION=OFFSET,...`.
+pub fn parse_offsets(text: &str) -> Result<Target, String> {
+    if let Ok(offset) = text.trim().parse::<i64>() {
+        if offset < 0 {
+            return Err(format!("--to-offset: {offset} is negative"));
+        }
+        return Ok(Target::Offset(offset));
+    }
+    let mut out = BTreeMap::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bad = || format!("--to-offset: `{part}` is not TOPIC:PARTITION=OFFSET");
+        let (tp, offset) = part.split_once('=').ok_or_else(bad)?;
+        let (topic, partition) = tp.rsplit_once(':').ok_or_else(bad)?;
+        let partition: i32 = partition.parse().map_err(|_| bad())?;
+        let offset: i64 = offset.parse().map_err(|_| bad())?;
+        if topic.is_empty() || partition < 0 || offset < 0 {
+            return Err(bad());
+        }
+        if out.insert((topic.to_string(), partition), offset).is_some() {
+            return Err(format!("--to-offset: {topic}:{partition} is named twice"));
+        }
+    }
+    if out.is_empty() {
+        return Err("--to-offset: no offsets given".into());
+    }
+    Ok(Target::Offsets(out))
+}
+
+/// One input partition as the brokers and the store see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seen {
+    pub topic: String,
+    pub partition: i32,
+    /// The group's committed offset, if any.
+    pub committed: Option<i64>,
+    /// The log's start and end.
+    pub low: i64,
+    pub high: i64,
+    /// For `--to-time`: the first offset at or after the time, if any.
+    pub at_time: Option<i64>,
+    /// The delivered watermark, if the store has one.
+    pub watermark: Option<i64>,
+}
+
+/// What the reset does to one partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    Unchanged,
+    /// Replay: the new offset is below the one the group resumes at.
+    Backward,
+    /// Skip: records never decided are passed over.
+    Forward,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionPlan {
+    pub topic: String,
+    pub partition: i32,
+    /// Where the group would resume: its committed offset, or where
+    /// `auto.offset.reset` sends a group without one.
+    pub before: i64,
+    pub committed: Option<i64>,
+    pub after: i64,
+    pub watermark: Option<i64>,
+    pub change: Change,
+    /// Written to the store: the watermark raised to (`--skipped
+    /// delivered`), the range abandoned, the range to re-emit.
+    pub raise_to: Option<i64>,
+    pub abandon: Option<(i64, i64)>,
+    pub replay: Option<(i64, i64)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub stream: String,
+    pub partitions: Vec<PartitionPlan>,
+    pub skipped: Option<Skipped>,
+    pub re_emit: bool,
+}
+
+/// What the operator asked for.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub stream: String,
+    pub target: Target,
+    pub skipped: Option<Skipped>,
+    pub re_emit: bool,
+    /// `auto.offset.reset` is `latest` (or `end`): a group without a
+    /// commit resumes at the log's end, not its start.
+    pub resume_at_end: bool,
+}
+
+/// Decides every partition's change; refuses what cannot be done, naming
+/// the flag.
+pub fn plan(request: &Request, seen: &[Seen]) -> Result<Plan, String> {
+    if let Target::Offsets(named) = &request.target {
+        for (topic, partition) in named.keys() {
+            if !seen
+                .iter()
+                .any(|s| &s.topic == topic && s.partition == *partition)
+            {
+                return Err(format!(
+                    "--to-offset: {topic}:{partition} is not an input partition of stream {}",
+                    request.stream
+                ));
+            }
+        }
+    }
+    let mut partitions = Vec::with_capacity(seen.len());
+    for s in seen {
+        let name = format!("{}:{}", s.topic, s.partition);
+        let after = match &request.target {
+            Target::Earliest => s.low,
+            Target::Time(_) => s.at_time.unwrap_or(s.high),
+            Target::Offset(offset) => *offset,
+            Target::Offsets(named) => {
+                *named.get(&(s.topic.clone(), s.partition)).ok_or_else(|| {
+                    format!("--to-offset: {name} is not named (every input partition must be)")
+                })?
+            }
+        };
+        if after < s.low || after > s.high {
+            return Err(format!(
+                "--to-offset: {after} for {name} is outside its log [{}, {}]",
+                s.low, s.high
+            ));
+        }
+        let before = s
+            .committed
+            .unwrap_or(if request.resume_at_end { s.high } else { s.low });
+        let change = match after.cmp(&before) {
+            std::cmp::Ordering::Equal => Change::Unchanged,
+            std::cmp::Ordering::Less => Change::Backward,
+            std::cmp::Ordering::Greater => Change::Forward,
+        };
+        let (mut raise_to, mut abandon, mut replay) = (None, None, None);
+        match change {
+            Change::Forward => match request.skipped {
+                None => {
+                    return Err(format!(
+                        "{name}: {before} -> {after} skips records forward; say what they \
+                         were with --skipped delivered or --skipped abandoned"
+                    ))
+                }
+                Some(Skipped::Delivered) => raise_to = Some(after),
+                Some(Skipped::Abandoned) => abandon = Some((before, after)),
+            },
+            // Everything the replay reads that was decided before: up to
+            // the watermark where it runs ahead of the last commit.
+            Change::Backward if request.re_emit => {
+                replay = Some((after, before.max(s.watermark.unwrap_or(before))));
+            }
+            _ => {}
+        }
+        partitions.push(PartitionPlan {
+            topic: s.topic.clone(),
+            partition: s.partition,
+            before,
+            committed: s.committed,
+            after,
+            watermark: s.watermark,
+            change,
+            raise_to,
+            abandon,
+            replay,
+        });
+    }
+    Ok(Plan {
+        stream: request.stream.clone(),
+        partitions,
+        skipped: request.skipped,
+        re_emit: request.re_emit,
+    })
+}
+
+impl Plan {
+    pub fn forward(&self) -> bool {
+        self.partitions.iter().any(|p| p.change == Change::Forward)
+    }
+}
+
+/// The report: per partition the offsets before and after and what
+/// happens, then the risk of the choice made.
+pub fn text(plan: &Plan, dry_run: bool) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "stream {}: {}",
+        plan.stream,
+        if dry_run {
+            "dry run, nothing written"
+        } else {
+            "reset"
+        }
+    );
+    let names: Vec<String> = plan
+        .partitions
+        .iter()
+        .map(|p| format!("{}/{}", p.topic, p.partition))
+        .collect();
+    let width = names.iter().map(String::len).max().unwrap_or(0).max(9);
+    let _ = writeln!(
+        out,
+        "  {:<width$} {:>12} {:>12} {:>12}  what",
+        "partition", "committed", "new", "watermark"
+    );
+    for (p, name) in plan.partitions.iter().zip(&names) {
+        let committed = p
+            .committed
+            .map_or_else(|| format!("none ({})", p.before), |c| c.to_string());
+        let watermark = p.watermark.map_or_else(|| "none".into(), |w| w.to_string());
+        let what = match p.change {
+            Change::Unchanged => "unchanged".to_string(),
+            Change::Backward => match p.replay {
+                Some((from, to)) => format!(
+                    "backward replay of {} records; those delivered before as their claim's \
+                     holder in [{from}, {to}) go to clean again, marked idemgate-replay",
+                    p.before - p.after
+                ),
+                None => format!(
+                    "backward replay of {} records: decided before, nothing produced again",
+                    p.before - p.after
+                ),
+            },
+            Change::Forward => match (p.raise_to, p.abandon) {
+                (Some(to), _) => format!(
+                    "forward skip of {} records, counted delivered: watermark raised to {to}",
+                    p.after - p.before
+                ),
+                (_, Some((from, to))) => format!(
+                    "forward skip of {} records, [{from}, {to}) abandoned: their unsettled \
+                     claims may be taken over",
+                    p.after - p.before
+                ),
+                _ => "forward skip".to_string(),
+            },
+        };
+        let _ = writeln!(
+            out,
+            "  {name:<width$} {committed:>12} {:>12} {watermark:>12}  {what}",
+            p.after
+        );
+    }
+    match (plan.forward(), plan.skipped) {
+        (true, Some(skipped)) => {
+            let _ = writeln!(out, "{}", skipped.risk());
+        }
+        (false, Some(_)) => {
+            let _ = writeln!(out, "--skipped has no effect: no partition skips forward");
+        }
+        _ => {}
+    }
+    if plan.re_emit && !plan.partitions.iter().any(|p| p.replay.is_some()) {
+        let _ = writeln!(
+            out,
+            "--re-emit has no effect: no partition replays backward"
+        );
+    }
+    if !plan.re_emit {
+        let _ = writeln!(
+            out,
+            "no re-emission: replayed records produce nothing (any earlier re-emit range of these partitions is cleared)"
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(partition: i32, committed: Option<i64>, watermark: Option<i64>) -> Seen {
+        Seen {
+            topic: "raw".into(),
+            partition,
+            committed,
+            low: 0,
+            high: 100,
+            at_time: Some(40),
+            watermark,
+        }
+    }
+
+    fn request(target: Target, skipped: Option<Skipped>, re_emit: bool) -> Request {
+        Request {
+            stream: "bank".into(),
+            target,
+            skipped,
+            re_emit,
+            resume_at_end: false,
+        }
+    }
+
+    #[test]
+    fn offsets_parse_as_one_for_all_or_per_partition_and_bad_ones_name_the_flag() {
+        assert_eq!(parse_offsets("42"), Ok(Target::Offset(42)));
+        let Ok(Target::Offsets(named)) = parse_offsets("raw.bank:0=5, raw.bank:1=7") else {
+            panic!("per partition");
+        };
+        assert_eq!(named.get(&("raw.bank".into(), 1)), Some(&7));
+        for bad in ["-1", "raw:x=1", "raw=1", "raw:0=1,raw:0=2", ""] {
+            let error = parse_offsets(bad).unwrap_err();
+            assert!(error.starts_with("--to-offset"), "{bad}: {error}");
+        }
+        assert!(Skipped::parse("lost").unwrap_err().contains("--skipped"));
+    }
+
+    #[test]
+    fn a_forward_skip_needs_a_choice_and_records_it() {
+        let parts = [seen(0, Some(10), Some(10)), seen(1, Some(60), Some(60))];
+        let error = plan(&request(Target::Offset(50), None, false), &parts).unwrap_err();
+        assert!(error.contains("--skipped"), "{error}");
+        assert!(error.starts_with("raw:0"), "{error}");
+        let p = plan(
+            &request(Target::Offset(50), Some(Skipped::Abandoned), false),
+            &parts,
+        )
+        .unwrap();
+        assert_eq!(p.partitions[0].change, Change::Forward);
+        assert_eq!(p.partitions[0].abandon, Some((10, 50)));
+        assert_eq!(p.partitions[0].raise_to, None);
+        assert_eq!(p.partitions[1].change, Change::Backward);
+        assert_eq!(p.partitions[1].replay, None);
+        let p = plan(
+            &request(Target::Offset(50), Some(Skipped::Delivered), false),
+            &parts,
+        )
+        .unwrap();
+        assert_eq!(p.partitions[0].raise_to, Some(50));
+        assert_eq!(p.partitions[0].abandon, None);
+        assert!(text(&p, true).contains("LOSS"));
+    }
+
+    #[test]
+    fn a_re_emitting_replay_covers_up_to_the_watermark() {
+        let parts = [seen(0, Some(30), Some(35)), seen(1, None, None)];
+        let p = plan(&request(Target::Earliest, None, true), &parts).unwrap();
+        assert_eq!(p.partitions[0].replay, Some((0, 35)));
+        // No commit: it resumes at the log start, where the reset goes.
+        assert_eq!(p.partitions[1].change, Change::Unchanged);
+        assert_eq!(p.partitions[1].replay, None);
+        let later = [seen(0, Some(50), Some(50))];
+        let p = plan(&request(Target::Time(0), None, false), &later).unwrap();
+        assert_eq!(p.partitions[0].after, 40);
+        assert_eq!(p.partitions[0].change, Change::Backward);
+        assert_eq!(p.partitions[0].replay, None);
+        assert!(text(&p, false).contains("nothing produced again"));
+    }
+
+    #[test]
+    fn every_partition_must_be_named_and_inside_its_log() {
+        let parts = [seen(0, Some(10), None), seen(1, Some(10), None)];
+        let one = parse_offsets("raw:0=5").unwrap();
+        let error = plan(&request(one, None, false), &parts).unwrap_err();
+        assert!(error.contains("raw:1 is not named"), "{error}");
+        let other = parse_offsets("raw:0=5,raw:1=5,other:0=1").unwrap();
+        let error = plan(&request(other, None, false), &parts).unwrap_err();
+        assert!(
+            error.contains("other:0 is not an input partition"),
+            "{error}"
+        );
+        let error = plan(&request(Target::Offset(101), None, false), &parts).unwrap_err();
+        assert!(error.contains("outside its log"), "{error}");
+    }
+}

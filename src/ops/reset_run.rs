@@ -1,0 +1,346 @@
+//! `idemgate reset`, the I/O around [`super::reset::plan`]: asks the
+//! brokers for the group, its committed offsets and the logs' bounds, and
+//! the store for the watermarks; then (unless a dry run) records in the
+//! store what the plan says, and only then commits the new offsets for the
+//! group. The store goes first: a commit that fails after it leaves the
+//! group where it was and the command can be run again (every store write
+//! is idempotent: raises never lower, ranges merge), whereas offsets moved
+//! without the store knowing would leave the skipped holders' copies
+//! waiting for good.
+
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::kafka::{QuietContext, REQUEST_TIMEOUT};
+use super::reset::{plan, text, Change, Request, Seen, Skipped, Target};
+use crate::config::Config;
+use crate::store::{PartitionReset, Publish, StoreError, StreamId, TopicTag};
+
+/// The commit metadata a reset writes: idemgate's, for the stream, never
+/// `gap-free` (the next owner raises no watermark from it, docs/design.md
+/// §7), and carrying the `done` ranges of the commit it replaces that lie
+/// at or above the new offset: those records were finished (their
+/// duplicates and invalid records already in audit, above a record that
+/// waited), and the next owner skips them rather than deciding them again.
+pub(crate) fn commit_metadata(key_id: &str, old: Option<&str>, after: i64) -> String {
+    let done = old
+        .and_then(|text| crate::worker::metadata::read(key_id, text))
+        .map(|m| m.done)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(from, to)| (to > after).then_some((from.max(after), to)))
+        .collect();
+    crate::worker::metadata::write(
+        key_id,
+        &crate::worker::metadata::Metadata {
+            gap_free: false,
+            done,
+        },
+    )
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ResetError {
+    /// The request cannot be carried out as asked (named flag or field).
+    #[error("{0}")]
+    Refused(String),
+    #[error("kafka: {0}")]
+    Kafka(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What the operator asked for, from the CLI.
+pub struct ResetArgs {
+    pub stream: String,
+    pub target: Target,
+    pub skipped: Option<Skipped>,
+    pub re_emit: bool,
+    pub dry_run: bool,
+}
+
+/// Runs the reset and returns the report to print.
+pub async fn reset(config: &Config, args: ResetArgs) -> Result<String, ResetError> {
+    let (index, stream) = config
+        .streams
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.spec.name == args.stream)
+        .ok_or_else(|| {
+            let names: Vec<&str> = config
+                .streams
+                .iter()
+                .map(|s| s.spec.name.as_str())
+                .collect();
+            ResetError::Refused(format!(
+                "--stream: no stream named `{}` (the config has {})",
+                args.stream,
+                names.join(", ")
+            ))
+        })?;
+    if matches!(config.store, crate::config::StoreConfig::Memory { .. }) {
+        return Err(ResetError::Refused(
+            "store.kind = \"memory\": claims and watermarks live inside each replica, where \
+             no reset can record anything; reset with Kafka's own tool (a restarted memory \
+             store remembers nothing anyway)"
+                .into(),
+        ));
+    }
+    let (consumer_config, _) = crate::worker::client_configs(config);
+    let group = consumer_config
+        .get("group.id")
+        .unwrap_or("idemgate")
+        .to_string();
+    let resume_at_end = matches!(
+        consumer_config.get("auto.offset.reset"),
+        Some("latest" | "end" | "largest")
+    );
+    let inputs = stream.inputs.clone();
+    let target = args.target.clone();
+    let (consumer, (mut seen, metadata)) = {
+        let group = group.clone();
+        tokio::task::spawn_blocking(move || -> Result<_, ResetError> {
+            let consumer: BaseConsumer<QuietContext> = consumer_config
+                .create_with_context(QuietContext)
+                .map_err(|e| {
+                    ResetError::Kafka(format!("cannot make a client from [kafka]: {e}"))
+                })?;
+            refuse_if_active(&consumer, &group)?;
+            let (seen, metadata) = look(&consumer, &inputs, &target)?;
+            Ok((consumer, (seen, metadata)))
+        })
+        .await
+        .map_err(|e| ResetError::Kafka(e.to_string()))??
+    };
+
+    let store = crate::store::open(config).await?;
+    let answer = store
+        .round(&Publish::default(), &[], &[StreamId(index)])
+        .await?;
+    for s in &mut seen {
+        let tag = TopicTag::of(&s.topic);
+        s.watermark = answer
+            .watermarks
+            .iter()
+            .find(|w| w.stream.0 == index && w.topic == tag && w.partition == s.partition)
+            .map(|w| w.below);
+    }
+    let request = Request {
+        stream: args.stream.clone(),
+        target: args.target,
+        skipped: args.skipped,
+        re_emit: args.re_emit,
+        resume_at_end,
+    };
+    let plan = plan(&request, &seen).map_err(ResetError::Refused)?;
+    let mut report = format!("group {group}\n");
+    report.push_str(&text(&plan, args.dry_run));
+    if args.dry_run {
+        return Ok(report);
+    }
+
+    let resets: Vec<PartitionReset> = plan
+        .partitions
+        .iter()
+        .map(|p| PartitionReset {
+            stream: StreamId(index),
+            topic: TopicTag::of(&p.topic),
+            partition: p.partition,
+            raise_to: p.raise_to,
+            abandon: p.abandon,
+            replay: p.replay,
+        })
+        .collect();
+    store.reset(&resets).await?;
+
+    let key_id = stream.spec.key_id.clone();
+    let group_name = group.clone();
+    let commits: Vec<(String, i32, i64, String)> = plan
+        .partitions
+        .iter()
+        .filter(|p| p.change != Change::Unchanged || p.committed.is_none())
+        .map(|p| {
+            let old = metadata.get(&(p.topic.clone(), p.partition));
+            let written = commit_metadata(&key_id, old.map(String::as_str), p.after);
+            (p.topic.clone(), p.partition, p.after, written)
+        })
+        .collect();
+    let committed = tokio::task::spawn_blocking(move || -> Result<usize, ResetError> {
+        // Asked again right before the commit: a replica that joined
+        // meanwhile would otherwise read from offsets the store's ranges
+        // were not written for.
+        refuse_if_active(&consumer, &group)?;
+        commit(&consumer, &commits)?;
+        Ok(commits.len())
+    })
+    .await
+    .map_err(|e| ResetError::Kafka(e.to_string()))??;
+    report.push_str(&format!(
+        "store updated; {committed} partition offset(s) committed for group {group_name}\n"
+    ));
+    Ok(report)
+}
+
+/// A reset while the group has members would race their commits and their
+/// rounds: refused.
+fn refuse_if_active(consumer: &BaseConsumer<QuietContext>, group: &str) -> Result<(), ResetError> {
+    let list = consumer
+        .fetch_group_list(Some(group), REQUEST_TIMEOUT)
+        .map_err(|e| ResetError::Kafka(format!("describing group {group}: {e}")))?;
+    let members: usize = list
+        .groups()
+        .iter()
+        .filter(|g| g.name() == group)
+        .map(|g| g.members().len())
+        .sum();
+    if members > 0 {
+        return Err(ResetError::Refused(format!(
+            "group {group} has {members} active member(s): stop every replica (and wait for \
+             their sessions to end) before resetting its offsets"
+        )));
+    }
+    Ok(())
+}
+
+/// Committed metadata by partition.
+type Committed = std::collections::HashMap<(String, i32), String>;
+
+/// Every input partition: committed offset, log bounds, the offset at the
+/// time asked for; and the committed offsets' metadata.
+fn look(
+    consumer: &BaseConsumer<QuietContext>,
+    inputs: &[String],
+    target: &Target,
+) -> Result<(Vec<Seen>, Committed), ResetError> {
+    let mut seen = Vec::new();
+    for topic in inputs {
+        let metadata = consumer
+            .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
+            .map_err(|e| ResetError::Kafka(format!("metadata of {topic}: {e}")))?;
+        let partitions = metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic && t.error().is_none())
+            .map(|t| t.partitions().len())
+            .filter(|n| *n > 0)
+            .ok_or_else(|| ResetError::Kafka(format!("input topic {topic} is not there")))?;
+        for partition in 0..partitions as i32 {
+            let (low, high) = consumer
+                .fetch_watermarks(topic, partition, REQUEST_TIMEOUT)
+                .map_err(|e| ResetError::Kafka(format!("bounds of {topic}/{partition}: {e}")))?;
+            seen.push(Seen {
+                topic: topic.clone(),
+                partition,
+                committed: None,
+                low,
+                high,
+                at_time: None,
+                watermark: None,
+            });
+        }
+    }
+    let mut list = TopicPartitionList::new();
+    for s in &seen {
+        list.add_partition(&s.topic, s.partition);
+    }
+    let committed = consumer
+        .committed_offsets(list, REQUEST_TIMEOUT)
+        .map_err(|e| ResetError::Kafka(format!("committed offsets: {e}")))?;
+    let mut metadata = Committed::new();
+    for s in &mut seen {
+        if let Some(element) = committed.find_partition(&s.topic, s.partition) {
+            if let Offset::Offset(o) = element.offset() {
+                s.committed = Some(o);
+                metadata.insert(
+                    (s.topic.clone(), s.partition),
+                    element.metadata().to_string(),
+                );
+            }
+        }
+    }
+    if let Target::Time(at) = target {
+        let mut list = TopicPartitionList::new();
+        for s in &seen {
+            list.add_partition_offset(&s.topic, s.partition, Offset::Offset(*at))
+                .map_err(|e| ResetError::Kafka(e.to_string()))?;
+        }
+        let found = consumer
+            .offsets_for_times(list, REQUEST_TIMEOUT)
+            .map_err(|e| ResetError::Kafka(format!("offsets for --to-time: {e}")))?;
+        for s in &mut seen {
+            if let Some(Offset::Offset(o)) = found
+                .find_partition(&s.topic, s.partition)
+                .map(|e| e.offset())
+            {
+                s.at_time = Some(o);
+            }
+        }
+    }
+    Ok((seen, metadata))
+}
+
+fn commit(
+    consumer: &BaseConsumer<QuietContext>,
+    commits: &[(String, i32, i64, String)],
+) -> Result<(), ResetError> {
+    if commits.is_empty() {
+        return Ok(());
+    }
+    let mut list = TopicPartitionList::new();
+    for (topic, partition, offset, metadata) in commits {
+        list.add_partition_offset(topic, *partition, Offset::Offset(*offset))
+            .map_err(|e| ResetError::Kafka(e.to_string()))?;
+        if let Some(mut element) = list.find_partition(topic, *partition) {
+            element.set_metadata(metadata);
+        }
+    }
+    consumer.commit(&list, CommitMode::Sync).map_err(|e| {
+        ResetError::Kafka(format!(
+            "committing the new offsets: {e} (the store is updated; run the reset again)"
+        ))
+    })?;
+    // Read back: the broker said yes to what it holds now.
+    let mut check = TopicPartitionList::new();
+    for (topic, partition, _, _) in commits {
+        check.add_partition(topic, *partition);
+    }
+    let back = consumer
+        .committed_offsets(check, Duration::from_secs(10))
+        .map_err(|e| ResetError::Kafka(format!("reading the commit back: {e}")))?;
+    for (topic, partition, offset, _) in commits {
+        let now = back.find_partition(topic, *partition).map(|e| e.offset());
+        if now != Some(Offset::Offset(*offset)) {
+            return Err(ResetError::Kafka(format!(
+                "{topic}/{partition}: committed {now:?}, not {offset}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::worker::metadata::read;
+
+    #[test]
+    fn a_reset_commit_never_claims_gap_free() {
+        let text = super::commit_metadata("Ab", Some("idemgate/2 Ab gap-free"), 7);
+        let read = read("Ab", &text).expect("idemgate's own metadata");
+        assert!(!read.gap_free, "{text}");
+        assert!(read.done.is_empty(), "{text}");
+    }
+
+    #[test]
+    fn a_reset_commit_carries_the_done_ranges_at_or_above_its_offset() {
+        let old = "idemgate/2 Ab gaps done=11-15,20-30";
+        let text = super::commit_metadata("Ab", Some(old), 22);
+        assert_eq!(read("Ab", &text).unwrap().done, vec![(22, 30)], "{text}");
+        let text = super::commit_metadata("Ab", Some(old), 0);
+        assert_eq!(read("Ab", &text).unwrap().done, vec![(11, 15), (20, 30)]);
+        // Another stream's or another writer's ranges are not ours.
+        let text = super::commit_metadata("Ab", Some("idemgate/2 Cd gaps done=1-5"), 0);
+        assert!(read("Ab", &text).unwrap().done.is_empty());
+    }
+}

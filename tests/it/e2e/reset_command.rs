@@ -1,0 +1,416 @@
+//! `idemgate reset`, the built binary against Tansu and Redis (DESIGN.md §4
+//! rules 2 and 7; docs/design.md §4.9):
+//!
+//! - refused while the group has a member;
+//! - backward to earliest without `--re-emit`: the replay repeats no
+//!   output, audit included (duplicates, conflicts and invalid records in
+//!   the workload);
+//! - again with `--re-emit`: clean gets every novel record once more, each
+//!   marked `idemgate-replay: true`, and audit nothing;
+//! - forward past pending claims with `--skipped abandoned`: one copy of
+//!   each skipped event takes its claim over and reaches clean, exactly
+//!   once; with `--skipped delivered` the copies are duplicates.
+
+use std::collections::{HashMap, HashSet};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use idemgate::decision::REPLAY;
+use idemgate_testkit::check::{check, Expect};
+use idemgate_testkit::kafka::{
+    committed_offsets, read_inputs_as_delivered, Landed, Out, Producer, Reader, Topics,
+};
+use idemgate_testkit::process::scrape_metric;
+use idemgate_testkit::servers::{claim_ttls, free_port, unsettled_claims};
+use idemgate_testkit::workload::{Bank, Planned};
+use idemgate_testkit::{env, say, tansu_brokers, unique, BOUND};
+
+use super::process::{Gate, GateConfig};
+
+/// Runs `idemgate reset --config <config> --stream bank <args>`: exit
+/// success, stdout and stderr.
+fn reset(config: &GateConfig, args: &[&str]) -> (bool, String, String) {
+    let path = std::env::temp_dir().join(format!("idemgate-reset-{}.toml", unique("reset")));
+    std::fs::write(&path, config.toml()).expect("writing the config");
+    let output = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .arg("reset")
+        .arg("--config")
+        .arg(&path)
+        .args(["--stream", "bank"])
+        .args(args)
+        .env_remove("IDEMGATE_KAFKA_BROKERS")
+        .env_remove("IDEMGATE_REDIS_URL")
+        .env_remove("IDEMGATE_REDIS_NODES")
+        .output()
+        .expect("running idemgate reset");
+    let _ = std::fs::remove_file(&path);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    println!(
+        "idemgate reset {args:?}: {}\n{stdout}{stderr}",
+        output.status
+    );
+    (output.status.success(), stdout, stderr)
+}
+
+/// `reset` until it is not refused for the group's members (a stopped
+/// member may linger a moment on the broker), then its stdout.
+fn reset_when_empty(config: &GateConfig, args: &[&str]) -> String {
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (ok, stdout, stderr) = reset(config, args);
+        if ok {
+            return stdout;
+        }
+        assert!(
+            stderr.contains("active member") && Instant::now() < until,
+            "idemgate reset {args:?} failed: {stderr}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Per input partition, the offset after the last of `landed` there.
+fn ends(landed: &HashMap<String, Landed>, partitions: i32) -> Vec<(i32, i64)> {
+    (0..partitions)
+        .map(|p| {
+            let end = landed
+                .values()
+                .filter(|at| at.partition == p)
+                .map(|at| at.offset + 1)
+                .max()
+                .unwrap_or(0);
+            (p, end)
+        })
+        .collect()
+}
+
+fn wait_committed(config: &GateConfig, topics: &Topics, wanted: &[(i32, i64)], gate: &mut Gate) {
+    let partitions: Vec<i32> = wanted.iter().map(|(p, _)| *p).collect();
+    let want: Vec<Option<i64>> = wanted.iter().map(|(_, o)| Some(*o)).collect();
+    let until = Instant::now() + BOUND;
+    loop {
+        let committed =
+            committed_offsets(&tansu_brokers(), &config.group, &topics.input, &partitions);
+        if committed == want {
+            return;
+        }
+        gate.assert_alive();
+        assert!(
+            Instant::now() < until,
+            "[{}] committed {committed:?}, not {want:?}",
+            gate.name
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn shown(outputs: &[Out]) -> Vec<String> {
+    outputs
+        .iter()
+        .map(|o| format!("{} {}:{}/{}", o.test_id(), o.decision(), o.topic, o.offset))
+        .collect()
+}
+
+#[test]
+fn a_reset_without_re_emission_repeats_nothing_and_with_it_clean_gets_the_novel_records_marked() {
+    const TEST: &str = "reset-cmd-replay";
+    let began = Instant::now();
+    let topics = Topics::create(&tansu_brokers(), TEST, 3, 2);
+    let mut bank = Bank::new(TEST, 24);
+    bank.conflict_rate = 0.03;
+    let plan = bank.phase(200, 0, 10);
+    let redis_url = env("IDEMGATE_TEST_REDIS_URL");
+    let mut config = GateConfig::new(TEST, &topics, redis_url);
+    config.metrics_listen = format!("127.0.0.1:{}", free_port());
+
+    let mut first = Gate::start(&format!("{TEST}-1"), &config);
+    first.wait_assigned(Duration::from_secs(30));
+    let delivered = Producer::new(&tansu_brokers()).send(&topics.input, &plan, 100, Duration::ZERO);
+    let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
+    reader.read_every_input(plan.len(), BOUND, "of the first run", || {
+        first.assert_alive()
+    });
+    let landed = read_inputs_as_delivered(&tansu_brokers(), &topics, &delivered);
+    let summary = check(&plan, &landed, &topics, &reader.records, Expect::Exact);
+    say(TEST, format!("first run: {summary}"));
+    let ends = ends(&landed, topics.input_partitions);
+    wait_committed(&config, &topics, &ends, &mut first);
+
+    // Refused while the gateway is a member, and nothing moved.
+    let (ok, _, stderr) = reset(&config, &["--to-earliest"]);
+    assert!(!ok, "a reset while the group has a member was not refused");
+    assert!(stderr.contains("active member"), "{stderr}");
+    let partitions: Vec<i32> = ends.iter().map(|(p, _)| *p).collect();
+    let committed = committed_offsets(&tansu_brokers(), &config.group, &topics.input, &partitions);
+    let want: Vec<Option<i64>> = ends.iter().map(|(_, o)| Some(*o)).collect();
+    assert_eq!(committed, want, "a refused reset moved the offsets");
+    let status = first.terminate(Duration::from_secs(20));
+    assert!(status.success(), "idemgate exited with {status} on SIGTERM");
+
+    // A dry run says what would happen and moves nothing.
+    let report = reset_when_empty(&config, &["--to-earliest", "--dry-run"]);
+    assert!(report.contains("dry run, nothing written"), "{report}");
+    assert!(report.contains("backward replay"), "{report}");
+    let committed = committed_offsets(&tansu_brokers(), &config.group, &topics.input, &partitions);
+    assert_eq!(committed, want, "a dry run moved the offsets");
+
+    // Without re-emission: nothing, audit included.
+    let report = reset_when_empty(&config, &["--to-earliest"]);
+    assert!(report.contains("backward replay"), "{report}");
+    assert!(report.contains("nothing produced again"), "{report}");
+    let earliest: Vec<Option<i64>> = ends.iter().map(|_| Some(0)).collect();
+    let committed = committed_offsets(&tansu_brokers(), &config.group, &topics.input, &partitions);
+    assert_eq!(committed, earliest, "the reset's commit");
+    let before = reader.records.len();
+    let mut second = Gate::start(&format!("{TEST}-2"), &config);
+    second.wait_assigned(Duration::from_secs(30));
+    wait_committed(&config, &topics, &ends, &mut second);
+    reader.read_for(Duration::from_secs(5));
+    let added = shown(&reader.records[before..]);
+    assert!(
+        added.is_empty(),
+        "a replay without re-emission produced {added:?}"
+    );
+    let replayed = scrape_metric(&config.metrics_listen, "idemgate_replayed_records_total");
+    assert_eq!(
+        replayed,
+        plan.len() as f64,
+        "every record read again was replayed"
+    );
+    let status = second.terminate(Duration::from_secs(20));
+    assert!(status.success(), "idemgate exited with {status} on SIGTERM");
+    say(
+        TEST,
+        format!(
+            "replay without re-emission: nothing at {:?}",
+            began.elapsed()
+        ),
+    );
+
+    // With re-emission: every novel record once more, marked; no audit.
+    let novel: HashSet<String> = reader
+        .records
+        .iter()
+        .filter(|o| o.topic == topics.clean)
+        .map(|o| o.test_id().to_string())
+        .collect();
+    assert_eq!(novel.len(), bank.events(), "one clean output per event");
+    let report = reset_when_empty(&config, &["--to-earliest", "--re-emit"]);
+    assert!(report.contains("go to clean again"), "{report}");
+    let before = reader.records.len();
+    let mut third = Gate::start(&format!("{TEST}-3"), &config);
+    third.wait_assigned(Duration::from_secs(30));
+    wait_committed(&config, &topics, &ends, &mut third);
+    let reached = reader.read_until(
+        BOUND,
+        |r| r.records.len() >= before + novel.len(),
+        || third.assert_alive(),
+    );
+    assert!(
+        reached,
+        "{} re-emitted of {}",
+        reader.records.len() - before,
+        novel.len()
+    );
+    reader.read_for(Duration::from_secs(5));
+    let again = &reader.records[before..];
+    let wrong: Vec<String> = shown(again)
+        .into_iter()
+        .zip(again)
+        .filter(|(_, o)| {
+            o.topic != topics.clean
+                || o.header(REPLAY) != Some("true")
+                || o.decision() != "novel"
+                || !novel.contains(o.test_id())
+        })
+        .map(|(s, _)| s)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "re-emitted outputs not as marked novel in clean: {wrong:?}"
+    );
+    let ids: HashSet<&str> = again.iter().map(|o| o.test_id()).collect();
+    assert_eq!(
+        again.len(),
+        novel.len(),
+        "each novel record re-emitted once"
+    );
+    assert_eq!(ids.len(), novel.len());
+    let status = third.terminate(Duration::from_secs(20));
+    assert!(status.success(), "idemgate exited with {status} on SIGTERM");
+    say(
+        TEST,
+        format!(
+            "re-emitted {} novel records, marked, no audit; took {:?}",
+            again.len(),
+            began.elapsed()
+        ),
+    );
+}
+
+#[test]
+fn a_forward_skip_abandoned_lets_one_copy_of_each_skipped_event_take_its_claim_over() {
+    forward_skip("reset-cmd-abandoned", "abandoned");
+}
+
+#[test]
+fn a_forward_skip_counted_delivered_makes_the_copies_duplicates() {
+    forward_skip("reset-cmd-delivered", "delivered");
+}
+
+/// As `resets.rs`'s forward test: a first gateway whose clean topic no
+/// broker accepts leaves a pending claim per event; the group is then
+/// skipped forward by `idemgate reset --skipped <skipped>`, and copies of
+/// the skipped events arrive with new events.
+fn forward_skip(test: &str, skipped: &str) {
+    let began = Instant::now();
+    let topics = Topics::create(&tansu_brokers(), test, 3, 2);
+    let mut bank = Bank::new(test, 24);
+    let first_phase = bank.phase(80, 0, 4);
+    let skipped_events = bank.events();
+    let redis_url = env("IDEMGATE_TEST_REDIS_URL");
+    let mut config = GateConfig::new(test, &topics, redis_url.clone());
+    config.clean = format!("{} not/a topic!", unique(test));
+
+    let mut first = Gate::start(&format!("{test}-1"), &config);
+    first.wait_assigned(Duration::from_secs(30));
+    let mut delivered =
+        Producer::new(&tansu_brokers()).send(&topics.input, &first_phase, 100, Duration::ZERO);
+    let until = Instant::now() + BOUND;
+    while claim_ttls(&redis_url, &config.key_prefix).len() < skipped_events
+        || !first.log_text().contains("output not delivered")
+    {
+        first.assert_alive();
+        assert!(Instant::now() < until, "the events were not all claimed");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let status = first.terminate(Duration::from_secs(40));
+    assert!(status.success(), "idemgate exited with {status} on SIGTERM");
+    let pending = unsettled_claims(&redis_url, &config.key_prefix);
+    assert_eq!(
+        pending.len(),
+        skipped_events,
+        "pending claims, one per event"
+    );
+    let landed = read_inputs_as_delivered(&tansu_brokers(), &topics, &delivered);
+    let ends = ends(&landed, topics.input_partitions);
+    let to: Vec<String> = ends
+        .iter()
+        .map(|(p, o)| format!("{}:{p}={o}", topics.input))
+        .collect();
+    let to = to.join(",");
+
+    // The next phase lands before the reset (Tansu's high watermark is
+    // the last batch's base offset + 1, so the skip's target must lie
+    // below a later batch to be inside the log as the broker tells it).
+    let after = bank.phase(80, 60, 4);
+    delivered.extend(Producer::new(&tansu_brokers()).send(
+        &topics.input,
+        &after,
+        100,
+        Duration::ZERO,
+    ));
+    // A forward skip without a choice is refused, naming the flag.
+    let until = Instant::now() + Duration::from_secs(60);
+    let stderr = loop {
+        let (ok, _, stderr) = reset(&config, &["--to-offset", &to]);
+        assert!(!ok, "a forward skip without --skipped was not refused");
+        if !stderr.contains("active member") || Instant::now() > until {
+            break stderr;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(stderr.contains("--skipped"), "{stderr}");
+    let report = reset_when_empty(&config, &["--to-offset", &to, "--skipped", skipped]);
+    assert!(report.contains("forward skip"), "{report}");
+    let risk = if skipped == "abandoned" {
+        "DOUBLE"
+    } else {
+        "LOSS"
+    };
+    assert!(report.contains(risk), "the report names the risk: {report}");
+
+    let copies: Vec<&Planned> = after
+        .iter()
+        .filter(|p| p.event.is_some_and(|e| e < skipped_events))
+        .collect();
+    assert!(
+        !copies.is_empty(),
+        "the workload has no copies of skipped events"
+    );
+    let copy_ids: HashSet<&str> = copies.iter().map(|p| p.id.as_str()).collect();
+    let flowing: Vec<Planned> = after
+        .iter()
+        .filter(|p| !copy_ids.contains(p.id.as_str()))
+        .cloned()
+        .collect();
+    config.clean = topics.clean.clone();
+    config.metrics_listen = format!("127.0.0.1:{}", free_port());
+    let mut second = Gate::start(&format!("{test}-2"), &config);
+    let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
+    // Every input of the second phase gets an output: nothing waits.
+    reader.read_every_input(after.len(), BOUND, "after the skip", || {
+        second.assert_alive()
+    });
+    reader.read_for(Duration::from_secs(5));
+    let waiting = scrape_metric(&config.metrics_listen, "idemgate_waiting_records");
+    let taken_over = scrape_metric(&config.metrics_listen, "idemgate_claims_taken_over_total");
+    let mut clean_per_event: HashMap<usize, usize> = HashMap::new();
+    for out in &reader.records {
+        if let Some(copy) = copies.iter().find(|p| p.id == out.test_id()) {
+            if out.topic == topics.clean {
+                *clean_per_event
+                    .entry(copy.event.unwrap_or(usize::MAX))
+                    .or_default() += 1;
+            } else {
+                assert_eq!(out.decision(), "duplicate", "{}", out.test_id());
+            }
+        }
+    }
+    let events_copied: HashSet<usize> = copies.iter().filter_map(|p| p.event).collect();
+    say(
+        test,
+        format!(
+            "{} copies of {} skipped events; clean per event {clean_per_event:?}; taken over {taken_over}; waiting {waiting}",
+            copies.len(),
+            events_copied.len()
+        ),
+    );
+    assert_eq!(waiting, 0.0, "copies still waiting");
+    if skipped == "abandoned" {
+        assert_eq!(
+            clean_per_event.len(),
+            events_copied.len(),
+            "every skipped event reached clean"
+        );
+        assert!(
+            clean_per_event.values().all(|n| *n == 1),
+            "a skipped event doubled in clean"
+        );
+        assert_eq!(
+            taken_over,
+            events_copied.len() as f64,
+            "one take-over per skipped event"
+        );
+    } else {
+        assert!(
+            clean_per_event.is_empty(),
+            "copies of delivered-counted events in clean"
+        );
+        assert_eq!(taken_over, 0.0);
+    }
+    let landed = read_inputs_as_delivered(&tansu_brokers(), &topics, &delivered);
+    let ids: HashSet<&str> = flowing.iter().map(|p| p.id.as_str()).collect();
+    let outputs: Vec<Out> = reader
+        .records
+        .iter()
+        .filter(|o| ids.contains(o.test_id()))
+        .cloned()
+        .collect();
+    let summary = check(&flowing, &landed, &topics, &outputs, Expect::Exact);
+    say(test, &summary);
+    let status = second.terminate(Duration::from_secs(20));
+    assert!(status.success(), "idemgate exited with {status} on SIGTERM");
+    say(test, format!("took {:?}", began.elapsed()));
+}
