@@ -119,7 +119,9 @@ async fn failed_deliveries_keep_their_claims_and_are_produced_again_without_loss
 /// drops the worker: when the brokers come back its assignment is lost
 /// (and with it the commit of what it finished meanwhile) and its
 /// partitions are fetched again from the last committed offsets. The
-/// worker resumes: nothing lost, nothing doubled.
+/// worker resumes: nothing lost, no event through two inputs; what the
+/// lost commit covered may be decided twice (the same input's output
+/// again).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn all_brokers_down_then_up_the_worker_resumes() -> anyhow::Result<()> {
     const TEST: &str = "brokers-down";
@@ -163,11 +165,17 @@ async fn all_brokers_down_then_up_the_worker_resumes() -> anyhow::Result<()> {
         "the worker was not dropped from the group and taken back"
     );
     stop(replica).await?;
-    let summary = check(&plan, &landed, &setup.topics, &outputs, Expect::Exact);
+    // The commit of what it finished during the outage is lost with the
+    // assignment: records finished above its last successful commit (behind
+    // a waiting one, or not yet published) are decided again, so an input
+    // may have two outputs with one decision (docs/design.md §7, crashes);
+    // never an event through two inputs. Under load this happens in about
+    // half the runs.
+    let summary = check(&plan, &landed, &setup.topics, &outputs, Expect::Replays);
     assert_eq!(summary.events, 400);
     assert_eq!(
         count(&summary, &["novel", "duplicate", "conflict"]),
-        plan.len()
+        plan.len() + (summary.outputs - summary.inputs),
     );
     assert!(
         store.settled() > finalized_during_outage,
