@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
 
+pub use raw::Guarantee;
 pub(crate) use raw::{
     Clock, FailMode, FilterChoice, KafkaValue, RawConfig, RawStore, RawStream, RawTls, StoreKind,
 };
@@ -62,6 +63,7 @@ pub struct Config {
     pub store: StoreConfig,
     pub(crate) metrics_listen: String,
     pub(crate) batch: BatchConfig,
+    pub guarantee: Guarantee,
     pub streams: Vec<StreamConfig>,
 }
 
@@ -82,6 +84,7 @@ impl std::fmt::Debug for Config {
             .field("store", &self.store)
             .field("metrics_listen", &self.metrics_listen)
             .field("batch", &self.batch)
+            .field("guarantee", &self.guarantee)
             .field("streams", &self.streams)
             .finish()
     }
@@ -98,6 +101,9 @@ pub(crate) struct BatchConfig {
     /// Batches the poller reads ahead of the loop: throughput against
     /// decision latency (a record waits behind those read before it).
     pub(crate) read_ahead: usize,
+    /// How often finished offsets are committed (exactly once: how long a
+    /// transaction stays open).
+    pub(crate) commit_interval: Duration,
 }
 
 /// Environment variables that override the file, so one config serves
@@ -235,6 +241,7 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     rules::check_topics(&streams)?;
     rules::check_sendable(&kafka, &streams)?;
     rules::check_key_ids(&streams)?;
+    rules::check_guarantee(raw.guarantee, &kafka)?;
     if raw.batch.max_in_flight_records.get() < raw.batch.max_records.get() {
         return Err(invalid(
             "batch.max_in_flight_records",
@@ -251,7 +258,9 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             max_in_flight_records: raw.batch.max_in_flight_records.get(),
             max_in_flight_bytes: raw.batch.max_in_flight_bytes.get(),
             read_ahead: raw.batch.read_ahead.get(),
+            commit_interval: raw.batch.commit_interval,
         },
+        guarantee: raw.guarantee,
         streams,
     })
 }

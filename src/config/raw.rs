@@ -25,8 +25,27 @@ pub(crate) struct RawConfig {
     pub(crate) metrics: RawMetrics,
     #[serde(default)]
     pub(crate) batch: RawBatch,
+    /// `at-least-once` (default) or `exactly-once`: outputs and input
+    /// offsets in one Kafka transaction per commit interval.
+    #[serde(default)]
+    pub(crate) guarantee: Guarantee,
     #[serde(default)]
     pub(crate) streams: Vec<RawStream>,
+}
+
+/// What a reader of the clean topic can rely on (docs/design.md §7).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Guarantee {
+    /// Every event once in clean, but a crash may produce the same input's
+    /// output twice (the in-flight window); offsets committed by the
+    /// consumer.
+    #[default]
+    AtLeastOnce,
+    /// Outputs and input offsets committed in one transaction per commit
+    /// interval by a transactional producer: a `read_committed` reader of
+    /// clean sees every event once, crashes included.
+    ExactlyOnce,
 }
 
 /// A librdkafka property's value as TOML writes it; librdkafka takes them
@@ -219,6 +238,14 @@ pub(crate) struct RawBatch {
     /// How many batches the poller reads ahead of the loop. Default 4.
     #[serde(default = "default_read_ahead")]
     pub(crate) read_ahead: NonZeroUsize,
+    /// How often finished offsets are committed (at least once: an
+    /// OffsetCommit; exactly once: a transaction with the outputs since
+    /// the last). `0s` commits after every batch. Default 100ms.
+    #[serde(
+        default = "default_commit_interval",
+        with = "crate::ttl::serde_duration"
+    )]
+    pub(crate) commit_interval: Duration,
 }
 
 impl Default for RawBatch {
@@ -229,8 +256,13 @@ impl Default for RawBatch {
             max_in_flight_records: default_in_flight_records(),
             max_in_flight_bytes: default_in_flight_bytes(),
             read_ahead: default_read_ahead(),
+            commit_interval: default_commit_interval(),
         }
     }
+}
+
+fn default_commit_interval() -> Duration {
+    Duration::from_millis(100)
 }
 
 fn default_in_flight_records() -> NonZeroUsize {

@@ -139,3 +139,37 @@ pub(super) fn check_key_ids(streams: &[StreamConfig]) -> Result<(), ConfigError>
     }
     Ok(())
 }
+
+/// A transactional producer only with `guarantee = "exactly-once"` (its
+/// sends outside a transaction fail), and exactly once only with what it
+/// rests on: an idempotent producer and inputs read committed.
+pub(super) fn check_guarantee(
+    guarantee: super::Guarantee,
+    kafka: &BTreeMap<String, String>,
+) -> Result<(), ConfigError> {
+    let set = |key: &str, value: &str| kafka.get(key).is_some_and(|v| v.trim() == value);
+    match guarantee {
+        super::Guarantee::AtLeastOnce if kafka.contains_key("transactional.id") => Err(invalid(
+            "kafka.transactional.id",
+            "a transactional producer needs guarantee = \"exactly-once\"",
+        )),
+        super::Guarantee::ExactlyOnce if set("enable.idempotence", "false") => Err(invalid(
+            "kafka.enable.idempotence",
+            "guarantee = \"exactly-once\" needs the idempotent producer",
+        )),
+        super::Guarantee::ExactlyOnce if set("isolation.level", "read_uncommitted") => {
+            Err(invalid(
+                "kafka.isolation.level",
+                "guarantee = \"exactly-once\" reads its inputs read_committed: an aborted input would be decided",
+            ))
+        }
+        super::Guarantee::ExactlyOnce
+            if kafka
+                .get("transactional.id")
+                .is_some_and(|id| id.trim().is_empty()) =>
+        {
+            Err(invalid("kafka.transactional.id", "must not be empty"))
+        }
+        _ => Ok(()),
+    }
+}

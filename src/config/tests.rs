@@ -436,3 +436,42 @@ fn brokers_from_the_environment_or_librdkafkas_alias_are_enough() {
     let alias = format!("[kafka]\n\"metadata.broker.list\" = \"b-1:9092\"\n{BASE}");
     assert!(Config::parse(&alias).is_ok());
 }
+
+#[test]
+fn exactly_once_is_a_top_level_choice_with_its_producer_settings_checked() {
+    let eos = format!("guarantee = \"exactly-once\"\n{BASE}");
+    let config = parse(&eos).expect("exactly once accepted");
+    assert_eq!(config.guarantee, Guarantee::ExactlyOnce);
+    assert_eq!(parse(BASE).unwrap().guarantee, Guarantee::AtLeastOnce);
+    let (_, producer) = crate::worker::client_configs(&config);
+    assert!(
+        producer
+            .get("transactional.id")
+            .is_some_and(|id| id.starts_with("idemgate-idemgate-")),
+        "a default transactional id from the group and the host: {:?}",
+        producer.get("transactional.id")
+    );
+    let named =
+        format!("guarantee = \"exactly-once\"\n[kafka]\n\"transactional.id\" = \"gate-0\"\n{BASE}");
+    let (_, producer) = crate::worker::client_configs(&parse(&named).unwrap());
+    assert_eq!(producer.get("transactional.id"), Some("gate-0"));
+    let cases = [
+        (
+            format!("[kafka]\n\"transactional.id\" = \"gate-0\"\n{BASE}"),
+            "kafka.transactional.id",
+        ),
+        (
+            format!("guarantee = \"exactly-once\"\n[kafka]\n\"enable.idempotence\" = false\n{BASE}"),
+            "kafka.enable.idempotence",
+        ),
+        (
+            format!("guarantee = \"exactly-once\"\n[kafka]\n\"isolation.level\" = \"read_uncommitted\"\n{BASE}"),
+            "kafka.isolation.level",
+        ),
+        (format!("guarantee = \"twice\"\n{BASE}"), "guarantee"),
+    ];
+    for (text, field) in cases {
+        let error = refused(&text);
+        assert!(error.contains(field), "{field} not named in: {error}");
+    }
+}

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::flight::Tp;
 use super::metadata::{self, Metadata};
@@ -21,7 +21,12 @@ impl Worker {
     /// patience) and commits their finished prefixes synchronously. What
     /// is left unfinished keeps its claims for the next owner
     /// (docs/design.md §4.6).
-    pub(super) async fn flush(&self, p: &mut Pipeline, partitions: &[Tp]) {
+    /// Exactly once, the open transaction commits first, whatever
+    /// partitions go: it holds every partition's outputs.
+    pub(super) async fn flush(&self, p: &mut Pipeline, partitions: &[Tp]) -> anyhow::Result<()> {
+        if self.transactional {
+            self.drain(p).await?;
+        }
         let deadline = Instant::now() + FLUSH_PATIENCE;
         while p.round.is_some() || partitions.iter().any(|tp| p.flight.sending(tp)) {
             tokio::select! {
@@ -29,6 +34,14 @@ impl Worker {
                 _ = self.reports.ready() => self.on_reports(p),
                 _ = tokio::time::sleep_until(deadline.into()) => break,
             }
+        }
+        if self.transactional {
+            let commits = self.seal(p).await?;
+            let offsets: Vec<String> = commits
+                .iter()
+                .map(|c| format!("{}/{}@{}", c.tp.0, c.tp.1, c.offset))
+                .collect();
+            info!(offsets = ?offsets, "handover: the open transaction committed");
         }
         let mut backoff = Duration::from_millis(20);
         // Until acknowledged, out of patience, or the breaker says the
@@ -51,7 +64,13 @@ impl Worker {
                 backoff = (backoff * 2).min(Duration::from_secs(1));
             }
         }
-        self.commit(p, CommitMode::Sync, Some(partitions));
+        if self.transactional {
+            // Committed with the transaction; what settled is dropped.
+            let _ = p.flight.commits(None);
+        } else {
+            self.commit(p, CommitMode::Sync, Some(partitions));
+        }
+        Ok(())
     }
 
     /// Commits each partition's finished prefix, with idemgate's metadata.

@@ -9,6 +9,8 @@
 //! - `pipeline`: the loop, the I/O around `flight`;
 //! - `handover`: revokes, stops and commits;
 //! - `metadata`: what a commit says for the next owner;
+//! - `transaction`: exactly once, the transaction around a commit
+//!   interval's outputs and offsets;
 //! - `output`: the producer side; `breaker`: the store circuit breaker;
 //! - `progress`, `client_logs`: what the worker says in its logs.
 
@@ -22,6 +24,7 @@ mod output;
 mod pipeline;
 pub(crate) mod poller;
 mod progress;
+mod transaction;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
@@ -31,7 +34,7 @@ use anyhow::{Context, Result};
 use rdkafka::consumer::Consumer;
 use rdkafka::ClientConfig;
 
-use crate::config::{Config, StoreConfig, StreamConfig};
+use crate::config::{Config, Guarantee, StoreConfig, StreamConfig};
 use crate::store::{ClaimStore, OwnerToken, TopicTag};
 use output::{OutputContext, OutputProducer, Reports};
 use poller::{Event, GroupConsumer, GroupContext, GroupState};
@@ -61,7 +64,11 @@ pub(crate) struct Worker {
     by_topic: rustc_hash::FxHashMap<String, usize>,
     store: Arc<dyn ClaimStore>,
     consumer: Arc<GroupConsumer>,
-    producer: OutputProducer,
+    producer: Arc<OutputProducer>,
+    /// Exactly once: outputs and offsets go in one transaction per commit
+    /// interval (`transaction.rs`).
+    transactional: bool,
+    commit_interval: std::time::Duration,
     /// Where the producer's thread hands delivery reports over.
     reports: Arc<Reports>,
     group: Arc<GroupState>,
@@ -138,7 +145,26 @@ pub fn client_configs(config: &Config) -> (ClientConfig, ClientConfig) {
     for (key, value) in CONSUMER_FIXED {
         consumer.set(key, value);
     }
+    if config.guarantee == Guarantee::ExactlyOnce && !config.kafka.contains_key("transactional.id")
+    {
+        let group = consumer.get("group.id").unwrap_or("idemgate").to_string();
+        producer.set("transactional.id", default_transactional_id(&group));
+    }
     (consumer, producer)
+}
+
+/// `idemgate-<group>-<host name>`: stable across restarts of a replica
+/// with a stable host name (a StatefulSet pod, a VM), so a restarted
+/// replica fences its own zombie. Replicas sharing a host name need
+/// `[kafka] "transactional.id"` set apart (README, "Exactly once").
+pub fn default_transactional_id(group: &str) -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|| "localhost".into());
+    format!("idemgate-{group}-{host}")
 }
 
 impl Worker {
@@ -197,7 +223,9 @@ impl Worker {
             by_topic,
             store,
             consumer: Arc::new(consumer),
-            producer,
+            producer: Arc::new(producer),
+            transactional: config.guarantee == Guarantee::ExactlyOnce,
+            commit_interval: config.batch.commit_interval,
             reports,
             group,
             events,

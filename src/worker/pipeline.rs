@@ -38,9 +38,6 @@ use crate::store::{Claim, Millis, Publish, RoundAnswer, StoreError, StreamId};
 const STORE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a revoke or a shutdown waits for deliveries and the publish.
 pub(super) const FLUSH_PATIENCE: Duration = Duration::from_secs(30);
-/// Commits go out at most this often (and at every revoke and stop): one
-/// OffsetCommit per interval, whatever the round rate.
-const COMMIT_EVERY: Duration = Duration::from_millis(100);
 /// A wait this long is logged (the metric shows every wait).
 const LONG_WAIT: Duration = Duration::from_secs(60);
 
@@ -87,6 +84,8 @@ pub(crate) struct Pipeline {
     /// Per stream, the metric handles; what this turn counted for them.
     pub(super) metrics: Vec<StreamMetrics>,
     pub(super) tally: Tally,
+    /// Exactly once: the open transaction.
+    pub(super) txn: super::transaction::Txn,
 }
 
 impl Pipeline {
@@ -103,6 +102,7 @@ impl Pipeline {
             gauges_at: Instant::now(),
             dirty: true,
             committed_at: Instant::now(),
+            txn: Default::default(),
         }
     }
 }
@@ -135,18 +135,27 @@ impl Worker {
             .map(|s| StreamMetrics::new(&s.config.spec.name))
             .collect();
         let mut p = Pipeline::new(metrics);
+        p.flight.transactional = self.transactional;
+        if self.transactional {
+            self.init_transactions().await?;
+        }
         let mut stop = self.stop.clone();
         loop {
             if *stop.borrow() {
                 break;
             }
-            self.turn(&mut p);
+            self.turn(&mut p)?;
+            if self.transactional && p.committed_at.elapsed() >= self.commit_interval {
+                self.seal(&mut p).await?;
+                let _ = p.flight.commits(None);
+                p.committed_at = Instant::now();
+            }
             // Only instants still ahead: one already past is served by the
             // turn just taken, or waits for the round in flight (its answer
             // wakes the loop), never by waking at once for ever.
             let now = Instant::now();
             let idle = now + Duration::from_secs(1);
-            let commit = p.committed_at + COMMIT_EVERY;
+            let commit = p.committed_at + self.commit_interval;
             let wake = [p.flight.next_due(), p.breaker.next_trial(), Some(commit)]
                 .into_iter()
                 .flatten()
@@ -155,7 +164,7 @@ impl Worker {
             tokio::select! {
                 _ = stop.changed() => {}
                 event = self.events.recv() => match event {
-                    Some(event) => self.on_event(&mut p, event).await,
+                    Some(event) => self.on_event(&mut p, event).await?,
                     None => break,
                 },
                 result = answer(&mut p.round) => self.on_answer(&mut p, result),
@@ -164,7 +173,7 @@ impl Worker {
             }
         }
         let assigned: Vec<Tp> = p.flight.partitions().map(|(tp, _)| tp.clone()).collect();
-        self.flush(&mut p, &assigned).await;
+        self.flush(&mut p, &assigned).await?;
         for line in p.progress.flush(Instant::now()) {
             line.log();
         }
@@ -176,7 +185,7 @@ impl Worker {
         while self.events.try_recv().is_ok() {}
         drop(self.consumer);
         let _ = tokio::task::spawn_blocking(move || poller.join()).await;
-        let _ = rdkafka::producer::Producer::flush(&self.producer, Duration::from_secs(10));
+        let _ = rdkafka::producer::Producer::flush(&*self.producer, Duration::from_secs(10));
         info!(at = now_ms(), "worker stopped: finished work committed");
         Ok(())
     }
@@ -202,7 +211,7 @@ impl Worker {
     }
 
     /// One turn: the next round, the sends, the commits, the bounds.
-    fn turn(&mut self, p: &mut Pipeline) {
+    pub(super) fn turn(&self, p: &mut Pipeline) -> Result<()> {
         let now = Instant::now();
         // A new round when something changed, a waiting record fell due,
         // or the breaker is open (its trial, once the cool-down is over).
@@ -214,10 +223,14 @@ impl Worker {
             }
             p.dirty = false;
         }
-        for (tp, offset) in p.flight.take_sends(now) {
+        let sends = p.flight.take_sends(now);
+        if self.transactional && !sends.is_empty() {
+            self.begin(p)?;
+        }
+        for (tp, offset) in sends {
             self.send(p, tp, offset);
         }
-        if now.duration_since(p.committed_at) >= COMMIT_EVERY {
+        if !self.transactional && now.duration_since(p.committed_at) >= self.commit_interval {
             p.committed_at = now;
             self.commit(p, CommitMode::Async, None);
         }
@@ -229,6 +242,7 @@ impl Worker {
         p.tally.flush(&p.metrics);
         self.unfinished
             .store(p.flight.in_flight().0, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     pub(super) fn start_round(&self, p: &mut Pipeline, mut round: Round, now: Instant) {
@@ -318,6 +332,9 @@ impl Worker {
             }
             Reported::Retry(error) => {
                 p.tally.produce_failed(stream);
+                if self.transactional {
+                    p.txn.failed.get_or_insert_with(|| error.clone());
+                }
                 if let Some(held_back) = UNDELIVERED.allow(now) {
                     warn!(%error, topic = %tp.0, partition = tp.1, offset, held_back,
                         "output not delivered: the claim is kept and it is produced again");
@@ -325,6 +342,9 @@ impl Worker {
             }
             Reported::Refused(error) => {
                 p.tally.produce_failed(stream);
+                if self.transactional {
+                    p.txn.failed.get_or_insert_with(|| error.clone());
+                }
                 warn!(%error, topic = %tp.0, partition = tp.1, offset,
                     "output refused: to audit without its payload");
             }
@@ -337,7 +357,7 @@ impl Worker {
         }
     }
 
-    async fn on_event(&mut self, p: &mut Pipeline, event: Event) {
+    async fn on_event(&mut self, p: &mut Pipeline, event: Event) -> Result<()> {
         p.dirty = true;
         match event {
             Event::Records(arrivals) => {
@@ -368,7 +388,11 @@ impl Worker {
                 }
             }
             Event::Revoke { partitions, ack } => {
-                self.flush(p, &partitions).await;
+                if self.transactional && self.consumer.assignment_lost() {
+                    self.abandon(p).await?;
+                } else {
+                    self.flush(p, &partitions).await?;
+                }
                 for tp in &partitions {
                     p.flight.revoke(tp);
                     p.paused.remove(tp);
@@ -376,6 +400,7 @@ impl Worker {
                 let _ = ack.send(());
             }
         }
+        Ok(())
     }
 
     /// A record read (and fingerprinted by the poller): into the flight.

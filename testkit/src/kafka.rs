@@ -640,3 +640,35 @@ pub fn committed_offsets(
         )
         .collect()
 }
+
+/// The metadata of the offsets `group` has committed for `partitions` of
+/// `topic` (`None` where nothing is committed).
+pub fn committed_metadata(
+    brokers: &str,
+    group: &str,
+    topic: &str,
+    partitions: &[i32],
+) -> Vec<Option<String>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("offset reader");
+    let mut list = TopicPartitionList::new();
+    for partition in partitions {
+        list.add_partition(topic, *partition);
+    }
+    let committed = consumer
+        .committed_offsets(list, Duration::from_secs(20))
+        .expect("committed offsets");
+    partitions
+        .iter()
+        .map(|p| {
+            committed
+                .find_partition(topic, *p)
+                .filter(|e| matches!(e.offset(), Offset::Offset(_)))
+                .map(|e| e.metadata().to_string())
+        })
+        .collect()
+}

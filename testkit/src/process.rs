@@ -46,6 +46,11 @@ impl Logged {
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
+    /// Its exit status, if it has exited.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.as_mut()?.try_wait().expect("try_wait")
+    }
+
     /// Panics (with the log tail) if the process has exited.
     pub fn assert_alive(&mut self) {
         let child = self.child.as_mut().expect("running");

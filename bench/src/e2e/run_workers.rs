@@ -24,7 +24,7 @@ use super::profile;
 use super::replica::{Report, Role, CONNECTED, GO, STOP};
 use super::runs::{
     check, config, cpu_now, peak_rss_mb, sizing, unix_us, watch, Counting, Dataset, Endpoints,
-    Kind, Mode, RunResult, Setup, HORIZON_S, PREFIX, STREAM,
+    Kind, Mode, RunResult, Setup, HORIZON_S, PREFIX, REPLICA, STREAM,
 };
 use super::scrape::{self, Sample, Scraped};
 use super::timeline::Phases;
@@ -48,11 +48,11 @@ async fn spawn(
     setup: &Setup,
     name: &str,
     replicas: usize,
-    role: impl Fn() -> Role,
+    role: impl Fn(usize) -> Role,
 ) -> Result<Vec<ChildProcess>> {
     let mut children = Vec::new();
     for r in 0..replicas {
-        let child = ChildProcess::spawn(&setup.exe, &setup.dir, &format!("{name}-r{r}"), &role())?;
+        let child = ChildProcess::spawn(&setup.exe, &setup.dir, &format!("{name}-r{r}"), &role(r))?;
         children.push(child);
     }
     for child in &mut children {
@@ -123,8 +123,8 @@ pub(crate) async fn clean(
         batch: setup.batch,
     };
     let config = config(&endpoints, dataset, mode, &group, &out);
-    let mut children = spawn(setup, &name, replicas, || Role::Worker {
-        config: config.clone(),
+    let mut children = spawn(setup, &name, replicas, |r| Role::Worker {
+        config: config.replace(REPLICA, &r.to_string()),
     })
     .await?;
     let cpu_before = cpu_now(setup, &children);
@@ -238,8 +238,8 @@ pub(crate) async fn counting(
         batch: setup.batch,
     };
     let config = config(&endpoints, dataset, mode, &group, &out);
-    let mut children = spawn(setup, &name, replicas, || Role::Counting {
-        config: config.clone(),
+    let mut children = spawn(setup, &name, replicas, |r| Role::Counting {
+        config: config.replace(REPLICA, &r.to_string()),
     })
     .await?;
     let rt_before = setup.proxy.snapshot();

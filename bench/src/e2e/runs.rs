@@ -41,23 +41,32 @@ pub(crate) const LINGER_MS: u64 = 20;
 #[serde(rename_all = "lowercase")]
 pub(crate) enum Mode {
     Exact,
+    /// Exact mode with `guarantee = "exactly-once"`.
+    ExactlyOnce,
     RedisBloom,
     Bitmap,
 }
+
+/// Where a replica's config names the replica (its transactional id).
+pub(crate) const REPLICA: &str = "@REPLICA@";
 
 impl Mode {
     pub fn parse(text: &str) -> Result<Mode> {
         Ok(match text {
             "exact" => Mode::Exact,
+            "exactly-once" | "eos" => Mode::ExactlyOnce,
             "redisbloom" | "bloom" => Mode::RedisBloom,
             "bitmap" | "bitmaps" => Mode::Bitmap,
-            other => bail!("--modes: {other} is not exact, redisbloom or bitmap"),
+            other => {
+                bail!("--modes: {other} is not exact, exactly-once, redisbloom or bitmap")
+            }
         })
     }
 
     pub fn label(self) -> &'static str {
         match self {
             Mode::Exact => "exact",
+            Mode::ExactlyOnce => "exact, exactly once",
             Mode::RedisBloom => "tiered, RedisBloom",
             Mode::Bitmap => "tiered, bitmaps",
         }
@@ -66,6 +75,7 @@ impl Mode {
     pub fn short(self) -> &'static str {
         match self {
             Mode::Exact => "exact",
+            Mode::ExactlyOnce => "eos",
             Mode::RedisBloom => "bloom",
             Mode::Bitmap => "bitmap",
         }
@@ -280,7 +290,7 @@ pub(crate) fn config(
 ) -> String {
     let brokers = at.brokers;
     let stream = match mode {
-        Mode::Exact => "mode = \"exact\"\nttl = { horizon = \"9h20m\", outage = \"2h\" }\n".to_string(),
+        Mode::Exact | Mode::ExactlyOnce => "mode = \"exact\"\nttl = { horizon = \"9h20m\", outage = \"2h\" }\n".to_string(),
         Mode::RedisBloom | Mode::Bitmap => format!(
             "mode = \"tiered\"\nttl = {{ explicit = \"{HORIZON_S}s\" }}\ntier1_ttl = \"1h\"\nfilter_slots = 2\nfp_rate = 0.001\npeak_rate = {}\n",
             sizing(dataset).0
@@ -290,12 +300,20 @@ pub(crate) fn config(
         Mode::RedisBloom => "redisbloom",
         _ => "bitmap",
     };
+    let (top, transactional) = match mode {
+        Mode::ExactlyOnce => (
+            "guarantee = \"exactly-once\"\n".to_string(),
+            format!("\"transactional.id\" = \"{group}-{REPLICA}\"\n"),
+        ),
+        _ => (String::new(), String::new()),
+    };
     format!(
-        r#"[kafka]
+        r#"{top}
+[kafka]
 "bootstrap.servers" = "{brokers}"
 "group.id" = "{group}"
 "session.timeout.ms" = "6000"
-
+{transactional}
 [store]
 kind = "redis"
 url = "{url}"
@@ -482,8 +500,13 @@ mod tests {
             store_url: "redis://127.0.0.1:6379",
             batch: 1000,
         };
-        for mode in [Mode::Exact, Mode::RedisBloom, Mode::Bitmap] {
-            let text = config(&at, &dataset, mode, "group", "bench.out");
+        for mode in [
+            Mode::Exact,
+            Mode::ExactlyOnce,
+            Mode::RedisBloom,
+            Mode::Bitmap,
+        ] {
+            let text = config(&at, &dataset, mode, "group", "bench.out").replace(REPLICA, "0");
             let parsed = idemgate::config::Config::parse(&text);
             assert!(parsed.is_ok(), "{mode:?}: {:?}\n{text}", parsed.err());
         }

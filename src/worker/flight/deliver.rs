@@ -66,6 +66,7 @@ impl Flight {
         result: Result<(), Failure>,
         now: Instant,
     ) -> Reported {
+        let transactional = self.transactional;
         let Some(record) = self.record_mut(tp, offset) else {
             return Reported::Gone;
         };
@@ -75,6 +76,12 @@ impl Flight {
         }
         let decision = record.decision.clone().unwrap_or(Decision::Unverified);
         let reported = match result {
+            Ok(()) if transactional => {
+                // In the open transaction: settled once it commits.
+                record.stage = Stage::Produced;
+                self.in_txn.push((tp.clone(), offset));
+                return Reported::Delivered(decision);
+            }
             Ok(()) => {
                 record.stage = Stage::Delivered;
                 Reported::Delivered(decision)
@@ -130,7 +137,12 @@ impl Flight {
         reported
     }
 
-    /// Whether any output of the partition awaits its delivery report.
+    /// Whether any output awaits its delivery report.
+    pub(crate) fn any_sending(&self) -> bool {
+        self.partitions.keys().any(|tp| self.sending(tp))
+    }
+
+    /// Whether any output awaits its delivery report.
     pub(crate) fn sending(&self, tp: &Tp) -> bool {
         self.partitions.get(tp).is_some_and(|p| {
             p.records

@@ -23,10 +23,13 @@ use std::time::{Duration, Instant};
 
 mod deliver;
 mod take;
-pub(crate) use deliver::Reported;
+pub(crate) use deliver::{Commit, Reported};
 mod round;
 #[cfg(test)]
 mod tests;
+mod txn;
+#[cfg(test)]
+mod txn_tests;
 
 use super::consumer::Input;
 use crate::decision::Decision;
@@ -54,6 +57,9 @@ pub(crate) enum Stage {
     Produce,
     /// Its delivery report is outstanding.
     Sending,
+    /// Exactly once: delivered inside the open transaction; its claim
+    /// settles once the transaction commits (`transaction.rs`).
+    Produced,
     /// A delivery failed and may have landed: sent again at this instant.
     Backoff { until: Instant },
     /// Delivered; its claim is to be settled (watermark, done flag or
@@ -105,6 +111,10 @@ pub(crate) struct Record {
     /// `Won { fresh: true }` cannot be trusted to mean it wrote it, and it
     /// never releases.
     claim_uncertain: bool,
+    /// Exactly once: its output is in a transaction the last owner
+    /// committed (listed in the commit's metadata): it is claimed to settle
+    /// its claim, and produces nothing.
+    pub(crate) already_out: bool,
 }
 
 /// Where an assigned partition resumes, from its committed offset and
@@ -152,6 +162,9 @@ pub(crate) struct Partition {
     skip: Vec<(i64, i64)>,
     /// The finished ranges above the offset in the last commit.
     committed_done: Vec<(i64, i64)>,
+    /// Exactly once: the offset and the delivered ranges above it in the
+    /// last transaction committed.
+    txn_committed: Option<(i64, Vec<(i64, i64)>)>,
     /// Records read and not finished.
     unfinished: usize,
     /// Every record below this offset is delivered (or settling, or
@@ -238,6 +251,10 @@ pub(crate) struct Flight {
     replayed: Vec<usize>,
     /// Assignments so far.
     epoch: u64,
+    /// Exactly once (docs/design.md §7): deliveries wait in `Produced`
+    /// for their transaction, listed here.
+    pub(crate) transactional: bool,
+    in_txn: Vec<(Tp, i64)>,
 }
 
 impl Flight {
@@ -268,6 +285,7 @@ impl Flight {
             metadata_raise,
             skip,
             committed_done: Vec::new(),
+            txn_committed: None,
             unfinished: 0,
             delivered_scan: i64::MIN,
             finished_scan: i64::MIN,
@@ -361,6 +379,7 @@ impl Flight {
             bytes,
             counted: true,
             claim_uncertain: false,
+            already_out: false,
             batch: self.batch,
             epoch: partition.epoch,
         };
@@ -371,7 +390,8 @@ impl Flight {
             .skip
             .iter()
             .any(|(from, to)| (*from..*to).contains(&offset));
-        if skipped {
+        let settle_again = skipped && self.transactional && matches!(record.print, Some(Ok(_)));
+        if skipped && !settle_again {
             // Delivered and settled by the last owner (its commit said so).
             record.stage = Stage::Finished;
         } else if partition.fresh {
@@ -383,6 +403,11 @@ impl Flight {
             }
             entry_stage(&mut record, partition.watermark);
         }
+        // Exactly once, the last owner's commit lists it as delivered: its
+        // output is in a committed transaction, its claim may not be settled
+        // yet (a crash between the commit and the done flags). Claimed again
+        // to settle it: it meets its own claim and sets its done flag.
+        record.already_out = settle_again;
         let stage = record.stage;
         partition.records.insert(offset, record);
         if stage == Stage::Finished {

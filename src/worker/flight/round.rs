@@ -135,6 +135,13 @@ impl Flight {
                     None,
                 ),
             };
+            // Its output is in the last owner's committed transaction: it
+            // settles the claim it holds now, and sends nothing again.
+            let stage = match (record.already_out, stage, &owned) {
+                (true, Stage::Produce, Some(_)) => Stage::Delivered,
+                (true, Stage::Produce, None) => Stage::Finished,
+                _ => stage,
+            };
             record.decision = decision;
             record.claim = owned;
             record.stage = stage;

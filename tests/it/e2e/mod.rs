@@ -23,6 +23,7 @@ mod check;
 mod cluster;
 mod codecs;
 mod exact;
+mod exactly_once;
 mod failover;
 mod horizon;
 mod monitoring;

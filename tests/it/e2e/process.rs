@@ -12,6 +12,7 @@ use idemgate_testkit::servers::signal;
 use idemgate_testkit::{env, tansu_brokers, unique, BOUND};
 
 /// What one gateway process is told, as the TOML file `idemgate run` reads.
+#[derive(Clone)]
 pub struct GateConfig {
     pub brokers: String,
     pub group: String,
@@ -38,6 +39,8 @@ pub struct GateConfig {
     pub metrics_listen: String,
     /// Further `[[streams]]` tables, after the bank one.
     pub more_streams: String,
+    /// Top-level lines, before `[kafka]` (`guarantee = "exactly-once"`).
+    pub top: String,
 }
 
 impl GateConfig {
@@ -66,7 +69,16 @@ impl GateConfig {
             stream: None,
             metrics_listen: "127.0.0.1:0".into(),
             more_streams: String::new(),
+            top: String::new(),
         }
+    }
+
+    /// `guarantee = "exactly-once"`, with this replica's transactional id.
+    pub fn exactly_once(mut self, transactional_id: &str) -> GateConfig {
+        self.top = "guarantee = \"exactly-once\"\n".into();
+        self.kafka
+            .push(("transactional.id", transactional_id.to_string()));
+        self
     }
 
     /// The test services' TLS Redis: `rediss://`, its ACL user, the CA and
@@ -97,7 +109,8 @@ impl GateConfig {
             kafka.push_str(&format!("\"{key}\" = \"{value}\"\n"));
         }
         format!(
-            r#"[kafka]
+            r#"{top}
+[kafka]
 {kafka}
 [store]
 {target}
@@ -122,6 +135,7 @@ audit = "{audit}"
             } else {
                 format!("kind = \"cluster\"\nnodes = {:?}", self.redis_nodes)
             },
+            top = self.top,
             listen = self.metrics_listen,
             more_streams = self.more_streams,
             prefix = self.key_prefix,
@@ -226,6 +240,16 @@ impl Gate {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// Its exit status, if it has exited.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.process.exited()
+    }
+
+    /// Waits up to `bound` for the process to exit on its own.
+    pub fn wait_exit(&mut self, bound: Duration) -> ExitStatus {
+        self.process.wait_exit(bound)
     }
 
     /// SIGTERM, then waits up to `bound` for the exit.

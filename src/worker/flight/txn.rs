@@ -1,0 +1,164 @@
+//! Exactly once (docs/design.md §7): what the open transaction holds, what
+//! its offsets say, and what its commit lets settle.
+//!
+//! A delivery inside the transaction waits in `Produced`: no watermark
+//! raise covers it and no done flag is sent for it until the transaction
+//! commits, so a crash (an abort) leaves its claim unsettled and the replay
+//! produces it again. Tier-2 inserts go before the commit. The offsets sent
+//! with the transaction are each partition's delivered prefix, and the
+//! metadata lists the delivered ranges above it (and the last owner's,
+//! until the prefix passes them): a new owner settles those and sends
+//! nothing for them.
+
+use super::deliver::Commit;
+use super::{Flight, Stage};
+use crate::store::{Insert, StreamId};
+
+impl Flight {
+    /// The tier-2 inserts of the transaction's deliveries, taken: they go
+    /// to the store before the transaction commits.
+    pub(crate) fn take_txn_inserts(&mut self) -> Vec<Insert> {
+        let mut inserts = Vec::new();
+        for (tp, offset) in &self.in_txn {
+            let Some(partition) = self.partitions.get_mut(tp) else {
+                continue;
+            };
+            let stream = StreamId(partition.stream);
+            let Some(record) = partition.records.get_mut(offset) else {
+                continue;
+            };
+            if let Some(owned) = record.claim.as_mut() {
+                if let Some(at) = owned.insert.take() {
+                    inserts.push(Insert {
+                        stream,
+                        hash: owned.held.hash,
+                        at,
+                    });
+                }
+            }
+        }
+        inserts
+    }
+
+    /// Per partition, the offsets the transaction commits: the delivered
+    /// prefix (outputs in this or an earlier transaction, or none due),
+    /// and the delivered ranges above it: only where they moved since the
+    /// last transaction, unless `all` (a transaction with outputs sends
+    /// offsets, so the broker checks the group generation and fences a
+    /// zombie).
+    pub(crate) fn txn_offsets(&mut self, all: bool) -> Vec<Commit> {
+        let mut out = Vec::new();
+        for (tp, p) in &mut self.partitions {
+            let Some(start) = p.committed.or(p.range_start) else {
+                continue;
+            };
+            let delivered = |r: &super::Record| {
+                r.already_out
+                    || matches!(
+                        r.stage,
+                        Stage::Produced | Stage::Delivered | Stage::Settling | Stage::Finished
+                    )
+            };
+            let mut end = None;
+            let mut ranges: Vec<(i64, i64)> = Vec::new();
+            let mut open = false;
+            for (&offset, record) in p.records.range(start..) {
+                let out_already = delivered(record);
+                if end.is_none() {
+                    if !out_already {
+                        end = Some(offset);
+                    }
+                    continue;
+                }
+                match (out_already, open, ranges.last_mut()) {
+                    (true, true, Some(last)) => last.1 = offset + 1,
+                    (true, _, _) => ranges.push((offset, offset + 1)),
+                    (false, _, _) => {}
+                }
+                open = out_already;
+            }
+            // Everything read is delivered: the prefix runs to the next
+            // record to read.
+            let end = end.unwrap_or_else(|| p.next_read.unwrap_or(start).max(start));
+            // The last owner's delivered ranges not yet passed, carried
+            // forward: they were not read yet, or are being settled again.
+            ranges.extend(
+                p.skip
+                    .iter()
+                    .filter(|(_, to)| *to > end)
+                    .map(|(from, to)| ((*from).max(end), *to)),
+            );
+            let ranges = merged(ranges);
+            let now = (end, ranges);
+            if !all && p.txn_committed.as_ref() == Some(&now) {
+                continue;
+            }
+            out.push(Commit {
+                tp: tp.clone(),
+                offset: now.0,
+                gap_free: p.gap_free,
+                done: now.1.clone(),
+            });
+            p.txn_committed = Some(now);
+        }
+        out
+    }
+
+    /// The transaction committed: its deliveries settle (done flags, the
+    /// watermark raise) in the rounds that follow.
+    pub(crate) fn txn_committed(&mut self) {
+        for (tp, offset) in std::mem::take(&mut self.in_txn) {
+            let Some(record) = self.record_mut(&tp, offset) else {
+                continue;
+            };
+            if record.stage != Stage::Produced {
+                continue;
+            }
+            if record.claim.is_some() {
+                record.stage = Stage::Delivered;
+                self.to_settle.push((tp, offset));
+            } else {
+                self.finish_at(&tp, offset);
+            }
+        }
+    }
+
+    /// Whether every record read is finished, or waits on a holder in a
+    /// partition this replica does not own (which may take any time): what
+    /// a handover drains to.
+    pub(crate) fn drained(&self) -> bool {
+        let owned = |holder: &crate::store::Coordinates, stream: usize| {
+            self.partitions.iter().any(|(tp, p)| {
+                p.stream == stream && p.tag == holder.topic && tp.1 == holder.partition
+            })
+        };
+        self.partitions.values().all(|p| {
+            p.records.values().all(|r| match (r.stage, &r.waiting_on) {
+                (Stage::Finished, _) => true,
+                (Stage::Wait { .. }, Some(holder)) => !owned(holder, r.stream),
+                _ => false,
+            })
+        })
+    }
+
+    /// The transaction's offsets did not commit: the next one sends them
+    /// again.
+    pub(crate) fn txn_offsets_lost(&mut self) {
+        for p in self.partitions.values_mut() {
+            p.txn_committed = None;
+        }
+    }
+}
+
+/// Sorted, overlapping or touching ranges joined.
+fn merged(mut ranges: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
+    ranges.sort_unstable();
+    let mut out: Vec<(i64, i64)> = Vec::new();
+    for (from, to) in ranges {
+        match out.last_mut() {
+            Some(last) if from <= last.1 => last.1 = last.1.max(to),
+            _ => out.push((from, to)),
+        }
+    }
+    out
+}

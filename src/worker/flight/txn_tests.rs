@@ -1,0 +1,231 @@
+//! Exactly once in the flight: deliveries wait for their transaction, the
+//! transaction's offsets and metadata, a new owner's settling of what the
+//! last one's transaction listed (docs/design.md §7).
+
+use std::time::Instant;
+
+use super::*;
+use crate::fingerprint::{PayloadDigest, SourceHash};
+use crate::store::{ClaimOutcome, RoundAnswer, Watermark};
+
+const TOKEN: OwnerToken = OwnerToken(0x0200);
+const WON: ClaimOutcome = ClaimOutcome::Won { fresh: true };
+
+fn tp() -> Tp {
+    ("raw".into(), 0)
+}
+
+fn input(offset: i64) -> Input {
+    Input {
+        topic: "raw".into(),
+        partition: 0,
+        offset,
+        key: None,
+        payload: Some(vec![b'x'; 10]),
+        headers: Vec::new(),
+        timestamp: Some(1_000),
+        polled: Instant::now(),
+    }
+}
+
+fn print(n: u8) -> Result<Fingerprint, Invalid> {
+    Ok(Fingerprint {
+        hash: SourceHash([n; 32]),
+        digest: PayloadDigest([n; 8]),
+    })
+}
+
+/// A transactional flight owning partition 0, resumed as `resume` says,
+/// its watermark read as `watermark`.
+fn flight(resume: Resume, watermark: i64) -> Flight {
+    let mut flight = Flight {
+        transactional: true,
+        ..Flight::default()
+    };
+    flight.assign(tp(), 0, resume);
+    let round = flight
+        .take_round(Instant::now(), 100, TOKEN)
+        .expect("a round reads the watermark");
+    let answer = RoundAnswer {
+        raised: round.publish.raises.iter().map(|r| r.end).collect(),
+        watermarks: vec![Watermark {
+            stream: StreamId(0),
+            topic: TopicTag::of("raw"),
+            partition: 0,
+            below: watermark,
+        }],
+        ..RoundAnswer::default()
+    };
+    flight.answered(round, answer, Instant::now(), |_| true);
+    flight
+}
+
+fn stage(flight: &Flight, offset: i64) -> Stage {
+    flight.record(&tp(), offset).expect("record").stage
+}
+
+/// One round, every claim answered with `outcomes`, every write accepted.
+fn round(flight: &mut Flight, outcomes: Vec<ClaimOutcome>) -> Publish {
+    let round = flight
+        .take_round(Instant::now(), 100, TOKEN)
+        .expect("round");
+    let publish = round.publish.clone();
+    let answer = RoundAnswer {
+        raised: round.publish.raises.iter().map(|r| r.end).collect(),
+        done: vec![true; round.publish.done.len()],
+        released: vec![true; round.publish.releases.len()],
+        watermarks: Vec::new(),
+        outcomes,
+    };
+    flight.answered(round, answer, Instant::now(), |_| true);
+    publish
+}
+
+fn deliver_all(flight: &mut Flight) -> Vec<i64> {
+    let mut sent = Vec::new();
+    for (tp, offset) in flight.take_sends(Instant::now()) {
+        let epoch = flight.record(&tp, offset).unwrap().epoch;
+        flight.reported(&tp, offset, epoch, Ok(()), Instant::now());
+        sent.push(offset);
+    }
+    sent
+}
+
+#[test]
+fn a_delivery_settles_only_after_its_transaction_commits() {
+    let mut f = flight(Resume::default(), 0);
+    for offset in 0..3 {
+        assert!(f.arrive(input(offset), 0, print(offset as u8), 1));
+    }
+    round(&mut f, vec![WON; 3]);
+    assert_eq!(deliver_all(&mut f), vec![0, 1, 2]);
+    assert_eq!(stage(&f, 0), Stage::Produced);
+    // Inside the open transaction: no raise covers them, no done flag.
+    let before = f.take_round(Instant::now(), 100, TOKEN);
+    assert!(
+        before.as_ref().is_none_or(|r| r.publish.is_empty()),
+        "settled before the transaction committed: {:?}",
+        before.map(|r| r.publish)
+    );
+    // Tier-2 inserts go before the commit, once.
+    let inserts = f.take_txn_inserts();
+    assert_eq!(inserts.len(), 3);
+    assert!(f.take_txn_inserts().is_empty());
+    let offsets = f.txn_offsets(false);
+    assert_eq!(offsets.len(), 1);
+    assert_eq!((offsets[0].offset, offsets[0].done.clone()), (3, vec![]));
+    assert!(offsets[0].gap_free);
+    assert!(f.txn_offsets(false).is_empty(), "nothing moved since");
+    assert_eq!(f.txn_offsets(true).len(), 1, "unless asked for all");
+    f.txn_committed();
+    assert_eq!(stage(&f, 0), Stage::Delivered);
+    let publish = round(&mut f, vec![]);
+    assert_eq!(publish.raises.len(), 1);
+    assert_eq!((publish.raises[0].start, publish.raises[0].end), (0, 3));
+    assert!(publish.inserts.is_empty(), "inserted before the commit");
+    assert_eq!(stage(&f, 2), Stage::Finished);
+}
+
+#[test]
+fn the_transactions_metadata_lists_what_was_delivered_above_a_waiting_record() {
+    let mut f = flight(Resume::default(), 0);
+    for offset in 0..4 {
+        f.arrive(input(offset), 0, print(offset as u8), 1);
+    }
+    let held = ClaimOutcome::Held {
+        holder: Coordinates {
+            topic: TopicTag::of("other"),
+            partition: 3,
+            offset: 7,
+        },
+    };
+    round(&mut f, vec![WON, held, WON, WON]);
+    deliver_all(&mut f);
+    let offsets = f.txn_offsets(false);
+    assert_eq!(offsets[0].offset, 1, "the waiting record holds the prefix");
+    assert_eq!(offsets[0].done, vec![(2, 4)], "delivered above it");
+}
+
+#[test]
+fn a_new_owner_settles_what_the_last_transaction_listed_and_sends_nothing_for_it() {
+    // The last owner committed offset 5 with 6..8 and 10..12 delivered
+    // above it, and crashed before their done flags.
+    let resume = Resume {
+        committed: Some(5),
+        metadata_raise: Some(5),
+        skip: vec![(6, 8), (10, 12)],
+    };
+    let mut f = flight(resume, 5);
+    for offset in 5..9 {
+        f.arrive(input(offset), 0, print(offset as u8), 1);
+    }
+    for offset in [6, 7] {
+        assert!(f.record(&tp(), offset).unwrap().already_out);
+    }
+    // They meet their own unsettled claims: re-stamped, won.
+    let own = ClaimOutcome::Won { fresh: false };
+    round(&mut f, vec![own; 4]);
+    assert_eq!(
+        deliver_all(&mut f),
+        vec![5, 8],
+        "6 and 7 are not sent again"
+    );
+    assert_eq!(stage(&f, 6), Stage::Delivered);
+    // Until the prefix passes them, every commit carries the last owner's
+    // ranges forward, also the one not read yet.
+    let offsets = f.txn_offsets(false);
+    assert_eq!(offsets[0].offset, 9);
+    assert_eq!(offsets[0].done, vec![(10, 12)]);
+    f.txn_committed();
+    let publish = round(&mut f, vec![]);
+    assert!(
+        publish.raises.iter().any(|r| r.end == 9),
+        "the raise covers the settled records: {publish:?}"
+    );
+    for offset in 5..9 {
+        assert_eq!(stage(&f, offset), Stage::Finished, "offset {offset}");
+    }
+}
+
+#[test]
+fn at_least_once_a_listed_range_is_finished_on_arrival() {
+    let resume = Resume {
+        committed: Some(5),
+        metadata_raise: Some(5),
+        skip: vec![(6, 8)],
+    };
+    let mut f = flight(resume, 5);
+    f.transactional = false;
+    f.arrive(input(6), 0, print(6), 1);
+    assert_eq!(stage(&f, 6), Stage::Finished);
+}
+
+#[test]
+fn a_handover_drains_past_waits_on_holders_here_but_not_on_holders_elsewhere() {
+    let mut f = flight(Resume::default(), 0);
+    f.arrive(input(0), 0, print(1), 1);
+    f.arrive(input(1), 0, print(1), 1);
+    assert!(!f.drained(), "records to claim");
+    let on = |partition| ClaimOutcome::Held {
+        holder: Coordinates {
+            topic: TopicTag::of("raw"),
+            partition,
+            offset: 0,
+        },
+    };
+    // Offset 1 waits on offset 0 of this partition, which is here.
+    round(&mut f, vec![WON, on(0)]);
+    deliver_all(&mut f);
+    f.txn_committed();
+    round(&mut f, vec![]);
+    assert_eq!(stage(&f, 0), Stage::Finished);
+    assert!(
+        !f.drained(),
+        "a wait on a holder of an owned partition resolves: drained on"
+    );
+    // A wait on a partition another replica owns may take any time.
+    let mut g = flight(Resume::default(), 0);
+    g.arrive(input(0), 0, print(1), 1);
+    round(&mut g, vec![on(9)]);
+    assert!(g.drained());
+}

@@ -1,0 +1,213 @@
+//! Exactly once (docs/design.md §7): one Kafka transaction per commit
+//! interval holds the interval's outputs and the input offsets they
+//! finish, with the group's metadata, so a zombie replica is fenced.
+//!
+//! ```text
+//! begin ─► produce … ─► (every report in) ─► tier-2 inserts ─► offsets + metadata ─► commit ─► done flags, raises
+//! ```
+//!
+//! A transaction that cannot commit is a crash: the worker stops with the
+//! error, the broker aborts the transaction, and the partitions' next
+//! owner (this replica restarted, or another) replays from the committed
+//! offsets, meets its own unsettled claims and produces again.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use rdkafka::consumer::Consumer;
+use rdkafka::producer::Producer;
+use rdkafka::{Offset, TopicPartitionList};
+use tracing::{info, warn};
+
+use super::flight::Commit;
+use super::metadata::{self, Metadata};
+use super::pipeline::{answer, Pipeline, FLUSH_PATIENCE};
+use super::Worker;
+use crate::store::{Publish, StoreError};
+
+/// How long librdkafka may take for a transaction's own requests.
+const TXN_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a handover lets the records read finish first.
+const DRAIN: Duration = Duration::from_secs(10);
+
+/// Where the open transaction stands.
+#[derive(Default)]
+pub(crate) struct Txn {
+    /// Since when a transaction is open; `None` when none is.
+    pub(crate) open_since: Option<Instant>,
+    /// A delivery inside it failed: it cannot commit.
+    pub(crate) failed: Option<String>,
+}
+
+impl Worker {
+    /// Registers this replica's transactional id with the brokers, fencing
+    /// any earlier producer with the same id (a zombie of this replica).
+    pub(super) async fn init_transactions(&self) -> Result<()> {
+        let producer = self.producer.clone();
+        tokio::task::spawn_blocking(move || producer.init_transactions(TXN_TIMEOUT))
+            .await?
+            .context("initialising the transactional producer (transactional.id)")?;
+        info!("exactly once: transactional producer ready");
+        Ok(())
+    }
+
+    /// Opens a transaction if none is: outputs are sent only inside one.
+    pub(super) fn begin(&self, p: &mut Pipeline) -> Result<()> {
+        if p.txn.open_since.is_none() {
+            self.producer
+                .begin_transaction()
+                .context("beginning a transaction")?;
+            p.txn.open_since = Some(Instant::now());
+        }
+        Ok(())
+    }
+
+    /// Before a handover (a revoke, a stop): reads nothing more and runs
+    /// the loop until every record read is finished, or waits on a holder
+    /// elsewhere, or `DRAIN` passes. The commit then covers everything
+    /// delivered in its offsets alone, not in its metadata, which some
+    /// brokers do not keep for transactional commits (Tansu).
+    pub(super) async fn drain(&self, p: &mut Pipeline) -> Result<()> {
+        let until = Instant::now() + DRAIN;
+        while Instant::now() < until && !p.flight.drained() {
+            self.turn(p)?;
+            if p.committed_at.elapsed() >= self.commit_interval {
+                self.seal(p).await?;
+                let _ = p.flight.commits(None);
+                p.committed_at = Instant::now();
+            }
+            let soon = Instant::now() + Duration::from_millis(10);
+            let wake = p.flight.next_due().map_or(soon, |at| at.min(soon));
+            tokio::select! {
+                result = answer(&mut p.round) => self.on_answer(p, result),
+                _ = self.reports.ready() => self.on_reports(p),
+                _ = tokio::time::sleep_until(wake.into()) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Commits the open transaction (or one with offsets alone, where they
+    /// moved): waits for every delivery report, inserts into tier 2, sends
+    /// the offsets with the group's metadata and commits. The settlements
+    /// follow in the next rounds. An error is the end of this worker.
+    pub(super) async fn seal(&self, p: &mut Pipeline) -> Result<Vec<Commit>> {
+        let deadline = Instant::now() + FLUSH_PATIENCE;
+        while p.flight.any_sending() {
+            tokio::select! {
+                result = answer(&mut p.round) => self.on_answer(p, result),
+                _ = self.reports.ready() => self.on_reports(p),
+                _ = tokio::time::sleep_until(deadline.into()) => {
+                    bail!("outputs of the open transaction undelivered after {FLUSH_PATIENCE:?}")
+                }
+            }
+        }
+        if let Some(error) = p.txn.failed.take() {
+            let _ = self.abort().await;
+            bail!("an output of the transaction was not delivered ({error}): aborted; the replay produces it again");
+        }
+        self.insert_before_commit(p, deadline).await?;
+        let commits = p.flight.txn_offsets(p.txn.open_since.is_some());
+        if commits.is_empty() && p.txn.open_since.is_none() {
+            return Ok(commits);
+        }
+        let mut list = TopicPartitionList::new();
+        for c in &commits {
+            let Some(&stream) = self.by_topic.get(&*c.tp.0) else {
+                continue;
+            };
+            list.add_partition_offset(&c.tp.0, c.tp.1, Offset::Offset(c.offset))
+                .context("listing offsets")?;
+            if let Some(mut element) = list.find_partition(&c.tp.0, c.tp.1) {
+                element.set_metadata(metadata::write(
+                    &self.streams[stream].config.spec.key_id,
+                    &Metadata {
+                        gap_free: c.gap_free,
+                        done: c.done.clone(),
+                    },
+                ));
+            }
+        }
+        self.begin(p)?;
+        let group = self
+            .consumer
+            .group_metadata()
+            .ok_or_else(|| anyhow!("no consumer group metadata for the transaction"))?;
+        let producer = self.producer.clone();
+        let result = tokio::task::spawn_blocking(move || {
+            if list.count() > 0 {
+                producer.send_offsets_to_transaction(&list, &group, TXN_TIMEOUT)?;
+            }
+            producer.commit_transaction(TXN_TIMEOUT)
+        })
+        .await?;
+        p.txn.open_since = None;
+        match result {
+            Ok(()) => {
+                crate::metrics::committed();
+                p.flight.txn_committed();
+                // Their settlements are the next round's work.
+                p.dirty = true;
+                Ok(commits)
+            }
+            Err(error) => {
+                p.flight.txn_offsets_lost();
+                let _ = self.abort().await;
+                Err(error).context("committing the transaction (a fenced zombie, or the broker aborted it): aborted; the partitions' next owner replays")
+            }
+        }
+    }
+
+    /// The transaction's tier-2 inserts, acknowledged before it commits:
+    /// once its offsets are committed no replay inserts them again.
+    async fn insert_before_commit(&self, p: &mut Pipeline, deadline: Instant) -> Result<()> {
+        let inserts = p.flight.take_txn_inserts();
+        if inserts.is_empty() {
+            return Ok(());
+        }
+        let publish = Publish {
+            inserts,
+            ..Publish::default()
+        };
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            let result =
+                tokio::time::timeout(Duration::from_secs(2), self.store.round(&publish, &[], &[]))
+                    .await
+                    .unwrap_or_else(|_| Err(StoreError::Unavailable("round timed out".into())));
+            match result {
+                Ok(_) => return Ok(()),
+                Err(error) if Instant::now() + backoff < deadline => {
+                    warn!(%error, "tier-2 inserts before the transaction commits failed: again");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                Err(error) => {
+                    let _ = self.abort().await;
+                    bail!("tier-2 inserts before the transaction commits failed until {FLUSH_PATIENCE:?} ran out ({error}): aborted");
+                }
+            }
+        }
+    }
+
+    /// The assignment was lost (the session timed out: this replica was
+    /// a zombie, its partitions have another owner): the open transaction
+    /// is aborted, not committed, and everything in flight is left to the
+    /// new owner, who meets the claims as its own.
+    pub(super) async fn abandon(&self, p: &mut Pipeline) -> Result<()> {
+        if p.txn.open_since.take().is_some() {
+            warn!("assignment lost (the session timed out): the open transaction is aborted, its records left to their new owner");
+            self.abort()
+                .await
+                .context("aborting the transaction of a lost assignment")?;
+        }
+        p.txn.failed = None;
+        Ok(())
+    }
+
+    async fn abort(&self) -> Result<()> {
+        let producer = self.producer.clone();
+        tokio::task::spawn_blocking(move || producer.abort_transaction(TXN_TIMEOUT)).await??;
+        Ok(())
+    }
+}
