@@ -290,7 +290,7 @@ fn run_section(line: &mut impl FnMut(String), run: &RunResult) {
         line("No replica exited on its own.".into());
     } else {
         line(format!(
-            "{} replica exits the soak did not cause (each started again):",
+            "{} replica exits the soak did not ask for (a replica exits non-zero when, say, a transaction cannot commit; the soak, as its supervisor, started each again):",
             run.unexpected_exits.len()
         ));
         line(String::new());
