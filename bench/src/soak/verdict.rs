@@ -48,6 +48,10 @@ pub(crate) struct Figures {
     pub inputs_replayed: usize,
     /// Copies suppressed by the filter (correct; no holder named).
     pub filter_duplicates: usize,
+    /// Copies that named, as holder, an earlier copy of their event which
+    /// claimed the hash again once its tier-1 key had expired (and was
+    /// itself suppressed by the filter): correct, the claim's holder.
+    pub copies_naming_a_reclaim: usize,
     /// Outputs judged against the oracle, and those that disagree
     /// (must be 0).
     pub decisions_checked: usize,
@@ -228,6 +232,13 @@ pub(crate) fn judge(
             .iter()
             .filter_map(|n| coords[*n].map(|(p, o)| (stream as u8, p, o)))
             .collect();
+        // Copies the filter suppressed after the tier-1 key expired: each
+        // claimed the hash anew, so later copies name it as the holder.
+        let reclaimers: Vec<(usize, (u8, i32, i64))> = inputs
+            .iter()
+            .filter(|m| **m != winner && by_input[**m].iter().any(|(_, o)| filter_hit(o)))
+            .filter_map(|m| coords[*m].map(|(p, o)| (*m, (stream as u8, p, o))))
+            .collect();
         for &n in inputs {
             for &(_, out) in &by_input[n] {
                 let at = format!(
@@ -253,6 +264,15 @@ pub(crate) fn judge(
                 }
                 if filter_hit(out) && !conflict {
                     f.filter_duplicates += 1;
+                    continue;
+                }
+                let names_reclaim = d == DUPLICATE
+                    && out.tier == Some("exact")
+                    && reclaimers
+                        .iter()
+                        .any(|(m, c)| *m < n && out.first_seen == Some(*c));
+                if names_reclaim && !conflict {
+                    f.copies_naming_a_reclaim += 1;
                     continue;
                 }
                 if fail_open && d == UNVERIFIED {
