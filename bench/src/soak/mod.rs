@@ -57,6 +57,11 @@ pub struct SoakArgs {
     /// settle in between.
     #[arg(long, default_value_t = 10.0)]
     pub gap: f64,
+    /// Seconds between a SIGKILL and the replica's restart: past its 6 s
+    /// session timeout (see SOAK.md on Tansu's group after back-to-back
+    /// rebalances).
+    #[arg(long, default_value_t = 8.0)]
+    pub restart_after: f64,
     /// Seconds the run may take to drain after the window; then it fails.
     #[arg(long, default_value_t = 600.0)]
     pub drain_timeout: f64,

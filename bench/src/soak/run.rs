@@ -150,6 +150,7 @@ pub(crate) fn run(s: &Setup<'_>) -> Result<RunResult> {
             broker: &mut broker,
             producer_gate: gate.clone(),
             start: started,
+            restart_after: args.restart_after,
         };
         for (at, fault) in &schedule {
             // A fault waits for the group to have settled after the last
