@@ -10,11 +10,16 @@
 //!   second, claim batches per backend, round trips, bytes per key; writes
 //!   BENCHMARKS-claims.md.
 //! - `proxy`: counts Redis round trips on the wire, for both.
+//! - `soak`: the fault soak (`idemgate-bench soak`, run by
+//!   `scripts/soak.sh`): three replicas, a mixed workload, replicas killed
+//!   and terminated, Redis frozen and restarted, the broker restarted, in
+//!   both guarantees; writes SOAK.md and SOAK.json.
 
 mod alloc;
 mod claims;
 mod e2e;
 mod proxy;
+mod soak;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,6 +52,15 @@ enum Command {
     /// One of the e2e bench's child processes (started by the bench).
     #[command(hide = true)]
     Replica { spec: PathBuf },
+    /// The fault soak: writes SOAK.md and SOAK.json; fails if a
+    /// must-be-zero figure is not, or if the run does not drain in time.
+    Soak(Box<soak::SoakArgs>),
+    /// One replica of the soak: exactly `idemgate run --config F`.
+    #[command(hide = true)]
+    SoakReplica {
+        #[arg(long)]
+        config: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -65,6 +79,8 @@ fn main() -> ExitCode {
         match Cli::parse().command {
             Command::E2e(args) => e2e::run(*args).await,
             Command::Replica { spec } => e2e::replica(&spec).await,
+            Command::Soak(args) => soak::run(*args).await,
+            Command::SoakReplica { config } => soak::replica(&config).await,
             Command::Claims { smoke, only } => match claims::run(!smoke, only.as_deref()).await? {
                 true => Ok(()),
                 false => anyhow::bail!("some figures were NOT measured (see above)"),

@@ -21,6 +21,9 @@ pub struct Telemetry {
     /// The payload of every reading so far, by event index.
     readings: Vec<(String, Vec<u8>)>,
     next_id: u64,
+    /// Minutes the earlier rounds covered: a round goes on from there, so
+    /// no two readings of a vehicle share a `seq`.
+    minutes_done: usize,
     profile: Profile,
 }
 
@@ -40,6 +43,7 @@ impl Telemetry {
             vehicles: vehicles.max(1),
             readings: Vec::new(),
             next_id: 0,
+            minutes_done: 0,
             profile: Profile::resolve("payload", None, None).expect("payload profile"),
         }
     }
@@ -48,11 +52,14 @@ impl Telemetry {
         self.readings.len()
     }
 
-    /// `minutes` new readings per vehicle, a fraction `resend` of them sent
-    /// again within the next few records (a flapping link).
+    /// `minutes` new readings per vehicle (the minutes after the earlier
+    /// rounds'), a fraction `resend` of them sent again within the next few
+    /// records (a flapping link).
     pub fn round(&mut self, minutes: usize, resend: f64) -> Vec<Planned> {
         let mut slots: Vec<(u64, Planned)> = Vec::new();
-        for minute in 0..minutes {
+        let first = self.minutes_done;
+        self.minutes_done += minutes;
+        for minute in first..first + minutes {
             for vehicle in 0..self.vehicles {
                 let event = self.new_reading(vehicle, minute);
                 let at = (slots.len() as u64) * 10;

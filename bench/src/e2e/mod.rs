@@ -61,7 +61,8 @@ use crate::proxy;
 use idemgate_testkit::feed::Workload;
 use idemgate_testkit::servers::Tansu;
 use runs::{Dataset, Mode, Setup};
-use services::{on_path, test_services_env, Redis};
+use services::Redis;
+pub(crate) use services::{on_path, test_services_env};
 
 /// `idemgate-bench e2e` options.
 #[derive(clap::Args, Clone, Debug)]
