@@ -231,7 +231,12 @@ impl Worker {
         }
         if !self.transactional && now.duration_since(p.committed_at) >= self.commit_interval {
             p.committed_at = now;
-            self.commit(p, CommitMode::Async, None);
+            // Synchronous, an RTT per interval: an asynchronous commit
+            // still in flight (or retried by librdkafka) could land after
+            // the handover's final commit and put older offsets and done
+            // ranges back; the next owner then decided records above a
+            // waiting one again (two audit outputs, seen under load).
+            self.commit(p, CommitMode::Sync, None);
         }
         self.bound(p);
         if now.duration_since(p.gauges_at) >= Duration::from_secs(1) {
