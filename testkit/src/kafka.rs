@@ -617,27 +617,9 @@ pub fn committed_offsets(
     topic: &str,
     partitions: &[i32],
 ) -> Vec<Option<i64>> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("offset reader");
-    let mut list = TopicPartitionList::new();
-    for partition in partitions {
-        list.add_partition(topic, *partition);
-    }
-    let committed = consumer
-        .committed_offsets(list, Duration::from_secs(20))
-        .expect("committed offsets");
-    partitions
-        .iter()
-        .map(
-            |p| match committed.find_partition(topic, *p).map(|e| e.offset()) {
-                Some(Offset::Offset(offset)) => Some(offset),
-                _ => None,
-            },
-        )
+    committed(brokers, group, topic, partitions)
+        .into_iter()
+        .map(|c| c.map(|(offset, _)| offset))
         .collect()
 }
 
@@ -649,6 +631,19 @@ pub fn committed_metadata(
     topic: &str,
     partitions: &[i32],
 ) -> Vec<Option<String>> {
+    committed(brokers, group, topic, partitions)
+        .into_iter()
+        .map(|c| c.map(|(_, metadata)| metadata))
+        .collect()
+}
+
+/// Per partition, the committed offset and its metadata, if any.
+fn committed(
+    brokers: &str,
+    group: &str,
+    topic: &str,
+    partitions: &[i32],
+) -> Vec<Option<(i64, String)>> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", group)
@@ -665,10 +660,11 @@ pub fn committed_metadata(
     partitions
         .iter()
         .map(|p| {
-            committed
-                .find_partition(topic, *p)
-                .filter(|e| matches!(e.offset(), Offset::Offset(_)))
-                .map(|e| e.metadata().to_string())
+            let element = committed.find_partition(topic, *p)?;
+            match element.offset() {
+                Offset::Offset(offset) => Some((offset, element.metadata().to_string())),
+                _ => None,
+            }
         })
         .collect()
 }

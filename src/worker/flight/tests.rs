@@ -13,7 +13,7 @@ fn tp(partition: i32) -> Tp {
     ("raw".into(), partition)
 }
 
-fn input(partition: i32, offset: i64) -> Input {
+pub(super) fn input(partition: i32, offset: i64) -> Input {
     Input {
         topic: "raw".into(),
         partition,
@@ -26,7 +26,7 @@ fn input(partition: i32, offset: i64) -> Input {
     }
 }
 
-fn print(n: u8) -> Result<Fingerprint, Invalid> {
+pub(super) fn print(n: u8) -> Result<Fingerprint, Invalid> {
     Ok(Fingerprint {
         hash: SourceHash([n; 32]),
         digest: PayloadDigest([n; 8]),

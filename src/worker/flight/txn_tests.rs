@@ -4,8 +4,8 @@
 
 use std::time::Instant;
 
+use super::tests::print;
 use super::*;
-use crate::fingerprint::{PayloadDigest, SourceHash};
 use crate::store::{ClaimOutcome, RoundAnswer, Watermark};
 
 const TOKEN: OwnerToken = OwnerToken(0x0200);
@@ -15,24 +15,9 @@ fn tp() -> Tp {
     ("raw".into(), 0)
 }
 
+/// A record of partition 0.
 fn input(offset: i64) -> Input {
-    Input {
-        topic: "raw".into(),
-        partition: 0,
-        offset,
-        key: None,
-        payload: Some(vec![b'x'; 10]),
-        headers: Vec::new(),
-        timestamp: Some(1_000),
-        polled: Instant::now(),
-    }
-}
-
-fn print(n: u8) -> Result<Fingerprint, Invalid> {
-    Ok(Fingerprint {
-        hash: SourceHash([n; 32]),
-        digest: PayloadDigest([n; 8]),
-    })
+    super::tests::input(0, offset)
 }
 
 /// A transactional flight owning partition 0, resumed as `resume` says,
