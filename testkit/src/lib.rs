@@ -11,14 +11,16 @@
 //!   records, deterministic, redeliveries along a retry ladder.
 //! - [`kafka`]: a test's topics, the producer that writes a workload, the
 //!   reader that collects outputs ([`kafka::Out`]), on any broker (the mock
-//!   cluster or Tansu).
+//!   cluster or Apache Kafka).
 //! - [`check`]: the exactly-once check: every output mapped back to its
 //!   input by the [`TEST_ID`] header and judged record by record.
 //! - [`counting`]: a `ClaimStore` decorator that counts what a worker asks.
 //! - [`faulty`]: a `ClaimStore` decorator that injects store faults.
 //! - [`process`]: a child process with its log, killed on drop.
-//! - [`servers`]: guards that start and stop a redis-server or a Tansu
-//!   broker of one's own; SCAN (never KEYS) under a prefix.
+//! - [`servers`]: guards that start and stop a redis-server or an Apache
+//!   Kafka broker of one's own; SCAN (never KEYS) under a prefix.
+//! - [`tools`]: Kafka's own command-line tools (`kafka-consumer-groups`,
+//!   `kafka-transactions`), run from the cached jars as a user runs them.
 //!
 //! Every test names its topics, group and key prefix with [`unique`], so
 //! tests run in parallel on shared servers, and finds those servers with
@@ -32,6 +34,7 @@ pub mod kafka;
 pub mod process;
 pub mod servers;
 pub mod telemetry;
+pub mod tools;
 pub mod workload;
 
 #[cfg(test)]
@@ -71,9 +74,9 @@ pub fn env(name: &str) -> String {
     })
 }
 
-/// The Kafka-protocol broker the end-to-end tests use (Tansu), from
+/// The Apache Kafka broker the end-to-end tests use, from
 /// `scripts/test-services.sh`.
-pub fn tansu_brokers() -> String {
+pub fn kafka_brokers() -> String {
     env("IDEMGATE_TEST_KAFKA_BROKERS")
 }
 

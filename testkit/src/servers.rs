@@ -1,6 +1,7 @@
-//! Servers a test or the bench owns, as guards: a redis-server and a Tansu
-//! broker on spare loopback ports, killed (and their directories removed)
-//! when dropped, so a failed assertion leaves nothing running. Plus what
+//! Servers a test or the bench owns, as guards: a redis-server and an
+//! Apache Kafka broker on spare loopback ports, killed (the redis-server's
+//! temporary directory removed) when dropped, so a failed assertion leaves
+//! nothing running. Plus what
 //! reading a shared Redis takes: SCAN, never KEYS, under a prefix.
 
 use std::fs::File;
@@ -226,75 +227,158 @@ impl Drop for RedisServer {
     }
 }
 
-/// A Tansu broker of one's own (memory storage) on a spare port.
-pub struct Tansu {
-    child: Child,
+/// An Apache Kafka broker of one's own: one KRaft node that is broker and
+/// controller, on two spare loopback ports, run from the jars
+/// `scripts/test-services.sh` cached (`IDEMGATE_TEST_KAFKA_LIBS`). Its log
+/// lives under its directory, so [`Kafka::restart`] keeps its data, as a
+/// broker restarted on its own disk does. Killed when dropped.
+pub struct Kafka {
+    child: Option<Child>,
     pub brokers: String,
-    /// What `tansu --version` printed.
-    pub version: String,
+    dir: PathBuf,
+    libs: PathBuf,
+    /// How many times it was started (each start's log is its own file).
+    starts: u32,
+    /// How long the last start took, until it served metadata.
+    pub started_in: Duration,
 }
 
-impl Tansu {
-    /// Starts `binary` with its work dir and log under `dir`, and waits
-    /// until it serves metadata.
-    pub fn start(binary: &Path, dir: &Path) -> Result<Tansu> {
-        let version = version_line(binary, "--version")?;
-        let port = free_port();
-        let url = format!("tcp://127.0.0.1:{port}");
-        let work = dir.join("tansu");
-        std::fs::create_dir_all(&work)?;
-        let log_path = dir.join("tansu.log");
+impl Kafka {
+    /// Formats a fresh log under `dir/kafka` and starts the broker.
+    pub fn start(libs: &Path, dir: &Path) -> Result<Kafka> {
+        let dir = dir.join("kafka");
+        std::fs::create_dir_all(dir.join("log"))?;
+        let (port, controller) = free_port_pair();
+        std::fs::write(
+            dir.join("server.properties"),
+            crate::tools::server_properties(&dir.join("log"), port, controller),
+        )?;
+        std::fs::write(dir.join("log4j2.properties"), crate::tools::BROKER_LOG4J)?;
+        let cluster = crate::tools::run(libs, "kafka.tools.StorageTool", &["random-uuid"])?;
+        let properties = dir.join("server.properties");
+        crate::tools::run(
+            libs,
+            "kafka.tools.StorageTool",
+            &[
+                "format",
+                "-t",
+                cluster.trim(),
+                "-c",
+                &properties.to_string_lossy(),
+            ],
+        )?;
+        let mut kafka = Kafka {
+            child: None,
+            brokers: format!("127.0.0.1:{port}"),
+            dir,
+            libs: libs.to_path_buf(),
+            starts: 0,
+            started_in: Duration::ZERO,
+        };
+        kafka.spawn()?;
+        Ok(kafka)
+    }
+
+    fn spawn(&mut self) -> Result<()> {
+        let began = Instant::now();
+        self.starts += 1;
+        let log_path = self.dir.join(format!("broker-{}.log", self.starts));
         let log = File::create(&log_path)?;
-        let child = Command::new(binary)
-            .args(["broker", "--storage-engine", "memory://tansu/"])
-            .args(["--listener-url", &url, "--advertised-listener-url", &url])
-            // Tansu reads settings from the environment too: none of ours.
-            .env_remove("SCHEMA_REGISTRY")
-            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .current_dir(&work)
+        let child = Command::new("java")
+            .args(["-Xms256m", "-Xmx1g", "-XX:+UseG1GC", "-Djava.awt.headless=true"])
+            .arg(format!(
+                "-Dlog4j2.configurationFile={}",
+                self.dir.join("log4j2.properties").display()
+            ))
+            .arg("-cp")
+            .arg(format!("{}/*", self.libs.display()))
+            .arg("kafka.Kafka")
+            .arg(self.dir.join("server.properties"))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
-        let mut tansu = Tansu {
-            child,
-            brokers: format!("127.0.0.1:{port}"),
-            version,
-        };
-        let admin = crate::kafka::admin(&tansu.brokers);
-        let deadline = Instant::now() + Duration::from_secs(30);
+            .context("starting java (Apache Kafka)")?;
+        self.child = Some(child);
+        let admin = crate::kafka::admin(&self.brokers);
+        let deadline = Instant::now() + Duration::from_secs(90);
         loop {
-            if let Some(status) = tansu.child.try_wait()? {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 bail!(
-                    "tansu exited during start-up ({status}); see {}",
+                    "the Kafka broker exited during start-up ({status}); see {}",
                     log_path.display()
                 );
             }
+            // Serving metadata with itself as a broker: a KRaft node lists
+            // itself only once it is unfenced.
             if admin
                 .inner()
                 .fetch_metadata(None, Duration::from_millis(500))
-                .is_ok()
+                .is_ok_and(|m| !m.brokers().is_empty())
             {
-                return Ok(tansu);
+                self.started_in = began.elapsed();
+                return Ok(());
             }
             if Instant::now() > deadline {
-                bail!("tansu on {} did not answer within 30s", tansu.brokers);
+                bail!(
+                    "the Kafka broker on {} did not serve metadata within 90s; see {}",
+                    self.brokers,
+                    log_path.display()
+                );
             }
             std::thread::sleep(Duration::from_millis(100));
         }
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// SIGTERM, and waits for the controlled shutdown to finish.
+    pub fn stop(&mut self) -> Result<()> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        signal(child.id(), "TERM");
+        let until = Instant::now() + Duration::from_secs(60);
+        while child.try_wait()?.is_none() {
+            if Instant::now() > until {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("the Kafka broker ignored SIGTERM for 60s; killed");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    /// Starts it again on the same ports and the same log: what it had
+    /// acknowledged is still there.
+    pub fn restart(&mut self) -> Result<()> {
+        anyhow::ensure!(self.child.is_none(), "restart of a running broker");
+        self.spawn()
     }
 }
 
-impl Drop for Tansu {
+impl Drop for Kafka {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
+}
+
+/// Two adjacent free ports (broker, controller): the kernel's choice for
+/// the first, the next one checked free too.
+fn free_port_pair() -> (u16, u16) {
+    for _ in 0..100 {
+        let port = free_port();
+        if port < u16::MAX && std::net::TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
+            return (port, port + 1);
+        }
+    }
+    panic!("no two adjacent free ports on 127.0.0.1");
 }
 
 /// The first line `binary flag` prints.

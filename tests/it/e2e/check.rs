@@ -1,5 +1,5 @@
 //! `idemgate check` as an operator runs it before a start: the built binary
-//! on a config file, against Tansu and real Redis servers. A good config
+//! on a config file, against Apache Kafka and real Redis servers. A good config
 //! passes and names every topic with its partitions; an evicting Redis, a
 //! missing input topic and a bad config are refused, each naming what is
 //! wrong.
@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 
 use idemgate_testkit::kafka::Topics;
 use idemgate_testkit::servers::{RedisServer, ServerOptions};
-use idemgate_testkit::{env, say, tansu_brokers, unique};
+use idemgate_testkit::{env, say, kafka_brokers, unique};
 
 use super::process::GateConfig;
 
@@ -56,7 +56,7 @@ fn failures(report: &str) -> Vec<&str> {
 #[test]
 fn a_good_config_passes_and_names_every_topic_with_its_partitions() {
     const TEST: &str = "check-good";
-    let brokers = tansu_brokers();
+    let brokers = kafka_brokers();
     let bank = Topics::create(&brokers, TEST, 3, 2);
     let telemetry = Topics::create(&brokers, &format!("{TEST}-tel"), 2, 1);
     let mut config = GateConfig::new(TEST, &bank, env("IDEMGATE_TEST_REDISBLOOM_URL"));
@@ -103,7 +103,7 @@ fn a_good_config_passes_and_names_every_topic_with_its_partitions() {
 #[test]
 fn a_redis_that_evicts_keys_is_refused_naming_maxmemory_policy() {
     const TEST: &str = "check-lru";
-    let topics = Topics::create(&tansu_brokers(), TEST, 1, 1);
+    let topics = Topics::create(&kafka_brokers(), TEST, 1, 1);
     let redis = RedisServer::start(
         TEST,
         ServerOptions {
@@ -133,7 +133,7 @@ fn a_redis_that_evicts_keys_is_refused_naming_maxmemory_policy() {
 fn a_missing_input_topic_is_refused_and_a_missing_output_is_reported() {
     const TEST: &str = "check-missing";
     let topics = Topics::named(TEST, 1, 1);
-    idemgate_testkit::kafka::create_topics(&tansu_brokers(), &[(topics.clean.as_str(), 1)]);
+    idemgate_testkit::kafka::create_topics(&kafka_brokers(), &[(topics.clean.as_str(), 1)]);
     let config = GateConfig::new(TEST, &topics, env("IDEMGATE_TEST_REDIS_URL"));
     let (out, report) = check(TEST, &config.toml(), &[]);
     assert!(!out.status.success(), "{report}");

@@ -11,7 +11,7 @@ use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{read_inputs_as_delivered, Producer, Reader, Topics};
 use idemgate_testkit::servers::{claim_ttls, unsettled_claims_on};
 use idemgate_testkit::workload::{Bank, Planned};
-use idemgate_testkit::{env, say, tansu_brokers, BOUND};
+use idemgate_testkit::{env, say, kafka_brokers, BOUND};
 
 use super::process::{wait_split, Gate, GateConfig};
 
@@ -30,7 +30,7 @@ fn two_replicas_on_a_redis_cluster_with_copies_across_partitions_settle_every_cl
         .map(str::to_string)
         .collect();
     let partitions = 4;
-    let topics = Topics::create(&tansu_brokers(), TEST, partitions, 2);
+    let topics = Topics::create(&kafka_brokers(), TEST, partitions, 2);
     let mut bank = Bank::new(TEST, 32);
     bank.copies_share_key = false;
     bank.copy_rate = (0.5, 0.2);
@@ -45,16 +45,16 @@ fn two_replicas_on_a_redis_cluster_with_copies_across_partitions_settle_every_cl
     let mut b = Gate::start(&format!("{TEST}-b"), &config);
     let split = wait_split(&mut a, &mut b, partitions as usize, Duration::from_secs(30));
     say(TEST, format!("assigned {split:?} at {:?}", began.elapsed()));
-    let producer = Producer::new(&tansu_brokers());
+    let producer = Producer::new(&kafka_brokers());
     let mut delivered = producer.send(&topics.input, &first, 100, Duration::from_millis(50));
     delivered.extend(producer.send(&topics.input, &later, 100, Duration::from_millis(50)));
     let plan: Vec<Planned> = first.into_iter().chain(later).collect();
-    let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
+    let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
     reader.read_every_input(plan.len(), BOUND, "on the cluster", || {
         a.assert_alive();
         b.assert_alive();
     });
-    let landed = read_inputs_as_delivered(&tansu_brokers(), &topics, &delivered);
+    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
     let summary = check(&plan, &landed, &topics, &reader.records, Expect::Exact);
     say(TEST, &summary);
     for gate in [&mut a, &mut b] {

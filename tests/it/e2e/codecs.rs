@@ -1,6 +1,6 @@
 //! Every Kafka codec a producer may choose: an input topic written with
 //! gzip, snappy, lz4 or zstd is read, deduplicated and written out (itself
-//! compressed the same way) by the built binary against Tansu and Redis
+//! compressed the same way) by the built binary against Apache Kafka and Redis
 //! (for zstd, the TLS Redis), with every event exactly once in clean and
 //! every input exactly one output.
 
@@ -9,7 +9,7 @@ use std::time::Duration;
 use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{read_inputs_as_delivered, Producer, Reader, Topics};
 use idemgate_testkit::workload::{Bank, Planned};
-use idemgate_testkit::{env, say, tansu_brokers, BOUND};
+use idemgate_testkit::{env, say, kafka_brokers, BOUND};
 
 use super::process::{Gate, GateConfig};
 
@@ -22,7 +22,7 @@ enum Store {
 
 fn a_topic_compressed_with(codec: &'static str, store: Store) {
     let test = format!("codec-{codec}");
-    let brokers = tansu_brokers();
+    let brokers = kafka_brokers();
     let topics = Topics::create(&brokers, &test, 2, 1);
     let mut bank = Bank::new(&test, 8);
     bank.conflict_rate = 0.05;

@@ -9,20 +9,20 @@ use idemgate_testkit::servers::{claim_ttls, unsettled_claims};
 
 use super::process::{Gate, GateConfig};
 use idemgate_testkit::workload::{Bank, Planned};
-use idemgate_testkit::{env, say, tansu_brokers, BOUND};
+use idemgate_testkit::{env, say, kafka_brokers, BOUND};
 
 #[test]
-fn binary_against_tansu_and_redis_counts_exactly() {
+fn binary_against_apache_kafka_and_redis_counts_exactly() {
     const TEST: &str = "exact";
     let began = Instant::now();
-    let topics = Topics::create(&tansu_brokers(), TEST, 3, 2);
+    let topics = Topics::create(&kafka_brokers(), TEST, 3, 2);
     let mut bank = Bank::new(TEST, 24);
     bank.conflict_rate = 0.03;
     // Half is waiting when the gateway starts, half arrives while it runs;
     // the second half redelivers some events of the first.
     let first = bank.phase(300, 0, 10);
     let second = bank.phase(200, 60, 6);
-    let producer = Producer::new(&tansu_brokers());
+    let producer = Producer::new(&kafka_brokers());
     let mut delivered = producer.send(&topics.input, &first, 100, Duration::ZERO);
     say(
         TEST,
@@ -48,17 +48,17 @@ fn binary_against_tansu_and_redis_counts_exactly() {
 
     // Every input must have an output; a doubled one would arrive in the
     // settle time after that.
-    let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
+    let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
     reader.read_every_input(plan.len(), BOUND, "", || gate.assert_alive());
     say(TEST, format!("all outputs read at {:?}", began.elapsed()));
 
-    let landed = read_inputs_as_delivered(&tansu_brokers(), &topics, &delivered);
+    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
     let summary = check(&plan, &landed, &topics, &reader.records, Expect::Exact);
     say(TEST, &summary);
     // Every output keeps its input's timestamp (the event's time, not the
     // gateway's).
     let mut inputs = Reader::new(
-        &tansu_brokers(),
+        &kafka_brokers(),
         &[(&topics.input, topics.input_partitions)],
     );
     inputs.read_every_input(plan.len(), BOUND, "read back from the input", || {});

@@ -30,7 +30,7 @@ use idemgate_testkit::kafka::{
 };
 use idemgate_testkit::servers::{claim_ttls, unsettled_claims};
 use idemgate_testkit::workload::{Bank, Planned};
-use idemgate_testkit::{env, say, tansu_brokers, unique, BOUND};
+use idemgate_testkit::{env, say, kafka_brokers, unique, BOUND};
 
 use super::process::{read_part_before, wait_split, Gate, GateConfig};
 
@@ -60,7 +60,7 @@ fn wait_committed(config: &GateConfig, topics: &Topics, wanted: &[Option<i64>], 
     let until = Instant::now() + BOUND;
     loop {
         let committed =
-            committed_offsets(&tansu_brokers(), &config.group, &topics.input, &partitions);
+            committed_offsets(&kafka_brokers(), &config.group, &topics.input, &partitions);
         if committed == wanted {
             return;
         }
@@ -79,18 +79,18 @@ fn wait_committed(config: &GateConfig, topics: &Topics, wanted: &[Option<i64>], 
 #[test]
 fn exactly_once_commits_outputs_and_offsets_in_transactions() {
     const TEST: &str = "eos";
-    let topics = Topics::create(&tansu_brokers(), TEST, 3, 2);
+    let topics = Topics::create(&kafka_brokers(), TEST, 3, 2);
     let mut bank = Bank::new(TEST, 24);
     bank.conflict_rate = 0.03;
     let plan = bank.phase(600, 0, 10);
-    let producer = Producer::new(&tansu_brokers());
+    let producer = Producer::new(&kafka_brokers());
     let delivered = producer.send(&topics.input, &plan, 100, Duration::ZERO);
     let redis_url = env("IDEMGATE_TEST_REDIS_URL");
     let config = GateConfig::new(TEST, &topics, redis_url.clone()).exactly_once(&unique("eos-txn"));
     let mut gate = Gate::start(TEST, &config);
-    let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
+    let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
     reader.read_every_input(plan.len(), BOUND, "", || gate.assert_alive());
-    let landed = read_inputs_as_delivered(&tansu_brokers(), &topics, &delivered);
+    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
     let summary = check(&plan, &landed, &topics, &reader.records, Expect::Exact);
     say(TEST, &summary);
     assert_eq!(summary.decisions.get("novel"), Some(&bank.events()));
@@ -99,7 +99,7 @@ fn exactly_once_commits_outputs_and_offsets_in_transactions() {
     // Tansu keeps no metadata for offsets committed in a transaction
     // (the worker's drain at handovers is what does not need it; the mock
     // cluster's test in tests/it/worker/exactly_once.rs reads it back).
-    let metadata = committed_metadata(&tansu_brokers(), &config.group, &topics.input, &[0, 1, 2]);
+    let metadata = committed_metadata(&kafka_brokers(), &config.group, &topics.input, &[0, 1, 2]);
     say(
         TEST,
         format!("committed metadata as the broker keeps it: {metadata:?}"),
@@ -129,7 +129,7 @@ fn exactly_once_commits_outputs_and_offsets_in_transactions() {
 #[test]
 fn exactly_once_a_sigterm_and_restart_mid_stream_repeat_no_output() {
     const TEST: &str = "eos-restart";
-    let topics = Topics::create(&tansu_brokers(), TEST, 3, 2);
+    let topics = Topics::create(&kafka_brokers(), TEST, 3, 2);
     let mut bank = Bank::new(TEST, 24);
     let plan = bank.phase(2_000, 0, 20);
     let redis_url = env("IDEMGATE_TEST_REDIS_URL");
@@ -140,10 +140,10 @@ fn exactly_once_a_sigterm_and_restart_mid_stream_repeat_no_output() {
         let topic = topics.input.clone();
         let plan = plan.clone();
         std::thread::spawn(move || {
-            Producer::new(&tansu_brokers()).send(&topic, &plan, 100, Duration::from_millis(20))
+            Producer::new(&kafka_brokers()).send(&topic, &plan, 100, Duration::from_millis(20))
         })
     };
-    let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
+    let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
     read_part_before(&mut reader, plan.len() / 3, &mut [&mut gate], "the SIGTERM");
     let status = gate.terminate(Duration::from_secs(40));
     assert!(status.success(), "idemgate exited with {status} on SIGTERM");
@@ -156,7 +156,7 @@ fn exactly_once_a_sigterm_and_restart_mid_stream_repeat_no_output() {
         second.assert_alive()
     });
     let delivered = producing.join().expect("producer thread");
-    let landed = read_inputs_as_delivered(&tansu_brokers(), &topics, &delivered);
+    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
     let summary = check(&plan, &landed, &topics, &reader.records, Expect::Exact);
     say(TEST, &summary);
     wait_committed(&config, &topics, &ends(&landed, 3), &mut second);
@@ -174,7 +174,7 @@ fn exactly_once_a_sigterm_and_restart_mid_stream_repeat_no_output() {
 fn exactly_once_a_replica_killed_mid_transaction_loses_nothing_and_settles_every_claim() {
     const TEST: &str = "eos-kill";
     let partitions = 4;
-    let topics = Topics::create(&tansu_brokers(), TEST, partitions, 2);
+    let topics = Topics::create(&kafka_brokers(), TEST, partitions, 2);
     let mut bank = Bank::new(TEST, 64);
     bank.copy_rate = (0.30, 0.08);
     bank.copies_share_key = false;
@@ -197,13 +197,13 @@ fn exactly_once_a_replica_killed_mid_transaction_loses_nothing_and_settles_every
     let producing = {
         let topic = topics.input.clone();
         std::thread::spawn(move || {
-            let producer = Producer::new(&tansu_brokers());
+            let producer = Producer::new(&kafka_brokers());
             let mut landed = producer.send(&topic, &burst, 250, Duration::from_millis(10));
             landed.extend(producer.send(&topic, &tail, 50, Duration::from_millis(100)));
             landed
         })
     };
-    let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
+    let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
     read_part_before(
         &mut reader,
         plan.len() * 3 / 10,
@@ -223,7 +223,7 @@ fn exactly_once_a_replica_killed_mid_transaction_loses_nothing_and_settles_every
         restarted.assert_alive();
     });
     let delivered = producing.join().expect("producer thread");
-    let landed = read_inputs_as_delivered(&tansu_brokers(), &topics, &delivered);
+    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
     let summary = check(&plan, &landed, &topics, &reader.records, Expect::Replays);
     say(TEST, &summary);
     say(
@@ -262,7 +262,7 @@ fn exactly_once_a_replica_killed_mid_transaction_loses_nothing_and_settles_every
 #[test]
 fn exactly_once_a_second_producer_with_the_same_transactional_id_fences_the_first() {
     const TEST: &str = "eos-fence";
-    let topics = Topics::create(&tansu_brokers(), TEST, 2, 2);
+    let topics = Topics::create(&kafka_brokers(), TEST, 2, 2);
     let mut bank = Bank::new(TEST, 24);
     let plan = bank.phase(1_500, 0, 10);
     let redis_url = env("IDEMGATE_TEST_REDIS_URL");
@@ -274,10 +274,10 @@ fn exactly_once_a_second_producer_with_the_same_transactional_id_fences_the_firs
         let topic = topics.input.clone();
         let plan = plan.clone();
         std::thread::spawn(move || {
-            Producer::new(&tansu_brokers()).send(&topic, &plan, 50, Duration::from_millis(20))
+            Producer::new(&kafka_brokers()).send(&topic, &plan, 50, Duration::from_millis(20))
         })
     };
-    let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
+    let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
     read_part_before(&mut reader, plan.len() / 5, &mut [&mut first], "the second");
     let mut second = Gate::start(&format!("{TEST}-second"), &config);
     let status = first.wait_exit(Duration::from_secs(60));
@@ -295,7 +295,7 @@ fn exactly_once_a_second_producer_with_the_same_transactional_id_fences_the_firs
         second.assert_alive()
     });
     let delivered = producing.join().expect("producer thread");
-    let landed = read_inputs_as_delivered(&tansu_brokers(), &topics, &delivered);
+    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
     let summary = check(&plan, &landed, &topics, &reader.records, Expect::Replays);
     say(TEST, &summary);
     let status = second.terminate(Duration::from_secs(20));
@@ -316,7 +316,7 @@ const STALL: Duration = Duration::from_secs(14);
 fn exactly_once_a_zombie_thawed_after_its_partitions_moved_lets_no_event_through_twice() {
     const TEST: &str = "eos-zombie";
     let partitions = 4;
-    let topics = Topics::create(&tansu_brokers(), TEST, partitions, 2);
+    let topics = Topics::create(&kafka_brokers(), TEST, partitions, 2);
     let mut bank = Bank::new(TEST, 64);
     bank.copy_rate = (0.30, 0.08);
     bank.copies_share_key = false;
@@ -339,13 +339,13 @@ fn exactly_once_a_zombie_thawed_after_its_partitions_moved_lets_no_event_through
     let producing = {
         let topic = topics.input.clone();
         std::thread::spawn(move || {
-            let producer = Producer::new(&tansu_brokers());
+            let producer = Producer::new(&kafka_brokers());
             let mut landed = producer.send(&topic, &burst, 250, Duration::from_millis(10));
             landed.extend(producer.send(&topic, &tail, 20, Duration::from_millis(500)));
             landed
         })
     };
-    let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
+    let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
     read_part_before(
         &mut reader,
         plan.len() * 3 / 10,
@@ -370,7 +370,7 @@ fn exactly_once_a_zombie_thawed_after_its_partitions_moved_lets_no_event_through
     assert!(!producing.is_finished(), "the stream ended before the thaw");
     reader.read_every_input(plan.len(), BOUND, "of the thaw", || survivor.assert_alive());
     let delivered = producing.join().expect("producer thread");
-    let landed = read_inputs_as_delivered(&tansu_brokers(), &topics, &delivered);
+    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
     let summary = check(&plan, &landed, &topics, &reader.records, Expect::Replays);
     say(TEST, &summary);
     let unsettled = unsettled_claims(&redis_url, &config.key_prefix);

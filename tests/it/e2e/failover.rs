@@ -26,7 +26,7 @@ use idemgate_testkit::servers::{claim_ttls, unsettled_claims, RedisServer, Serve
 
 use super::process::{read_part_before, wait_split, Gate, GateConfig};
 use idemgate_testkit::workload::{Bank, Planned};
-use idemgate_testkit::{env, say, tansu_brokers, BOUND};
+use idemgate_testkit::{env, say, kafka_brokers, BOUND};
 
 #[test]
 fn two_workers_one_killed_mid_stream_lose_nothing() {
@@ -41,7 +41,7 @@ fn two_workers_one_killed_with_copies_across_partitions_double_nothing() {
 fn failover(test: &str, copies_share_key: bool) {
     let began = Instant::now();
     let partitions = 4;
-    let topics = Topics::create(&tansu_brokers(), test, partitions, 2);
+    let topics = Topics::create(&kafka_brokers(), test, partitions, 2);
     let mut bank = Bank::new(test, 64);
     bank.copy_rate = (0.30, 0.08);
     bank.copies_share_key = copies_share_key;
@@ -77,13 +77,13 @@ fn failover(test: &str, copies_share_key: bool) {
     let producing = {
         let topic = topics.input.clone();
         std::thread::spawn(move || {
-            let producer = Producer::new(&tansu_brokers());
+            let producer = Producer::new(&kafka_brokers());
             let mut landed = producer.send(&topic, &burst, 250, Duration::from_millis(10));
             landed.extend(producer.send(&topic, &tail, 50, Duration::from_millis(100)));
             landed
         })
     };
-    let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
+    let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
     let part = plan.len() * 3 / 10;
     read_part_before(
         &mut reader,
@@ -116,7 +116,7 @@ fn failover(test: &str, copies_share_key: bool) {
         ),
     );
     let delivered = producing.join().expect("producer thread");
-    let landed = read_inputs_as_delivered(&tansu_brokers(), &topics, &delivered);
+    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
     // When outputs arrived, by second since the kill: the gap is the
     // session timeout and the rebalance.
     let mut arrivals = std::collections::BTreeMap::<i64, usize>::new();
@@ -189,7 +189,7 @@ fn a_replica_killed_while_the_store_is_frozen_past_the_old_lease_doubles_no_even
     const TEST: &str = "failover-frozen";
     let began = Instant::now();
     let partitions = 4;
-    let topics = Topics::create(&tansu_brokers(), TEST, partitions, 2);
+    let topics = Topics::create(&kafka_brokers(), TEST, partitions, 2);
     let mut redis = RedisServer::start(TEST, ServerOptions::default());
     let mut bank = Bank::new(TEST, 64);
     bank.copy_rate = (0.30, 0.08);
@@ -213,10 +213,10 @@ fn a_replica_killed_while_the_store_is_frozen_past_the_old_lease_doubles_no_even
     let producing = {
         let (topic, records) = (topics.input.clone(), before.clone());
         std::thread::spawn(move || {
-            Producer::new(&tansu_brokers()).send(&topic, &records, 250, Duration::from_millis(10))
+            Producer::new(&kafka_brokers()).send(&topic, &records, 250, Duration::from_millis(10))
         })
     };
-    let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
+    let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
     let part = before.len() * 3 / 10;
     read_part_before(
         &mut reader,
@@ -240,7 +240,7 @@ fn a_replica_killed_while_the_store_is_frozen_past_the_old_lease_doubles_no_even
         ),
     );
     let mut delivered = producing.join().expect("producer thread");
-    delivered.extend(Producer::new(&tansu_brokers()).send(
+    delivered.extend(Producer::new(&kafka_brokers()).send(
         &topics.input,
         &during,
         100,
@@ -290,7 +290,7 @@ fn a_replica_killed_while_the_store_is_frozen_past_the_old_lease_doubles_no_even
             thawed.elapsed()
         ),
     );
-    let landed = read_inputs_as_delivered(&tansu_brokers(), &topics, &delivered);
+    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
     let summary = check(&plan, &landed, &topics, &reader.records, Expect::Replays);
     say(TEST, &summary);
     let log = survivor.log_text();

@@ -1,4 +1,4 @@
-//! `idemgate horizon --topic`: a recorded topic on Tansu, each delivery
+//! `idemgate horizon --topic`: a recorded topic on Apache Kafka, each delivery
 //! attempt produced with the Kafka timestamp it "arrived" at. The horizon
 //! measured per sender must be the spread that was produced, whether the
 //! id and sender are read from JSON fields or from headers, and a time
@@ -13,7 +13,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
 
 use idemgate_testkit::kafka::create_topics;
-use idemgate_testkit::{say, tansu_brokers, unique};
+use idemgate_testkit::{say, kafka_brokers, unique};
 
 /// (sender, delivery id, seconds after the start) of every attempt: acme's
 /// d1 retried out to 9h20m, d2 over 5 min; beta's x1 over an hour, x2 once.
@@ -32,7 +32,7 @@ const ATTEMPTS: [(&str, &str, i64); 8] = [
 /// both carry the id and the sender.
 fn record(topic: &str, start_ms: i64) {
     let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", tansu_brokers())
+        .set("bootstrap.servers", kafka_brokers())
         .set("message.timeout.ms", "30000")
         .create()
         .expect("producer");
@@ -91,7 +91,7 @@ fn rfc3339(ms: i64) -> String {
 #[test]
 fn a_recorded_topic_gives_each_senders_produced_spread() {
     const TEST: &str = "horizon-topic";
-    let brokers = tansu_brokers();
+    let brokers = kafka_brokers();
     let topic = unique("horizon-recorded");
     create_topics(&brokers, &[(topic.as_str(), 2)]);
     // Whole seconds, a day ago: the recording is history.
@@ -166,7 +166,7 @@ fn a_recorded_topic_gives_each_senders_produced_spread() {
 #[test]
 fn a_record_without_the_named_field_is_refused_with_its_coordinates() {
     const TEST: &str = "horizon-missing";
-    let brokers = tansu_brokers();
+    let brokers = kafka_brokers();
     let topic = unique("horizon-unnamed");
     create_topics(&brokers, &[(topic.as_str(), 1)]);
     record(&topic, 1_700_000_000_000);

@@ -1,6 +1,7 @@
 //! The built `idemgate` binary end to end: real processes (`idemgate run
-//! --config FILE`) against a real Kafka-protocol broker (Tansu,
-//! `IDEMGATE_TEST_KAFKA_BROKERS`) and real Redis, sent real signals.
+//! --config FILE`) against Apache Kafka (one KRaft node of
+//! `scripts/test-services.sh`, `IDEMGATE_TEST_KAFKA_BROKERS`) and real Redis,
+//! sent real signals.
 //!
 //! - `process`: the gateway binary as a guard;
 //! - `exact`, `restart`, `failover`, `outage`, `zombie`, `resets`, `cluster`:
@@ -9,9 +10,9 @@
 //! - `check`, `horizon`: the operator's commands against the same servers.
 //!
 //! Every test has its own topics, group and key prefix, so they run in
-//! parallel. Waits are bounded by counting outputs, never by watermarks
-//! (Tansu's high watermark is wrong) and never by bare sleeps, except where
-//! the scenario itself is "ten seconds of outage".
+//! parallel. Waits are bounded by counting outputs or by the broker's own
+//! state (high watermarks, committed offsets), never by bare sleeps, except
+//! where the scenario itself is "ten seconds of outage".
 //!
 //! Knobs: `IDEMGATE_E2E_KEEP_LOGS=1` keeps each gateway's config and log in
 //! the temp dir after a passing test (a failing one always keeps them and

@@ -24,7 +24,7 @@ use idemgate_testkit::process::Logged;
 use idemgate_testkit::servers::free_port;
 use idemgate_testkit::telemetry::Telemetry;
 use idemgate_testkit::workload::{Bank, Planned};
-use idemgate_testkit::{env, say, tansu_brokers, unique, BOUND};
+use idemgate_testkit::{env, say, kafka_brokers, unique, BOUND};
 use serde_json::Value;
 
 use super::process::{Gate, GateConfig};
@@ -289,7 +289,7 @@ fn decisions(reader: &Reader, topics: &Topics) -> BTreeMap<String, f64> {
 #[test]
 fn prometheus_scrapes_the_gateway_and_every_panel_and_alert_works() {
     let began = Instant::now();
-    let brokers = tansu_brokers();
+    let brokers = kafka_brokers();
     let bank_topics = Topics::create(&brokers, TEST, 3, 2);
     let telemetry_topics = Topics::create(&brokers, "monitoring-telemetry", 2, 2);
 

@@ -27,7 +27,7 @@ use idemgate_testkit::servers::{claim_ttls, unsettled_claims, RedisServer, Serve
 
 use super::process::{read_part_before, Gate, GateConfig};
 use idemgate_testkit::workload::{Bank, Planned};
-use idemgate_testkit::{say, tansu_brokers, BOUND};
+use idemgate_testkit::{say, kafka_brokers, BOUND};
 
 /// How long the store is away.
 const OUTAGE: Duration = Duration::from_secs(10);
@@ -59,7 +59,7 @@ fn run_outage(
     resume: fn(&mut RedisServer),
 ) -> Outage {
     let began = Instant::now();
-    let topics = Topics::create(&tansu_brokers(), test, 3, 2);
+    let topics = Topics::create(&kafka_brokers(), test, 3, 2);
     let redis = RedisServer::start(test, ServerOptions::default());
     let mut bank = Bank::new(test, 24);
     let before = bank.phase(300, 0, 6);
@@ -76,10 +76,10 @@ fn run_outage(
         let topic = topics.input.clone();
         let records = before.clone();
         std::thread::spawn(move || {
-            Producer::new(&tansu_brokers()).send(&topic, &records, 10, Duration::from_millis(40))
+            Producer::new(&kafka_brokers()).send(&topic, &records, 10, Duration::from_millis(40))
         })
     };
-    let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
+    let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
     let half = before.len() / 2;
     read_part_before(&mut reader, half, &mut [&mut gate], "the outage");
 
@@ -102,7 +102,7 @@ fn run_outage(
         let records = during.clone();
         std::thread::spawn(move || {
             let mut delivered = producing.join().expect("producer thread");
-            delivered.extend(Producer::new(&tansu_brokers()).send(
+            delivered.extend(Producer::new(&kafka_brokers()).send(
                 &topic,
                 &records,
                 10,
@@ -128,7 +128,7 @@ fn run_outage(
         ),
     );
 
-    delivered.extend(Producer::new(&tansu_brokers()).send(
+    delivered.extend(Producer::new(&kafka_brokers()).send(
         &topics.input,
         &after,
         50,
@@ -162,7 +162,7 @@ fn run_outage(
 
 impl Outage {
     fn landed(&self) -> std::collections::HashMap<String, Landed> {
-        read_inputs_as_delivered(&tansu_brokers(), &self.topics, &self.delivered)
+        read_inputs_as_delivered(&kafka_brokers(), &self.topics, &self.delivered)
     }
 
     /// Outputs (read while the store was down) of records produced while it

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use idemgate_testkit::kafka::{Reader, Topics};
 use idemgate_testkit::process::Logged;
 use idemgate_testkit::servers::signal;
-use idemgate_testkit::{env, tansu_brokers, unique, BOUND};
+use idemgate_testkit::{env, kafka_brokers, unique, BOUND};
 
 /// What one gateway process is told, as the TOML file `idemgate run` reads.
 #[derive(Clone)]
@@ -48,7 +48,7 @@ impl GateConfig {
     /// key prefix.
     pub fn new(test: &str, topics: &Topics, redis_url: String) -> GateConfig {
         GateConfig {
-            brokers: tansu_brokers(),
+            brokers: kafka_brokers(),
             group: unique(&format!("{test}-group")),
             input: topics.input.clone(),
             clean: topics.clean.clone(),
@@ -58,9 +58,8 @@ impl GateConfig {
             key_prefix: format!("{}:", unique(test)),
             fail_mode: "closed",
             max_records: 200,
-            // Tansu holds a new group's first JoinGroup for half the session
-            // timeout (23s at librdkafka's default 45s; 3s at 6s), and a
-            // killed member's partitions move on after the full timeout.
+            // A killed member's partitions move on after the full session
+            // timeout (librdkafka's default is 45s).
             kafka: vec![
                 ("session.timeout.ms", "6000".into()),
                 ("heartbeat.interval.ms", "500".into()),

@@ -23,7 +23,7 @@ use idemgate_testkit::kafka::{
 use idemgate_testkit::process::scrape_metric;
 use idemgate_testkit::servers::{claim_ttls, free_port, unsettled_claims};
 use idemgate_testkit::workload::{Bank, Planned};
-use idemgate_testkit::{env, say, tansu_brokers, unique, BOUND};
+use idemgate_testkit::{env, say, kafka_brokers, unique, BOUND};
 
 use super::process::{Gate, GateConfig};
 
@@ -91,7 +91,7 @@ fn wait_committed(config: &GateConfig, topics: &Topics, wanted: &[(i32, i64)], g
     let until = Instant::now() + BOUND;
     loop {
         let committed =
-            committed_offsets(&tansu_brokers(), &config.group, &topics.input, &partitions);
+            committed_offsets(&kafka_brokers(), &config.group, &topics.input, &partitions);
         if committed == want {
             return;
         }
@@ -116,7 +116,7 @@ fn shown(outputs: &[Out]) -> Vec<String> {
 fn a_reset_without_re_emission_repeats_nothing_and_with_it_clean_gets_the_novel_records_marked() {
     const TEST: &str = "reset-cmd-replay";
     let began = Instant::now();
-    let topics = Topics::create(&tansu_brokers(), TEST, 3, 2);
+    let topics = Topics::create(&kafka_brokers(), TEST, 3, 2);
     let mut bank = Bank::new(TEST, 24);
     bank.conflict_rate = 0.03;
     let plan = bank.phase(200, 0, 10);
@@ -126,12 +126,12 @@ fn a_reset_without_re_emission_repeats_nothing_and_with_it_clean_gets_the_novel_
 
     let mut first = Gate::start(&format!("{TEST}-1"), &config);
     first.wait_assigned(Duration::from_secs(30));
-    let delivered = Producer::new(&tansu_brokers()).send(&topics.input, &plan, 100, Duration::ZERO);
-    let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
+    let delivered = Producer::new(&kafka_brokers()).send(&topics.input, &plan, 100, Duration::ZERO);
+    let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
     reader.read_every_input(plan.len(), BOUND, "of the first run", || {
         first.assert_alive()
     });
-    let landed = read_inputs_as_delivered(&tansu_brokers(), &topics, &delivered);
+    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
     let summary = check(&plan, &landed, &topics, &reader.records, Expect::Exact);
     say(TEST, format!("first run: {summary}"));
     let ends = ends(&landed, topics.input_partitions);
@@ -142,7 +142,7 @@ fn a_reset_without_re_emission_repeats_nothing_and_with_it_clean_gets_the_novel_
     assert!(!ok, "a reset while the group has a member was not refused");
     assert!(stderr.contains("active member"), "{stderr}");
     let partitions: Vec<i32> = ends.iter().map(|(p, _)| *p).collect();
-    let committed = committed_offsets(&tansu_brokers(), &config.group, &topics.input, &partitions);
+    let committed = committed_offsets(&kafka_brokers(), &config.group, &topics.input, &partitions);
     let want: Vec<Option<i64>> = ends.iter().map(|(_, o)| Some(*o)).collect();
     assert_eq!(committed, want, "a refused reset moved the offsets");
     let status = first.terminate(Duration::from_secs(20));
@@ -152,7 +152,7 @@ fn a_reset_without_re_emission_repeats_nothing_and_with_it_clean_gets_the_novel_
     let report = reset_when_empty(&config, &["--to-earliest", "--dry-run"]);
     assert!(report.contains("dry run, nothing written"), "{report}");
     assert!(report.contains("backward replay"), "{report}");
-    let committed = committed_offsets(&tansu_brokers(), &config.group, &topics.input, &partitions);
+    let committed = committed_offsets(&kafka_brokers(), &config.group, &topics.input, &partitions);
     assert_eq!(committed, want, "a dry run moved the offsets");
 
     // Without re-emission: nothing, audit included.
@@ -160,7 +160,7 @@ fn a_reset_without_re_emission_repeats_nothing_and_with_it_clean_gets_the_novel_
     assert!(report.contains("backward replay"), "{report}");
     assert!(report.contains("nothing produced again"), "{report}");
     let earliest: Vec<Option<i64>> = ends.iter().map(|_| Some(0)).collect();
-    let committed = committed_offsets(&tansu_brokers(), &config.group, &topics.input, &partitions);
+    let committed = committed_offsets(&kafka_brokers(), &config.group, &topics.input, &partitions);
     assert_eq!(committed, earliest, "the reset's commit");
     let before = reader.records.len();
     let mut second = Gate::start(&format!("{TEST}-2"), &config);
@@ -265,7 +265,7 @@ fn a_forward_skip_counted_delivered_makes_the_copies_duplicates() {
 /// the skipped events arrive with new events.
 fn forward_skip(test: &str, skipped: &str) {
     let began = Instant::now();
-    let topics = Topics::create(&tansu_brokers(), test, 3, 2);
+    let topics = Topics::create(&kafka_brokers(), test, 3, 2);
     let mut bank = Bank::new(test, 24);
     let first_phase = bank.phase(80, 0, 4);
     let skipped_events = bank.events();
@@ -276,7 +276,7 @@ fn forward_skip(test: &str, skipped: &str) {
     let mut first = Gate::start(&format!("{test}-1"), &config);
     first.wait_assigned(Duration::from_secs(30));
     let mut delivered =
-        Producer::new(&tansu_brokers()).send(&topics.input, &first_phase, 100, Duration::ZERO);
+        Producer::new(&kafka_brokers()).send(&topics.input, &first_phase, 100, Duration::ZERO);
     let until = Instant::now() + BOUND;
     while claim_ttls(&redis_url, &config.key_prefix).len() < skipped_events
         || !first.log_text().contains("output not delivered")
@@ -293,7 +293,7 @@ fn forward_skip(test: &str, skipped: &str) {
         skipped_events,
         "pending claims, one per event"
     );
-    let landed = read_inputs_as_delivered(&tansu_brokers(), &topics, &delivered);
+    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
     let ends = ends(&landed, topics.input_partitions);
     let to: Vec<String> = ends
         .iter()
@@ -305,7 +305,7 @@ fn forward_skip(test: &str, skipped: &str) {
     // the last batch's base offset + 1, so the skip's target must lie
     // below a later batch to be inside the log as the broker tells it).
     let after = bank.phase(80, 60, 4);
-    delivered.extend(Producer::new(&tansu_brokers()).send(
+    delivered.extend(Producer::new(&kafka_brokers()).send(
         &topics.input,
         &after,
         100,
@@ -348,7 +348,7 @@ fn forward_skip(test: &str, skipped: &str) {
     config.clean = topics.clean.clone();
     config.metrics_listen = format!("127.0.0.1:{}", free_port());
     let mut second = Gate::start(&format!("{test}-2"), &config);
-    let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
+    let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
     // Every input of the second phase gets an output: nothing waits.
     reader.read_every_input(after.len(), BOUND, "after the skip", || {
         second.assert_alive()
@@ -400,7 +400,7 @@ fn forward_skip(test: &str, skipped: &str) {
         );
         assert_eq!(taken_over, 0.0);
     }
-    let landed = read_inputs_as_delivered(&tansu_brokers(), &topics, &delivered);
+    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
     let ids: HashSet<&str> = flowing.iter().map(|p| p.id.as_str()).collect();
     let outputs: Vec<Out> = reader
         .records

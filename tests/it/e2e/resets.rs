@@ -23,7 +23,7 @@ use idemgate_testkit::kafka::{
 use idemgate_testkit::process::scrape_metric;
 use idemgate_testkit::servers::{claim_ttls, delete_claims, free_port, unsettled_claims};
 use idemgate_testkit::workload::{Bank, Planned};
-use idemgate_testkit::{env, say, tansu_brokers, unique, BOUND};
+use idemgate_testkit::{env, say, kafka_brokers, unique, BOUND};
 
 use super::process::{Gate, GateConfig};
 
@@ -50,7 +50,7 @@ fn wait_committed(config: &GateConfig, topics: &Topics, wanted: &[(i32, i64)], g
     let until = Instant::now() + BOUND;
     loop {
         let committed =
-            committed_offsets(&tansu_brokers(), &config.group, &topics.input, &partitions);
+            committed_offsets(&kafka_brokers(), &config.group, &topics.input, &partitions);
         if committed == want {
             return;
         }
@@ -83,7 +83,7 @@ fn a_reset_to_earliest_without_tier1_keys_produces_nothing_by_the_watermark_alon
 /// every record it read as replayed (`idemgate_replayed_records_total`).
 fn reset_to_earliest(test: &str, delete_tier1: bool) {
     let began = Instant::now();
-    let topics = Topics::create(&tansu_brokers(), test, 3, 2);
+    let topics = Topics::create(&kafka_brokers(), test, 3, 2);
     let mut bank = Bank::new(test, 24);
     bank.conflict_rate = 0.03;
     let plan = bank.phase(300, 0, 12);
@@ -93,12 +93,12 @@ fn reset_to_earliest(test: &str, delete_tier1: bool) {
 
     let mut first = Gate::start(&format!("{test}-1"), &config);
     first.wait_assigned(Duration::from_secs(30));
-    let delivered = Producer::new(&tansu_brokers()).send(&topics.input, &plan, 100, Duration::ZERO);
-    let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
+    let delivered = Producer::new(&kafka_brokers()).send(&topics.input, &plan, 100, Duration::ZERO);
+    let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
     reader.read_every_input(plan.len(), BOUND, "of the first run", || {
         first.assert_alive()
     });
-    let landed = read_inputs_as_delivered(&tansu_brokers(), &topics, &delivered);
+    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
     let summary = check(&plan, &landed, &topics, &reader.records, Expect::Exact);
     say(test, format!("first run: {summary}"));
     let ends = ends(&landed, topics.input_partitions);
@@ -114,7 +114,7 @@ fn reset_to_earliest(test: &str, delete_tier1: bool) {
         assert!(claim_ttls(&redis_url, &config.key_prefix).is_empty());
     }
     let earliest: Vec<(i32, i64)> = ends.iter().map(|(p, _)| (*p, 0)).collect();
-    commit_offsets(&tansu_brokers(), &config.group, &topics.input, &earliest);
+    commit_offsets(&kafka_brokers(), &config.group, &topics.input, &earliest);
     let outputs_before = reader.records.len();
     say(
         test,
@@ -185,7 +185,7 @@ fn reset_to_earliest(test: &str, delete_tier1: bool) {
 fn a_reset_forward_past_pending_claims_leaves_their_copies_waiting_and_doubles_nothing() {
     const TEST: &str = "reset-forward";
     let began = Instant::now();
-    let topics = Topics::create(&tansu_brokers(), TEST, 3, 2);
+    let topics = Topics::create(&kafka_brokers(), TEST, 3, 2);
     let mut bank = Bank::new(TEST, 24);
     let skipped = bank.phase(120, 0, 6);
     let skipped_events = bank.events();
@@ -196,7 +196,7 @@ fn a_reset_forward_past_pending_claims_leaves_their_copies_waiting_and_doubles_n
     let mut first = Gate::start(&format!("{TEST}-1"), &config);
     first.wait_assigned(Duration::from_secs(30));
     let mut delivered =
-        Producer::new(&tansu_brokers()).send(&topics.input, &skipped, 100, Duration::ZERO);
+        Producer::new(&kafka_brokers()).send(&topics.input, &skipped, 100, Duration::ZERO);
     let until = Instant::now() + BOUND;
     while claim_ttls(&redis_url, &config.key_prefix).len() < skipped_events
         || !first.log_text().contains("output not delivered")
@@ -220,9 +220,9 @@ fn a_reset_forward_past_pending_claims_leaves_their_copies_waiting_and_doubles_n
         skipped_events,
         "pending claims, one per event"
     );
-    let landed = read_inputs_as_delivered(&tansu_brokers(), &topics, &delivered);
+    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
     let ends = ends(&landed, topics.input_partitions);
-    commit_offsets(&tansu_brokers(), &config.group, &topics.input, &ends);
+    commit_offsets(&kafka_brokers(), &config.group, &topics.input, &ends);
     say(
         TEST,
         format!(
@@ -234,7 +234,7 @@ fn a_reset_forward_past_pending_claims_leaves_their_copies_waiting_and_doubles_n
 
     // New events, and copies of the skipped ones.
     let after = bank.phase(100, 60, 6);
-    delivered.extend(Producer::new(&tansu_brokers()).send(
+    delivered.extend(Producer::new(&kafka_brokers()).send(
         &topics.input,
         &after,
         100,
@@ -253,7 +253,7 @@ fn a_reset_forward_past_pending_claims_leaves_their_copies_waiting_and_doubles_n
     config.clean = topics.clean.clone();
     config.metrics_listen = format!("127.0.0.1:{}", free_port());
     let mut second = Gate::start(&format!("{TEST}-2"), &config);
-    let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
+    let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
     let ids: HashSet<&str> = flowing.iter().map(|p| p.id.as_str()).collect();
     let all = reader.read_until(
         BOUND,
@@ -315,7 +315,7 @@ fn a_reset_forward_past_pending_claims_leaves_their_copies_waiting_and_doubles_n
     }
     assert!(wrongly.is_empty(), "outputs of skipped events: {wrongly:?}");
 
-    let landed = read_inputs_as_delivered(&tansu_brokers(), &topics, &delivered);
+    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
     let outputs: Vec<Out> = reader
         .records
         .iter()

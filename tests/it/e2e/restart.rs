@@ -11,13 +11,13 @@ use idemgate_testkit::servers::{claim_ttls, unsettled_claims};
 
 use super::process::{read_part_before, Gate, GateConfig};
 use idemgate_testkit::workload::{Bank, Planned};
-use idemgate_testkit::{env, say, tansu_brokers, BOUND};
+use idemgate_testkit::{env, say, kafka_brokers, BOUND};
 
 #[test]
 fn a_restart_resumes_from_committed_offsets_and_loses_nothing() {
     const TEST: &str = "restart";
     let began = Instant::now();
-    let topics = Topics::create(&tansu_brokers(), TEST, 3, 2);
+    let topics = Topics::create(&kafka_brokers(), TEST, 3, 2);
     let mut bank = Bank::new(TEST, 24);
     bank.conflict_rate = 0.02;
     let before = bank.phase(600, 0, 12);
@@ -39,10 +39,10 @@ fn a_restart_resumes_from_committed_offsets_and_loses_nothing() {
         let topic = topics.input.clone();
         let records = before.clone();
         std::thread::spawn(move || {
-            Producer::new(&tansu_brokers()).send(&topic, &records, 20, Duration::from_millis(40))
+            Producer::new(&kafka_brokers()).send(&topic, &records, 20, Duration::from_millis(40))
         })
     };
-    let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
+    let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
     let part = before.len() / 3;
     read_part_before(&mut reader, part, &mut [&mut first], "the stop");
     let stopping = Instant::now();
@@ -69,7 +69,7 @@ fn a_restart_resumes_from_committed_offsets_and_loses_nothing() {
 
     // The rest of the stream, and more, arrive while no gateway runs.
     let mut delivered = producing.join().expect("producer thread");
-    delivered.extend(Producer::new(&tansu_brokers()).send(
+    delivered.extend(Producer::new(&kafka_brokers()).send(
         &topics.input,
         &after,
         100,
@@ -92,7 +92,7 @@ fn a_restart_resumes_from_committed_offsets_and_loses_nothing() {
     reader.read_every_input(plan.len(), BOUND, "of the restart", || {
         second.assert_alive()
     });
-    let landed = read_inputs_as_delivered(&tansu_brokers(), &topics, &delivered);
+    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
     // Exact: an input decided before the stop and again after it would
     // have two outputs; one lost would have none.
     let summary = check(&plan, &landed, &topics, &reader.records, Expect::Exact);

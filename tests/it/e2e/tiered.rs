@@ -1,4 +1,4 @@
-//! A tiered telemetry stream end to end: the built binary against Tansu and
+//! A tiered telemetry stream end to end: the built binary against Apache Kafka and
 //! the RedisBloom server. Readings re-sent soon are caught by tier 1 (naming
 //! their first copy); readings re-sent after tier 1 has forgotten them (its
 //! TTL is a few seconds here) are caught by the Bloom filter. Either way
@@ -11,7 +11,7 @@ use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{read_inputs_as_delivered, Producer, Reader, Topics};
 use idemgate_testkit::telemetry::Telemetry;
 use idemgate_testkit::workload::Planned;
-use idemgate_testkit::{env, say, tansu_brokers, BOUND};
+use idemgate_testkit::{env, say, kafka_brokers, BOUND};
 
 use super::process::{Gate, GateConfig};
 
@@ -22,7 +22,7 @@ const TIER1_TTL: Duration = Duration::from_secs(4);
 fn late_resends_are_caught_by_the_filter_after_tier1_forgot_them() {
     const TEST: &str = "tiered";
     let began = Instant::now();
-    let brokers = tansu_brokers();
+    let brokers = kafka_brokers();
     let topics = Topics::create(&brokers, TEST, 2, 2);
     let mut telemetry = Telemetry::new(TEST, 6);
     let first: Vec<Planned> = telemetry.round(20, 0.3);

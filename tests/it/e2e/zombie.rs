@@ -15,7 +15,7 @@ use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{read_inputs_as_delivered, Producer, Reader, Topics};
 use idemgate_testkit::servers::{claim_ttls, unsettled_claims};
 use idemgate_testkit::workload::{Bank, Planned};
-use idemgate_testkit::{env, say, tansu_brokers, BOUND};
+use idemgate_testkit::{env, say, kafka_brokers, BOUND};
 
 use super::process::{read_part_before, wait_split, Gate, GateConfig};
 
@@ -39,7 +39,7 @@ fn a_zombie_thawed_after_its_partitions_moved_lets_no_event_through_twice() {
     const TEST: &str = "zombie";
     let began = Instant::now();
     let partitions = 4;
-    let topics = Topics::create(&tansu_brokers(), TEST, partitions, 2);
+    let topics = Topics::create(&kafka_brokers(), TEST, partitions, 2);
     let mut bank = Bank::new(TEST, 64);
     bank.copy_rate = (0.30, 0.08);
     // Copies on other partitions: waiting copies leave holes above which
@@ -67,13 +67,13 @@ fn a_zombie_thawed_after_its_partitions_moved_lets_no_event_through_twice() {
     let producing = {
         let topic = topics.input.clone();
         std::thread::spawn(move || {
-            let producer = Producer::new(&tansu_brokers());
+            let producer = Producer::new(&kafka_brokers());
             let mut landed = producer.send(&topic, &burst, 250, Duration::from_millis(10));
             landed.extend(producer.send(&topic, &tail, 20, Duration::from_millis(500)));
             landed
         })
     };
-    let mut reader = Reader::new(&tansu_brokers(), &topics.outputs());
+    let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
     let part = plan.len() * 3 / 10;
     read_part_before(
         &mut reader,
@@ -133,7 +133,7 @@ fn a_zombie_thawed_after_its_partitions_moved_lets_no_event_through_twice() {
         ),
     );
     let delivered = producing.join().expect("producer thread");
-    let landed = read_inputs_as_delivered(&tansu_brokers(), &topics, &delivered);
+    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
     let summary = check(&plan, &landed, &topics, &reader.records, Expect::Replays);
     say(TEST, &summary);
     let late_log = zombie.log_text()[log_at_thaw..].to_string();
