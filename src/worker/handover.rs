@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use super::flight::Tp;
 use super::metadata::{self, Metadata};
@@ -68,13 +68,59 @@ impl Worker {
             // Committed with the transaction; what settled is dropped.
             let _ = p.flight.commits(None);
         } else {
-            self.commit(p, CommitMode::Sync, Some(partitions));
+            // The handover's commit is the last word on these partitions:
+            // what it fails to say (a done range above a waiting record),
+            // the next owner decides again. Retried while time is left.
+            let list = self.commit_list(p, Some(partitions));
+            let mut backoff = Duration::from_millis(50);
+            loop {
+                match self.commit_now(&list, CommitMode::Sync) {
+                    Ok(()) => break,
+                    Err(error) if Instant::now() + backoff < deadline => {
+                        warn!(%error, "handover commit failed: retrying");
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(1));
+                    }
+                    Err(error) => {
+                        error!(%error, "handover commit failed: the next owner decides the finished records above the last commit again");
+                        break;
+                    }
+                }
+            }
         }
         Ok(())
     }
 
     /// Commits each partition's finished prefix, with idemgate's metadata.
     pub(super) fn commit(&self, p: &mut Pipeline, mode: CommitMode, only: Option<&[Tp]>) {
+        let list = self.commit_list(p, only);
+        if let Err(error) = self.commit_now(&list, mode) {
+            warn!(%error, "commit failed");
+        }
+    }
+
+    /// Commits `list` (nothing when empty); counts what the broker took.
+    fn commit_now(
+        &self,
+        list: &TopicPartitionList,
+        mode: CommitMode,
+    ) -> Result<(), rdkafka::error::KafkaError> {
+        if list.count() == 0 {
+            return Ok(());
+        }
+        match self.consumer.commit(list, mode) {
+            Ok(()) => {
+                crate::metrics::committed();
+                Ok(())
+            }
+            Err(error) if poller::is_nothing_to_commit(&error) => Ok(()),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Each partition's finished prefix to commit, with idemgate's
+    /// metadata.
+    fn commit_list(&self, p: &mut Pipeline, only: Option<&[Tp]>) -> TopicPartitionList {
         let commits = match only {
             None => p.flight.commits(None),
             Some(list) => list
@@ -82,9 +128,6 @@ impl Worker {
                 .flat_map(|tp| p.flight.commits(Some(tp)))
                 .collect(),
         };
-        if commits.is_empty() {
-            return;
-        }
         let mut list = TopicPartitionList::new();
         for c in &commits {
             let Some(&stream) = self.by_topic.get(&*c.tp.0) else {
@@ -107,10 +150,6 @@ impl Worker {
                 ));
             }
         }
-        match self.consumer.commit(&list, mode) {
-            Ok(()) => crate::metrics::committed(),
-            Err(error) if poller::is_nothing_to_commit(&error) => {}
-            Err(error) => warn!(%error, "commit failed"),
-        }
+        list
     }
 }

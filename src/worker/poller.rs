@@ -19,7 +19,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::sync::mpsc;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::consumer::{Arrival, Reader};
 use super::flight::Tp;
@@ -133,15 +133,7 @@ impl ConsumerContext for GroupContext {
                 if self.closing.load(Ordering::SeqCst) {
                     return;
                 }
-                let committed = match consumer
-                    .committed_offsets((*list).clone(), Duration::from_secs(10))
-                {
-                    Ok(committed) => committed,
-                    Err(error) => {
-                        warn!(%error, "cannot read committed offsets: watermarks are not raised from them");
-                        TopicPartitionList::new()
-                    }
-                };
+                let committed = committed_with_metadata(consumer, list);
                 let partitions =
                     partitions_of(list)
                         .into_iter()
@@ -166,6 +158,34 @@ impl ConsumerContext for GroupContext {
         }
     }
 }
+
+/// The committed offsets of `list` with their metadata, tried for up to
+/// `COMMITTED_PATIENCE`: without them the new owner cannot skip what the
+/// last one listed as finished (it decides those records again: a second
+/// audit output) nor raise watermarks from its commits.
+fn committed_with_metadata(
+    consumer: &BaseConsumer<GroupContext>,
+    list: &TopicPartitionList,
+) -> TopicPartitionList {
+    let until = Instant::now() + COMMITTED_PATIENCE;
+    loop {
+        match consumer.committed_offsets(list.clone(), Duration::from_secs(10)) {
+            Ok(committed) => return committed,
+            Err(error) if Instant::now() < until => {
+                warn!(%error, "cannot read committed offsets yet: retrying");
+                // A coordinator that is moving or loading answers soon.
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(error) => {
+                error!(%error, "cannot read committed offsets: records the last owner finished above its commit are decided again, and watermarks are not raised from its commits");
+                return TopicPartitionList::new();
+            }
+        }
+    }
+}
+
+/// How long an assignment tries to read the committed offsets.
+const COMMITTED_PATIENCE: Duration = Duration::from_secs(30);
 
 pub(crate) type GroupConsumer = BaseConsumer<GroupContext>;
 

@@ -170,7 +170,11 @@ impl Flight {
             let Some(end) = p.finished_end() else {
                 continue;
             };
-            let done = finished_ranges(&p.records, end);
+            // The last owner's finished ranges this owner has not passed
+            // yet go on with every commit: it may not have read them yet,
+            // and a commit without them would make the owner after it
+            // decide them again (two audit outputs for one input).
+            let done = carried_forward(finished_ranges(&p.records, end), &p.skip, end);
             let moved = p.committed.is_none_or(|c| end > c);
             if !moved && done == p.committed_done {
                 continue;
@@ -206,4 +210,29 @@ fn finished_ranges(
         open = finished;
     }
     ranges
+}
+
+/// `ranges` and the last owner's finished ranges `skip` that reach above
+/// `end` (clipped to it), sorted and joined: what a commit at `end` lists
+/// as finished, so that ranges the last owner finished survive every
+/// commit until the prefix passes them (docs/design.md §7).
+pub(crate) fn carried_forward(
+    mut ranges: Vec<(i64, i64)>,
+    skip: &[(i64, i64)],
+    end: i64,
+) -> Vec<(i64, i64)> {
+    ranges.extend(
+        skip.iter()
+            .filter(|(_, to)| *to > end)
+            .map(|(from, to)| ((*from).max(end), *to)),
+    );
+    ranges.sort_unstable();
+    let mut out: Vec<(i64, i64)> = Vec::new();
+    for (from, to) in ranges {
+        match out.last_mut() {
+            Some(last) if from <= last.1 => last.1 = last.1.max(to),
+            _ => out.push((from, to)),
+        }
+    }
+    out
 }

@@ -196,6 +196,57 @@ fn a_new_owner_skips_what_the_last_one_listed_as_finished() {
     assert_eq!(round.publish.raises[0].end, 1);
 }
 
+/// A restart that commits before it has read what the last owner listed
+/// as finished keeps listing it: the owner after it skips those records
+/// too, instead of deciding them again (the doubled audit outputs of a
+/// SIGTERM, restart and a second handover).
+#[test]
+fn a_commit_carries_the_last_owners_finished_ranges_forward_until_passed() {
+    let mut f = Flight::default();
+    f.assign(
+        tp(0),
+        0,
+        Resume {
+            committed: Some(1),
+            metadata_raise: Some(1),
+            skip: vec![(3, 5), (8, 9)],
+        },
+    );
+    // The first round reads the partition's watermark (1, the store says).
+    let round = f.take_round(Instant::now(), 100, TOKEN).expect("round");
+    let answer = RoundAnswer {
+        watermarks: vec![Watermark {
+            stream: StreamId(0),
+            topic: TopicTag::of("raw"),
+            partition: 0,
+            below: 1,
+        }],
+        raised: round.publish.raises.iter().map(|r| r.end).collect(),
+        ..RoundAnswer::default()
+    };
+    f.answered(round, answer, Instant::now(), |_| false);
+    f.arrive(input(0, 1), 0, print(1), 1);
+    f.arrive(input(0, 2), 0, print(2), 1);
+    answer_all(&mut f, vec![WON, WON]);
+    deliver_all(&mut f);
+    // The publish settles them: the prefix is finished.
+    answer_all(&mut f, vec![]);
+    let commits = f.commits(None);
+    assert_eq!(commits.len(), 1);
+    assert_eq!(commits[0].offset, 3, "records 1 and 2 finished");
+    assert_eq!(
+        commits[0].done,
+        vec![(3, 5), (8, 9)],
+        "the last owner's ranges, not read yet, carried forward"
+    );
+    // Read up to 5: 3 and 4 are skipped (finished), the prefix passes
+    // the first range, and only the second is still listed.
+    f.arrive(input(0, 3), 0, print(3), 1);
+    f.arrive(input(0, 4), 0, print(4), 1);
+    let commits = f.commits(None);
+    assert_eq!((commits[0].offset, commits[0].done.clone()), (5, vec![(8, 9)]));
+}
+
 #[test]
 fn a_failed_round_is_sent_again_whole_and_a_fail_open_stream_passes_unverified() {
     let mut f = flight(None);

@@ -10,7 +10,7 @@
 //! until the prefix passes them): a new owner settles those and sends
 //! nothing for them.
 
-use super::deliver::Commit;
+use super::deliver::{carried_forward, Commit};
 use super::{Flight, Stage};
 use crate::store::{Insert, StreamId};
 
@@ -82,13 +82,7 @@ impl Flight {
             let end = end.unwrap_or_else(|| p.next_read.unwrap_or(start).max(start));
             // The last owner's delivered ranges not yet passed, carried
             // forward: they were not read yet, or are being settled again.
-            ranges.extend(
-                p.skip
-                    .iter()
-                    .filter(|(_, to)| *to > end)
-                    .map(|(from, to)| ((*from).max(end), *to)),
-            );
-            let ranges = merged(ranges);
+            let ranges = carried_forward(ranges, &p.skip, end);
             let now = (end, ranges);
             if !all && p.txn_committed.as_ref() == Some(&now) {
                 continue;
@@ -148,17 +142,4 @@ impl Flight {
             p.txn_committed = None;
         }
     }
-}
-
-/// Sorted, overlapping or touching ranges joined.
-fn merged(mut ranges: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
-    ranges.sort_unstable();
-    let mut out: Vec<(i64, i64)> = Vec::new();
-    for (from, to) in ranges {
-        match out.last_mut() {
-            Some(last) if from <= last.1 => last.1 = last.1.max(to),
-            _ => out.push((from, to)),
-        }
-    }
-    out
 }
