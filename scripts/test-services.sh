@@ -596,9 +596,9 @@ start_kafka() {
   port=$(cat "$KAFKA_DIR/port" 2>/dev/null) || port=
   if [[ -z $port ]] || port_busy "$port" || port_busy $((port + 1)); then
     port=$(pick_port "$KAFKA_PORT_FROM" 0)
+    while port_busy $((port + 1)); do port=$(pick_port $((port + 2)) 0); done
   fi
   cport=$((port + 1))
-  port_busy "$cport" && die "the controller port $cport (broker port + 1) is busy"
   kafka_config "$KAFKA_DIR" "$port" "$cport"
   echo "$port" >"$KAFKA_DIR/port"
   if [[ ! -f $KAFKA_DIR/log/meta.properties ]]; then
