@@ -1,12 +1,12 @@
 //! The Kafka side of a test: its topics, the producer that writes a
 //! workload, and the reader that collects what the gateway wrote (and reads
 //! the inputs back to learn their coordinates). Works on any broker: the
-//! mock cluster (topics made through it) or Tansu (topics made with the
-//! admin client).
+//! mock cluster (topics made through it) or Apache Kafka (topics made with
+//! the admin client).
 //!
-//! Tansu's high watermark is wrong (the first offset of the last batch + 1),
-//! so nothing here asks for watermarks or lag: readers start at the
-//! beginning and count records instead.
+//! Readers start at the beginning and count records, never ask for lag:
+//! what a test waits for is "every input has an output", which no
+//! watermark tells.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};

@@ -26,6 +26,7 @@ mod codecs;
 mod exact;
 mod exactly_once;
 mod failover;
+mod group;
 mod horizon;
 mod monitoring;
 mod outage;

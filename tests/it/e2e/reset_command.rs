@@ -1,5 +1,5 @@
-//! `idemgate reset`, the built binary against Tansu and Redis (DESIGN.md §4
-//! rules 2 and 7; docs/design.md §4.9):
+//! `idemgate reset`, the built binary against Apache Kafka and Redis
+//! (DESIGN.md §4 rules 2 and 7; docs/design.md §4.9):
 //!
 //! - refused while the group has a member;
 //! - backward to earliest without `--re-emit`: the replay repeats no
@@ -12,97 +12,26 @@
 //!   once; with `--skipped delivered` the copies are duplicates.
 
 use std::collections::{HashMap, HashSet};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use idemgate::decision::REPLAY;
 use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{
-    committed_offsets, read_inputs_as_delivered, Landed, Out, Producer, Reader, Topics,
+    committed_offsets, read_inputs_as_delivered, Out, Producer, Reader, Topics,
 };
 use idemgate_testkit::process::scrape_metric;
 use idemgate_testkit::servers::{claim_ttls, free_port, unsettled_claims};
 use idemgate_testkit::workload::{Bank, Planned};
-use idemgate_testkit::{env, say, kafka_brokers, unique, BOUND};
+use idemgate_testkit::{env, kafka_brokers, say, unique, BOUND};
 
+use super::group::{ends, idemgate_reset, process, wait_committed, Processed};
 use super::process::{Gate, GateConfig};
 
-/// Runs `idemgate reset --config <config> --stream bank <args>`: exit
-/// success, stdout and stderr.
-fn reset(config: &GateConfig, args: &[&str]) -> (bool, String, String) {
-    let path = std::env::temp_dir().join(format!("idemgate-reset-{}.toml", unique("reset")));
-    std::fs::write(&path, config.toml()).expect("writing the config");
-    let output = Command::new(env!("CARGO_BIN_EXE_idemgate"))
-        .arg("reset")
-        .arg("--config")
-        .arg(&path)
-        .args(["--stream", "bank"])
-        .args(args)
-        .env_remove("IDEMGATE_KAFKA_BROKERS")
-        .env_remove("IDEMGATE_REDIS_URL")
-        .env_remove("IDEMGATE_REDIS_NODES")
-        .output()
-        .expect("running idemgate reset");
-    let _ = std::fs::remove_file(&path);
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    println!(
-        "idemgate reset {args:?}: {}\n{stdout}{stderr}",
-        output.status
-    );
-    (output.status.success(), stdout, stderr)
-}
-
-/// `reset` until it is not refused for the group's members (a stopped
-/// member may linger a moment on the broker), then its stdout.
-fn reset_when_empty(config: &GateConfig, args: &[&str]) -> String {
-    let until = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (ok, stdout, stderr) = reset(config, args);
-        if ok {
-            return stdout;
-        }
-        assert!(
-            stderr.contains("active member") && Instant::now() < until,
-            "idemgate reset {args:?} failed: {stderr}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
-/// Per input partition, the offset after the last of `landed` there.
-fn ends(landed: &HashMap<String, Landed>, partitions: i32) -> Vec<(i32, i64)> {
-    (0..partitions)
-        .map(|p| {
-            let end = landed
-                .values()
-                .filter(|at| at.partition == p)
-                .map(|at| at.offset + 1)
-                .max()
-                .unwrap_or(0);
-            (p, end)
-        })
-        .collect()
-}
-
-fn wait_committed(config: &GateConfig, topics: &Topics, wanted: &[(i32, i64)], gate: &mut Gate) {
-    let partitions: Vec<i32> = wanted.iter().map(|(p, _)| *p).collect();
-    let want: Vec<Option<i64>> = wanted.iter().map(|(_, o)| Some(*o)).collect();
-    let until = Instant::now() + BOUND;
-    loop {
-        let committed =
-            committed_offsets(&kafka_brokers(), &config.group, &topics.input, &partitions);
-        if committed == want {
-            return;
-        }
-        gate.assert_alive();
-        assert!(
-            Instant::now() < until,
-            "[{}] committed {committed:?}, not {want:?}",
-            gate.name
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+/// `idemgate reset` with `args`, which must succeed: its report.
+fn reset_ok(config: &GateConfig, args: &[&str]) -> String {
+    let run = idemgate_reset(config, args);
+    assert!(run.ok, "idemgate reset {args:?} failed: {}", run.stderr);
+    run.stdout
 }
 
 fn shown(outputs: &[Out]) -> Vec<String> {
@@ -126,21 +55,21 @@ fn a_reset_without_re_emission_repeats_nothing_and_with_it_clean_gets_the_novel_
 
     let mut first = Gate::start(&format!("{TEST}-1"), &config);
     first.wait_assigned(Duration::from_secs(30));
-    let delivered = Producer::new(&kafka_brokers()).send(&topics.input, &plan, 100, Duration::ZERO);
-    let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
-    reader.read_every_input(plan.len(), BOUND, "of the first run", || {
-        first.assert_alive()
-    });
-    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
-    let summary = check(&plan, &landed, &topics, &reader.records, Expect::Exact);
-    say(TEST, format!("first run: {summary}"));
-    let ends = ends(&landed, topics.input_partitions);
-    wait_committed(&config, &topics, &ends, &mut first);
+    let Processed {
+        mut reader, ends, ..
+    } = process(TEST, &config, &topics, &plan, &mut [&mut first]);
 
     // Refused while the gateway is a member, and nothing moved.
-    let (ok, _, stderr) = reset(&config, &["--to-earliest"]);
-    assert!(!ok, "a reset while the group has a member was not refused");
-    assert!(stderr.contains("active member"), "{stderr}");
+    let refused = idemgate_reset(&config, &["--to-earliest"]);
+    assert!(
+        !refused.ok,
+        "a reset while the group has a member was not refused"
+    );
+    assert!(
+        refused.stderr.contains("active member"),
+        "{}",
+        refused.stderr
+    );
     let partitions: Vec<i32> = ends.iter().map(|(p, _)| *p).collect();
     let committed = committed_offsets(&kafka_brokers(), &config.group, &topics.input, &partitions);
     let want: Vec<Option<i64>> = ends.iter().map(|(_, o)| Some(*o)).collect();
@@ -149,14 +78,14 @@ fn a_reset_without_re_emission_repeats_nothing_and_with_it_clean_gets_the_novel_
     assert!(status.success(), "idemgate exited with {status} on SIGTERM");
 
     // A dry run says what would happen and moves nothing.
-    let report = reset_when_empty(&config, &["--to-earliest", "--dry-run"]);
+    let report = reset_ok(&config, &["--to-earliest", "--dry-run"]);
     assert!(report.contains("dry run, nothing written"), "{report}");
     assert!(report.contains("backward replay"), "{report}");
     let committed = committed_offsets(&kafka_brokers(), &config.group, &topics.input, &partitions);
     assert_eq!(committed, want, "a dry run moved the offsets");
 
     // Without re-emission: nothing, audit included.
-    let report = reset_when_empty(&config, &["--to-earliest"]);
+    let report = reset_ok(&config, &["--to-earliest"]);
     assert!(report.contains("backward replay"), "{report}");
     assert!(report.contains("nothing produced again"), "{report}");
     let earliest: Vec<Option<i64>> = ends.iter().map(|_| Some(0)).collect();
@@ -165,7 +94,7 @@ fn a_reset_without_re_emission_repeats_nothing_and_with_it_clean_gets_the_novel_
     let before = reader.records.len();
     let mut second = Gate::start(&format!("{TEST}-2"), &config);
     second.wait_assigned(Duration::from_secs(30));
-    wait_committed(&config, &topics, &ends, &mut second);
+    wait_committed(&config, &topics, &ends, &mut [&mut second]);
     reader.read_for(Duration::from_secs(5));
     let added = shown(&reader.records[before..]);
     assert!(
@@ -196,12 +125,12 @@ fn a_reset_without_re_emission_repeats_nothing_and_with_it_clean_gets_the_novel_
         .map(|o| o.test_id().to_string())
         .collect();
     assert_eq!(novel.len(), bank.events(), "one clean output per event");
-    let report = reset_when_empty(&config, &["--to-earliest", "--re-emit"]);
+    let report = reset_ok(&config, &["--to-earliest", "--re-emit"]);
     assert!(report.contains("go to clean again"), "{report}");
     let before = reader.records.len();
     let mut third = Gate::start(&format!("{TEST}-3"), &config);
     third.wait_assigned(Duration::from_secs(30));
-    wait_committed(&config, &topics, &ends, &mut third);
+    wait_committed(&config, &topics, &ends, &mut [&mut third]);
     let reached = reader.read_until(
         BOUND,
         |r| r.records.len() >= before + novel.len(),
@@ -301,28 +230,14 @@ fn forward_skip(test: &str, skipped: &str) {
         .collect();
     let to = to.join(",");
 
-    // The next phase lands before the reset (Tansu's high watermark is
-    // the last batch's base offset + 1, so the skip's target must lie
-    // below a later batch to be inside the log as the broker tells it).
-    let after = bank.phase(80, 60, 4);
-    delivered.extend(Producer::new(&kafka_brokers()).send(
-        &topics.input,
-        &after,
-        100,
-        Duration::ZERO,
-    ));
     // A forward skip without a choice is refused, naming the flag.
-    let until = Instant::now() + Duration::from_secs(60);
-    let stderr = loop {
-        let (ok, _, stderr) = reset(&config, &["--to-offset", &to]);
-        assert!(!ok, "a forward skip without --skipped was not refused");
-        if !stderr.contains("active member") || Instant::now() > until {
-            break stderr;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    };
-    assert!(stderr.contains("--skipped"), "{stderr}");
-    let report = reset_when_empty(&config, &["--to-offset", &to, "--skipped", skipped]);
+    let refused = idemgate_reset(&config, &["--to-offset", &to]);
+    assert!(
+        !refused.ok,
+        "a forward skip without --skipped was not refused"
+    );
+    assert!(refused.stderr.contains("--skipped"), "{}", refused.stderr);
+    let report = reset_ok(&config, &["--to-offset", &to, "--skipped", skipped]);
     assert!(report.contains("forward skip"), "{report}");
     let risk = if skipped == "abandoned" {
         "DOUBLE"
@@ -331,6 +246,14 @@ fn forward_skip(test: &str, skipped: &str) {
     };
     assert!(report.contains(risk), "the report names the risk: {report}");
 
+    // New events, and copies of the skipped ones, after the skip.
+    let after = bank.phase(80, 60, 4);
+    delivered.extend(Producer::new(&kafka_brokers()).send(
+        &topics.input,
+        &after,
+        100,
+        Duration::ZERO,
+    ));
     let copies: Vec<&Planned> = after
         .iter()
         .filter(|p| p.event.is_some_and(|e| e < skipped_events))

@@ -12,57 +12,20 @@
 //!   never read again, so copies of their events wait (never taken over
 //!   on a timer), the rest of the stream flows, nothing doubles.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{
-    commit_offsets, committed_offsets, read_inputs_as_delivered, Landed, Out, Producer, Reader,
-    Topics,
+    commit_offsets, read_inputs_as_delivered, Out, Producer, Reader, Topics,
 };
 use idemgate_testkit::process::scrape_metric;
 use idemgate_testkit::servers::{claim_ttls, delete_claims, free_port, unsettled_claims};
 use idemgate_testkit::workload::{Bank, Planned};
-use idemgate_testkit::{env, say, kafka_brokers, unique, BOUND};
+use idemgate_testkit::{env, kafka_brokers, say, unique, BOUND};
 
+use super::group::{ends, process, wait_committed, Processed};
 use super::process::{Gate, GateConfig};
-
-/// Per input partition, the offset after the last of `landed` there.
-fn ends(landed: &HashMap<String, Landed>, partitions: i32) -> Vec<(i32, i64)> {
-    (0..partitions)
-        .map(|p| {
-            let end = landed
-                .values()
-                .filter(|at| at.partition == p)
-                .map(|at| at.offset + 1)
-                .max()
-                .unwrap_or(0);
-            (p, end)
-        })
-        .collect()
-}
-
-/// Waits (bounded) until the group has committed `wanted` on `topics`'
-/// input, with `gate` alive.
-fn wait_committed(config: &GateConfig, topics: &Topics, wanted: &[(i32, i64)], gate: &mut Gate) {
-    let partitions: Vec<i32> = wanted.iter().map(|(p, _)| *p).collect();
-    let want: Vec<Option<i64>> = wanted.iter().map(|(_, o)| Some(*o)).collect();
-    let until = Instant::now() + BOUND;
-    loop {
-        let committed =
-            committed_offsets(&kafka_brokers(), &config.group, &topics.input, &partitions);
-        if committed == want {
-            return;
-        }
-        gate.assert_alive();
-        assert!(
-            Instant::now() < until,
-            "[{}] committed {committed:?}, not {want:?}, within {BOUND:?}",
-            gate.name
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
 
 #[test]
 fn a_reset_to_earliest_after_the_topic_was_processed_produces_nothing() {
@@ -93,16 +56,9 @@ fn reset_to_earliest(test: &str, delete_tier1: bool) {
 
     let mut first = Gate::start(&format!("{test}-1"), &config);
     first.wait_assigned(Duration::from_secs(30));
-    let delivered = Producer::new(&kafka_brokers()).send(&topics.input, &plan, 100, Duration::ZERO);
-    let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
-    reader.read_every_input(plan.len(), BOUND, "of the first run", || {
-        first.assert_alive()
-    });
-    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
-    let summary = check(&plan, &landed, &topics, &reader.records, Expect::Exact);
-    say(test, format!("first run: {summary}"));
-    let ends = ends(&landed, topics.input_partitions);
-    wait_committed(&config, &topics, &ends, &mut first);
+    let Processed {
+        mut reader, ends, ..
+    } = process(test, &config, &topics, &plan, &mut [&mut first]);
     let status = first.terminate(Duration::from_secs(20));
     assert!(status.success(), "idemgate exited with {status} on SIGTERM");
     let unsettled = unsettled_claims(&redis_url, &config.key_prefix);
@@ -126,7 +82,7 @@ fn reset_to_earliest(test: &str, delete_tier1: bool) {
 
     let mut second = Gate::start(&format!("{test}-2"), &config);
     second.wait_assigned(Duration::from_secs(30));
-    wait_committed(&config, &topics, &ends, &mut second);
+    wait_committed(&config, &topics, &ends, &mut [&mut second]);
     say(
         test,
         format!(
@@ -210,8 +166,7 @@ fn a_reset_forward_past_pending_claims_leaves_their_copies_waiting_and_doubles_n
     }
     // A graceful stop: the failed outputs keep their claims (never
     // released, they may have landed as far as the gateway knows), and the
-    // member leaves the group, so the reset tool may commit at once (Tansu
-    // keeps a killed member for well over a minute).
+    // member leaves the group, so the reset tool may commit at once.
     let status = first.terminate(Duration::from_secs(40));
     assert!(status.success(), "idemgate exited with {status} on SIGTERM");
     let pending = unsettled_claims(&redis_url, &config.key_prefix);

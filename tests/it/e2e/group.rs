@@ -1,0 +1,146 @@
+//! The gateways' consumer group as the broker keeps it, shared by the
+//! scenarios that run a workload through, stop, reset and restart it
+//! (`exactly_once`, `resets`, `reset_command`, `replay`): the first run to
+//! the end of the input, where the input ends, waiting for the group to
+//! commit there, and `idemgate reset` run as an operator runs it.
+
+use std::collections::HashMap;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use idemgate_testkit::check::{check, Expect};
+use idemgate_testkit::kafka::{
+    committed_offsets, read_inputs_as_delivered, Landed, Producer, Reader, Topics,
+};
+use idemgate_testkit::workload::Planned;
+use idemgate_testkit::{kafka_brokers, say, unique, BOUND};
+
+use super::process::{Gate, GateConfig};
+
+/// What a run over a whole workload left: every output read so far,
+/// where each input landed, and the input's ends, which the group has
+/// committed.
+pub struct Processed {
+    pub reader: Reader,
+    pub landed: HashMap<String, Landed>,
+    pub ends: Vec<(i32, i64)>,
+}
+
+/// Sends `plan` to the input while `gates` (assigned already) run, reads
+/// until every input has an output, holds the outputs to `Expect::Exact`
+/// and waits until the group has committed the end of every partition.
+pub fn process(
+    test: &str,
+    config: &GateConfig,
+    topics: &Topics,
+    plan: &[Planned],
+    gates: &mut [&mut Gate],
+) -> Processed {
+    let delivered = Producer::new(&kafka_brokers()).send(&topics.input, plan, 100, Duration::ZERO);
+    let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
+    reader.read_every_input(plan.len(), BOUND, "of the first run", || {
+        for gate in gates.iter_mut() {
+            gate.assert_alive();
+        }
+    });
+    let landed = read_inputs_as_delivered(&kafka_brokers(), topics, &delivered);
+    let summary = check(plan, &landed, topics, &reader.records, Expect::Exact);
+    say(test, format!("first run: {summary}"));
+    let ends = ends(&landed, topics.input_partitions);
+    wait_committed(config, topics, &ends, gates);
+    Processed {
+        reader,
+        landed,
+        ends,
+    }
+}
+
+/// Per input partition (0 to `partitions`), the offset after the last of
+/// `landed` there (0 where nothing landed).
+pub fn ends(landed: &HashMap<String, Landed>, partitions: i32) -> Vec<(i32, i64)> {
+    (0..partitions)
+        .map(|p| {
+            let end = landed
+                .values()
+                .filter(|at| at.partition == p)
+                .map(|at| at.offset + 1)
+                .max()
+                .unwrap_or(0);
+            (p, end)
+        })
+        .collect()
+}
+
+/// Waits (bounded) until the group has committed `wanted` (partition,
+/// offset) on `topics`' input, with `gates` alive; fails with their log
+/// tails.
+pub fn wait_committed(
+    config: &GateConfig,
+    topics: &Topics,
+    wanted: &[(i32, i64)],
+    gates: &mut [&mut Gate],
+) {
+    let partitions: Vec<i32> = wanted.iter().map(|(p, _)| *p).collect();
+    let want: Vec<Option<i64>> = wanted.iter().map(|(_, o)| Some(*o)).collect();
+    let until = Instant::now() + BOUND;
+    loop {
+        let committed =
+            committed_offsets(&kafka_brokers(), &config.group, &topics.input, &partitions);
+        if committed == want {
+            return;
+        }
+        for gate in gates.iter_mut() {
+            gate.assert_alive();
+        }
+        if Instant::now() >= until {
+            let tails: Vec<String> = gates
+                .iter()
+                .map(|g| format!("[{}] log tail:\n{}", g.name, g.tail(30)))
+                .collect();
+            panic!(
+                "committed {committed:?}, not {want:?}, within {BOUND:?}\n{}",
+                tails.join("\n")
+            );
+        }
+        // The broker's committed offsets, asked again: a commit lands at
+        // the gateway's next commit interval or transaction.
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// What `idemgate reset` did: its exit, stdout and stderr.
+pub struct ResetRun {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `idemgate reset --config <config> --stream bank <args>` as an
+/// operator does, with the config written to a file of its own.
+pub fn idemgate_reset(config: &GateConfig, args: &[&str]) -> ResetRun {
+    let path = std::env::temp_dir().join(format!("idemgate-reset-{}.toml", unique("reset")));
+    std::fs::write(&path, config.toml()).expect("writing the config");
+    let output = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .arg("reset")
+        .arg("--config")
+        .arg(&path)
+        .args(["--stream", "bank"])
+        .args(args)
+        // The config file says everything (as for the gateways).
+        .env_remove("IDEMGATE_KAFKA_BROKERS")
+        .env_remove("IDEMGATE_REDIS_URL")
+        .env_remove("IDEMGATE_REDIS_NODES")
+        .output()
+        .expect("running idemgate reset");
+    let _ = std::fs::remove_file(&path);
+    let run = ResetRun {
+        ok: output.status.success(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    };
+    println!(
+        "idemgate reset {args:?}: {}\n{}{}",
+        output.status, run.stdout, run.stderr
+    );
+    run
+}
