@@ -68,6 +68,11 @@ pub const REASON: &str = "idemgate-reason";
 /// On a record produced again by a replay the operator asked to re-emit
 /// (`idemgate reset --re-emit`), value `true`.
 pub const REPLAY: &str = "idemgate-replay";
+/// On every output, clean and audit alike: the input's own
+/// `topic/partition/offset`, so a consumer can drop a repeat of the same
+/// input itself, and `idemgate rebuild` can tell where a clean record came
+/// from.
+pub const INPUT: &str = "idemgate-input";
 
 /// A decision header's value: most are fixed texts or the hash, written
 /// without a heap allocation (the novel path writes two such headers per

@@ -181,8 +181,9 @@ pub(crate) fn classify(error: &KafkaError) -> Failure {
 /// through [`Reports`]. A refusal at once (a full local queue, say) is
 /// reported there too, as a failure to retry like any other that may pass.
 pub(crate) fn send(producer: &OutputProducer, reports: &Reports, output: &Output<'_>, slot: usize) {
-    let mut headers =
-        OwnedHeaders::new_with_capacity(output.input.headers.len() + output.decision_headers.len());
+    let mut headers = OwnedHeaders::new_with_capacity(
+        output.input.headers.len() + output.decision_headers.len() + 1,
+    );
     // Decision headers from an upstream idemgate are replaced, not
     // stacked: an output carries exactly one decision.
     let input_headers = match output.carry {
@@ -204,6 +205,24 @@ pub(crate) fn send(producer: &OutputProducer, reports: &Reports, output: &Output
             value: Some(value),
         });
     }
+    // `topic/partition/offset` on the stack: librdkafka copies a header's
+    // value, and a topic name has at most 249 bytes.
+    let mut coordinates = [0u8; 320];
+    let written = {
+        use std::io::Write;
+        let mut cursor = std::io::Cursor::new(&mut coordinates[..]);
+        let input = output.input;
+        let _ = write!(
+            cursor,
+            "{}/{}/{}",
+            input.topic, input.partition, input.offset
+        );
+        cursor.position() as usize
+    };
+    headers = headers.insert(Header {
+        key: crate::decision::INPUT,
+        value: Some(&coordinates[..written]),
+    });
     let mut record: BaseRecord<'_, [u8], [u8], usize> =
         BaseRecord::with_opaque_to(output.topic, slot).headers(headers);
     if let Some(key) = output

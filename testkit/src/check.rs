@@ -112,6 +112,18 @@ pub fn judge(
             ));
             continue;
         };
+        if let Some(at) = landed.get(id) {
+            let from = format!("{}/{}/{}", topics.input, at.partition, at.offset);
+            if out.header(idemgate::decision::INPUT) != Some(from.as_str()) {
+                bad.push(format!(
+                    "output {}/{}/{} of {id} names its input {:?}, not {from}",
+                    out.topic,
+                    out.partition,
+                    out.offset,
+                    out.header(idemgate::decision::INPUT)
+                ));
+            }
+        }
         by_input.entry(id).or_default().push(out);
         *summary
             .decisions
