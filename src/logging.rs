@@ -30,6 +30,55 @@ pub fn init(format: LogFormat) {
     }
 }
 
+/// The line `run` starts with: every setting an operator checks first, each
+/// a field of its own (a JSON key with `--log-format json`), secrets left
+/// out.
+pub fn log_settings(config: &crate::config::Config) {
+    use crate::config::StoreConfig;
+    let (store, store_at) = match &config.store {
+        StoreConfig::Memory { event_time } => (
+            if *event_time {
+                "memory (event time)"
+            } else {
+                "memory"
+            },
+            String::new(),
+        ),
+        StoreConfig::Redis(options) => ("redis", options.target.to_string()),
+    };
+    let streams: Vec<&str> = config
+        .streams
+        .iter()
+        .map(|s| s.spec.name.as_str())
+        .collect();
+    let guarantee = match config.guarantee {
+        crate::config::Guarantee::AtLeastOnce => "at-least-once",
+        crate::config::Guarantee::ExactlyOnce => "exactly-once",
+    };
+    tracing::info!(
+        brokers = config.brokers().unwrap_or_default(),
+        group = config.kafka.get("group.id").map_or("idemgate", String::as_str),
+        guarantee,
+        store,
+        store_at = %store_at,
+        streams = %streams.join(","),
+        metrics_listen = %config.metrics_listen,
+        "starting"
+    );
+}
+
+/// How a command's fatal error is written: `idemgate: <error>` on a
+/// terminal's stderr; with `--log-format json`, one JSON line like every
+/// other, the error chain as its `error` field.
+pub fn log_fatal(format: LogFormat, error: &anyhow::Error) {
+    match format {
+        LogFormat::Text => eprintln!("idemgate: {error:#}"),
+        LogFormat::Json => {
+            tracing::error!(error = %format!("{error:#}"), "idemgate stopped on an error")
+        }
+    }
+}
+
 /// Lets one line through per `every`, counting what it held back, so a
 /// failure that repeats every few milliseconds (brokers down, store down)
 /// is logged once a period with how often it happened.

@@ -238,11 +238,12 @@ struct TtlArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    idemgate::logging::init(cli.log_format);
+    let format = cli.log_format;
+    idemgate::logging::init(format);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("idemgate: {error:#}");
+            idemgate::logging::log_fatal(format, &error);
             ExitCode::FAILURE
         }
     }
@@ -252,12 +253,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Run { config } => {
             let config = idemgate::config::Config::load(&config)?;
-            let streams: Vec<&str> = config
-                .streams
-                .iter()
-                .map(|s| s.spec.name.as_str())
-                .collect();
-            tracing::info!(store = ?config.store, streams = ?streams, "starting");
+            idemgate::logging::log_settings(&config);
             runtime()?.block_on(idemgate::app::run(config, idemgate::app::shutdown_signal()))
         }
         Command::Demo {

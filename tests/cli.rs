@@ -410,3 +410,102 @@ fn check_warns_that_a_shadow_stream_suppresses_nothing() {
         "{line}"
     );
 }
+
+/// Every line `run` writes with `--log-format json` is a JSON object: its
+/// fatal line (the error chain as a field) as much as its start-up line,
+/// whose settings are fields of their own, secrets left out.
+#[test]
+fn json_logs_of_run_keep_the_fatal_line_and_the_settings_as_json_fields() {
+    let out = idemgate(
+        &[
+            "--log-format",
+            "json",
+            "run",
+            "--config",
+            "/nonexistent/gate.toml",
+        ],
+        "",
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines = json_lines(&stderr);
+    let fatal = lines.last().expect("a fatal line");
+    assert_eq!(fatal["level"], "ERROR", "{stderr}");
+    assert!(
+        fatal["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("/nonexistent/gate.toml")),
+        "{stderr}"
+    );
+
+    // A config that starts: brokers nobody listens on (the replica keeps
+    // trying to reach them), so the test reads its first lines and stops it.
+    let dir = std::env::temp_dir().join(format!("idemgate-cli-json-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let config = dir.join("gate.toml");
+    let demo = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/demo.toml"))
+        .expect("config/demo.toml");
+    std::fs::write(
+        &config,
+        demo.replace(
+            "[kafka]\n",
+            "[kafka]\n\"bootstrap.servers\" = \"127.0.0.1:9\"\n\"sasl.password\" = \"s3cret\"\n",
+        ),
+    )
+    .expect("writing the config");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["--log-format", "json", "run", "--config"])
+        .arg(&config)
+        .env_remove("IDEMGATE_KAFKA_BROKERS")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running idemgate");
+    let stderr = child.stderr.take().expect("stderr");
+    let (lines_tx, lines_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let starting = loop {
+        let line = lines_rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("no start-up line within 30s; saw {seen:?}"));
+        let value: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+        seen.push(line);
+        if value["message"] == "starting" {
+            break value;
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(starting["brokers"], "127.0.0.1:9", "{starting}");
+    assert_eq!(starting["guarantee"], "at-least-once", "{starting}");
+    assert_eq!(starting["store"], "memory (event time)", "{starting}");
+    assert_eq!(starting["streams"], "bank,telemetry", "{starting}");
+    assert!(
+        !seen.concat().contains("s3cret"),
+        "a secret in the logs: {seen:?}"
+    );
+}
+
+/// Every non-empty line of `text`, parsed as JSON; panics on one that is not.
+fn json_lines(text: &str) -> Vec<serde_json::Value> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"))
+        })
+        .collect()
+}
