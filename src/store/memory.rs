@@ -12,9 +12,9 @@ use fastbloom::BloomFilter;
 use super::judge::{judge_reset, raise, ResetMarks, Verdict};
 use super::value::ClaimValue;
 use super::{
-    add_abandoned, millis, spec, Claim, ClaimOutcome, ClaimStore, Coordinates, FilterFill, Millis,
-    PartitionRanges, PartitionReset, Publish, RoundAnswer, StoreError, StoreStats, StreamId,
-    StreamSpec, TopicTag, Watermark,
+    add_abandoned, check, millis, spec, Claim, ClaimOutcome, ClaimStore, Coordinates, FilterFill,
+    IdentityFound, Millis, PartitionRanges, PartitionReset, Publish, RoundAnswer, StoreError,
+    StoreIdentity, StoreStats, StreamId, StreamLost, StreamSpec, TopicTag, Watermark,
 };
 use crate::fingerprint::SourceHash;
 
@@ -25,6 +25,9 @@ pub struct MemoryStore {
     streams: Vec<StreamSpec>,
     event_time: bool,
     state: Mutex<State>,
+    /// The identities the replica adopted at start, by stream: its rounds
+    /// compare the state's with them (docs/design.md §8.2).
+    adopted: Mutex<HashMap<usize, StoreIdentity>>,
 }
 
 type PartitionKey = (usize, TopicTag, i32);
@@ -45,6 +48,10 @@ struct State {
     /// only once it lapsed for the partition furthest behind.
     clocks: HashMap<PartitionKey, Millis>,
     writes: u64,
+    /// Each stream's store identity: made when it is first asked for, so
+    /// a replica always finds one at start; a state made anew (`forget`)
+    /// has none until then, and a round sees it missing.
+    identities: HashMap<usize, StoreIdentity>,
 }
 
 struct Generation {
@@ -60,6 +67,7 @@ impl MemoryStore {
             streams,
             event_time: false,
             state: Mutex::new(State::default()),
+            adopted: Mutex::new(HashMap::new()),
         }
     }
 
@@ -81,6 +89,34 @@ impl MemoryStore {
     pub fn exact_keys(&self) -> usize {
         self.state.lock().map(|s| s.claims.len()).unwrap_or(0)
     }
+
+    /// Forgets everything, as a store that restarted empty: claims,
+    /// watermarks, filters, and the streams' identities (new ones take
+    /// their place). For tests of a store that lost its state.
+    pub fn forget(&self) {
+        if let Ok(mut state) = self.state.lock() {
+            *state = State::default();
+        }
+    }
+
+    /// The streams whose adopted identity the state no longer holds.
+    fn lost(&self, state: &State, streams: &[usize]) -> Vec<StreamLost> {
+        let Ok(adopted) = self.adopted.lock() else {
+            return Vec::new();
+        };
+        streams
+            .iter()
+            .filter_map(|&stream| {
+                let adopted = adopted.get(&stream)?;
+                let held = state.identities.get(&stream).map(StoreIdentity::to_hex);
+                let how = check(adopted, [held.as_deref().map(str::as_bytes)]);
+                how.lost().then_some(StreamLost {
+                    stream: StreamId(stream),
+                    how,
+                })
+            })
+            .collect()
+    }
 }
 
 fn filter_word(hash: &SourceHash) -> u64 {
@@ -94,6 +130,13 @@ fn partition_of(stream: StreamId, holder: &Coordinates) -> PartitionKey {
 }
 
 impl State {
+    fn identity(&mut self, stream: usize) -> StoreIdentity {
+        *self
+            .identities
+            .entry(stream)
+            .or_insert_with(StoreIdentity::random)
+    }
+
     fn ranges(&self, key: PartitionKey) -> PartitionRanges {
         PartitionRanges {
             stream: StreamId(key.0),
@@ -265,8 +308,17 @@ impl ClaimStore for MemoryStore {
         let below = |state: &State, stream: StreamId, c: &Coordinates| {
             state.watermarks.get(&partition_of(stream, c)).copied()
         };
+        let mut claimed: Vec<usize> = claims.iter().map(|c| c.stream.0).collect();
+        claimed.sort_unstable();
+        claimed.dedup();
+        answer.lost = self.lost(&state, &claimed);
         for claim in claims {
             let spec = spec(&self.streams, claim.stream)?;
+            if answer.lost.iter().any(|l| l.stream == claim.stream) {
+                // Nothing is written or judged on a state the stream lost.
+                answer.outcomes.push(ClaimOutcome::StoreLost);
+                continue;
+            }
             state.observe(
                 partition_of(claim.stream, &claim.holder),
                 claim.at,
@@ -345,6 +397,33 @@ impl ClaimStore for MemoryStore {
             };
         }
         Ok(())
+    }
+
+    async fn find_identity(&self, stream: StreamId) -> Result<IdentityFound, StoreError> {
+        spec(&self.streams, stream)?;
+        let held = self.lock()?.identity(stream.0);
+        Ok(IdentityFound {
+            places: vec![Some(held.to_hex().into_bytes())],
+        })
+    }
+
+    async fn write_identity(
+        &self,
+        stream: StreamId,
+        identity: StoreIdentity,
+        replace: bool,
+    ) -> Result<IdentityFound, StoreError> {
+        spec(&self.streams, stream)?;
+        if replace {
+            self.lock()?.identities.insert(stream.0, identity);
+        }
+        self.find_identity(stream).await
+    }
+
+    fn adopt_identity(&self, stream: StreamId, identity: StoreIdentity) {
+        if let Ok(mut adopted) = self.adopted.lock() {
+            adopted.insert(stream.0, identity);
+        }
     }
 
     async fn stats(&self, at: Millis) -> Result<StoreStats, StoreError> {

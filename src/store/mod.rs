@@ -11,6 +11,7 @@
 //! time), and tests say "nine hours later" with explicit timestamps.
 
 mod generations;
+mod identity;
 mod judge;
 pub mod memory;
 pub mod redis;
@@ -24,6 +25,9 @@ use async_trait::async_trait;
 use crate::fingerprint::{PayloadDigest, SourceHash};
 
 pub use generations::{FilterSizing, GenerationPlan};
+pub use identity::{
+    at_start, check, first_or_lost, AtStart, Check, IdentityFound, Refusal, StoreIdentity,
+};
 
 /// Milliseconds since the Unix epoch, on whichever clock the caller runs.
 pub type Millis = i64;
@@ -344,6 +348,17 @@ pub struct RoundAnswer {
     /// Indices of the claims that took over an abandoned holder's
     /// unsettled claim (their outcome is `Won { fresh: false }`).
     pub taken_over: Vec<usize>,
+    /// Streams whose identity this round found missing or changed beside
+    /// its claims (docs/design.md §8.2): the store lost their state, and
+    /// every claim of theirs in the round answers `StoreLost`.
+    pub lost: Vec<StreamLost>,
+}
+
+/// A stream whose store lost its state, as a round found it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamLost {
+    pub stream: StreamId,
+    pub how: Check,
 }
 
 /// Which tier recognised a duplicate.
@@ -391,6 +406,10 @@ pub enum ClaimOutcome {
     /// produced again, marked `idemgate-replay`; it holds nothing to
     /// settle.
     Reemit,
+    /// The store lost the stream's state (its identity is missing or
+    /// changed beside this claim, docs/design.md §8.2): nothing was judged,
+    /// and nothing may be decided from what the store holds now.
+    StoreLost,
 }
 
 impl ClaimOutcome {
@@ -469,6 +488,26 @@ pub trait ClaimStore: Send + Sync {
 
     /// Evicted keys and filter fill, for metrics.
     async fn stats(&self, at: Millis) -> Result<StoreStats, StoreError>;
+
+    /// Reads a stream's store identity at every place the store keeps it
+    /// (docs/design.md §8.2): on Redis beside each hash tag.
+    async fn find_identity(&self, stream: StreamId) -> Result<IdentityFound, StoreError>;
+
+    /// Writes a stream's identity at every place and answers what is there
+    /// now. Without `replace` a place that holds one keeps it, and the
+    /// first place decides what the others get: replicas starting together
+    /// agree on one. `idemgate rebuild` replaces.
+    async fn write_identity(
+        &self,
+        stream: StreamId,
+        identity: StoreIdentity,
+        replace: bool,
+    ) -> Result<IdentityFound, StoreError>;
+
+    /// From now on every round reads the stream's identity beside the
+    /// claims it makes and compares it with this one; a stream whose
+    /// identity was never adopted is not compared.
+    fn adopt_identity(&self, stream: StreamId, identity: StoreIdentity);
 
     /// Records an operator's reset (docs/design.md §4.9): watermark raises,
     /// abandoned ranges, re-emit ranges. Only `idemgate reset` calls it,

@@ -16,8 +16,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use idemgate::store::{
-    Claim, ClaimOutcome, ClaimStore, Millis, Publish, RoundAnswer, StoreError, StoreStats,
-    StreamId, Tier,
+    Claim, ClaimOutcome, ClaimStore, IdentityFound, Millis, Publish, RoundAnswer, StoreError,
+    StoreIdentity, StoreStats, StreamId, Tier,
 };
 
 /// What one replica's store calls showed.
@@ -45,6 +45,9 @@ pub struct StoreTally {
     pub inserts: u64,
     pub released: u64,
     pub store_errors: u64,
+    /// Claims answered `StoreLost`: their stream's store lost its state.
+    #[serde(default)]
+    pub store_lost: u64,
 }
 
 impl StoreTally {
@@ -67,6 +70,7 @@ impl StoreTally {
         self.inserts += t.inserts;
         self.released += t.released;
         self.store_errors += t.store_errors;
+        self.store_lost += t.store_lost;
     }
 
     fn answered(&mut self, publish: &Publish, answer: &RoundAnswer) {
@@ -89,6 +93,7 @@ impl StoreTally {
                     tier: Tier::Filter, ..
                 } => self.duplicate_filter += 1,
                 ClaimOutcome::Conflict { .. } => self.conflict += 1,
+                ClaimOutcome::StoreLost => self.store_lost += 1,
             }
         }
     }
@@ -212,6 +217,23 @@ impl ClaimStore for CountingStore {
             Err(_) => tally.store_errors += 1,
         }
         result
+    }
+
+    async fn find_identity(&self, stream: StreamId) -> Result<IdentityFound, StoreError> {
+        self.inner.find_identity(stream).await
+    }
+
+    async fn write_identity(
+        &self,
+        stream: StreamId,
+        identity: StoreIdentity,
+        replace: bool,
+    ) -> Result<IdentityFound, StoreError> {
+        self.inner.write_identity(stream, identity, replace).await
+    }
+
+    fn adopt_identity(&self, stream: StreamId, identity: StoreIdentity) {
+        self.inner.adopt_identity(stream, identity);
     }
 
     /// The store watcher's call, from its own task: counted, not observed.

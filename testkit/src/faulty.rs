@@ -10,7 +10,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use idemgate::store::{
-    Claim, ClaimStore, Millis, Publish, RoundAnswer, StoreError, StoreStats, StreamId,
+    Claim, ClaimStore, IdentityFound, Millis, Publish, RoundAnswer, StoreError, StoreIdentity,
+    StoreStats, StreamId,
 };
 
 /// What the store does with a round.
@@ -118,6 +119,23 @@ impl ClaimStore for FaultyStore {
                 self.inner.round(publish, claims, read).await
             }
         }
+    }
+
+    async fn find_identity(&self, stream: StreamId) -> Result<IdentityFound, StoreError> {
+        self.inner.find_identity(stream).await
+    }
+
+    async fn write_identity(
+        &self,
+        stream: StreamId,
+        identity: StoreIdentity,
+        replace: bool,
+    ) -> Result<IdentityFound, StoreError> {
+        self.inner.write_identity(stream, identity, replace).await
+    }
+
+    fn adopt_identity(&self, stream: StreamId, identity: StoreIdentity) {
+        self.inner.adopt_identity(stream, identity);
     }
 
     async fn stats(&self, at: Millis) -> Result<StoreStats, StoreError> {

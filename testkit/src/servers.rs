@@ -196,6 +196,17 @@ impl RedisServer {
         self.spawn();
     }
 
+    /// Killed and started again on the same port with nothing: a restart
+    /// without persistence (or a failover to an empty replica at the same
+    /// address). Every key is gone.
+    pub fn restart_empty(&mut self) {
+        let mut child = self.child.take().expect("running");
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_file(self.dir.join("dump.rdb"));
+        self.spawn();
+    }
+
     /// SIGSTOP: the server keeps its sockets but answers nothing, as when it
     /// hangs or the network drops packets.
     pub fn freeze(&mut self) {
@@ -285,7 +296,12 @@ impl Kafka {
         let log_path = self.dir.join(format!("broker-{}.log", self.starts));
         let log = File::create(&log_path)?;
         let child = Command::new("java")
-            .args(["-Xms256m", "-Xmx1g", "-XX:+UseG1GC", "-Djava.awt.headless=true"])
+            .args([
+                "-Xms256m",
+                "-Xmx1g",
+                "-XX:+UseG1GC",
+                "-Djava.awt.headless=true",
+            ])
             .arg(format!(
                 "-Dlog4j2.configurationFile={}",
                 self.dir.join("log4j2.properties").display()
@@ -303,7 +319,11 @@ impl Kafka {
         let admin = crate::kafka::admin(&self.brokers);
         let deadline = Instant::now() + Duration::from_secs(90);
         loop {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
                 bail!(
                     "the Kafka broker exited during start-up ({status}); see {}",
                     log_path.display()
@@ -441,6 +461,20 @@ pub async fn scan_async(
     }
 }
 
+/// Whether a key (after its prefix) is a stream's store identity,
+/// `<key id>:id{<tag>}` (docs/design.md §8.2): beside the claims of its
+/// hash tag, the one key that never expires.
+pub fn is_identity_key(rest: &[u8]) -> bool {
+    rest.iter()
+        .position(|b| *b == b'{')
+        .is_some_and(|brace| rest[..brace].ends_with(b":id"))
+}
+
+/// A tier-1 claim key (after its prefix): `<key id>{<tag>}<16 bytes>`.
+fn is_claim_key(rest: &[u8]) -> bool {
+    rest.contains(&b'{') && !is_identity_key(rest)
+}
+
 /// The remaining lifetime (ms) of every key under `prefix`, after
 /// asserting each one expires (docs/design.md §4: a key without expiry is
 /// a bug). A key that expired between SCAN and PTTL is left out.
@@ -448,12 +482,13 @@ pub async fn scan_async(
 /// cluster hash tag: watermarks and filter generations have none), checking
 /// on the way that every key under it carries an expiry.
 pub fn claim_ttls(url: &str, prefix: &str) -> Vec<i64> {
-    key_ttls_where(url, prefix, |key| key.contains(&b'{'))
+    key_ttls_where(url, prefix, is_claim_key)
 }
 
-/// The PTTL of every key under `prefix`, each checked to carry an expiry.
+/// The PTTL of every key under `prefix` but the store identities, each
+/// checked to carry an expiry (the identities to carry none).
 pub fn key_ttls(url: &str, prefix: &str) -> Vec<i64> {
-    key_ttls_where(url, prefix, |_| true)
+    key_ttls_where(url, prefix, |rest| !is_identity_key(rest))
 }
 
 fn key_ttls_where(url: &str, prefix: &str, keep: impl Fn(&[u8]) -> bool) -> Vec<i64> {
@@ -467,12 +502,21 @@ fn key_ttls_where(url: &str, prefix: &str, keep: impl Fn(&[u8]) -> bool) -> Vec<
             .arg(&key)
             .query(&mut connection)
             .expect("PTTL");
+        let rest = &key[prefix.len()..];
+        if is_identity_key(rest) {
+            assert!(
+                ttl == -1 || ttl == -2,
+                "store identity {} has PTTL {ttl}: it must never expire",
+                String::from_utf8_lossy(&key)
+            );
+            continue;
+        }
         assert!(
             ttl > 0 || ttl == -2,
             "key {} has PTTL {ttl}: every claim must expire",
             String::from_utf8_lossy(&key)
         );
-        if ttl > 0 && keep(&key) {
+        if ttl > 0 && keep(rest) {
             ttls.push(ttl);
         }
     }
@@ -499,6 +543,9 @@ pub fn unsettled_claims(url: &str, prefix: &str) -> Vec<String> {
         let Some(brace) = key.iter().position(|b| *b == b'{') else {
             continue;
         };
+        if is_identity_key(&key[prefix.len()..]) {
+            continue;
+        }
         let key_id = key[prefix.len()..brace].to_vec();
         let value: Option<Vec<u8>> = redis::cmd("GET")
             .arg(&key)
@@ -557,6 +604,9 @@ pub fn unsettled_claims_on(urls: &[String], prefix: &str) -> (usize, Vec<String>
             let Some(brace) = rest.iter().position(|b| *b == b'{') else {
                 continue;
             };
+            if is_identity_key(rest) {
+                continue;
+            }
             let value: Option<Vec<u8>> = redis::cmd("GET")
                 .arg(&key)
                 .query(&mut connection)
@@ -596,7 +646,7 @@ pub fn delete_claims(url: &str, prefix: &str) -> usize {
         .expect("redis connection");
     let keys: Vec<Vec<u8>> = scan(&mut connection, &format!("{prefix}*"))
         .into_iter()
-        .filter(|key| key.contains(&b'{'))
+        .filter(|key| is_claim_key(&key[prefix.len()..]))
         .collect();
     for key in &keys {
         let _: i64 = redis::cmd("DEL")

@@ -14,8 +14,9 @@ use super::{protocol, tier1, unparsable, watermarks, Keyed, RedisStore};
 use crate::store::judge::{judge_reset, ResetMarks, Verdict};
 use crate::store::value::ClaimValue;
 use crate::store::{
-    millis, spec, Claim, ClaimOutcome, ClaimStore, FilterFill, Millis, PartitionRanges,
-    PartitionReset, Publish, RoundAnswer, StoreError, StoreStats, StreamId, TopicTag,
+    millis, spec, Claim, ClaimOutcome, ClaimStore, FilterFill, IdentityFound, Millis,
+    PartitionRanges, PartitionReset, Publish, RoundAnswer, StoreError, StoreIdentity, StoreStats,
+    StreamId, StreamLost, TopicTag,
 };
 
 /// A re-stamp meets a value changed under it at most this often in one
@@ -24,6 +25,15 @@ const RESTAMP_ATTEMPTS: usize = 4;
 
 type Watermarks = HashMap<(usize, TopicTag, i32), i64>;
 type Ranges = HashMap<(usize, TopicTag, i32), PartitionRanges>;
+
+/// What a round's claims are judged against.
+struct Judged<'a> {
+    in_filter: &'a [bool],
+    marks: &'a Watermarks,
+    ranges: &'a Ranges,
+    /// Streams whose store lost its state: their claims are not judged.
+    lost: &'a [StreamLost],
+}
 
 /// A record that met a value it writes over by compare and set: its own
 /// unsettled claim (re-stamp) or an abandoned holder's (take-over).
@@ -42,14 +52,15 @@ impl ClaimStore for RedisStore {
         claims: &[Claim],
         read: &[StreamId],
     ) -> Result<RoundAnswer, StoreError> {
-        let plan = Plan::new(
-            &self.prefix,
-            self.filter_backend,
-            &self.streams,
-            publish,
-            claims,
-            read,
-        )?;
+        let adopted = self.adopted();
+        let setting = round::Setting {
+            prefix: &self.prefix,
+            backend: self.filter_backend,
+            streams: &self.streams,
+            adopted: &adopted,
+            cluster: self.conn.is_cluster(),
+        };
+        let plan = Plan::new(setting, publish, claims, read)?;
         // On a cluster the inserts' nodes answer in no order with the
         // rest: they go first, acknowledged before any raise is sent.
         let (inserts, watch) = if self.conn.is_cluster() && !plan.inserts.is_empty() {
@@ -105,11 +116,36 @@ impl ClaimStore for RedisStore {
             .iter()
             .map(|r| ((r.stream.0, r.topic, r.partition), r.clone()))
             .collect();
+        answer.lost = plan
+            .identities
+            .judge(std::mem::take(&mut answers.identities))?;
         let in_filter = tier2::hits(&plan.probe_map, answers.probes, claims.len())?;
-        (answer.outcomes, answer.taken_over) = self
-            .judge_claims(claims, answers.claims, &in_filter, &marks, &ranges)
-            .await?;
+        let judged = Judged {
+            in_filter: &in_filter,
+            marks: &marks,
+            ranges: &ranges,
+            lost: &answer.lost,
+        };
+        (answer.outcomes, answer.taken_over) =
+            self.judge_claims(claims, answers.claims, judged).await?;
         Ok(answer)
+    }
+
+    async fn find_identity(&self, stream: StreamId) -> Result<IdentityFound, StoreError> {
+        self.find_identity_at(stream).await
+    }
+
+    async fn write_identity(
+        &self,
+        stream: StreamId,
+        identity: StoreIdentity,
+        replace: bool,
+    ) -> Result<IdentityFound, StoreError> {
+        self.write_identity_at(stream, identity, replace).await
+    }
+
+    fn adopt_identity(&self, stream: StreamId, identity: StoreIdentity) {
+        self.adopt(stream, identity);
     }
 
     async fn reset(&self, resets: &[PartitionReset]) -> Result<(), StoreError> {
@@ -305,14 +341,20 @@ impl RedisStore {
 
     /// Judges every claim's answer against the watermarks just read; the
     /// records that met their own claim from an earlier owner re-stamp it.
+    /// A claim of a stream whose store lost its state is not judged: what
+    /// the store holds now says nothing.
     async fn judge_claims(
         &self,
         claims: &[Claim],
         answers: Vec<RedisResult<Value>>,
-        in_filter: &[bool],
-        marks: &Watermarks,
-        ranges: &Ranges,
+        judged: Judged<'_>,
     ) -> Result<(Vec<ClaimOutcome>, Vec<usize>), StoreError> {
+        let Judged {
+            in_filter,
+            marks,
+            ranges,
+            lost,
+        } = judged;
         if answers.len() != claims.len() {
             return Err(StoreError::Protocol("claims answered short".into()));
         }
@@ -327,6 +369,10 @@ impl RedisStore {
             }),
         };
         for (index, (claim, answer)) in claims.iter().zip(answers).enumerate() {
+            if lost.iter().any(|l| l.stream == claim.stream) {
+                outcomes.push(ClaimOutcome::StoreLost);
+                continue;
+            }
             let value = existing(answer)?;
             let hit = in_filter.get(index).copied().unwrap_or(false);
             match verdict(claim, value.as_ref(), marks, ranges, hit) {

@@ -26,12 +26,14 @@
 
 mod claims;
 mod conn;
+mod identity;
 mod reset;
 mod round;
 mod tier1;
 mod tier2;
 mod watermarks;
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use redis::Value;
@@ -44,7 +46,7 @@ use tier1::Scripts;
 pub use tier2::FilterBackend;
 use tier2::Full;
 
-use super::{spec, StoreError, StreamSpec};
+use super::{spec, StoreError, StoreIdentity, StreamSpec};
 
 /// How to reach the store and what to accept of it.
 #[derive(Clone, Debug)]
@@ -94,6 +96,9 @@ pub struct RedisStore {
     /// RedisBloom generations this replica saw refuse an item: their
     /// inserts go straight to the overflow part (docs/design.md §5).
     full: Mutex<Full>,
+    /// The stream identities adopted at start, by stream index: every
+    /// round reads them beside its claims (docs/design.md §8.2).
+    adopted: Mutex<HashMap<usize, StoreIdentity>>,
 }
 
 const NOSCRIPT: &str = "NOSCRIPT";
@@ -130,6 +135,7 @@ impl RedisStore {
             filter_backend,
             scripts: Scripts::new(),
             full: Mutex::new(Full::new()),
+            adopted: Mutex::new(HashMap::new()),
         })
     }
 

@@ -1,16 +1,22 @@
 //! One round on Redis as plain data: the commands it sends, in the order
 //! the contract fixes (tier-2 inserts; raises, done flags, releases; the
-//! watermark read; claims with their tier-2 probes), and how their answers
-//! come apart again. No I/O here: `claims.rs` sends what this builds.
+//! watermark read; the store identity beside the claims; claims with their
+//! tier-2 probes), and how their answers come apart again. No I/O here:
+//! `claims.rs` sends what this builds.
+
+use std::collections::HashMap;
 
 use redis::{RedisResult, Value};
 
 use super::conn::Keyed;
+use super::identity::RoundReads;
 use super::tier1::{self, Scripts, TagGroups};
 use super::tier2::{self, BloomWrite, FilterBackend, Full, Item, ProbeMap};
 use super::watermarks::{self, RaiseGroups};
 use crate::store::value::{encode_owner, ClaimValue};
-use crate::store::{millis, spec, Claim, Held, Publish, StoreError, StreamId, StreamSpec};
+use crate::store::{
+    millis, spec, Claim, Held, Publish, StoreError, StoreIdentity, StreamId, StreamSpec,
+};
 
 /// Everything a round sends, built once; the inserts are turned into
 /// commands at send time, against what is known of full generations then.
@@ -23,6 +29,9 @@ pub(crate) struct Plan<'a> {
     /// claims, each once, in stream order.
     pub(crate) streams: Vec<StreamId>,
     reads: Vec<Keyed>,
+    /// The store identity of the tags the claims touch, read just before
+    /// them (docs/design.md §8.2).
+    pub(crate) identities: RoundReads,
     pub(crate) claims: Vec<Keyed>,
     probes: Vec<Keyed>,
     pub(crate) probe_map: ProbeMap,
@@ -35,6 +44,7 @@ struct Layout {
     done: usize,
     releases: usize,
     reads: usize,
+    identities: usize,
     claims: usize,
 }
 
@@ -45,19 +55,35 @@ pub(crate) struct Answers {
     pub(crate) done: Vec<RedisResult<Value>>,
     pub(crate) releases: Vec<RedisResult<Value>>,
     pub(crate) reads: Vec<RedisResult<Value>>,
+    pub(crate) identities: Vec<RedisResult<Value>>,
     pub(crate) claims: Vec<RedisResult<Value>>,
     pub(crate) probes: Vec<RedisResult<Value>>,
 }
 
+/// What a round's plan needs of the store beside the round itself.
+pub(crate) struct Setting<'a> {
+    pub(crate) prefix: &'a str,
+    pub(crate) backend: FilterBackend,
+    pub(crate) streams: &'a [StreamSpec],
+    /// The identities adopted at start, by stream index.
+    pub(crate) adopted: &'a HashMap<usize, StoreIdentity>,
+    pub(crate) cluster: bool,
+}
+
 impl<'a> Plan<'a> {
     pub(crate) fn new(
-        prefix: &str,
-        backend: FilterBackend,
-        streams: &'a [StreamSpec],
+        setting: Setting<'a>,
         publish: &'a Publish,
         claims: &'a [Claim],
         read: &[StreamId],
     ) -> Result<Plan<'a>, StoreError> {
+        let Setting {
+            prefix,
+            backend,
+            streams,
+            adopted,
+            cluster,
+        } = setting;
         let mut inserts = Vec::new();
         for (index, insert) in publish.inserts.iter().enumerate() {
             let spec = spec(streams, insert.stream)?;
@@ -114,6 +140,7 @@ impl<'a> Plan<'a> {
             releases,
             streams: ids,
             reads,
+            identities: RoundReads::new(prefix, streams, claims, adopted, cluster)?,
             claims: sets,
             probes,
             probe_map,
@@ -133,6 +160,7 @@ impl<'a> Plan<'a> {
             done: self.done.groups.len(),
             releases: self.releases.groups.len(),
             reads: self.reads.len(),
+            identities: self.identities.commands().len(),
             claims: self.claims.len(),
         };
         let mut commands = inserts;
@@ -140,6 +168,7 @@ impl<'a> Plan<'a> {
         commands.extend(self.done.invocations(&scripts.done, true));
         commands.extend(self.releases.invocations(&scripts.release, true));
         commands.extend(self.reads.iter().cloned());
+        commands.extend(self.identities.commands().iter().cloned());
         commands.extend(self.claims.iter().cloned());
         commands.extend(self.probes.iter().cloned());
         (commands, move |answers| layout.split(answers))
@@ -162,6 +191,7 @@ impl Layout {
         let done = take(self.done);
         let releases = take(self.releases);
         let reads = take(self.reads);
+        let identities = take(self.identities);
         let claims = take(self.claims);
         let probes = rest.collect();
         Answers {
@@ -170,6 +200,7 @@ impl Layout {
             done,
             releases,
             reads,
+            identities,
             claims,
             probes,
         }

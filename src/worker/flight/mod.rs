@@ -22,8 +22,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod deliver;
+mod lost;
 mod take;
 pub(crate) use deliver::{Commit, Reported};
+pub(crate) use lost::Lost;
+#[cfg(test)]
+mod lost_tests;
 mod round;
 #[cfg(test)]
 mod tests;
@@ -268,6 +272,12 @@ pub(crate) struct Flight {
     /// Some partition has a re-emit range: the rounds' answers are read
     /// for them until none has.
     replaying: bool,
+    /// Streams whose store lost its state (docs/design.md §8.2), and what
+    /// their records do from then on (`lost.rs`).
+    lost: HashMap<usize, Lost>,
+    /// Records of streams that stopped deciding: never claimed again by
+    /// this process (the store is rebuilt while no replica runs).
+    parked: Vec<(Tp, i64)>,
 }
 
 impl Flight {

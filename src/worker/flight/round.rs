@@ -88,6 +88,7 @@ impl Flight {
                 settled.taken_over.push(claim.stream.0);
             }
         }
+        let mut store_lost = Vec::new();
         let claims = round.claim_of.iter().zip(&round.claims);
         for (((tp, offset), claim), outcome) in claims.zip(answer.outcomes) {
             let Some(record) = self.record_mut(tp, *offset) else {
@@ -150,6 +151,14 @@ impl Flight {
                     Some(Decision::Conflict { first_seen: holder }),
                     None,
                 ),
+                // The store lost the stream's state: nothing was judged,
+                // and the claim may sit in the store now, unknown to it.
+                ClaimOutcome::StoreLost => {
+                    record.claim_uncertain = true;
+                    record.stage = Stage::Claim;
+                    store_lost.push((tp.clone(), *offset));
+                    continue;
+                }
             };
             // Its output is in the last owner's committed transaction: it
             // settles the claim it holds now, and sends nothing again.
@@ -163,6 +172,13 @@ impl Flight {
             record.stage = stage;
             record.waiting_since = None;
             self.entered(tp, *offset, stage);
+        }
+        // Parked or passed as unverified, as the stream's loss says; claimed
+        // again where the loop did not say the stream is lost.
+        for (tp, offset) in store_lost.into_iter().rev() {
+            if !self.divert(&tp, offset) {
+                self.to_claim.push_front((tp, offset));
+            }
         }
         settled
     }
@@ -287,7 +303,7 @@ impl Flight {
 /// own verdict where it has no hash, `unverified` otherwise. Not even its
 /// partition's watermark is known (a replay below it passes again: what
 /// failing open accepts).
-fn pass_unchecked(record: &mut super::Record) {
+pub(super) fn pass_unchecked(record: &mut super::Record) {
     record.decision = Some(match &record.print {
         Some(Err(invalid)) => Decision::Invalid(invalid.clone()),
         _ => Decision::Unverified,

@@ -93,12 +93,14 @@ impl Flight {
             let Some((tp, offset)) = self.to_claim.pop_front() else {
                 break;
             };
+            if self.record(&tp, offset).map(|r| r.stage) != Some(Stage::Claim)
+                || self.divert(&tp, offset)
+            {
+                continue;
+            }
             let Some(record) = self.record_mut(&tp, offset) else {
                 continue;
             };
-            if record.stage != Stage::Claim {
-                continue;
-            }
             if let Some(claim) = claim_of(record, token) {
                 round.claims.push(claim);
                 record.stage = Stage::Claiming;
@@ -125,6 +127,9 @@ impl Flight {
         // A copy waits on a holder in flight here until that holder is
         // finished; on one elsewhere, it claims again after its backoff.
         for (tp, offset) in local_holders {
+            if self.divert(&tp, offset) {
+                continue;
+            }
             let holder_busy = self.holder_in_flight(&tp, offset);
             if holder_busy || round.claims.len() >= max_claims {
                 // Looked at again shortly, not at once: the loop sleeps

@@ -7,9 +7,9 @@ use crate::fingerprint::{PayloadDigest, SourceHash};
 use crate::store::{ClaimOutcome, RoundAnswer, Tier, Watermark};
 use crate::worker::output::Failure;
 
-const TOKEN: OwnerToken = OwnerToken(0x0100);
+pub(super) const TOKEN: OwnerToken = OwnerToken(0x0100);
 
-fn tp(partition: i32) -> Tp {
+pub(super) fn tp(partition: i32) -> Tp {
     ("raw".into(), partition)
 }
 
@@ -34,7 +34,7 @@ pub(super) fn print(n: u8) -> Result<Fingerprint, Invalid> {
 }
 
 /// A flight owning partitions 0 and 1 of one stream, watermarks known.
-fn flight(watermark: Option<i64>) -> Flight {
+pub(super) fn flight(watermark: Option<i64>) -> Flight {
     let mut flight = Flight::default();
     for p in [0, 1] {
         flight.assign(tp(p), 0, Resume::default());
@@ -60,13 +60,13 @@ fn flight(watermark: Option<i64>) -> Flight {
     flight
 }
 
-fn stage(flight: &Flight, partition: i32, offset: i64) -> Stage {
+pub(super) fn stage(flight: &Flight, partition: i32, offset: i64) -> Stage {
     flight.record(&tp(partition), offset).expect("record").stage
 }
 
 /// Answers a round with the given outcomes, every raise and done flag
 /// accepted.
-fn answer_all(flight: &mut Flight, outcomes: Vec<ClaimOutcome>) -> Round {
+pub(super) fn answer_all(flight: &mut Flight, outcomes: Vec<ClaimOutcome>) -> Round {
     let round = flight
         .take_round(Instant::now(), 100, TOKEN)
         .expect("round");
@@ -87,7 +87,7 @@ fn answer_all(flight: &mut Flight, outcomes: Vec<ClaimOutcome>) -> Round {
     probe
 }
 
-fn deliver_all(flight: &mut Flight) {
+pub(super) fn deliver_all(flight: &mut Flight) {
     for (tp, offset) in flight.take_sends(Instant::now()) {
         let epoch = flight.record(&tp, offset).unwrap().epoch;
         flight.reported(&tp, offset, epoch, Ok(()), Instant::now());
@@ -244,7 +244,10 @@ fn a_commit_carries_the_last_owners_finished_ranges_forward_until_passed() {
     f.arrive(input(0, 3), 0, print(3), 1);
     f.arrive(input(0, 4), 0, print(4), 1);
     let commits = f.commits(None);
-    assert_eq!((commits[0].offset, commits[0].done.clone()), (5, vec![(8, 9)]));
+    assert_eq!(
+        (commits[0].offset, commits[0].done.clone()),
+        (5, vec![(8, 9)])
+    );
 }
 
 #[test]

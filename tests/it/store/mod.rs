@@ -27,6 +27,10 @@ pub trait Harness: Send + Sync {
     /// alone expire them; Redis expires keys on its own wall clock, so
     /// there the harness deletes the key.
     async fn tier1_expired(&self, stream: StreamId, hash: &SourceHash);
+    /// The store loses everything it held, as a server restarted without
+    /// persistence (docs/design.md §8.2): the memory store forgets, Redis
+    /// loses every key under the test's prefix.
+    async fn lose_state(&self);
 }
 
 use idemgate_testkit::servers::scan_async;
@@ -49,6 +53,11 @@ impl Harness for Memory {
         &self.salt
     }
     async fn tier1_expired(&self, _: StreamId, _: &SourceHash) {}
+    async fn lose_state(&self) {
+        if let Some(store) = self.store.lock().unwrap().as_ref() {
+            store.forget();
+        }
+    }
 }
 
 pub struct Redis {
@@ -161,6 +170,20 @@ impl Harness for Redis {
                 redis::cmd("DEL").arg(&key).query_async(&mut conn).await;
         }
     }
+    async fn lose_state(&self) {
+        for mut conn in connections(self).await {
+            let keys = scan_async(&mut conn, &format!("{}*", self.prefix))
+                .await
+                .unwrap();
+            for key in keys {
+                let _: i64 = redis::cmd("DEL")
+                    .arg(&key)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+            }
+        }
+    }
 }
 
 /// A tier-1 key as the store names it: `<prefix><key_id>{<tag>}<16 bytes>`.
@@ -268,7 +291,9 @@ macro_rules! conformance {
     };
 }
 
-/// Checked after every Redis test: a key without an expiry is a bug.
+/// Checked after every Redis test: a key without an expiry is a bug, but
+/// for the store identities, which must outlive every claim
+/// (docs/design.md §8.2) and never expire.
 async fn every_key_carries_an_expiry(redis: &Redis) {
     let keys = ttls(redis).await;
     assert!(
@@ -277,8 +302,9 @@ async fn every_key_carries_an_expiry(redis: &Redis) {
         redis.prefix
     );
     for (key, ttl) in keys {
+        let identity = idemgate_testkit::servers::is_identity_key(&key[redis.prefix.len()..]);
         assert!(
-            ttl > 0,
+            if identity { ttl == -1 } else { ttl > 0 },
             "key {} has pttl {ttl}",
             String::from_utf8_lossy(&key)
         );
@@ -316,8 +342,12 @@ conformance!(
         streams_are_separate_namespaces,
         two_connections_claiming_one_hash_at_once_give_exactly_one_winner,
         filter_inserts_are_counted_against_capacity,
+        a_streams_identity_is_written_once_and_found_everywhere,
+        a_round_on_a_store_that_lost_its_state_judges_none_of_the_streams_claims,
+        a_round_on_a_store_rebuilt_under_the_replica_answers_changed,
     ],
     redis: [
+        a_tag_that_lost_its_identity_is_seen_by_the_claims_in_it,
         tier1_keys_and_values_are_compact,
         a_server_that_lost_its_scripts_still_settles_and_reads_after_the_raises,
         a_watermark_hash_keeps_its_ttl_refreshed_at_every_raise,

@@ -229,6 +229,7 @@ const FILTER_DUPLICATE: ClaimOutcome = ClaimOutcome::Duplicate {
     holder: None,
 };
 
+mod identity;
 mod long_tail;
 mod meet;
 mod reset;
@@ -236,6 +237,7 @@ mod rounds;
 mod server;
 mod settle;
 
+pub use identity::*;
 pub use long_tail::*;
 pub use meet::*;
 pub use reset::*;

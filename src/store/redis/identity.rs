@@ -1,0 +1,360 @@
+//! Store identities on Redis (docs/design.md §8.2): one key per stream and
+//! hash tag, `<prefix><key_id>:id{<tag>}`, holding the identity as 32 hex
+//! digits. The tag puts each key in the slot of that tag's claims, so a
+//! cluster node holding claims holds the identity of every tag it serves,
+//! and a node that comes back empty lacks it. These keys carry no expiry:
+//! they must outlive every claim, or an idle stream would look lost (64
+//! keys of about 40 bytes per stream).
+//!
+//! A round reads the identity of the tags its claims touch, in the same
+//! pipeline and before the claims (one slot, one order on a cluster): on
+//! standalone Redis one `MGET` per stream, on a cluster one `GET` per tag,
+//! each in the pipeline its tag's claims go in anyway. No round trip is
+//! added.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use redis::{RedisResult, Value};
+
+use super::conn::Keyed;
+use super::{tier1, RedisStore};
+use crate::store::{
+    check, spec, Claim, IdentityFound, StoreError, StoreIdentity, StreamId, StreamLost, StreamSpec,
+};
+
+/// Hash tags a stream's tier-1 keys fall in (`tier1::tag`: 6 bits).
+pub(crate) const TAGS: u8 = 64;
+
+pub(crate) fn key(prefix: &str, key_id: &str, tag: u8) -> Vec<u8> {
+    format!("{prefix}{key_id}:id{{{tag:02x}}}").into_bytes()
+}
+
+/// Reads of the given tags' identity keys: one `MGET` standalone, one
+/// `GET` per key on a cluster (keys of different slots cannot share a
+/// command there).
+fn reads(keys: Vec<Vec<u8>>, cluster: bool) -> Vec<Keyed> {
+    if cluster {
+        return keys
+            .into_iter()
+            .map(|key| {
+                let mut cmd = redis::cmd("GET");
+                cmd.arg(&key);
+                Keyed { key, cmd }
+            })
+            .collect();
+    }
+    let Some(first) = keys.first().cloned() else {
+        return Vec::new();
+    };
+    let mut cmd = redis::cmd("MGET");
+    for key in &keys {
+        cmd.arg(key);
+    }
+    vec![Keyed { key: first, cmd }]
+}
+
+/// The values `reads` answered, one per key, in key order.
+fn values(answers: Vec<RedisResult<Value>>) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+    let mut out = Vec::new();
+    for answer in answers {
+        let answer =
+            answer.map_err(|e| StoreError::Protocol(format!("store identity read: {e}")))?;
+        match answer {
+            Value::Array(items) => {
+                for item in items {
+                    out.push(value(item)?);
+                }
+            }
+            other => out.push(value(other)?),
+        }
+    }
+    Ok(out)
+}
+
+fn value(answer: Value) -> Result<Option<Vec<u8>>, StoreError> {
+    match answer {
+        Value::Nil => Ok(None),
+        Value::BulkString(bytes) => Ok(Some(bytes)),
+        Value::SimpleString(text) => Ok(Some(text.into_bytes())),
+        other => Err(StoreError::Protocol(format!(
+            "store identity read answered {other:?}"
+        ))),
+    }
+}
+
+/// Every tag's identity key of a stream, in tag order.
+fn all_keys(prefix: &str, key_id: &str) -> Vec<Vec<u8>> {
+    (0..TAGS).map(|tag| key(prefix, key_id, tag)).collect()
+}
+
+/// The commands reading a stream's identity at every tag, and how to read
+/// their answers.
+pub(crate) fn find(prefix: &str, spec: &StreamSpec, cluster: bool) -> Vec<Keyed> {
+    reads(all_keys(prefix, &spec.key_id), cluster)
+}
+
+pub(crate) fn found(answers: Vec<RedisResult<Value>>) -> Result<IdentityFound, StoreError> {
+    let places = values(answers)?;
+    if places.len() != usize::from(TAGS) {
+        return Err(StoreError::Protocol(format!(
+            "store identity read answered {} of {TAGS} places",
+            places.len()
+        )));
+    }
+    Ok(IdentityFound { places })
+}
+
+/// `SET key identity`, keeping what a place holds unless `replace`; the
+/// first place's write answers the identity there before it (`GET`), so
+/// the other places get the one the first writer chose.
+pub(crate) fn write_first(
+    prefix: &str,
+    spec: &StreamSpec,
+    identity: &StoreIdentity,
+    replace: bool,
+) -> Keyed {
+    let key = key(prefix, &spec.key_id, 0);
+    let mut cmd = redis::cmd("SET");
+    cmd.arg(&key).arg(identity.to_hex());
+    if !replace {
+        cmd.arg("NX").arg("GET");
+    }
+    Keyed { key, cmd }
+}
+
+/// The identity the first place holds after `write_first`: the one it held
+/// before, or the one written.
+pub(crate) fn holding(
+    answer: RedisResult<Value>,
+    written: StoreIdentity,
+) -> Result<StoreIdentity, StoreError> {
+    let answer = answer.map_err(|e| StoreError::Protocol(format!("store identity write: {e}")))?;
+    if answer == Value::Okay {
+        return Ok(written);
+    }
+    match value(answer)? {
+        None => Ok(written),
+        Some(bytes) => StoreIdentity::parse(&bytes).ok_or_else(|| {
+            StoreError::Protocol(format!(
+                "store identity {:?} is not 32 hex digits",
+                String::from_utf8_lossy(&bytes)
+            ))
+        }),
+    }
+}
+
+/// Writes to the other 63 places.
+pub(crate) fn write_rest(
+    prefix: &str,
+    spec: &StreamSpec,
+    identity: &StoreIdentity,
+    replace: bool,
+) -> Vec<Keyed> {
+    (1..TAGS)
+        .map(|tag| {
+            let key = key(prefix, &spec.key_id, tag);
+            let mut cmd = redis::cmd("SET");
+            cmd.arg(&key).arg(identity.to_hex());
+            if !replace {
+                cmd.arg("NX");
+            }
+            Keyed { key, cmd }
+        })
+        .collect()
+}
+
+/// A round's identity reads: per adopted stream, the tags its claims
+/// touch.
+pub(crate) struct RoundReads {
+    /// Per stream read: the identity adopted, and how many values its
+    /// commands answer.
+    streams: Vec<(StreamId, StoreIdentity, usize)>,
+    commands: Vec<Keyed>,
+}
+
+impl RoundReads {
+    pub(crate) fn new(
+        prefix: &str,
+        streams: &[StreamSpec],
+        claims: &[Claim],
+        adopted: &HashMap<usize, StoreIdentity>,
+        cluster: bool,
+    ) -> Result<RoundReads, StoreError> {
+        let mut tags: BTreeMap<usize, BTreeSet<u8>> = BTreeMap::new();
+        for claim in claims {
+            if adopted.contains_key(&claim.stream.0) {
+                tags.entry(claim.stream.0)
+                    .or_default()
+                    .insert(tier1::tag(&claim.hash));
+            }
+        }
+        let mut out = RoundReads {
+            streams: Vec::new(),
+            commands: Vec::new(),
+        };
+        for (stream, tags) in tags {
+            let key_id = &spec(streams, StreamId(stream))?.key_id;
+            let keys: Vec<Vec<u8>> = tags.iter().map(|&t| key(prefix, key_id, t)).collect();
+            let commands = reads(keys, cluster);
+            let identity = adopted[&stream];
+            out.streams
+                .push((StreamId(stream), identity, commands.len()));
+            out.commands.extend(commands);
+        }
+        Ok(out)
+    }
+
+    pub(crate) fn commands(&self) -> &[Keyed] {
+        &self.commands
+    }
+
+    /// The streams whose identity the round found missing or changed.
+    pub(crate) fn judge(
+        &self,
+        answers: Vec<RedisResult<Value>>,
+    ) -> Result<Vec<StreamLost>, StoreError> {
+        if answers.len() != self.commands.len() {
+            return Err(StoreError::Protocol(
+                "store identity reads answered short".into(),
+            ));
+        }
+        let mut answers = answers.into_iter();
+        let mut lost = Vec::new();
+        for (stream, identity, count) in &self.streams {
+            let read = values(answers.by_ref().take(*count).collect())?;
+            let how = check(identity, read.iter().map(Option::as_deref));
+            if how.lost() {
+                lost.push(StreamLost {
+                    stream: *stream,
+                    how,
+                });
+            }
+        }
+        Ok(lost)
+    }
+}
+
+impl RedisStore {
+    pub(super) async fn find_identity_at(
+        &self,
+        stream: StreamId,
+    ) -> Result<IdentityFound, StoreError> {
+        let spec = spec(&self.streams, stream)?;
+        let commands = find(&self.prefix, spec, self.conn.is_cluster());
+        found(self.conn.run(commands).await?)
+    }
+
+    /// The first place first, so that replicas writing at once agree on
+    /// the identity its write kept; then the others; then what is there.
+    pub(super) async fn write_identity_at(
+        &self,
+        stream: StreamId,
+        identity: StoreIdentity,
+        replace: bool,
+    ) -> Result<IdentityFound, StoreError> {
+        let spec = spec(&self.streams, stream)?;
+        let first = write_first(&self.prefix, spec, &identity, replace);
+        let answer = self.conn.run(vec![first]).await?.into_iter().next();
+        let answer =
+            answer.ok_or_else(|| StoreError::Protocol("identity write unanswered".into()))?;
+        let held = holding(answer, identity)?;
+        for answer in self
+            .conn
+            .run(write_rest(&self.prefix, spec, &held, replace))
+            .await?
+        {
+            answer.map_err(|e| StoreError::Protocol(format!("store identity write: {e}")))?;
+        }
+        self.find_identity_at(stream).await
+    }
+
+    pub(super) fn adopt(&self, stream: StreamId, identity: StoreIdentity) {
+        if let Ok(mut adopted) = self.adopted.lock() {
+            adopted.insert(stream.0, identity);
+        }
+    }
+
+    /// What the replica adopted, for a round's plan.
+    pub(super) fn adopted(&self) -> HashMap<usize, StoreIdentity> {
+        self.adopted.lock().map(|a| a.clone()).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fingerprint::{PayloadDigest, SourceHash};
+    use crate::store::{Coordinates, Mode, OwnerToken, TopicTag};
+
+    fn claim(stream: usize, tag: u8) -> Claim {
+        let mut hash = SourceHash([0; 32]);
+        hash.0[16] = tag;
+        Claim {
+            stream: StreamId(stream),
+            hash,
+            digest: PayloadDigest([0; 8]),
+            holder: Coordinates {
+                topic: TopicTag(1),
+                partition: 0,
+                offset: 0,
+            },
+            token: OwnerToken(1),
+            at: 0,
+        }
+    }
+
+    fn streams() -> Vec<StreamSpec> {
+        let ttl = std::time::Duration::from_secs(60);
+        vec![
+            StreamSpec::new("a", Mode::Exact, ttl, None),
+            StreamSpec::new("b", Mode::Exact, ttl, None),
+        ]
+    }
+
+    #[test]
+    fn an_identity_key_shares_its_tags_slot_with_the_claims() {
+        let key = key("ig:", "Ab", 5);
+        assert_eq!(key, b"ig:Ab:id{05}");
+        let mut hash = SourceHash([0; 32]);
+        hash.0[16] = 5;
+        let claim_key = tier1::key("ig:", "Ab", &hash);
+        assert_eq!(
+            redis::cluster_routing::Slot::for_key(&key),
+            redis::cluster_routing::Slot::for_key(&claim_key)
+        );
+    }
+
+    #[test]
+    fn a_round_reads_only_the_tags_its_adopted_streams_claims_touch() {
+        let adopted = HashMap::from([(0, StoreIdentity([1; 16]))]);
+        let claims = [claim(0, 3), claim(0, 3), claim(0, 9), claim(1, 4)];
+        let standalone = RoundReads::new("ig:", &streams(), &claims, &adopted, false).unwrap();
+        assert_eq!(standalone.commands().len(), 1, "one MGET for stream a");
+        let cluster = RoundReads::new("ig:", &streams(), &claims, &adopted, true).unwrap();
+        assert_eq!(cluster.commands().len(), 2, "a GET per tag touched");
+        let none = RoundReads::new("ig:", &streams(), &claims, &HashMap::new(), false).unwrap();
+        assert!(none.commands().is_empty(), "nothing adopted, nothing read");
+    }
+
+    #[test]
+    fn a_tag_without_the_identity_marks_its_stream_lost() {
+        let identity = StoreIdentity([1; 16]);
+        let adopted = HashMap::from([(0, identity)]);
+        let claims = [claim(0, 3), claim(0, 9)];
+        let reads = RoundReads::new("ig:", &streams(), &claims, &adopted, true).unwrap();
+        let held = || Ok(Value::BulkString(identity.to_hex().into_bytes()));
+        assert!(reads.judge(vec![held(), held()]).unwrap().is_empty());
+        let lost = reads.judge(vec![held(), Ok(Value::Nil)]).unwrap();
+        assert_eq!(lost.len(), 1);
+        assert_eq!(lost[0].stream, StreamId(0));
+        let standalone = RoundReads::new("ig:", &streams(), &claims, &adopted, false).unwrap();
+        let mget = Ok(Value::Array(vec![
+            Value::BulkString(StoreIdentity([2; 16]).to_hex().into_bytes()),
+            Value::BulkString(identity.to_hex().into_bytes()),
+        ]));
+        assert_eq!(
+            standalone.judge(vec![mget]).unwrap()[0].how,
+            crate::store::Check::Changed
+        );
+    }
+}

@@ -1,0 +1,138 @@
+//! The store identity (docs/design.md §8.2): written once per stream,
+//! adopted by each replica at start, compared by every round beside its
+//! claims; a store that lost its state answers so, and judges nothing.
+
+use idemgate::store::{at_start, AtStart, Check, StoreIdentity, StreamLost};
+
+use super::*;
+
+/// Writes the stream's identity as a first start does and adopts it.
+async fn adopted(store: &dyn ClaimStore, stream: StreamId) -> StoreIdentity {
+    let found = store
+        .write_identity(stream, StoreIdentity::random(), false)
+        .await
+        .expect("write identity");
+    let AtStart::Adopt(identity) = at_start(&found) else {
+        panic!("no single identity after the write: {found:?}");
+    };
+    store.adopt_identity(stream, identity);
+    identity
+}
+
+pub async fn a_streams_identity_is_written_once_and_found_everywhere(h: &dyn Harness) {
+    let store = h.open(streams()).await;
+    let first = adopted(&*store, EXACT).await;
+    // A second replica starting at once writes its own: the first stays.
+    let again = store
+        .write_identity(EXACT, StoreIdentity::random(), false)
+        .await
+        .unwrap();
+    assert_eq!(at_start(&again), AtStart::Adopt(first));
+    let found = h.open(streams()).await.find_identity(EXACT).await.unwrap();
+    assert_eq!(
+        at_start(&found),
+        AtStart::Adopt(first),
+        "another connection"
+    );
+    // A rebuild replaces it.
+    let rebuilt = StoreIdentity::random();
+    let replaced = store.write_identity(EXACT, rebuilt, true).await.unwrap();
+    assert_eq!(at_start(&replaced), AtStart::Adopt(rebuilt));
+}
+
+pub async fn a_round_on_a_store_that_lost_its_state_judges_none_of_the_streams_claims(
+    h: &dyn Harness,
+) {
+    let store = h.open(streams()).await;
+    adopted(&*store, EXACT).await;
+    let original = claim(EXACT, hash(h.salt(), 1), 10, T0);
+    deliver(&*store, original).await;
+    let answer = store
+        .round(
+            &Publish::default(),
+            &[claim(EXACT, hash(h.salt(), 2), 11, T0)],
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(answer.lost.is_empty(), "intact: {:?}", answer.lost);
+
+    // A restart without persistence, a flush, a failover to an empty
+    // replica: the copy of the delivered event must not pass as novel.
+    h.lose_state().await;
+    let copy = claim_on(EXACT, original.hash, on(4, 1), T0 + MINUTE);
+    // A stream that never adopted an identity is judged as before.
+    let other = claim(TIERED, hash(h.salt(), 3), 12, T0 + MINUTE);
+    let answer = store
+        .round(&Publish::default(), &[copy, other], &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        answer.lost,
+        vec![StreamLost {
+            stream: EXACT,
+            how: Check::Missing
+        }]
+    );
+    assert_eq!(answer.outcomes, vec![ClaimOutcome::StoreLost, WON]);
+}
+
+pub async fn a_round_on_a_store_rebuilt_under_the_replica_answers_changed(h: &dyn Harness) {
+    let store = h.open(streams()).await;
+    adopted(&*store, EXACT).await;
+    store
+        .write_identity(EXACT, StoreIdentity::random(), true)
+        .await
+        .unwrap();
+    let answer = store
+        .round(
+            &Publish::default(),
+            &[claim(EXACT, hash(h.salt(), 1), 10, T0)],
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        answer.lost,
+        vec![StreamLost {
+            stream: EXACT,
+            how: Check::Changed
+        }]
+    );
+    assert_eq!(answer.outcomes, vec![ClaimOutcome::StoreLost]);
+}
+
+/// Redis only: a cluster node that comes back empty loses the identity of
+/// the tags it serves; a round is lost where its claims touch one of them.
+pub async fn a_tag_that_lost_its_identity_is_seen_by_the_claims_in_it(r: &Redis) {
+    let store = r.open(streams()).await;
+    adopted(&*store, EXACT).await;
+    let key_id = &streams()[EXACT.0].key_id;
+    // Two hashes in different tags; the first tag loses its identity.
+    let hashes: Vec<SourceHash> = (0..64).map(|n| hash(r.salt(), n)).collect();
+    let lost = hashes[0];
+    let kept = *hashes
+        .iter()
+        .find(|h| h.0[16] & 0x3f != lost.0[16] & 0x3f)
+        .expect("another tag");
+    let key = format!("{}{key_id}:id{{{:02x}}}", r.prefix, lost.0[16] & 0x3f);
+    for mut conn in connections(r).await {
+        // On a cluster only the slot's owner deletes.
+        let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(&key).query_async(&mut conn).await;
+    }
+    let intact = store
+        .round(&Publish::default(), &[claim(EXACT, kept, 10, T0)], &[])
+        .await
+        .unwrap();
+    assert!(intact.lost.is_empty(), "{:?}", intact.lost);
+    assert_eq!(intact.outcomes, vec![WON]);
+    let answer = store
+        .round(&Publish::default(), &[claim(EXACT, lost, 11, T0)], &[])
+        .await
+        .unwrap();
+    assert_eq!(answer.lost.len(), 1);
+    assert_eq!(answer.outcomes, vec![ClaimOutcome::StoreLost]);
+    let found = store.find_identity(EXACT).await.unwrap();
+    assert_eq!(found.missing(), 1);
+    assert!(matches!(at_start(&found), AtStart::Refuse(_)));
+}
