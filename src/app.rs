@@ -3,6 +3,8 @@
 //! stopped together. `idemgate run`, the demo, the tests and the bench all
 //! start replicas through here, so what they run is what operators run.
 
+mod identity;
+
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -57,10 +59,13 @@ impl Replica {
     /// Creates the worker (its consumer joins the group), binds the metrics
     /// listener of `metrics.listen` and starts watching the store.
     pub async fn start(config: &Config, store: Arc<dyn ClaimStore>) -> Result<Replica> {
+        // Before the consumer exists: a stream whose store lost its state
+        // never joins the group (docs/design.md §8.2).
+        identity::settle(config, &*store).await?;
         let (stop, stop_rx) = watch::channel(false);
         let worker = Worker::new(config, store.clone(), stop_rx.clone()).await?;
         let group = worker.group();
-        let health = crate::http::Health::new(group.clone());
+        let health = crate::http::Health::new(group.clone(), worker.store_lost());
         let server =
             crate::http::serve(&config.metrics_listen, health.clone(), stop_rx.clone()).await?;
         // After the listener installed the recorder: every series at zero.

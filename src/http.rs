@@ -1,5 +1,6 @@
 //! /metrics (Prometheus text), /healthz (the process serves) and /readyz
-//! (partitions assigned and the store answering), on one small listener.
+//! (partitions assigned, the store answering, and no stream's store lost
+//! its state), on one small listener.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -21,18 +22,24 @@ use crate::worker::Group;
 pub(crate) struct Health {
     group: Arc<Group>,
     store_ok: Arc<AtomicBool>,
+    /// Set by the worker once a stream's store lost its state
+    /// (docs/design.md §8.2): not ready until a restart after the rebuild.
+    store_lost: Arc<AtomicBool>,
 }
 
 impl Health {
-    pub(crate) fn new(group: Arc<Group>) -> Health {
+    pub(crate) fn new(group: Arc<Group>, store_lost: Arc<AtomicBool>) -> Health {
         Health {
             group,
             store_ok: Arc::new(AtomicBool::new(true)),
+            store_lost,
         }
     }
 
     pub(crate) fn ready(&self) -> bool {
-        self.group.assigned.load(Ordering::SeqCst) && self.store_ok.load(Ordering::SeqCst)
+        self.group.assigned.load(Ordering::SeqCst)
+            && self.store_ok.load(Ordering::SeqCst)
+            && !self.store_lost.load(Ordering::SeqCst)
     }
 }
 

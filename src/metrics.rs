@@ -32,6 +32,7 @@ pub(crate) const WAITING: &str = "idemgate_waiting_records";
 pub(crate) const OLDEST_WAIT: &str = "idemgate_oldest_wait_seconds";
 pub(crate) const IN_FLIGHT: &str = "idemgate_batches_in_flight";
 pub(crate) const TAKEN_OVER: &str = "idemgate_claims_taken_over_total";
+pub(crate) const IDENTITY_LOST: &str = "idemgate_store_identity_lost";
 pub const DECISION_LATENCY: &str = "idemgate_decision_latency_seconds";
 
 /// Bucket bounds of the store latency histogram (seconds): a loopback
@@ -154,6 +155,11 @@ pub fn describe() {
         Unit::Count,
         "poll batches read and not yet finished (several while pipelined)"
     );
+    describe_gauge!(
+        IDENTITY_LOST,
+        Unit::Count,
+        "1 once a round found the stream's store identity missing or changed: the store lost the stream's claims; closed streams stop deciding, open ones pass records unverified, until idemgate rebuild and a restart"
+    );
     describe_counter!(
         TAKEN_OVER,
         Unit::Count,
@@ -177,6 +183,7 @@ pub(crate) fn register(streams: &[&str], tiered: &[&str]) {
         for name in [RELEASES, REPLAYS, PRODUCE_FAILURES, TAKEN_OVER] {
             counter!(name, "stream" => stream.clone()).absolute(0);
         }
+        gauge!(IDENTITY_LOST, "stream" => stream.clone()).set(0.0);
         gauge!(WAITING, "stream" => stream.clone()).set(0.0);
         gauge!(OLDEST_WAIT, "stream" => stream.clone()).set(0.0);
     }
@@ -335,6 +342,11 @@ pub(crate) fn breaker(open: bool) {
 pub(crate) fn waiting(stream: &str, records: usize, oldest: Duration) {
     gauge!(WAITING, "stream" => stream.to_string()).set(records as f64);
     gauge!(OLDEST_WAIT, "stream" => stream.to_string()).set(oldest.as_secs_f64());
+}
+
+/// The stream's store lost its state (docs/design.md §8.2).
+pub(crate) fn identity_lost(stream: &str) {
+    gauge!(IDENTITY_LOST, "stream" => stream.to_string()).set(1.0);
 }
 
 pub(crate) fn in_flight(batches: usize) {

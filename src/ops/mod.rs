@@ -15,11 +15,14 @@
 //!   offset or earliest) while its group is empty, recording in the store
 //!   what a forward skip passed over and what a replay re-emits; the pure
 //!   plan and report in `reset`, the I/O in [`reset_run`].
+//! - [`group`]: the consumer group from outside: its members (reset and
+//!   rebuild refuse while it has any) and its committed offsets.
 //! - `kafka`: the short-lived, quiet Kafka clients these use.
 
 pub mod check;
 mod check_kafka;
 mod check_redis;
+pub mod group;
 pub mod horizon;
 pub mod horizon_topic;
 mod kafka;

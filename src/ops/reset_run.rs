@@ -13,6 +13,7 @@ use std::time::Duration;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::group::{refuse_if_active, GroupError};
 use super::kafka::{QuietContext, REQUEST_TIMEOUT};
 use super::reset::{plan, text, Change, Request, Seen, Skipped, Target};
 use crate::config::Config;
@@ -50,6 +51,9 @@ pub enum ResetError {
     Kafka(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The group has members, or the brokers did not answer about it.
+    #[error(transparent)]
+    Group(#[from] GroupError),
 }
 
 /// What the operator asked for, from the CLI.
@@ -181,27 +185,6 @@ pub async fn reset(config: &Config, args: ResetArgs) -> Result<String, ResetErro
         "store updated; {committed} partition offset(s) committed for group {group_name}\n"
     ));
     Ok(report)
-}
-
-/// A reset while the group has members would race their commits and their
-/// rounds: refused.
-fn refuse_if_active(consumer: &BaseConsumer<QuietContext>, group: &str) -> Result<(), ResetError> {
-    let list = consumer
-        .fetch_group_list(Some(group), REQUEST_TIMEOUT)
-        .map_err(|e| ResetError::Kafka(format!("describing group {group}: {e}")))?;
-    let members: usize = list
-        .groups()
-        .iter()
-        .filter(|g| g.name() == group)
-        .map(|g| g.members().len())
-        .sum();
-    if members > 0 {
-        return Err(ResetError::Refused(format!(
-            "group {group} has {members} active member(s): stop every replica (and wait for \
-             their sessions to end) before resetting its offsets"
-        )));
-    }
-    Ok(())
 }
 
 /// Committed metadata by partition.

@@ -13,6 +13,8 @@
 //!   interval's outputs and offsets;
 //! - `output`: the producer side; `breaker`: the store circuit breaker;
 //! - `pressure`: pausing at the in-flight bounds, the waiting gauges;
+//! - `store_lost`: a stream whose store lost its state stops (or passes
+//!   records unverified) and says so;
 //! - `progress`, `client_logs`: what the worker says in its logs.
 
 mod breaker;
@@ -26,6 +28,7 @@ mod pipeline;
 pub(crate) mod poller;
 mod pressure;
 mod progress;
+mod store_lost;
 mod transaction;
 
 use std::collections::HashMap;
@@ -92,6 +95,9 @@ pub(crate) struct Worker {
     /// assignment.
     token: OwnerToken,
     stop: tokio::sync::watch::Receiver<bool>,
+    /// Set once a round finds a stream's store lost its state
+    /// (docs/design.md §8.2): `/readyz` says so until the restart.
+    store_lost: Arc<AtomicBool>,
 }
 
 /// Consumer properties the protocol depends on; the config cannot change
@@ -242,11 +248,17 @@ impl Worker {
             read_ahead: config.batch.read_ahead,
             token: OwnerToken::new(incarnation, 0),
             stop,
+            store_lost: Arc::default(),
         })
     }
 
     pub(crate) fn group(&self) -> Arc<GroupState> {
         self.group.clone()
+    }
+
+    /// Whether a round found some stream's store lost its state.
+    pub(crate) fn store_lost(&self) -> Arc<AtomicBool> {
+        self.store_lost.clone()
     }
 }
 

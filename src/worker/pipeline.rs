@@ -280,6 +280,9 @@ impl Worker {
         match result {
             Ok(answer) => {
                 p.breaker.success();
+                for lost in &answer.lost {
+                    self.on_store_lost(p, lost);
+                }
                 let settled = p.flight.answered(round, answer, now, |s| {
                     self.streams[s].config.spec.filter.is_some()
                 });
@@ -466,7 +469,7 @@ impl Worker {
         }
     }
 
-    fn fail_open(&self, stream: usize) -> bool {
+    pub(super) fn fail_open(&self, stream: usize) -> bool {
         self.streams[stream].config.fail_mode == FailMode::Open
     }
 }

@@ -27,7 +27,11 @@ impl Worker {
         let long = |tp: &Tp| p.flight.held_back(tp) >= self.max_in_flight_records;
         // The common case, nothing paused and nothing to pause, allocates
         // nothing.
-        if !over && p.paused.is_empty() && !p.flight.partitions().any(|(tp, _)| long(tp)) {
+        if !over
+            && p.paused.is_empty()
+            && !p.flight.partitions().any(|(tp, _)| long(tp))
+            && p.flight.stopped().next().is_none()
+        {
             return;
         }
         let mut want: HashSet<Tp> = p
@@ -36,6 +40,9 @@ impl Worker {
             .filter(|(tp, _)| long(tp))
             .map(|(tp, _)| tp.clone())
             .collect();
+        // A stream whose store lost its state decides nothing more here:
+        // its partitions stay paused (docs/design.md §8.2).
+        want.extend(p.flight.stopped().cloned());
         if over {
             let waiting: Vec<Tp> = p
                 .flight

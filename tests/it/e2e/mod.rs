@@ -4,9 +4,9 @@
 //! sent real signals.
 //!
 //! - `process`: the gateway binary as a guard;
-//! - `exact`, `restart`, `failover`, `outage`, `zombie`, `resets`, `cluster`:
-//!   the scenarios, on the test kit's workload, Kafka readers, exactly-once
-//!   check and server guards;
+//! - `exact`, `restart`, `failover`, `outage`, `lost_store`, `zombie`,
+//!   `resets`, `cluster`: the scenarios, on the test kit's workload, Kafka
+//!   readers, exactly-once check and server guards;
 //! - `check`, `horizon`: the operator's commands against the same servers.
 //!
 //! Every test has its own topics, group and key prefix, so they run in
@@ -28,6 +28,7 @@ mod exactly_once;
 mod failover;
 mod group;
 mod horizon;
+mod lost_store;
 mod monitoring;
 mod outage;
 mod process;

@@ -1,0 +1,94 @@
+//! Every stream's store identity, settled before the replica joins its
+//! group (docs/design.md §8.2): adopted where the store holds it, written
+//! at the stream's first start, and refused, naming the stream and
+//! `idemgate rebuild`, where the store lost what the group's commits say
+//! it held. What each finding means is `store::at_start`, pure; this is
+//! the I/O around it.
+
+use tracing::info;
+
+use crate::config::Config;
+use crate::ops::group::{self, GroupError};
+use crate::store::{
+    at_start, first_or_lost, AtStart, ClaimStore, Refusal, StoreError, StoreIdentity, StreamId,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    #[error(
+        "stream {stream}: {why}. Stop every replica and run `idemgate rebuild --config <file> \
+         --stream {stream}`, which writes the claims back from the clean topic, then start \
+         again"
+    )]
+    Refused { stream: String, why: Refusal },
+    #[error("stream {stream}: its store identity: {error}")]
+    Store { stream: String, error: StoreError },
+    #[error("stream {stream}: the group's committed offsets: {error}")]
+    Group { stream: String, error: GroupError },
+}
+
+/// Adopts (or, at a first start, writes and adopts) each stream's
+/// identity; from then on every round of `store` compares with it.
+pub(crate) async fn settle(config: &Config, store: &dyn ClaimStore) -> Result<(), IdentityError> {
+    for (index, stream) in config.streams.iter().enumerate() {
+        let id = StreamId(index);
+        let name = &stream.spec.name;
+        let stored = |error| IdentityError::Store {
+            stream: name.clone(),
+            error,
+        };
+        let refused = |why| IdentityError::Refused {
+            stream: name.clone(),
+            why,
+        };
+        let found = store.find_identity(id).await.map_err(stored)?;
+        let identity = match at_start(&found) {
+            AtStart::Adopt(identity) => identity,
+            AtStart::Refuse(why) => return Err(refused(why)),
+            AtStart::FirstOrLost => {
+                let commits = group_has_commits(config, index).await.map_err(|error| {
+                    IdentityError::Group {
+                        stream: name.clone(),
+                        error,
+                    }
+                })?;
+                first_or_lost(commits).map_err(refused)?;
+                let written = store
+                    .write_identity(id, StoreIdentity::random(), false)
+                    .await
+                    .map_err(stored)?;
+                match at_start(&written) {
+                    AtStart::Adopt(identity) => {
+                        info!(stream = %name, %identity, "first start on this store: its store identity is written");
+                        identity
+                    }
+                    AtStart::Refuse(why) => return Err(refused(why)),
+                    AtStart::FirstOrLost => {
+                        return Err(stored(StoreError::Protocol(
+                            "the identity written is not there".into(),
+                        )))
+                    }
+                }
+            }
+        };
+        store.adopt_identity(id, identity);
+    }
+    Ok(())
+}
+
+/// Whether the group has idemgate's commits for the stream: what it
+/// decided is in the clean topic, and its claims were in the store.
+async fn group_has_commits(config: &Config, index: usize) -> Result<bool, GroupError> {
+    let stream = &config.streams[index];
+    let inputs = stream.inputs.clone();
+    let key_id = stream.spec.key_id.clone();
+    let config = config.clone();
+    tokio::task::spawn_blocking(move || {
+        let (consumer, _) = group::client(&config)?;
+        let partitions = group::partitions(&consumer, &inputs)?;
+        let committed = group::committed(&consumer, &partitions)?;
+        Ok(group::has_idemgate_commits(&committed, &key_id))
+    })
+    .await
+    .map_err(|e| GroupError::Kafka(e.to_string()))?
+}

@@ -1,0 +1,155 @@
+//! A replica's consumer group as the operator's commands and the start-up
+//! identity check see it, from outside: a client with the group's
+//! `group.id` that never joins it, asking for its members and its
+//! committed offsets (with their metadata).
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::kafka::{QuietContext, REQUEST_TIMEOUT};
+use crate::config::Config;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GroupError {
+    /// Members would race what the command writes (their commits, their
+    /// rounds).
+    #[error(
+        "group {group} has {members} active member(s): stop every replica (and wait for their \
+         sessions to end) first"
+    )]
+    Active { group: String, members: usize },
+    #[error("kafka: {0}")]
+    Kafka(String),
+}
+
+/// A client of the group `config` names, outside it, and the group's name.
+pub(crate) fn client(config: &Config) -> Result<(BaseConsumer<QuietContext>, String), GroupError> {
+    let (consumer_config, _) = crate::worker::client_configs(config);
+    let group = consumer_config
+        .get("group.id")
+        .unwrap_or("idemgate")
+        .to_string();
+    let consumer = consumer_config
+        .create_with_context(QuietContext)
+        .map_err(|e| GroupError::Kafka(format!("cannot make a client from [kafka]: {e}")))?;
+    Ok((consumer, group))
+}
+
+/// Refused while the group has members (`ListGroups`/`DescribeGroups`).
+pub(crate) fn refuse_if_active(
+    consumer: &BaseConsumer<QuietContext>,
+    group: &str,
+) -> Result<(), GroupError> {
+    let list = consumer
+        .fetch_group_list(Some(group), REQUEST_TIMEOUT)
+        .map_err(|e| GroupError::Kafka(format!("describing group {group}: {e}")))?;
+    let members: usize = list
+        .groups()
+        .iter()
+        .filter(|g| g.name() == group)
+        .map(|g| g.members().len())
+        .sum();
+    if members > 0 {
+        return Err(GroupError::Active {
+            group: group.to_string(),
+            members,
+        });
+    }
+    Ok(())
+}
+
+/// One partition's committed offset, with the commit's metadata.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Committed {
+    pub(crate) topic: String,
+    pub(crate) partition: i32,
+    pub(crate) offset: i64,
+    pub(crate) metadata: String,
+}
+
+/// Every partition of `topics` (from the brokers' metadata); a topic the
+/// brokers do not have is an error.
+pub(crate) fn partitions(
+    consumer: &BaseConsumer<QuietContext>,
+    topics: &[String],
+) -> Result<Vec<(String, i32)>, GroupError> {
+    let mut out = Vec::new();
+    for topic in topics {
+        let metadata = consumer
+            .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
+            .map_err(|e| GroupError::Kafka(format!("metadata of {topic}: {e}")))?;
+        let count = metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic && t.error().is_none())
+            .map(|t| t.partitions().len())
+            .filter(|n| *n > 0)
+            .ok_or_else(|| GroupError::Kafka(format!("topic {topic} is not there")))?;
+        out.extend((0..count as i32).map(|p| (topic.clone(), p)));
+    }
+    Ok(out)
+}
+
+/// The group's committed offsets on `partitions` (those without one left
+/// out).
+pub(crate) fn committed(
+    consumer: &BaseConsumer<QuietContext>,
+    partitions: &[(String, i32)],
+) -> Result<Vec<Committed>, GroupError> {
+    let mut list = TopicPartitionList::new();
+    for (topic, partition) in partitions {
+        list.add_partition(topic, *partition);
+    }
+    let found = consumer
+        .committed_offsets(list, REQUEST_TIMEOUT)
+        .map_err(|e| GroupError::Kafka(format!("committed offsets: {e}")))?;
+    Ok(found
+        .elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(offset) => Some(Committed {
+                topic: e.topic().to_string(),
+                partition: e.partition(),
+                offset,
+                metadata: e.metadata().to_string(),
+            }),
+            _ => None,
+        })
+        .collect())
+}
+
+/// Whether any of `committed` is idemgate's for the stream of `key_id`
+/// (metadata `idemgate/2 <key_id> ...`).
+pub(crate) fn has_idemgate_commits(committed: &[Committed], key_id: &str) -> bool {
+    committed
+        .iter()
+        .any(|c| crate::worker::metadata::read(key_id, &c.metadata).is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn commit(metadata: &str) -> Committed {
+        Committed {
+            topic: "raw".into(),
+            partition: 0,
+            offset: 5,
+            metadata: metadata.into(),
+        }
+    }
+
+    #[test]
+    fn only_idemgates_commits_for_the_stream_count() {
+        assert!(has_idemgate_commits(
+            &[commit(""), commit("idemgate/2 Ab gaps")],
+            "Ab"
+        ));
+        assert!(!has_idemgate_commits(
+            &[commit("idemgate/2 Cd gap-free")],
+            "Ab"
+        ));
+        assert!(!has_idemgate_commits(&[commit("")], "Ab"), "Kafka's tool");
+        assert!(!has_idemgate_commits(&[], "Ab"));
+    }
+}

@@ -1,0 +1,41 @@
+//! What the worker does when a round finds a stream's store lost its state
+//! (docs/design.md §8.2): the flight stops claiming for the stream
+//! (`flight/lost.rs`), and an ERROR line, the `idemgate_store_identity_lost`
+//! gauge and `/readyz` say so.
+
+use tracing::error;
+
+use super::pipeline::Pipeline;
+use super::Worker;
+use crate::store::{Check, StreamLost};
+
+impl Worker {
+    /// A round found a stream's store identity missing or changed
+    /// (docs/design.md §8.2): from now on its records are parked
+    /// (fail-closed) or pass as `unverified` (fail-open), until a restart
+    /// after `idemgate rebuild`. Said once, at ERROR, by the metric and by
+    /// `/readyz`.
+    pub(super) fn on_store_lost(&self, p: &mut Pipeline, lost: &StreamLost) {
+        let stream = lost.stream.0;
+        let fail_open = self.fail_open(stream);
+        if !p.flight.lose(stream, fail_open) {
+            return;
+        }
+        let name = &self.streams[stream].config.spec.name;
+        crate::metrics::identity_lost(name);
+        self.store_lost
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let identity = match lost.how {
+            Check::Changed => "changed",
+            _ => "missing",
+        };
+        let then = if fail_open {
+            "its records pass as unverified"
+        } else {
+            "it stops deciding: nothing is committed past what was decided"
+        };
+        error!(stream = %name, identity, fail_mode = if fail_open { "open" } else { "closed" }, then,
+            "the claim store lost this stream's state (its store identity is not the one adopted at start): \
+             stop every replica, run `idemgate rebuild --config <file> --stream <stream>`, then start them again");
+    }
+}

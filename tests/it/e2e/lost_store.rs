@@ -1,0 +1,146 @@
+//! A store that lost its state (docs/design.md §8.2): the stream's Redis,
+//! a redis-server of the test's own without persistence, is killed and
+//! started again empty while a gateway runs. Without the store identity
+//! every late copy of an event delivered before would pass as `novel`
+//! again; with it, the fail-closed stream stops deciding, says so (ERROR
+//! line, metric, `/readyz`), commits nothing past what it decided, and its
+//! next start is refused until `idemgate rebuild` wrote the store back.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use idemgate_testkit::kafka::{committed_offsets, Producer, Topics};
+use idemgate_testkit::servers::{free_port, RedisServer, ServerOptions};
+use idemgate_testkit::workload::{Bank, Planned};
+use idemgate_testkit::{kafka_brokers, say, BOUND, SETTLE};
+
+use super::group::{process, Processed};
+use super::monitoring::http_get;
+use super::process::{Gate, GateConfig};
+
+/// What the loss left for a test to go on with.
+pub struct Lost {
+    pub topics: Topics,
+    pub config: GateConfig,
+    pub redis: RedisServer,
+    pub bank: Bank,
+    /// The first run: every input decided, the group committed at its ends.
+    pub first: Processed,
+    pub before: Vec<Planned>,
+    /// Late copies of the first run's events and new events, sent after
+    /// the loss.
+    pub late: Vec<Planned>,
+    pub late_delivered: std::collections::HashMap<String, idemgate_testkit::kafka::Landed>,
+}
+
+/// Runs a first workload to its end, empties Redis under the running
+/// gateway, sends late copies and new events, and holds the gateway to the
+/// loss: nothing of them decided, the loss said, the offsets where they
+/// were; then stops it and sees its restart refused.
+pub fn lose_the_store(test: &str) -> Lost {
+    let began = Instant::now();
+    let topics = Topics::create(&kafka_brokers(), test, 3, 2);
+    let mut redis = RedisServer::start(test, ServerOptions::default());
+    let mut bank = Bank::new(test, 24);
+    let before = bank.phase(300, 0, 6);
+    let mut config = GateConfig::new(test, &topics, redis.url());
+    let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    config.metrics_listen = metrics.to_string();
+    let mut gate = Gate::start(test, &config);
+    gate.wait_assigned(Duration::from_secs(30));
+    let first = process(test, &config, &topics, &before, &mut [&mut gate]);
+    assert_eq!(http_get(metrics, "/readyz").unwrap().0, 200, "ready before");
+    say(test, format!("first run committed at {:?}", began.elapsed()));
+
+    redis.restart_empty();
+    say(test, "redis killed and started again, empty");
+    let late = bank.phase(40, 150, 0);
+    let late_delivered =
+        Producer::new(&kafka_brokers()).send(&topics.input, &late, 100, Duration::ZERO);
+
+    // The first round with a claim finds the identity gone.
+    let until = Instant::now() + BOUND;
+    while !gate.log_text().contains("lost this stream's state") {
+        gate.assert_alive();
+        assert!(
+            Instant::now() < until,
+            "no ERROR line for the lost store within {BOUND:?}:\n{}",
+            gate.tail(30)
+        );
+        // The gateway's log, read again: its next round logs the loss.
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = gate.log_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("lost this stream's state"))
+        .unwrap_or_default();
+    assert!(
+        line.contains("ERROR") && line.contains("stream=bank") && line.contains("idemgate rebuild"),
+        "{line}"
+    );
+    let (status, _) = http_get(metrics, "/readyz").unwrap();
+    assert_eq!(status, 503, "/readyz must say the store lost its state");
+    let (_, body) = http_get(metrics, "/metrics").unwrap();
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with("idemgate_store_identity_lost{stream=\"bank\"} 1")),
+        "{}",
+        body.lines()
+            .filter(|l| l.contains("identity"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+
+    // Nothing sent after the loss is decided: no output, and the group's
+    // offsets stay where the first run left them. The reader keeps reading
+    // for a while: an output decided on the empty store arrives then.
+    let mut reader = first.reader;
+    reader.read_for(SETTLE);
+    let late_ids: std::collections::HashSet<&str> = late.iter().map(|p| p.id.as_str()).collect();
+    let decided: Vec<String> = reader
+        .records
+        .iter()
+        .filter(|out| late_ids.contains(out.test_id()))
+        .map(|out| format!("{} {}", out.test_id(), out.decision()))
+        .collect();
+    assert!(
+        decided.is_empty(),
+        "records decided on the empty store: {decided:?}"
+    );
+    let partitions: Vec<i32> = first.ends.iter().map(|(p, _)| *p).collect();
+    let committed = committed_offsets(&kafka_brokers(), &config.group, &topics.input, &partitions);
+    let ends: Vec<Option<i64>> = first.ends.iter().map(|(_, o)| Some(*o)).collect();
+    assert_eq!(committed, ends, "committed past what was decided");
+    let status = gate.terminate(Duration::from_secs(30));
+    assert!(status.success(), "idemgate exited with {status} on SIGTERM");
+
+    // Started again: refused before it joins the group.
+    let mut again = Gate::start(&format!("{test}-again"), &config);
+    let status = again.wait_exit(Duration::from_secs(60));
+    assert!(!status.success(), "a start on the lost store was not refused");
+    let log = again.log_text();
+    assert!(
+        log.contains("stream bank") && log.contains("idemgate rebuild"),
+        "the refusal names the stream and the way out:\n{}",
+        again.tail(10)
+    );
+    say(test, format!("restart refused at {:?}", began.elapsed()));
+    Lost {
+        topics,
+        config,
+        redis,
+        bank,
+        first: Processed { reader, ..first },
+        before,
+        late,
+        late_delivered,
+    }
+}
+
+#[test]
+fn a_redis_restarted_empty_stops_a_fail_closed_stream_and_refuses_its_restart() {
+    let began = Instant::now();
+    lose_the_store("lost-store");
+    say("lost-store", format!("took {:?}", began.elapsed()));
+}
