@@ -57,6 +57,15 @@ async fn redis(config: &Config, options: &RedisOptions) -> Vec<Finding> {
     if config.streams.iter().any(|s| s.spec.mode == Mode::Tiered) {
         findings.push(filter(&store, options).await);
     }
+    let exact: Vec<&str> = config
+        .streams
+        .iter()
+        .filter(|s| s.spec.mode == Mode::Exact)
+        .map(|s| s.spec.name.as_str())
+        .collect();
+    if !exact.is_empty() {
+        findings.push(persistence(&store, &exact).await);
+    }
     if matches!(options.target, RedisTarget::Cluster(_)) {
         findings.push(cluster_state(&store).await);
     }
@@ -101,6 +110,79 @@ async fn eviction_policy(store: &RedisStore, options: &RedisOptions) -> Finding 
     } else {
         Finding::fail(SUBJECT, format!("{shown}: can evict claims"))
     }
+}
+
+/// Whether the server keeps its data on disk: an exact stream's claims
+/// are its only memory of what passed, and a restart without persistence
+/// loses them (the streams then refuse to start, or stop deciding, until
+/// `idemgate rebuild`: docs/design.md §8.2).
+async fn persistence(store: &RedisStore, exact: &[&str]) -> Finding {
+    const SUBJECT: &str = "store persistence";
+    let saves = ask(store, &["CONFIG", "GET", "save"]).await;
+    let aofs = ask(store, &["CONFIG", "GET", "appendonly"]).await;
+    let (saves, aofs) = match (saves, aofs) {
+        (Ok(saves), Ok(aofs)) => (saves, aofs),
+        (Err(error), _) | (_, Err(error)) => {
+            return Finding::warn(
+                SUBJECT,
+                format!(
+                    "could not tell whether the server keeps claims on disk ({error}): make sure \
+                     it does (RDB snapshots or AOF) for the exact stream(s) {}",
+                    exact.join(", ")
+                ),
+            )
+        }
+    };
+    let nodes: Vec<Persistence> = saves
+        .into_iter()
+        .zip(aofs)
+        .map(|(save, aof)| Persistence {
+            save: config_value(save).unwrap_or_default(),
+            appendonly: config_value(aof).unwrap_or_default(),
+        })
+        .collect();
+    persistence_finding(&nodes, exact)
+}
+
+/// One node's `save` and `appendonly` settings.
+struct Persistence {
+    save: String,
+    appendonly: String,
+}
+
+impl Persistence {
+    fn on_disk(&self) -> bool {
+        !self.save.trim().is_empty() || self.appendonly.trim() == "yes"
+    }
+}
+
+fn persistence_finding(nodes: &[Persistence], exact: &[&str]) -> Finding {
+    const SUBJECT: &str = "store persistence";
+    let volatile = nodes.iter().filter(|n| !n.on_disk()).count();
+    if volatile == 0 {
+        let aof = nodes.iter().all(|n| n.appendonly.trim() == "yes");
+        return Finding::ok(
+            SUBJECT,
+            if aof {
+                "appendonly yes".to_string()
+            } else {
+                format!(
+                    "RDB snapshots (save {})",
+                    nodes.first().map_or("", |n| n.save.trim())
+                )
+            },
+        );
+    }
+    Finding::warn(
+        SUBJECT,
+        format!(
+            "{volatile} of {} node(s) keep nothing on disk (save \"\", appendonly no): a restart \
+             loses every claim of the exact stream(s) {}, which then stop until `idemgate \
+             rebuild`; enable AOF (appendonly yes) or RDB snapshots",
+            nodes.len(),
+            exact.join(", ")
+        ),
+    )
 }
 
 /// Which structure a tiered stream's filter lives in, and whether the
@@ -179,7 +261,36 @@ fn state_of(info: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::state_of;
+    use super::{persistence_finding, state_of, Persistence};
+    use crate::ops::check::Status;
+
+    fn node(save: &str, appendonly: &str) -> Persistence {
+        Persistence {
+            save: save.into(),
+            appendonly: appendonly.into(),
+        }
+    }
+
+    #[test]
+    fn a_server_that_keeps_nothing_on_disk_is_a_warning_for_exact_streams() {
+        let bank = ["bank"];
+        let volatile = persistence_finding(&[node("", "no")], &bank);
+        assert_eq!(volatile.status, Status::Warn, "{volatile:?}");
+        assert!(volatile.detail.contains("bank"), "{volatile:?}");
+        let rdb = persistence_finding(&[node("3600 1 300 100", "no")], &bank);
+        assert_eq!(rdb.status, Status::Ok, "{rdb:?}");
+        let aof = persistence_finding(&[node("", "yes")], &bank);
+        assert_eq!(aof.status, Status::Ok, "{aof:?}");
+        let one_of_three = persistence_finding(
+            &[node("", "yes"), node("", "no"), node("60 1", "no")],
+            &bank,
+        );
+        assert_eq!(one_of_three.status, Status::Warn);
+        assert!(
+            one_of_three.detail.starts_with("1 of 3"),
+            "{one_of_three:?}"
+        );
+    }
 
     #[test]
     fn the_cluster_state_is_read_from_cluster_info() {

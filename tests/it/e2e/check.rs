@@ -2,13 +2,14 @@
 //! on a config file, against Apache Kafka and real Redis servers. A good config
 //! passes and names every topic with its partitions; an evicting Redis, a
 //! missing input topic and a bad config are refused, each naming what is
-//! wrong.
+//! wrong; a Redis that keeps an exact stream's claims nowhere but in memory
+//! is a warning.
 
 use std::process::{Command, Output};
 
 use idemgate_testkit::kafka::Topics;
 use idemgate_testkit::servers::{RedisServer, ServerOptions};
-use idemgate_testkit::{env, say, kafka_brokers, unique};
+use idemgate_testkit::{env, kafka_brokers, say, unique};
 
 use super::process::GateConfig;
 
@@ -189,5 +190,54 @@ fn offline_a_bad_config_is_refused_naming_the_field() {
     assert!(
         line(&report, "FAIL").contains("kafka.bootstrap.servers:"),
         "{report}"
+    );
+}
+
+#[test]
+fn an_exact_streams_redis_that_keeps_nothing_on_disk_is_a_warning() {
+    const TEST: &str = "check-persistence";
+    let topics = Topics::create(&kafka_brokers(), TEST, 1, 1);
+    // The test kit's servers keep nothing on disk (save "", appendonly no).
+    let volatile = RedisServer::start(TEST, ServerOptions::default());
+    let config = GateConfig::new(TEST, &topics, volatile.url());
+    let (out, report) = check(TEST, &config.toml(), &[]);
+    assert!(out.status.success(), "a warning, not a refusal:\n{report}");
+    let found = line(&report, "store persistence");
+    assert!(
+        found.starts_with("warn")
+            && found.contains("keep nothing on disk")
+            && found.contains("bank")
+            && found.contains("idemgate rebuild"),
+        "{found}"
+    );
+
+    let aof = RedisServer::start(
+        TEST,
+        ServerOptions {
+            args: vec!["--appendonly".into(), "yes".into()],
+            ..ServerOptions::default()
+        },
+    );
+    let config = GateConfig::new(TEST, &topics, aof.url());
+    let (_, report) = check(TEST, &config.toml(), &[]);
+    assert!(
+        line(&report, "store persistence").starts_with("ok"),
+        "{report}"
+    );
+
+    // A managed service that refuses CONFIG cannot say.
+    let managed = RedisServer::start(
+        TEST,
+        ServerOptions {
+            args: vec!["--rename-command".into(), "CONFIG".into(), "".into()],
+            ..ServerOptions::default()
+        },
+    );
+    let config = GateConfig::new(TEST, &topics, managed.url());
+    let (_, report) = check(TEST, &config.toml(), &[]);
+    let found = line(&report, "store persistence");
+    assert!(
+        found.starts_with("warn") && found.contains("could not tell"),
+        "{found}"
     );
 }
