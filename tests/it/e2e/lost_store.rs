@@ -50,7 +50,10 @@ pub fn lose_the_store(test: &str) -> Lost {
     gate.wait_assigned(Duration::from_secs(30));
     let first = process(test, &config, &topics, &before, &mut [&mut gate]);
     assert_eq!(http_get(metrics, "/readyz").unwrap().0, 200, "ready before");
-    say(test, format!("first run committed at {:?}", began.elapsed()));
+    say(
+        test,
+        format!("first run committed at {:?}", began.elapsed()),
+    );
 
     redis.restart_empty();
     say(test, "redis killed and started again, empty");
@@ -118,7 +121,10 @@ pub fn lose_the_store(test: &str) -> Lost {
     // Started again: refused before it joins the group.
     let mut again = Gate::start(&format!("{test}-again"), &config);
     let status = again.wait_exit(Duration::from_secs(60));
-    assert!(!status.success(), "a start on the lost store was not refused");
+    assert!(
+        !status.success(),
+        "a start on the lost store was not refused"
+    );
     let log = again.log_text();
     assert!(
         log.contains("stream bank") && log.contains("idemgate rebuild"),
