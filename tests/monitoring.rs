@@ -45,6 +45,7 @@ const METRICS: &[(&str, bool)] = &[
     ("idemgate_oldest_wait_seconds", false),
     ("idemgate_batches_in_flight", false),
     ("idemgate_claims_taken_over_total", false),
+    ("idemgate_store_identity_lost", false),
 ];
 
 fn repo() -> PathBuf {
@@ -292,6 +293,7 @@ fn every_alert_has_for_severity_and_annotations() {
         "IdemgateOldestWaitHigh",
         "IdemgateConsumerLagGrowing",
         "IdemgateClaimsTakenOver",
+        "IdemgateStoreIdentityLost",
         "IdemgateProduceFailures",
         "IdemgateReplicaDown",
         "IdemgateAllReplicasDown",
