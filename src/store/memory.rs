@@ -13,8 +13,8 @@ use super::judge::{judge_reset, raise, ResetMarks, Verdict};
 use super::value::ClaimValue;
 use super::{
     add_abandoned, check, millis, spec, Claim, ClaimOutcome, ClaimStore, Coordinates, FilterFill,
-    IdentityFound, Millis, PartitionRanges, PartitionReset, Publish, RoundAnswer, StoreError,
-    StoreIdentity, StoreStats, StreamId, StreamLost, StreamSpec, TopicTag, Watermark,
+    IdentityFound, Millis, PartitionRanges, PartitionReset, Publish, Restored, RoundAnswer,
+    StoreError, StoreIdentity, StoreStats, StreamId, StreamLost, StreamSpec, TopicTag, Watermark,
 };
 use crate::fingerprint::SourceHash;
 
@@ -395,6 +395,19 @@ impl ClaimStore for MemoryStore {
                 Some(range) => state.replays.insert(key, range),
                 None => state.replays.remove(&key),
             };
+        }
+        Ok(())
+    }
+
+    async fn restore(&self, claims: &[Restored]) -> Result<(), StoreError> {
+        let mut state = self.lock()?;
+        for restored in claims {
+            spec(&self.streams, restored.stream)?;
+            let value = ClaimValue::restored(restored);
+            state.claims.insert(
+                (restored.stream.0, restored.hash),
+                (value, restored.expires_at),
+            );
         }
         Ok(())
     }

@@ -296,6 +296,24 @@ pub struct PartitionReset {
     pub replay: Option<(i64, i64)>,
 }
 
+/// A settled tier-1 claim written back by `idemgate rebuild` from a clean
+/// output (docs/design.md §8.3): its holder is the output's input, its done
+/// flag is set, and it expires when the original would have, at the
+/// record's timestamp plus `tier1_ttl`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Restored {
+    pub stream: StreamId,
+    pub hash: SourceHash,
+    /// Recomputed from the clean record's payload with the stream's
+    /// profile: a later copy with another payload is a conflict again.
+    pub digest: PayloadDigest,
+    pub holder: Coordinates,
+    /// The record's timestamp: the claim time the value records.
+    pub at: Millis,
+    /// When the key expires, on the store's clock.
+    pub expires_at: Millis,
+}
+
 /// At most this many abandoned ranges are kept per partition: an older
 /// one beyond them is merged into its neighbour (every record between two
 /// skips was finished and settled before the second, so the merged range
@@ -508,6 +526,17 @@ pub trait ClaimStore: Send + Sync {
     /// claims it makes and compares it with this one; a stream whose
     /// identity was never adopted is not compared.
     fn adopt_identity(&self, stream: StreamId, identity: StoreIdentity);
+
+    /// Writes settled claims back (`idemgate rebuild`, docs/design.md
+    /// §8.3), over whatever the store holds for their hashes: the clean
+    /// topic is what was delivered. Only the rebuild calls it, while the
+    /// group has no members.
+    async fn restore(&self, claims: &[Restored]) -> Result<(), StoreError> {
+        let _ = claims;
+        Err(StoreError::Refused(
+            "this store does not restore claims".into(),
+        ))
+    }
 
     /// Records an operator's reset (docs/design.md §4.9): watermark raises,
     /// abandoned ranges, re-emit ranges. Only `idemgate reset` calls it,

@@ -60,6 +60,18 @@ impl ClaimValue {
         }
     }
 
+    /// A claim `idemgate rebuild` writes back: settled (done), with no
+    /// owner's token (no replica owns it; no compare and set needs one).
+    pub(crate) fn restored(restored: &super::Restored) -> ClaimValue {
+        ClaimValue {
+            holder: restored.holder,
+            token: OwnerToken(0),
+            digest: restored.digest,
+            claimed_at: restored.at,
+            done: true,
+        }
+    }
+
     pub(crate) fn encode(&self) -> Result<[u8; VALUE_LEN], StoreError> {
         let mut out = [0u8; VALUE_LEN];
         out[..OWNER_LEN].copy_from_slice(&encode_owner(&self.holder, self.token)?);

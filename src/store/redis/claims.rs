@@ -15,8 +15,8 @@ use crate::store::judge::{judge_reset, ResetMarks, Verdict};
 use crate::store::value::ClaimValue;
 use crate::store::{
     millis, spec, Claim, ClaimOutcome, ClaimStore, FilterFill, IdentityFound, Millis,
-    PartitionRanges, PartitionReset, Publish, RoundAnswer, StoreError, StoreIdentity, StoreStats,
-    StreamId, StreamLost, TopicTag,
+    PartitionRanges, PartitionReset, Publish, Restored, RoundAnswer, StoreError, StoreIdentity,
+    StoreStats, StreamId, StreamLost, TopicTag,
 };
 
 /// A re-stamp meets a value changed under it at most this often in one
@@ -150,6 +150,10 @@ impl ClaimStore for RedisStore {
 
     async fn reset(&self, resets: &[PartitionReset]) -> Result<(), StoreError> {
         self.record_reset(resets).await
+    }
+
+    async fn restore(&self, claims: &[Restored]) -> Result<(), StoreError> {
+        self.restore_claims(claims).await
     }
 
     async fn stats(&self, at: Millis) -> Result<StoreStats, StoreError> {

@@ -28,6 +28,7 @@ mod claims;
 mod conn;
 mod identity;
 mod reset;
+mod restore;
 mod round;
 mod tier1;
 mod tier2;

@@ -345,6 +345,7 @@ conformance!(
         a_streams_identity_is_written_once_and_found_everywhere,
         a_round_on_a_store_that_lost_its_state_judges_none_of_the_streams_claims,
         a_round_on_a_store_rebuilt_under_the_replica_answers_changed,
+        a_restored_claim_is_settled_and_its_copies_are_duplicates,
     ],
     redis: [
         a_tag_that_lost_its_identity_is_seen_by_the_claims_in_it,

@@ -1,8 +1,9 @@
 //! The store identity (docs/design.md §8.2): written once per stream,
 //! adopted by each replica at start, compared by every round beside its
 //! claims; a store that lost its state answers so, and judges nothing.
+//! And the claims a rebuild writes back (§8.3).
 
-use idemgate::store::{at_start, AtStart, Check, StoreIdentity, StreamLost};
+use idemgate::store::{at_start, AtStart, Check, Restored, StoreIdentity, StreamLost};
 
 use super::*;
 
@@ -135,4 +136,43 @@ pub async fn a_tag_that_lost_its_identity_is_seen_by_the_claims_in_it(r: &Redis)
     let found = store.find_identity(EXACT).await.unwrap();
     assert_eq!(found.missing(), 1);
     assert!(matches!(at_start(&found), AtStart::Refuse(_)));
+}
+
+/// What `idemgate rebuild` writes back (docs/design.md §8.3): a settled
+/// claim whose holder is the clean output's input, over whatever the store
+/// held for the hash (here a claim written on the empty store by a round
+/// that met the loss).
+pub async fn a_restored_claim_is_settled_and_its_copies_are_duplicates(h: &dyn Harness) {
+    let store = h.open(streams()).await;
+    let event = hash(h.salt(), 1);
+    let met_the_loss = claim_on(EXACT, event, on(4, 9), T0);
+    assert_eq!(one(&*store, met_the_loss).await, WON);
+    let original = at(5);
+    let restored = Restored {
+        stream: EXACT,
+        hash: event,
+        digest: DIGEST,
+        holder: original,
+        at: T0,
+        expires_at: T0 + 12 * HOUR,
+    };
+    store.restore(&[restored]).await.expect("restore");
+    assert_eq!(
+        one(&*store, claim_on(EXACT, event, on(4, 9), T0 + MINUTE)).await,
+        exact_duplicate_of(original),
+        "the copy that met the loss is a duplicate of the original now"
+    );
+    let edited = Claim {
+        digest: PayloadDigest([8; 8]),
+        ..claim_on(EXACT, event, on(2, 3), T0 + MINUTE)
+    };
+    assert_eq!(
+        one(&*store, edited).await,
+        ClaimOutcome::Conflict { holder: original }
+    );
+    // The original read again (a replay): its own settled claim.
+    assert_eq!(
+        one(&*store, claim(EXACT, event, 5, T0 + MINUTE)).await,
+        ClaimOutcome::Replayed
+    );
 }

@@ -97,7 +97,7 @@ pub fn at(offset: i64) -> Coordinates {
     on(PARTITION, offset)
 }
 
-const DIGEST: PayloadDigest = PayloadDigest([7; 8]);
+pub const DIGEST: PayloadDigest = PayloadDigest([7; 8]);
 
 /// A record of the usual partition asking for `hash`, owned by `TOKEN`.
 pub fn claim(stream: StreamId, hash: SourceHash, offset: i64, when: i64) -> Claim {
