@@ -80,6 +80,27 @@ enum Command {
     /// offsets before and after. A forward skip needs --skipped; a replay
     /// produces nothing again unless --re-emit.
     Reset(ResetArgs),
+    /// Write back a stream's store after it lost its state (a Redis
+    /// restarted without persistence, flushed, or replaced): settled claims
+    /// and tier-2 inserts from the clean topic over the TTL window, the
+    /// watermarks from the group's committed offsets, then the store
+    /// identity. Refused while the group has members.
+    Rebuild(RebuildArgs),
+}
+
+#[derive(Args)]
+struct RebuildArgs {
+    /// The TOML configuration `run` reads (brokers, group, store, streams).
+    #[arg(long)]
+    config: std::path::PathBuf,
+    /// The stream whose store is rebuilt.
+    #[arg(long)]
+    stream: String,
+    /// Write the store identity only, vouching that the store kept the
+    /// stream's claims: the first start after upgrading from a version
+    /// without store identities. Refused where the store holds one.
+    #[arg(long)]
+    adopt: bool,
 }
 
 #[derive(Args)]
@@ -287,6 +308,17 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Plan(args) => plan(args),
         Command::Reset(args) => reset(args),
+        Command::Rebuild(args) => {
+            let config = idemgate::config::Config::load(&args.config)?;
+            let request = idemgate::ops::rebuild_run::RebuildArgs {
+                stream: args.stream,
+                adopt: args.adopt,
+            };
+            let report =
+                runtime()?.block_on(idemgate::ops::rebuild_run::rebuild(&config, request))?;
+            print!("{report}");
+            Ok(())
+        }
     }
 }
 

@@ -60,11 +60,11 @@ pub(crate) fn refuse_if_active(
 
 /// One partition's committed offset, with the commit's metadata.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Committed {
-    pub(crate) topic: String,
-    pub(crate) partition: i32,
-    pub(crate) offset: i64,
-    pub(crate) metadata: String,
+pub struct Committed {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub metadata: String,
 }
 
 /// Every partition of `topics` (from the brokers' metadata); a topic the

@@ -15,6 +15,9 @@
 //!   offset or earliest) while its group is empty, recording in the store
 //!   what a forward skip passed over and what a replay re-emits; the pure
 //!   plan and report in `reset`, the I/O in [`reset_run`].
+//! - [`rebuild`]: a stream's store written back after it lost its state,
+//!   from the clean topic and the group's commits; the pure plan and report
+//!   in `rebuild`, the I/O in [`rebuild_run`].
 //! - [`group`]: the consumer group from outside: its members (reset and
 //!   rebuild refuse while it has any) and its committed offsets.
 //! - `kafka`: the short-lived, quiet Kafka clients these use.
@@ -28,5 +31,7 @@ pub mod horizon_topic;
 mod kafka;
 pub mod plan;
 pub mod plan_text;
+pub mod rebuild;
+pub mod rebuild_run;
 pub mod reset;
 pub mod reset_run;

@@ -2,7 +2,8 @@
 //! scenarios that run a workload through, stop, reset and restart it
 //! (`exactly_once`, `resets`, `reset_command`, `replay`): the first run to
 //! the end of the input, where the input ends, waiting for the group to
-//! commit there, and `idemgate reset` run as an operator runs it.
+//! commit there, and `idemgate reset` and `idemgate rebuild` run as an
+//! operator runs them.
 
 use std::collections::HashMap;
 use std::process::Command;
@@ -108,8 +109,9 @@ pub fn wait_committed(
     }
 }
 
-/// What `idemgate reset` did: its exit, stdout and stderr.
-pub struct ResetRun {
+/// What an operator's command (`idemgate reset`, `idemgate rebuild`) did:
+/// its exit, stdout and stderr.
+pub struct CommandRun {
     pub ok: bool,
     pub stdout: String,
     pub stderr: String,
@@ -117,11 +119,20 @@ pub struct ResetRun {
 
 /// Runs `idemgate reset --config <config> --stream bank <args>` as an
 /// operator does, with the config written to a file of its own.
-pub fn idemgate_reset(config: &GateConfig, args: &[&str]) -> ResetRun {
-    let path = std::env::temp_dir().join(format!("idemgate-reset-{}.toml", unique("reset")));
+pub fn idemgate_reset(config: &GateConfig, args: &[&str]) -> CommandRun {
+    idemgate(config, "reset", args)
+}
+
+/// Runs `idemgate rebuild --config <config> --stream bank <args>`.
+pub fn idemgate_rebuild(config: &GateConfig, args: &[&str]) -> CommandRun {
+    idemgate(config, "rebuild", args)
+}
+
+fn idemgate(config: &GateConfig, command: &str, args: &[&str]) -> CommandRun {
+    let path = std::env::temp_dir().join(format!("idemgate-{command}-{}.toml", unique(command)));
     std::fs::write(&path, config.toml()).expect("writing the config");
     let output = Command::new(env!("CARGO_BIN_EXE_idemgate"))
-        .arg("reset")
+        .arg(command)
         .arg("--config")
         .arg(&path)
         .args(["--stream", "bank"])
@@ -131,15 +142,15 @@ pub fn idemgate_reset(config: &GateConfig, args: &[&str]) -> ResetRun {
         .env_remove("IDEMGATE_REDIS_URL")
         .env_remove("IDEMGATE_REDIS_NODES")
         .output()
-        .expect("running idemgate reset");
+        .unwrap_or_else(|e| panic!("running idemgate {command}: {e}"));
     let _ = std::fs::remove_file(&path);
-    let run = ResetRun {
+    let run = CommandRun {
         ok: output.status.success(),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     };
     println!(
-        "idemgate reset {args:?}: {}\n{}{}",
+        "idemgate {command} {args:?}: {}\n{}{}",
         output.status, run.stdout, run.stderr
     );
     run

@@ -4,17 +4,21 @@
 //! every late copy of an event delivered before would pass as `novel`
 //! again; with it, the fail-closed stream stops deciding, says so (ERROR
 //! line, metric, `/readyz`), commits nothing past what it decided, and its
-//! next start is refused until `idemgate rebuild` wrote the store back.
+//! next start is refused until `idemgate rebuild` wrote the store back;
+//! after the rebuild the late copies are duplicates of what was delivered.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use idemgate_testkit::kafka::{committed_offsets, Producer, Topics};
-use idemgate_testkit::servers::{free_port, RedisServer, ServerOptions};
+use idemgate_testkit::check::{check, Expect};
+use idemgate_testkit::kafka::{committed_offsets, read_inputs_as_delivered, Producer, Topics};
+use idemgate_testkit::servers::{
+    claim_ttls, free_port, unsettled_claims, RedisServer, ServerOptions,
+};
 use idemgate_testkit::workload::{Bank, Planned};
 use idemgate_testkit::{kafka_brokers, say, BOUND, SETTLE};
 
-use super::group::{process, Processed};
+use super::group::{idemgate_rebuild, process, Processed};
 use super::monitoring::http_get;
 use super::process::{Gate, GateConfig};
 
@@ -36,8 +40,8 @@ pub struct Lost {
 /// Runs a first workload to its end, empties Redis under the running
 /// gateway, sends late copies and new events, and holds the gateway to the
 /// loss: nothing of them decided, the loss said, the offsets where they
-/// were; then stops it and sees its restart refused.
-pub fn lose_the_store(test: &str) -> Lost {
+/// were. Returns with the gateway still running.
+pub fn lose_the_store(test: &str) -> (Lost, Gate) {
     let began = Instant::now();
     let topics = Topics::create(&kafka_brokers(), test, 3, 2);
     let mut redis = RedisServer::start(test, ServerOptions::default());
@@ -115,11 +119,26 @@ pub fn lose_the_store(test: &str) -> Lost {
     let committed = committed_offsets(&kafka_brokers(), &config.group, &topics.input, &partitions);
     let ends: Vec<Option<i64>> = first.ends.iter().map(|(_, o)| Some(*o)).collect();
     assert_eq!(committed, ends, "committed past what was decided");
+    say(test, format!("loss seen and held at {:?}", began.elapsed()));
+    let lost = Lost {
+        topics,
+        config,
+        redis,
+        bank,
+        first: Processed { reader, ..first },
+        before,
+        late,
+        late_delivered,
+    };
+    (lost, gate)
+}
+
+/// Stops the gateway (SIGTERM, exit 0) and sees its restart refused before
+/// it joins the group, naming the stream and `idemgate rebuild`.
+pub fn stop_and_see_the_restart_refused(test: &str, lost: &Lost, mut gate: Gate) {
     let status = gate.terminate(Duration::from_secs(30));
     assert!(status.success(), "idemgate exited with {status} on SIGTERM");
-
-    // Started again: refused before it joins the group.
-    let mut again = Gate::start(&format!("{test}-again"), &config);
+    let mut again = Gate::start(&format!("{test}-again"), &lost.config);
     let status = again.wait_exit(Duration::from_secs(60));
     assert!(
         !status.success(),
@@ -131,22 +150,83 @@ pub fn lose_the_store(test: &str) -> Lost {
         "the refusal names the stream and the way out:\n{}",
         again.tail(10)
     );
-    say(test, format!("restart refused at {:?}", began.elapsed()));
-    Lost {
-        topics,
-        config,
-        redis,
-        bank,
-        first: Processed { reader, ..first },
-        before,
-        late,
-        late_delivered,
-    }
 }
 
 #[test]
 fn a_redis_restarted_empty_stops_a_fail_closed_stream_and_refuses_its_restart() {
+    const TEST: &str = "lost-store";
     let began = Instant::now();
-    lose_the_store("lost-store");
-    say("lost-store", format!("took {:?}", began.elapsed()));
+    let (lost, gate) = lose_the_store(TEST);
+    stop_and_see_the_restart_refused(TEST, &lost, gate);
+    say(TEST, format!("took {:?}", began.elapsed()));
+}
+
+/// `idemgate rebuild` (docs/design.md §8.3) after the loss: refused while
+/// the gateway runs; with it stopped, it writes the first run's claims back
+/// from the clean topic and the watermarks from the group's commits, then
+/// the identity. The gateway started again decides the late copies as
+/// duplicates of the first run's outputs, the new events as novel: every
+/// event once in clean, every input one output.
+#[test]
+fn rebuild_restores_a_lost_store_and_late_copies_stay_duplicates() {
+    const TEST: &str = "rebuild";
+    let began = Instant::now();
+    let (lost, gate) = lose_the_store(TEST);
+    let refused = idemgate_rebuild(&lost.config, &[]);
+    assert!(
+        !refused.ok && refused.stderr.contains("active member"),
+        "a rebuild while the gateway runs: {}",
+        refused.stderr
+    );
+    stop_and_see_the_restart_refused(TEST, &lost, gate);
+
+    let run = idemgate_rebuild(&lost.config, &[]);
+    assert!(run.ok, "rebuild failed: {}", run.stderr);
+    let novel = lost
+        .first
+        .reader
+        .records
+        .iter()
+        .filter(|out| out.decision() == "novel")
+        .count();
+    assert!(
+        run.stdout
+            .contains(&format!("wrote {novel} settled tier-1 claim(s)")),
+        "{}",
+        run.stdout
+    );
+    for (partition, end) in &lost.first.ends {
+        let row = format!(
+            "{}/{partition}: committed {end} (gap-free): watermark raised to {end}",
+            lost.topics.input
+        );
+        assert!(run.stdout.contains(&row), "no {row:?} in\n{}", run.stdout);
+    }
+    assert!(run.stdout.contains("store identity"), "{}", run.stdout);
+    say(TEST, format!("rebuilt at {:?}", began.elapsed()));
+
+    let mut gate = Gate::start(&format!("{TEST}-rebuilt"), &lost.config);
+    let plan: Vec<Planned> = lost.before.iter().chain(&lost.late).cloned().collect();
+    let mut reader = lost.first.reader;
+    reader.read_every_input(plan.len(), BOUND, "after the rebuild", || {
+        gate.assert_alive()
+    });
+    let mut delivered = lost.first.landed.clone();
+    delivered.extend(lost.late_delivered.clone());
+    let landed = read_inputs_as_delivered(&kafka_brokers(), &lost.topics, &delivered);
+    // Exact: a late copy of a first-run event passing as novel again, or an
+    // input decided twice, fails it.
+    let summary = check(&plan, &landed, &lost.topics, &reader.records, Expect::Exact);
+    say(TEST, &summary);
+    let claims = claim_ttls(&lost.redis.url(), &lost.config.key_prefix);
+    assert_eq!(
+        claims.len(),
+        lost.bank.events(),
+        "claim keys, one per event"
+    );
+    let unsettled = unsettled_claims(&lost.redis.url(), &lost.config.key_prefix);
+    assert!(unsettled.is_empty(), "claims left unsettled: {unsettled:?}");
+    let status = gate.terminate(Duration::from_secs(30));
+    assert!(status.success(), "idemgate exited with {status} on SIGTERM");
+    say(TEST, format!("took {:?}", began.elapsed()));
 }

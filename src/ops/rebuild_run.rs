@@ -1,0 +1,239 @@
+//! `idemgate rebuild`, the I/O around [`super::rebuild`]: refuses while the
+//! group has members (the member check `reset` uses), reads the group's
+//! committed offsets and the stream's clean topic over the TTL window
+//! (read_committed: an aborted transaction's outputs were never delivered),
+//! then writes the store: the settled claims, the tier-2 inserts, the
+//! watermarks, and last the identity, so a replica can start only once
+//! everything before it is written. Every write is idempotent (claims are
+//! overwritten with the same values, raises never lower, inserts are set
+//! bits), so a rebuild that failed half way is run again.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+use super::group::{self, GroupError};
+use super::kafka::{QuietContext, REQUEST_TIMEOUT};
+use super::rebuild::{report, watermarks, CleanOutput, Rebuild};
+use crate::config::{Config, StoreConfig, StreamConfig};
+use crate::store::{at_start, AtStart, Publish, StoreError, StoreIdentity, StreamId};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RebuildError {
+    /// The request cannot be carried out as asked (named flag or field).
+    #[error("{0}")]
+    Refused(String),
+    #[error("kafka: {0}")]
+    Kafka(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Group(#[from] GroupError),
+}
+
+/// What the operator asked for, from the CLI.
+pub struct RebuildArgs {
+    pub stream: String,
+    /// Write the identity only, vouching that the store kept the stream's
+    /// state: the first start after an upgrade from a version without
+    /// store identities.
+    pub adopt: bool,
+}
+
+/// A clean partition read longer than this without a record is taken to
+/// be held back by an open transaction: the rebuild fails rather than
+/// write a store that misses what it holds.
+const QUIET: Duration = Duration::from_secs(30);
+/// Tier-2 inserts per round.
+const INSERTS_PER_ROUND: usize = 1000;
+
+/// Runs the rebuild and returns the report to print.
+pub async fn rebuild(config: &Config, args: RebuildArgs) -> Result<String, RebuildError> {
+    let (index, stream) = config
+        .streams
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.spec.name == args.stream)
+        .ok_or_else(|| {
+            let names: Vec<&str> = config
+                .streams
+                .iter()
+                .map(|s| s.spec.name.as_str())
+                .collect();
+            RebuildError::Refused(format!(
+                "--stream: no stream named `{}` (the config has {})",
+                args.stream,
+                names.join(", ")
+            ))
+        })?;
+    if matches!(config.store, StoreConfig::Memory { .. }) {
+        return Err(RebuildError::Refused(
+            "store.kind = \"memory\": each replica's store starts empty and keeps its own \
+             identity; there is nothing to rebuild"
+                .into(),
+        ));
+    }
+    let id = StreamId(index);
+    let store = crate::store::open(config).await?;
+    if args.adopt {
+        return adopt(&*store, id, stream).await;
+    }
+
+    let (group_name, committed) = {
+        let config = config.clone();
+        let inputs = stream.inputs.clone();
+        tokio::task::spawn_blocking(move || -> Result<_, RebuildError> {
+            let (consumer, group) = group::client(&config)?;
+            group::refuse_if_active(&consumer, &group)?;
+            let partitions = group::partitions(&consumer, &inputs)?;
+            Ok((group, group::committed(&consumer, &partitions)?))
+        })
+        .await
+        .map_err(|e| RebuildError::Kafka(e.to_string()))??
+    };
+
+    let now = crate::worker::wall_ms();
+    let mut plan = Rebuild::new(id, stream, now);
+    // Blocking reads, on this runtime's thread (the plan borrows the
+    // config): the command does nothing else meanwhile.
+    tokio::task::block_in_place(|| read_clean(config, &stream.clean, &mut plan))?;
+
+    store.restore(&plan.claims()).await?;
+    for chunk in plan.inserts().chunks(INSERTS_PER_ROUND) {
+        store
+            .publish(&Publish {
+                inserts: chunk.to_vec(),
+                ..Publish::default()
+            })
+            .await?;
+    }
+    let marks = watermarks(id, &stream.spec.key_id, &committed);
+    let raises = marks.iter().filter_map(|w| w.raise).collect();
+    store
+        .publish(&Publish {
+            raises,
+            ..Publish::default()
+        })
+        .await?;
+    let identity = StoreIdentity::random();
+    let written = store.write_identity(id, identity, true).await?;
+    if at_start(&written) != AtStart::Adopt(identity) {
+        return Err(RebuildError::Store(StoreError::Protocol(
+            "the identity written does not read back at every place".into(),
+        )));
+    }
+    let mut out = format!("group {group_name}, stream {}\n", stream.spec.name);
+    out.push_str(&report(&plan, &stream.clean, &marks, &identity.to_hex()));
+    Ok(out)
+}
+
+/// `--adopt`: the identity only, where the store holds none.
+async fn adopt(
+    store: &dyn crate::store::ClaimStore,
+    id: StreamId,
+    stream: &StreamConfig,
+) -> Result<String, RebuildError> {
+    let found = store.find_identity(id).await?;
+    match at_start(&found) {
+        AtStart::Adopt(identity) => {
+            return Ok(format!(
+                "stream {}: the store holds identity {identity} already; nothing written\n",
+                stream.spec.name
+            ))
+        }
+        AtStart::Refuse(why) => {
+            return Err(RebuildError::Refused(format!(
+                "stream {}: {why}; --adopt vouches only for a store that holds no identity at \
+                 all: rebuild it instead",
+                stream.spec.name
+            )))
+        }
+        AtStart::FirstOrLost => {}
+    }
+    let written = store
+        .write_identity(id, StoreIdentity::random(), false)
+        .await?;
+    match at_start(&written) {
+        AtStart::Adopt(identity) => Ok(format!(
+            "stream {}: store identity {identity} written; the store's claims and watermarks \
+             are taken as they are\n",
+            stream.spec.name
+        )),
+        other => Err(RebuildError::Store(StoreError::Protocol(format!(
+            "the identity written reads back as {other:?}"
+        )))),
+    }
+}
+
+/// Reads every partition of `clean` from the first offset at or after the
+/// plan's window start to its end, each output into the plan.
+fn read_clean(config: &Config, clean: &str, plan: &mut Rebuild<'_>) -> Result<(), RebuildError> {
+    let kafka = |e: KafkaError| RebuildError::Kafka(e.to_string());
+    let (mut client, _) = crate::worker::client_configs(config);
+    client
+        .set("group.id", "idemgate-rebuild")
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .set("auto.offset.reset", "earliest");
+    let consumer: BaseConsumer<QuietContext> =
+        client.create_with_context(QuietContext).map_err(kafka)?;
+    let partitions = group::partitions(&consumer, &[clean.to_string()])?;
+    let mut by_time = TopicPartitionList::new();
+    for (topic, partition) in &partitions {
+        by_time
+            .add_partition_offset(topic, *partition, Offset::Offset(plan.window_start()))
+            .map_err(kafka)?;
+    }
+    let found = consumer
+        .offsets_for_times(by_time, REQUEST_TIMEOUT)
+        .map_err(|e| RebuildError::Kafka(format!("offsets of {clean} by time: {e}")))?;
+    let mut assignment = TopicPartitionList::new();
+    let mut open: HashSet<i32> = HashSet::new();
+    for element in found.elements() {
+        if let Offset::Offset(offset) = element.offset() {
+            assignment
+                .add_partition_offset(clean, element.partition(), Offset::Offset(offset))
+                .map_err(kafka)?;
+            open.insert(element.partition());
+        }
+        // Offset::End: nothing in the window there.
+    }
+    if open.is_empty() {
+        return Ok(());
+    }
+    consumer.assign(&assignment).map_err(kafka)?;
+    let mut last = Instant::now();
+    while !open.is_empty() {
+        if last.elapsed() > QUIET {
+            let mut left: Vec<i32> = open.iter().copied().collect();
+            left.sort_unstable();
+            return Err(RebuildError::Kafka(format!(
+                "{clean} partitions {left:?} did not reach their end within {}s (an open \
+                 transaction holding them back?); run the rebuild again",
+                QUIET.as_secs()
+            )));
+        }
+        let Some(polled) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        last = Instant::now();
+        match polled {
+            Ok(message) => {
+                let (headers, _) = crate::worker::read_headers(&message);
+                plan.add(&CleanOutput {
+                    timestamp: message.timestamp().to_millis(),
+                    headers: &headers,
+                    payload: message.payload(),
+                });
+            }
+            Err(KafkaError::PartitionEOF(partition)) => {
+                open.remove(&partition);
+            }
+            Err(error) => return Err(kafka(error)),
+        }
+    }
+    Ok(())
+}
