@@ -389,6 +389,26 @@ fn reset_refuses_bad_flags_and_unknown_streams_before_reaching_a_broker() {
 }
 
 #[test]
+fn rebuild_refuses_unknown_streams_and_a_memory_store_before_reaching_a_broker() {
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/example.toml");
+    let text = refused(&["rebuild", "--config", config, "--stream", "nope"], "");
+    assert!(text.contains("--stream") && text.contains("nope"), "{text}");
+    refused(&["rebuild", "--config", config], "");
+    // A memory store starts empty in each replica: nothing to rebuild.
+    let memory =
+        std::env::temp_dir().join(format!("idemgate-cli-rebuild-{}.toml", std::process::id()));
+    std::fs::write(
+        &memory,
+        "[kafka]\n\"bootstrap.servers\" = \"127.0.0.1:1\"\n[store]\nkind = \"memory\"\n\n[[streams]]\nname = \"bank\"\ninputs = [\"raw.bank\"]\nclean = \"clean.bank\"\naudit = \"audit.bank\"\nprofile = \"bank-txn\"\nmode = \"exact\"\nttl = { explicit = \"1h\" }\n",
+    )
+    .expect("writing a config");
+    let path = memory.to_string_lossy().into_owned();
+    let text = refused(&["rebuild", "--config", &path, "--stream", "bank"], "");
+    let _ = std::fs::remove_file(&memory);
+    assert!(text.contains("store.kind"), "{text}");
+}
+
+#[test]
 fn check_warns_that_a_shadow_stream_suppresses_nothing() {
     let path =
         std::env::temp_dir().join(format!("idemgate-cli-shadow-{}.toml", std::process::id()));

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{committed_offsets, read_inputs_as_delivered, Producer, Topics};
 use idemgate_testkit::servers::{
-    claim_ttls, free_port, unsettled_claims, RedisServer, ServerOptions,
+    claim_ttls, free_port, is_identity_key, scan, unsettled_claims, RedisServer, ServerOptions,
 };
 use idemgate_testkit::workload::{Bank, Planned};
 use idemgate_testkit::{kafka_brokers, say, BOUND, SETTLE};
@@ -226,6 +226,76 @@ fn rebuild_restores_a_lost_store_and_late_copies_stay_duplicates() {
     );
     let unsettled = unsettled_claims(&lost.redis.url(), &lost.config.key_prefix);
     assert!(unsettled.is_empty(), "claims left unsettled: {unsettled:?}");
+    let status = gate.terminate(Duration::from_secs(30));
+    assert!(status.success(), "idemgate exited with {status} on SIGTERM");
+    say(TEST, format!("took {:?}", began.elapsed()));
+}
+
+/// The first start after upgrading from a version without store identities
+/// (docs/design.md §8.3): the store kept its claims but holds no identity,
+/// and the group has idemgate's commits, so the start is refused;
+/// `idemgate rebuild --adopt` writes the identity alone, and the claims the
+/// store kept go on making late copies duplicates.
+#[test]
+fn an_upgraded_store_that_kept_its_claims_is_adopted() {
+    const TEST: &str = "adopt";
+    let began = Instant::now();
+    let topics = Topics::create(&kafka_brokers(), TEST, 3, 2);
+    let redis = RedisServer::start(TEST, ServerOptions::default());
+    let mut bank = Bank::new(TEST, 24);
+    let before = bank.phase(200, 0, 4);
+    let config = GateConfig::new(TEST, &topics, redis.url());
+    let mut gate = Gate::start(TEST, &config);
+    gate.wait_assigned(Duration::from_secs(30));
+    let first = process(TEST, &config, &topics, &before, &mut [&mut gate]);
+    let status = gate.terminate(Duration::from_secs(30));
+    assert!(status.success(), "idemgate exited with {status} on SIGTERM");
+
+    // What an earlier version left: everything but the identities.
+    let mut connection = redis.connection().expect("redis connection");
+    let identities: Vec<Vec<u8>> = scan(&mut connection, &format!("{}*", config.key_prefix))
+        .into_iter()
+        .filter(|key| is_identity_key(&key[config.key_prefix.len()..]))
+        .collect();
+    assert_eq!(identities.len(), 64, "one identity key per hash tag");
+    for key in &identities {
+        let _: i64 = redis::cmd("DEL")
+            .arg(key)
+            .query(&mut connection)
+            .expect("DEL");
+    }
+    let mut refused = Gate::start(&format!("{TEST}-refused"), &config);
+    assert!(!refused.wait_exit(Duration::from_secs(60)).success());
+    assert!(refused.log_text().contains("idemgate rebuild"));
+
+    let run = idemgate_rebuild(&config, &["--adopt"]);
+    assert!(
+        run.ok && run.stdout.contains("store identity") && run.stdout.contains("written"),
+        "{}{}",
+        run.stdout,
+        run.stderr
+    );
+    let again = idemgate_rebuild(&config, &["--adopt"]);
+    assert!(
+        again.ok && again.stdout.contains("nothing written"),
+        "{}",
+        again.stdout
+    );
+
+    let late = bank.phase(20, 100, 0);
+    let mut gate = Gate::start(&format!("{TEST}-adopted"), &config);
+    let late_delivered =
+        Producer::new(&kafka_brokers()).send(&topics.input, &late, 100, Duration::ZERO);
+    let plan: Vec<Planned> = before.into_iter().chain(late).collect();
+    let mut reader = first.reader;
+    reader.read_every_input(plan.len(), BOUND, "after the adoption", || {
+        gate.assert_alive()
+    });
+    let mut delivered = first.landed;
+    delivered.extend(late_delivered);
+    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
+    let summary = check(&plan, &landed, &topics, &reader.records, Expect::Exact);
+    say(TEST, &summary);
     let status = gate.terminate(Duration::from_secs(30));
     assert!(status.success(), "idemgate exited with {status} on SIGTERM");
     say(TEST, format!("took {:?}", began.elapsed()));
