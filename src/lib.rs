@@ -11,20 +11,22 @@
 //!   years, job policies, and horizons measured from delivery logs.
 //! - [`config`]: the stream and store settings, parsed then validated.
 //! - [`store`]: the `ClaimStore` contract (one round: publish what was
-//!   delivered, claim what arrived) and its backends: `memory` (injectable clock, fastbloom generations) and
+//!   delivered, claim what arrived, compare the stream's store identity) and its backends: `memory` (injectable clock, fastbloom generations) and
 //!   `redis` (standalone or cluster; tier 2 on RedisBloom or bitmaps).
 //! - [`decision`]: a claim outcome turned into a decision, a route (clean or
 //!   audit) and the headers that say why.
 //! - [`worker`]: the pipelined consumer-group loop: poll, fingerprint,
 //!   claim, route, produce, publish, commit, several batches in flight.
-//! - [`app`]: the one place a replica is wired (store, worker, /metrics,
-//!   store watcher) and run until shutdown.
+//! - [`app`]: the one place a replica is wired (each stream's store
+//!   identity settled first, then store, worker, /metrics, store watcher)
+//!   and run until shutdown.
 //! - [`demo`]: the whole product in one process on librdkafka's mock
 //!   cluster, with a realistic at-least-once workload.
 //! - [`logging`]: text or JSON logs, rate limits for repeated errors.
 //! - [`ops`]: the operator's commands: `check` a config and its servers,
 //!   `plan` memory, measure a `horizon` from a log or a recorded topic,
-//!   `reset` a stream's offsets (replay, re-emit, skip forward).
+//!   `reset` a stream's offsets (replay, re-emit, skip forward), `rebuild`
+//!   a stream's store that lost its state from the clean topic.
 //! - [`metrics`], `http`: every metric declared once; /metrics, /healthz
 //!   and /readyz.
 
