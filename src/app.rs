@@ -61,7 +61,7 @@ impl Replica {
     pub async fn start(config: &Config, store: Arc<dyn ClaimStore>) -> Result<Replica> {
         // Before the consumer exists: a stream whose store lost its state
         // never joins the group (docs/design.md §8.2).
-        identity::settle(config, &*store).await?;
+        identity::establish(config, &*store).await?;
         let (stop, stop_rx) = watch::channel(false);
         let worker = Worker::new(config, store.clone(), stop_rx.clone()).await?;
         let group = worker.group();

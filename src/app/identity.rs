@@ -29,7 +29,10 @@ pub enum IdentityError {
 
 /// Adopts (or, at a first start, writes and adopts) each stream's
 /// identity; from then on every round of `store` compares with it.
-pub(crate) async fn settle(config: &Config, store: &dyn ClaimStore) -> Result<(), IdentityError> {
+pub(crate) async fn establish(
+    config: &Config,
+    store: &dyn ClaimStore,
+) -> Result<(), IdentityError> {
     for (index, stream) in config.streams.iter().enumerate() {
         let id = StreamId(index);
         let name = &stream.spec.name;

@@ -102,7 +102,7 @@ impl Check {
 
 /// Judges what a round read: missing anywhere wins over changed (the more
 /// common cause, and the one the log should name).
-pub fn check<'a>(
+pub fn check_identity<'a>(
     adopted: &StoreIdentity,
     read: impl IntoIterator<Item = Option<&'a [u8]>>,
 ) -> Check {
@@ -219,7 +219,7 @@ mod tests {
         let a = id(1).to_hex().into_bytes();
         let b = id(2).to_hex().into_bytes();
         let read = |values: &[Option<&Vec<u8>>]| {
-            check(&id(1), values.iter().map(|v| v.map(Vec::as_slice)))
+            check_identity(&id(1), values.iter().map(|v| v.map(Vec::as_slice)))
         };
         assert_eq!(read(&[Some(&a), Some(&a)]), Check::Intact);
         assert_eq!(read(&[]), Check::Intact, "a round without claims");

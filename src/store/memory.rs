@@ -12,9 +12,10 @@ use fastbloom::BloomFilter;
 use super::judge::{judge_reset, raise, ResetMarks, Verdict};
 use super::value::ClaimValue;
 use super::{
-    add_abandoned, check, millis, spec, Claim, ClaimOutcome, ClaimStore, Coordinates, FilterFill,
-    IdentityFound, Millis, PartitionRanges, PartitionReset, Publish, Restored, RoundAnswer,
-    StoreError, StoreIdentity, StoreStats, StreamId, StreamLost, StreamSpec, TopicTag, Watermark,
+    add_abandoned, check_identity, millis, spec, Claim, ClaimOutcome, ClaimStore, Coordinates,
+    FilterFill, IdentityFound, Millis, PartitionRanges, PartitionReset, Publish, Restored,
+    RoundAnswer, StoreError, StoreIdentity, StoreStats, StreamId, StreamLost, StreamSpec, TopicTag,
+    Watermark,
 };
 use crate::fingerprint::SourceHash;
 
@@ -109,7 +110,7 @@ impl MemoryStore {
             .filter_map(|&stream| {
                 let adopted = adopted.get(&stream)?;
                 let held = state.identities.get(&stream).map(StoreIdentity::to_hex);
-                let how = check(adopted, [held.as_deref().map(str::as_bytes)]);
+                let how = check_identity(adopted, [held.as_deref().map(str::as_bytes)]);
                 how.lost().then_some(StreamLost {
                     stream: StreamId(stream),
                     how,

@@ -26,7 +26,7 @@ use crate::fingerprint::{PayloadDigest, SourceHash};
 
 pub use generations::{FilterSizing, GenerationPlan};
 pub use identity::{
-    at_start, check, first_or_lost, AtStart, Check, IdentityFound, Refusal, StoreIdentity,
+    at_start, check_identity, first_or_lost, AtStart, Check, IdentityFound, Refusal, StoreIdentity,
 };
 
 /// Milliseconds since the Unix epoch, on whichever clock the caller runs.
@@ -486,7 +486,10 @@ pub trait ClaimStore: Send + Sync {
     /// Applies `publish` (inserts, then raises, done flags and releases),
     /// then reads the watermarks of the streams in `read` and of the
     /// claims, then claims every hash: `SET NX PX tier1_ttl GET` with the
-    /// tier-2 probe, judged against the watermarks just read.
+    /// tier-2 probe, judged against the watermarks just read. A stream
+    /// whose adopted identity is missing or changed beside its claims is
+    /// answered lost, and none of its claims is judged (docs/design.md
+    /// §8.2).
     async fn round(
         &self,
         publish: &Publish,

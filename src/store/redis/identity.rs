@@ -19,7 +19,8 @@ use redis::{RedisResult, Value};
 use super::conn::Keyed;
 use super::{tier1, RedisStore};
 use crate::store::{
-    check, spec, Claim, IdentityFound, StoreError, StoreIdentity, StreamId, StreamLost, StreamSpec,
+    check_identity, spec, Claim, IdentityFound, StoreError, StoreIdentity, StreamId, StreamLost,
+    StreamSpec,
 };
 
 /// Hash tags a stream's tier-1 keys fall in (`tier1::tag`: 6 bits).
@@ -222,7 +223,7 @@ impl RoundReads {
         let mut lost = Vec::new();
         for (stream, identity, count) in &self.streams {
             let read = values(answers.by_ref().take(*count).collect())?;
-            let how = check(identity, read.iter().map(Option::as_deref));
+            let how = check_identity(identity, read.iter().map(Option::as_deref));
             if how.lost() {
                 lost.push(StreamLost {
                     stream: *stream,
