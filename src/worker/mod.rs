@@ -36,7 +36,7 @@ use anyhow::{Context, Result};
 use rdkafka::consumer::Consumer;
 use rdkafka::ClientConfig;
 
-use crate::config::{Config, Guarantee, StoreConfig, StreamConfig};
+use crate::config::{Config, GroupProtocol, Guarantee, StoreConfig, StreamConfig};
 use crate::store::{ClaimStore, OwnerToken, TopicTag};
 use output::{OutputContext, OutputProducer, Reports};
 use poller::{Event, GroupConsumer, GroupContext, GroupState};
@@ -83,6 +83,9 @@ pub(crate) struct Worker {
     /// poller reads ahead only so far (`batch.read_ahead`).
     unfinished: Arc<std::sync::atomic::AtomicUsize>,
     event_time: bool,
+    /// The producer's `message.max.bytes`: a `too-large` record goes to
+    /// audit without what would not fit in it.
+    sendable: usize,
     max_records: usize,
     linger: std::time::Duration,
     max_in_flight_records: usize,
@@ -102,16 +105,20 @@ const CONSUMER_FIXED: [(&str, &str); 2] = [
 ];
 /// Consumer defaults (README, "librdkafka defaults"); `[kafka]` overrides
 /// them.
-pub const CONSUMER_DEFAULTS: [(&str, &str); 5] = [
+pub const CONSUMER_DEFAULTS: [(&str, &str); 4] = [
     ("group.id", "idemgate"),
     ("auto.offset.reset", "earliest"),
-    ("partition.assignment.strategy", "range,roundrobin"),
     // Lag per partition comes from librdkafka's statistics.
     ("statistics.interval.ms", "5000"),
     // A fetch that finds nothing waits 100 ms, not librdkafka's 500: the
     // first records after a quiet spell are not held half a second.
     ("fetch.wait.max.ms", "100"),
 ];
+/// Consumer defaults of the classic group protocol only: under
+/// `group.protocol = "consumer"` (KIP-848) the broker assigns, and
+/// librdkafka refuses to create a consumer with a client-side assignor.
+pub const CLASSIC_CONSUMER_DEFAULTS: [(&str, &str); 1] =
+    [("partition.assignment.strategy", "range,roundrobin")];
 /// Producer defaults (README, "librdkafka defaults"): outputs that must not
 /// be lost or doubled by the client itself, batched within 5 ms; `[kafka]`
 /// overrides them.
@@ -129,6 +136,11 @@ pub fn client_configs(config: &Config) -> (ClientConfig, ClientConfig) {
     let mut consumer = ClientConfig::new();
     for (key, value) in CONSUMER_DEFAULTS {
         consumer.set(key, value);
+    }
+    if config.group_protocol == GroupProtocol::Classic {
+        for (key, value) in CLASSIC_CONSUMER_DEFAULTS {
+            consumer.set(key, value);
+        }
     }
     let mut producer = ClientConfig::new();
     for (key, value) in PRODUCER_DEFAULTS {
@@ -235,6 +247,7 @@ impl Worker {
             closing,
             unfinished: Arc::default(),
             event_time: matches!(config.store, StoreConfig::Memory { event_time: true }),
+            sendable: config.sendable_bytes(),
             max_records: config.batch.max_records,
             linger: config.batch.linger,
             max_in_flight_records: config.batch.max_in_flight_records,
