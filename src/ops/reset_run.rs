@@ -13,7 +13,7 @@ use std::time::Duration;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::kafka::{QuietContext, REQUEST_TIMEOUT};
+use super::kafka::{group_members, QuietContext, REQUEST_TIMEOUT};
 use super::reset::{plan, text, Change, Request, Seen, Skipped, Target};
 use crate::config::Config;
 use crate::store::{PartitionReset, Publish, StoreError, StreamId, TopicTag};
@@ -184,17 +184,11 @@ pub async fn reset(config: &Config, args: ResetArgs) -> Result<String, ResetErro
 }
 
 /// A reset while the group has members would race their commits and their
-/// rounds: refused.
+/// rounds: refused. Asked in a way that sees the members of either group
+/// protocol (`group_members`).
 fn refuse_if_active(consumer: &BaseConsumer<QuietContext>, group: &str) -> Result<(), ResetError> {
-    let list = consumer
-        .fetch_group_list(Some(group), REQUEST_TIMEOUT)
+    let members = group_members(consumer.client(), group, REQUEST_TIMEOUT)
         .map_err(|e| ResetError::Kafka(format!("describing group {group}: {e}")))?;
-    let members: usize = list
-        .groups()
-        .iter()
-        .filter(|g| g.name() == group)
-        .map(|g| g.members().len())
-        .sum();
     if members > 0 {
         return Err(ResetError::Refused(format!(
             "group {group} has {members} active member(s): stop every replica (and wait for \
