@@ -31,6 +31,7 @@ mod horizon;
 mod monitoring;
 mod outage;
 mod process;
+mod protocols;
 mod replay;
 mod reset_command;
 mod resets;
