@@ -10,9 +10,11 @@ const QUOTE_LIMIT: usize = 64;
 /// the payload); messages are lowercase with no trailing period.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Invalid {
-    /// The payload is over the stream's size limit: checked before any
-    /// parsing, so an oversized record costs nothing.
-    #[error("payload is {size} bytes, over the limit of {limit}")]
+    /// The record (key, headers and payload, as the reader measures it; the
+    /// payload alone, as the fingerprint does) is over the stream's size
+    /// limit: checked before any parsing, so an oversized record costs
+    /// nothing.
+    #[error("record is {size} bytes, over the limit of {limit}")]
     TooLarge { size: usize, limit: usize },
     /// The profile needs JSON and the payload is not.
     #[error("payload is not json: {reason}")]

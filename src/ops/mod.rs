@@ -18,7 +18,7 @@
 //! - `kafka`: the short-lived, quiet Kafka clients these use.
 
 pub mod check;
-mod check_kafka;
+pub(crate) mod check_kafka;
 mod check_redis;
 pub mod horizon;
 pub mod horizon_topic;

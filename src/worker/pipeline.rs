@@ -451,7 +451,7 @@ impl Worker {
             topic,
             input: &record.input,
             decision_headers,
-            carry: carry_of(decision),
+            carry: carry_of(decision, &record.input, self.sendable),
         };
         let slot = p.sent.insert((tp.clone(), offset, record.epoch));
         send(&self.producer, &self.reports, &output, slot);
@@ -488,10 +488,23 @@ fn trace_id(input: &Input) -> String {
 
 /// What of its input a decision's output carries: all of it, but for a
 /// record whose output the broker refused.
-fn carry_of(decision: &Decision) -> Carry {
+fn carry_of(decision: &Decision, input: &Input, sendable: usize) -> Carry {
+    // What idemgate adds to an output (decision headers) fits in this.
+    let fits = |carry: Carry| carry.bytes(input) + crate::config::OUTPUT_HEADROOM <= sendable;
     match decision {
         Decision::Invalid(Invalid::Undeliverable { bare: false, .. }) => Carry::NoPayload,
         Decision::Invalid(Invalid::Undeliverable { bare: true, .. }) => Carry::Bare,
+        // Too large for the stream is not too large for the producer: it
+        // goes whole where it can, else without what it cannot carry,
+        // decided `too-large` before any produce (not refused, then
+        // `undeliverable`).
+        Decision::Invalid(Invalid::TooLarge { .. }) if !fits(Carry::Whole) => {
+            if fits(Carry::NoPayload) {
+                Carry::NoPayload
+            } else {
+                Carry::Bare
+            }
+        }
         _ => Carry::Whole,
     }
 }

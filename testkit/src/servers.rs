@@ -285,7 +285,12 @@ impl Kafka {
         let log_path = self.dir.join(format!("broker-{}.log", self.starts));
         let log = File::create(&log_path)?;
         let child = Command::new("java")
-            .args(["-Xms256m", "-Xmx1g", "-XX:+UseG1GC", "-Djava.awt.headless=true"])
+            .args([
+                "-Xms256m",
+                "-Xmx1g",
+                "-XX:+UseG1GC",
+                "-Djava.awt.headless=true",
+            ])
             .arg(format!(
                 "-Dlog4j2.configurationFile={}",
                 self.dir.join("log4j2.properties").display()
@@ -303,7 +308,11 @@ impl Kafka {
         let admin = crate::kafka::admin(&self.brokers);
         let deadline = Instant::now() + Duration::from_secs(90);
         loop {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
                 bail!(
                     "the Kafka broker exited during start-up ({status}); see {}",
                     log_path.display()

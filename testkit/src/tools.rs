@@ -87,9 +87,11 @@ pub fn reset_rows(printed: &str) -> Vec<(String, i32, i64)> {
         .filter_map(|line| {
             let cells: Vec<&str> = line.split_whitespace().collect();
             match cells.as_slice() {
-                [_group, topic, partition, offset] => {
-                    Some((topic.to_string(), partition.parse().ok()?, offset.parse().ok()?))
-                }
+                [_group, topic, partition, offset] => Some((
+                    topic.to_string(),
+                    partition.parse().ok()?,
+                    offset.parse().ok()?,
+                )),
                 _ => None,
             }
         })

@@ -244,7 +244,10 @@ fn a_commit_carries_the_last_owners_finished_ranges_forward_until_passed() {
     f.arrive(input(0, 3), 0, print(3), 1);
     f.arrive(input(0, 4), 0, print(4), 1);
     let commits = f.commits(None);
-    assert_eq!((commits[0].offset, commits[0].done.clone()), (5, vec![(8, 9)]));
+    assert_eq!(
+        (commits[0].offset, commits[0].done.clone()),
+        (5, vec![(8, 9)])
+    );
 }
 
 #[test]

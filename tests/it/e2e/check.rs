@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 
 use idemgate_testkit::kafka::Topics;
 use idemgate_testkit::servers::{RedisServer, ServerOptions};
-use idemgate_testkit::{env, say, kafka_brokers, unique};
+use idemgate_testkit::{env, kafka_brokers, say, unique};
 
 use super::process::GateConfig;
 

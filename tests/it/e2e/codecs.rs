@@ -9,7 +9,7 @@ use std::time::Duration;
 use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{read_inputs_as_delivered, Producer, Reader, Topics};
 use idemgate_testkit::workload::{Bank, Planned};
-use idemgate_testkit::{env, say, kafka_brokers, BOUND};
+use idemgate_testkit::{env, kafka_brokers, say, BOUND};
 
 use super::process::{Gate, GateConfig};
 

@@ -9,7 +9,7 @@ use idemgate_testkit::servers::{claim_ttls, unsettled_claims};
 
 use super::process::{Gate, GateConfig};
 use idemgate_testkit::workload::{Bank, Planned};
-use idemgate_testkit::{env, say, kafka_brokers, BOUND};
+use idemgate_testkit::{env, kafka_brokers, say, BOUND};
 
 #[test]
 fn binary_against_apache_kafka_and_redis_counts_exactly() {

@@ -26,7 +26,7 @@ use idemgate_testkit::servers::{claim_ttls, unsettled_claims, RedisServer, Serve
 
 use super::process::{read_part_before, wait_split, Gate, GateConfig};
 use idemgate_testkit::workload::{Bank, Planned};
-use idemgate_testkit::{env, say, kafka_brokers, BOUND};
+use idemgate_testkit::{env, kafka_brokers, say, BOUND};
 
 #[test]
 fn two_workers_one_killed_mid_stream_lose_nothing() {

@@ -13,7 +13,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
 
 use idemgate_testkit::kafka::create_topics;
-use idemgate_testkit::{say, kafka_brokers, unique};
+use idemgate_testkit::{kafka_brokers, say, unique};
 
 /// (sender, delivery id, seconds after the start) of every attempt: acme's
 /// d1 retried out to 9h20m, d2 over 5 min; beta's x1 over an hour, x2 once.

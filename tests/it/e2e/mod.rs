@@ -36,5 +36,6 @@ mod replay;
 mod reset_command;
 mod resets;
 mod restart;
+mod start_checks;
 mod tiered;
 mod zombie;

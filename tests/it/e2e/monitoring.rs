@@ -24,7 +24,7 @@ use idemgate_testkit::process::Logged;
 use idemgate_testkit::servers::free_port;
 use idemgate_testkit::telemetry::Telemetry;
 use idemgate_testkit::workload::{Bank, Planned};
-use idemgate_testkit::{env, say, kafka_brokers, unique, BOUND};
+use idemgate_testkit::{env, kafka_brokers, say, unique, BOUND};
 use serde_json::Value;
 
 use super::process::{Gate, GateConfig};

@@ -27,7 +27,7 @@ use idemgate_testkit::servers::{claim_ttls, unsettled_claims, RedisServer, Serve
 
 use super::process::{read_part_before, Gate, GateConfig};
 use idemgate_testkit::workload::{Bank, Planned};
-use idemgate_testkit::{say, kafka_brokers, BOUND};
+use idemgate_testkit::{kafka_brokers, say, BOUND};
 
 /// How long the store is away.
 const OUTAGE: Duration = Duration::from_secs(10);

@@ -11,7 +11,7 @@ use idemgate_testkit::servers::{claim_ttls, unsettled_claims};
 
 use super::process::{read_part_before, Gate, GateConfig};
 use idemgate_testkit::workload::{Bank, Planned};
-use idemgate_testkit::{env, say, kafka_brokers, BOUND};
+use idemgate_testkit::{env, kafka_brokers, say, BOUND};
 
 #[test]
 fn a_restart_resumes_from_committed_offsets_and_loses_nothing() {

@@ -11,7 +11,7 @@ use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{read_inputs_as_delivered, Producer, Reader, Topics};
 use idemgate_testkit::telemetry::Telemetry;
 use idemgate_testkit::workload::Planned;
-use idemgate_testkit::{env, say, kafka_brokers, BOUND};
+use idemgate_testkit::{env, kafka_brokers, say, BOUND};
 
 use super::process::{Gate, GateConfig};
 
