@@ -2,7 +2,7 @@
 //! every input, valid or not.
 
 use super::*;
-use super::{canonical, fast_normalise, normalise};
+use super::{canonical, fast_normalise, fast_scan, normalise};
 use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -763,6 +763,6 @@ proptest! {
         let expected = bytes
             .iter()
             .any(|&b| b == b'"' || b == b'\\' || b < 0x20 || b >= 0x80);
-        prop_assert_eq!(fast::special(u64::from_le_bytes(bytes)), expected);
+        prop_assert_eq!(fast_scan::special(u64::from_le_bytes(bytes)), expected);
     }
 }

@@ -28,6 +28,8 @@ mod canonical;
 mod error;
 mod fast;
 mod fast_normalise;
+mod fast_scan;
+mod fast_tree;
 mod normalise;
 mod profile;
 
