@@ -1,6 +1,7 @@
 //! Canonical source hashes as a stream sees them (docs/design.md §3): what must
 //! hash alike, what must not, and why a record is refused.
 
+mod numbers;
 mod properties;
 
 use idemgate::fingerprint::*;
