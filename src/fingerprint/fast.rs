@@ -1,6 +1,6 @@
 //! The fast path of [`super::fingerprint`]: the same hash and digest as the
-//! reference (`fingerprint_reference`, serde_json `Value` plus
-//! `canonical`), without a heap allocation per record in steady state.
+//! reference (`fingerprint_reference`: serde_json's parse into `json::Json`,
+//! then `canonical`), without a heap allocation per record in steady state.
 //!
 //! The payload is scanned once into a small tree kept in thread-local
 //! buffers that are reused from record to record: nodes point into the
@@ -207,8 +207,8 @@ fn normalised(s: &mut Scratch, input: &[u8], node: u32, spec: &FieldSpec) -> Opt
         return Some(());
     }
     s.normalised.truncate(start);
-    // Through serde_json `Value` and `normalise` itself, as the reference.
-    let value = s.tree.to_value(input, node)?;
+    // Through the reference's tree and `normalise` itself.
+    let value = s.tree.to_json(input, node)?;
     let normal = normalise::normalise(&spec.name, &spec.normaliser, &value).ok()?;
     s.text.clear();
     canonical::write_value(&mut s.text, &normal);

@@ -2,9 +2,10 @@
 //! the input or into an arena, built by one strict scan and kept in
 //! buffers reused from record to record, written out in canonical form.
 
-use serde_json::{Map, Number, Value};
+use serde_json::Number;
 
 use super::fast_scan;
+use super::json::{Json, Num, Object};
 
 /// Deeper nesting goes to the reference (serde_json's own limit is 128).
 const MAX_DEPTH: u32 = 100;
@@ -398,34 +399,38 @@ impl Tree {
         }
     }
 
-    /// The node as serde_json would have parsed it.
-    pub(super) fn to_value(&self, input: &[u8], node: u32) -> Option<Value> {
+    /// The node as the reference parses it (`json::parse`).
+    pub(super) fn to_json(&self, input: &[u8], node: u32) -> Option<Json> {
         let n = self.nodes[node as usize];
         Some(match n.kind {
-            Kind::Null => Value::Null,
-            Kind::True => Value::Bool(true),
-            Kind::False => Value::Bool(false),
+            Kind::Null => Json::Null,
+            Kind::True => Json::Bool(true),
+            Kind::False => Json::Bool(false),
             Kind::Number => {
-                Value::Number(serde_json::from_slice::<Number>(self.bytes(input, n.token)).ok()?)
+                let token = self.bytes(input, n.token);
+                Json::Number(Num {
+                    literal: std::str::from_utf8(token).ok()?.to_owned(),
+                    parsed: serde_json::from_slice::<Number>(token).ok()?,
+                })
             }
-            Kind::String => Value::String(
+            Kind::String => Json::String(
                 std::str::from_utf8(self.bytes(input, n.text))
                     .ok()?
                     .to_owned(),
             ),
-            Kind::Array => Value::Array(
+            Kind::Array => Json::Array(
                 self.items[n.text.start as usize..n.text.end as usize]
                     .iter()
-                    .map(|&item| self.to_value(input, item))
+                    .map(|&item| self.to_json(input, item))
                     .collect::<Option<_>>()?,
             ),
             Kind::Object => {
-                let mut map = Map::new();
+                let mut map = Object::new();
                 for entry in &self.entries[n.text.start as usize..n.text.end as usize] {
                     let key = std::str::from_utf8(self.bytes(input, entry.key)).ok()?;
-                    map.insert(key.to_owned(), self.to_value(input, entry.value)?);
+                    map.insert(key.to_owned(), self.to_json(input, entry.value)?);
                 }
-                Value::Object(map)
+                Json::Object(map)
             }
         })
     }

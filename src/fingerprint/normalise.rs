@@ -6,19 +6,18 @@
 //! through `f64` and lose what rust_decimal kept.
 
 use rust_decimal::{Decimal, RoundingStrategy};
-use serde_json::{Map, Value};
 use time::format_description::well_known::Rfc3339;
 use time::macros::format_description;
 use time::{OffsetDateTime, UtcOffset};
 
-use super::canonical::type_name;
 use super::error::{quote, Invalid};
+use super::json::{type_name, Json, Object};
 use super::profile::{Normaliser, MAX_ROUND_PLACES};
 
 /// The value at a dotted path (`a.b` is key `b` of the object at key `a`).
 /// Absent and null are both `MissingField` naming the whole path; a
 /// non-object on the way is `WrongType` naming the path up to it.
-pub(crate) fn lookup<'a>(root: &'a Map<String, Value>, path: &str) -> Result<&'a Value, Invalid> {
+pub(crate) fn lookup<'a>(root: &'a Object, path: &str) -> Result<&'a Json, Invalid> {
     let missing = || Invalid::MissingField {
         field: path.to_owned(),
     };
@@ -28,14 +27,14 @@ pub(crate) fn lookup<'a>(root: &'a Map<String, Value>, path: &str) -> Result<&'a
     while let Some(segment) = segments.next() {
         consumed += segment.len();
         let value = match object.get(segment) {
-            None | Some(Value::Null) => return Err(missing()),
+            None | Some(Json::Null) => return Err(missing()),
             Some(value) => value,
         };
         if segments.peek().is_none() {
             return Ok(value);
         }
         object = match value {
-            Value::Object(inner) => inner,
+            Json::Object(inner) => inner,
             other => {
                 return Err(Invalid::WrongType {
                     field: path.get(..consumed).unwrap_or(path).to_owned(),
@@ -53,33 +52,33 @@ pub(crate) fn lookup<'a>(root: &'a Map<String, Value>, path: &str) -> Result<&'a
 pub(crate) fn normalise(
     field: &str,
     normaliser: &Normaliser,
-    value: &Value,
-) -> Result<Value, Invalid> {
-    let wrong = |expected, found: &Value| Invalid::WrongType {
+    value: &Json,
+) -> Result<Json, Invalid> {
+    let wrong = |expected, found: &Json| Invalid::WrongType {
         field: field.to_owned(),
         expected,
         found: type_name(found),
     };
     match (normaliser, value) {
-        (Normaliser::Decimal, Value::String(text)) => decimal(field, text),
-        (Normaliser::Decimal, Value::Number(number)) => decimal(field, &number.to_string()),
+        (Normaliser::Decimal, Json::String(text)) => decimal(field, text),
+        (Normaliser::Decimal, Json::Number(number)) => decimal(field, &number.parsed.to_string()),
         (Normaliser::Decimal, other) => Err(wrong("string or number", other)),
-        (Normaliser::String, Value::String(text)) => Ok(Value::String(text.clone())),
-        (Normaliser::Upper, Value::String(text)) => Ok(Value::String(text.to_uppercase())),
-        (Normaliser::Lower, Value::String(text)) => Ok(Value::String(text.to_lowercase())),
-        (Normaliser::Timestamp, Value::String(text)) => timestamp(field, text),
+        (Normaliser::String, Json::String(text)) => Ok(Json::String(text.clone())),
+        (Normaliser::Upper, Json::String(text)) => Ok(Json::String(text.to_uppercase())),
+        (Normaliser::Lower, Json::String(text)) => Ok(Json::String(text.to_lowercase())),
+        (Normaliser::Timestamp, Json::String(text)) => timestamp(field, text),
         (Normaliser::String | Normaliser::Upper | Normaliser::Lower, other) => {
             Err(wrong("string", other))
         }
         (Normaliser::Timestamp, other) => Err(wrong("rfc 3339 string", other)),
-        (Normaliser::Round(places), Value::Number(number)) => {
-            round(field, &number.to_string(), *places).map(Value::String)
+        (Normaliser::Round(places), Json::Number(number)) => {
+            round(field, &number.parsed.to_string(), *places).map(Json::String)
         }
-        (Normaliser::Round(places), Value::Array(items)) => items
+        (Normaliser::Round(places), Json::Array(items)) => items
             .iter()
             .map(|item| match item {
-                Value::Number(number) => {
-                    round(field, &number.to_string(), *places).map(Value::String)
+                Json::Number(number) => {
+                    round(field, &number.parsed.to_string(), *places).map(Json::String)
                 }
                 other => Err(Invalid::WrongType {
                     field: field.to_owned(),
@@ -88,7 +87,7 @@ pub(crate) fn normalise(
                 }),
             })
             .collect::<Result<Vec<_>, _>>()
-            .map(Value::Array),
+            .map(Json::Array),
         (Normaliser::Round(_), other) => Err(wrong("number or array of numbers", other)),
         // Canonicalised when the whole form is written.
         (Normaliser::Object, value) => Ok(value.clone()),
@@ -97,20 +96,20 @@ pub(crate) fn normalise(
 
 /// `found` for an array with a non-number element, so the message says what
 /// is wrong inside the array rather than that it is one.
-fn array_containing(element: &Value) -> &'static str {
+fn array_containing(element: &Json) -> &'static str {
     match element {
-        Value::Null => "array containing null",
-        Value::Bool(_) => "array containing boolean",
-        Value::Number(_) => "array containing number",
-        Value::String(_) => "array containing string",
-        Value::Array(_) => "array containing array",
-        Value::Object(_) => "array containing object",
+        Json::Null => "array containing null",
+        Json::Bool(_) => "array containing boolean",
+        Json::Number(_) => "array containing number",
+        Json::String(_) => "array containing string",
+        Json::Array(_) => "array containing array",
+        Json::Object(_) => "array containing object",
     }
 }
 
-fn decimal(field: &str, text: &str) -> Result<Value, Invalid> {
+fn decimal(field: &str, text: &str) -> Result<Json, Invalid> {
     parse_decimal(text, false)
-        .map(|value| Value::String(value.normalize().to_string()))
+        .map(|value| Json::String(value.normalize().to_string()))
         .ok_or_else(|| Invalid::BadDecimal {
             field: field.to_owned(),
             value: quote(text),
@@ -236,14 +235,14 @@ fn parse_decimal(text: &str, truncate_tiny: bool) -> Option<Decimal> {
 /// instant written with different offsets or precision agrees. An instant
 /// whose UTC date falls outside years -9999 to 9999 is refused, not
 /// panicked on.
-fn timestamp(field: &str, text: &str) -> Result<Value, Invalid> {
+fn timestamp(field: &str, text: &str) -> Result<Json, Invalid> {
     let fixed =
         format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:9]Z");
     OffsetDateTime::parse(text, &Rfc3339)
         .ok()
         .and_then(|at| at.checked_to_offset(UtcOffset::UTC))
         .and_then(|at| at.format(fixed).ok())
-        .map(Value::String)
+        .map(Json::String)
         .ok_or_else(|| Invalid::BadTimestamp {
             field: field.to_owned(),
             value: quote(text),
