@@ -3,19 +3,21 @@
 //!
 //! The form: objects with keys sorted by their UTF-8 bytes, no whitespace,
 //! strings escaped exactly as serde_json escapes them, numbers in
-//! serde_json's own representation. Keys are sorted here rather than relying
-//! on `serde_json::Map` being a `BTreeMap`: another crate in the build
-//! turning on serde_json's `preserve_order` feature would otherwise make
-//! every hash depend on the sender's key order, silently.
+//! serde_json's own representation where that is exact, else in an exact
+//! form of their literal text (`number.rs`). Keys are sorted here rather
+//! than relying on the tree's map order.
 //!
 //! Numbers keep serde_json's representation, which is not a numeric
-//! normal form: `1` and `1.0` differ, `1e2` and `100.0` agree (both parse to
-//! the same `f64`), and integers past `u64`/`i64` go through `f64`. Fields
-//! that need numeric equality use the `decimal` or `round:N` normalisers.
-//! This is deliberately not RFC 8785 (JCS), whose number form would change
-//! what `1` versus `1.0` means.
+//! normal form: `1` and `1.0` differ, `1e2` and `100.0` agree (both are the
+//! same `f64`). A number no `f64` or integer holds exactly
+//! (`1.000000000000000001`, `18446744073709551617`) is written exactly
+//! (`1.000000000000000001E0`), so it never shares a form with another
+//! value. Fields that need numeric equality use the `decimal` or `round:N`
+//! normalisers. This is deliberately not RFC 8785 (JCS), whose number form
+//! would change what `1` versus `1.0` means.
 
 use super::json::{Json, Num};
+use super::number;
 
 /// Append the canonical form of `value` to `out`. Recursion depth is bounded
 /// by serde_json's parser (128 levels), so this cannot overflow the stack on
@@ -78,10 +80,12 @@ pub(crate) fn to_canonical(value: &Json) -> String {
     out
 }
 
+/// serde_json's text of the number (`Number`'s Display: itoa for integers,
+/// the shortest round trip for floats) when that is exactly the literal's
+/// value, else the literal's exact form (`number.rs`).
 fn write_number(out: &mut String, number: &Num) {
-    // `Number`'s Display is serde_json's serialised form (itoa for integers,
-    // shortest round trip for floats).
-    out.push_str(&number.parsed.to_string());
+    let shown = number.parsed.to_string();
+    out.push_str(&number::canonical(&number.literal, &shown));
 }
 
 /// Escape as serde_json does: `"` and `\` with a backslash, the short forms

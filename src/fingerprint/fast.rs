@@ -7,17 +7,18 @@
 //! input (a string without a backslash is its own canonical form, since
 //! serde_json refuses raw control characters in strings and escapes
 //! nothing else) or into an arena (strings with escapes, decoded; numbers
-//! that are not plain integers, parsed by serde_json itself and printed as
-//! `Number` prints). Each object's entries are sorted by key bytes once,
-//! the last of equal keys kept, and the canonical form is written straight
-//! into a reused buffer.
+//! that are not plain integers, in their canonical form from `number.rs`;
+//! a number's token, as written, stays in the input for the normalisers).
+//! Each object's entries are sorted by key bytes once, the last of equal
+//! keys kept, and the canonical form is written straight into a reused
+//! buffer.
 //!
 //! The scanner accepts a strict subset of what serde_json accepts. Whenever
 //! it has any doubt (a syntax error, invalid UTF-8, a lone surrogate,
-//! nesting deeper than `fast_tree::MAX_DEPTH`, a number serde_json refuses, a field
-//! that is missing or of the wrong type, a normaliser error, field paths
-//! that nest in one another), it returns `None` and the caller runs the
-//! reference, which then decides (including every error and its text).
+//! nesting deeper than `fast_tree::MAX_DEPTH`, a number serde_json refuses,
+//! a field that is missing or of the wrong type, a normaliser error, field
+//! paths that nest in one another), it returns `None` and the caller runs
+//! the reference, which then decides (including every error and its text).
 
 use std::cell::RefCell;
 
@@ -251,16 +252,19 @@ fn quick(
             out.push(b'"');
             Some(())
         }
-        // A number's text is its canonical form, `Number`'s Display, which
-        // is what `normalise` reads.
-        (Normaliser::Decimal, Kind::String | Kind::Number) => {
+        // A number is read from its literal text (`token`), as `normalise`
+        // reads it, never from its canonical form.
+        (Normaliser::Decimal, Kind::String) => {
             fast_normalise::decimal(out, tree.bytes(input, n.text))
+        }
+        (Normaliser::Decimal, Kind::Number) => {
+            fast_normalise::decimal(out, tree.bytes(input, n.token))
         }
         (Normaliser::Timestamp, Kind::String) => {
             fast_normalise::timestamp(out, tree.bytes(input, n.text))
         }
         (Normaliser::Round(places), Kind::Number) => {
-            fast_normalise::round(out, tree.bytes(input, n.text), *places)
+            fast_normalise::round(out, tree.bytes(input, n.token), *places)
         }
         (Normaliser::Round(places), Kind::Array) => {
             out.push(b'[');
@@ -272,7 +276,7 @@ fn quick(
                 if index > 0 {
                     out.push(b',');
                 }
-                fast_normalise::round(out, tree.bytes(input, item.text), *places)?;
+                fast_normalise::round(out, tree.bytes(input, item.token), *places)?;
             }
             out.push(b']');
             Some(())

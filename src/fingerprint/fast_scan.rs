@@ -8,11 +8,14 @@ use std::io::Write as _;
 use serde_json::Number;
 
 use super::fast_tree::Span;
+use super::number;
 
 /// The number token at `start`, JSON number grammar strictly: its
 /// canonical text, the token as written, and where it ends. Plain integers
-/// are their own canonical form, anything else is parsed and printed by
-/// serde_json.
+/// of up to 18 digits are their own canonical form (no allocation, no
+/// copy); any other number is parsed and printed by serde_json into the
+/// arena, and that text is kept if it has exactly the token's value, else
+/// corrected (`number.rs`).
 pub(super) fn number(
     input: &[u8],
     start: usize,
@@ -69,10 +72,16 @@ pub(super) fn number(
         token
     } else {
         let number = serde_json::from_slice::<Number>(token_bytes).ok()?;
-        let from = arena.len() as u32;
+        let from = arena.len();
         write!(arena, "{number}").ok()?;
+        // serde_json's text stays the canonical form when it is exactly the
+        // literal's value; else `number.rs` corrects it.
+        if !number::shown_exactly(token_bytes, &arena[from..]) {
+            arena.truncate(from);
+            number::write_corrected(arena, token_bytes)?;
+        }
         Span {
-            start: from,
+            start: from as u32,
             end: arena.len() as u32,
             arena: true,
         }

@@ -23,6 +23,13 @@
 //! escapes strings as serde_json does and keeps serde_json's number
 //! representation: `1` and `1.0` differ (as do `"123"` and `123`); use the
 //! `decimal` or `round:N` normalisers where numeric equality matters.
+//!
+//! Every number is read from its literal text, never through a binary float
+//! alone: `1.000000000000000001` and `1.000000000000000002` are two amounts.
+//! Where serde_json's representation is exactly the literal's value it is
+//! kept, so ordinary numbers hash as they always did; a longer number is
+//! written in an exact form of its own (`number.rs`), and a number its
+//! normaliser cannot hold exactly is refused (`inexact-decimal`).
 
 mod canonical;
 mod error;
@@ -32,6 +39,7 @@ mod fast_scan;
 mod fast_tree;
 mod json;
 mod normalise;
+mod number;
 mod profile;
 
 #[cfg(test)]

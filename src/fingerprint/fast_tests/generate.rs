@@ -57,6 +57,19 @@ pub(super) const NUMBERS: &[&str] = &[
     "12345678901234567890.123",
     "1e0000000000000000000002",
     "0e999999999999999999",
+    // Numbers serde_json reads inexactly (long, or a step off).
+    "1.000000000000000001",
+    "1.000000000000000002",
+    "-18446744073709551617",
+    "0.12345649999999999999",
+    "40.71277500000000145519152283668518066406",
+    "1.23456789012345678901234567890",
+    "1234567.89012345678901234567891",
+    "1e-30",
+    "140130e93",
+    "-2.5e-400",
+    "1e-99999999999999999999",
+    "12.5E-0000000000000000000000000007",
 ];
 
 pub(super) fn pick<'a>(rng: &mut StdRng, from: &[&'a str]) -> &'a str {
@@ -86,10 +99,17 @@ pub(super) fn number(rng: &mut StdRng) -> String {
             let sign = if rng.gen_bool(0.3) { "-" } else { "" };
             let whole = if rng.gen_bool(0.3) {
                 "0".to_owned()
+            } else if rng.gen_bool(0.2) {
+                // Past what an f64 or a u64 holds.
+                let tail: String = (0..rng.gen_range(15..30))
+                    .map(|_| char::from(b'0' + rng.gen_range(0..10)))
+                    .collect();
+                format!("{}{tail}", rng.gen_range(1..10))
             } else {
                 rng.gen_range(1..100_000u32).to_string()
             };
-            let fraction: String = (0..rng.gen_range(0..12))
+            let long = rng.gen_bool(0.25);
+            let fraction: String = (0..rng.gen_range(0..if long { 40 } else { 12 }))
                 .map(|_| char::from(b'0' + rng.gen_range(0..10)))
                 .collect();
             let fraction = if fraction.is_empty() {
