@@ -16,6 +16,7 @@ use super::number;
 /// copy); any other number is parsed and printed by serde_json into the
 /// arena, and that text is kept if it has exactly the token's value, else
 /// corrected (`number.rs`).
+#[inline]
 pub(super) fn number(
     input: &[u8],
     start: usize,
@@ -92,6 +93,7 @@ pub(super) fn number(
 /// The string whose opening quote is at `quote`: its decoded text (in the
 /// input when it has no escape, else appended to the arena) and where it
 /// ends, past the closing quote.
+#[inline]
 pub(super) fn string(input: &[u8], quote: usize, arena: &mut Vec<u8>) -> Option<(Span, usize)> {
     let start = quote + 1;
     let mut pos = start;

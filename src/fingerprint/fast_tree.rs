@@ -88,6 +88,7 @@ impl Tree {
     }
 
     /// Empties the tree for the next record, keeping its buffers.
+    #[inline]
     pub(super) fn clear(&mut self) {
         self.nodes.clear();
         self.items.clear();
@@ -98,6 +99,7 @@ impl Tree {
     }
 
     /// Whether any buffer has grown past `limit` bytes.
+    #[inline]
     pub(super) fn grown_past(&self, limit: usize) -> bool {
         self.arena.capacity() > limit
             || self.nodes.capacity() * std::mem::size_of::<Node>() > limit
@@ -109,6 +111,7 @@ impl Tree {
 
     /// Parses a whole payload into the (cleared) tree: its root node, or
     /// `None` at the first doubt.
+    #[inline]
     pub(super) fn parse(&mut self, input: &[u8]) -> Option<u32> {
         let mut parser = Parser {
             input,
@@ -120,11 +123,13 @@ impl Tree {
         (parser.pos == input.len()).then_some(root)
     }
 
+    #[inline]
     pub(super) fn node(&self, node: u32) -> Node {
         self.nodes[node as usize]
     }
 
     /// The item nodes of an array node.
+    #[inline]
     pub(super) fn items(&self, array: Node) -> &[u32] {
         &self.items[array.text.start as usize..array.text.end as usize]
     }
@@ -275,6 +280,7 @@ impl Parser<'_, '_> {
 }
 
 impl Tree {
+    #[inline]
     pub(super) fn bytes<'x>(&'x self, input: &'x [u8], span: Span) -> &'x [u8] {
         let from = if span.arena { &self.arena } else { input };
         &from[span.start as usize..span.end as usize]
@@ -319,6 +325,7 @@ impl Tree {
 
     /// The node at a dotted path, as `normalise::lookup` finds it; `None`
     /// for every error case (absent, null, a non-object on the way).
+    #[inline]
     pub(super) fn lookup(&self, input: &[u8], root: u32, path: &str) -> Option<u32> {
         let mut node = root;
         for segment in path.split('.') {
@@ -438,6 +445,7 @@ impl Tree {
 
 /// A string's canonical form, escaped as `canonical::write_string` (and
 /// serde_json) escape: `"`, `\` and control characters only.
+#[inline]
 pub(super) fn write_escaped(out: &mut Vec<u8>, bytes: &[u8]) {
     out.push(b'"');
     let mut run = 0;
@@ -452,6 +460,7 @@ pub(super) fn write_escaped(out: &mut Vec<u8>, bytes: &[u8]) {
     out.push(b'"');
 }
 
+#[inline]
 pub(super) fn escape_byte(out: &mut Vec<u8>, b: u8) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     match b {

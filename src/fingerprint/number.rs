@@ -153,32 +153,79 @@ impl<'a> Literal<'a> {
     }
 }
 
-/// Whether two literals have exactly one value (any zero equals any zero).
-/// Used with serde_json's text, whose exponent is small, so a literal
-/// whose exponent is too long for an `i64` is never equal to it.
-fn same_value(a: &Literal<'_>, b: &Literal<'_>) -> bool {
-    let (a_digits, b_digits) = match (a.significant(), b.significant()) {
-        (None, None) => return true,
-        (Some(a), Some(b)) => (a, b),
-        _ => return false,
-    };
-    let exponent = |x: &Literal<'_>, first: usize| Some(x.written_exponent()? + x.shift(first));
-    a.negative == b.negative
-        && a_digits.1 - a_digits.0 == b_digits.1 - b_digits.0
-        && (a_digits.0..a_digits.1)
-            .zip(b_digits.0..b_digits.1)
-            .all(|(i, j)| a.digit(i) == b.digit(j))
-        && matches!(
-            (exponent(a, a_digits.0), exponent(b, b_digits.0)),
-            (Some(x), Some(y)) if x == y
-        )
+/// Significant digits a [`Short`] holds: more than serde_json ever prints
+/// (20 for a u64, 17 for an f64).
+const SHORT_DIGITS: usize = 24;
+
+/// A number's value with few significant digits, on the stack:
+/// ±d1.d2…dn × 10^exponent, zero as itself (no digits, no sign).
+#[derive(PartialEq, Eq)]
+struct Short {
+    negative: bool,
+    len: usize,
+    digits: [u8; SHORT_DIGITS],
+    /// The scientific exponent (`12.5` is `1.25E1`: 1).
+    exponent: i64,
+}
+
+impl Literal<'_> {
+    /// The value, if it has at most [`SHORT_DIGITS`] significant digits
+    /// and an exponent an `i64` holds.
+    fn short(&self) -> Option<Short> {
+        let mut short = Short {
+            negative: self.negative,
+            len: 0,
+            digits: [0; SHORT_DIGITS],
+            exponent: 0,
+        };
+        let mut first = None;
+        // Zeros after the last non-zero digit, not yet known to be inner.
+        let mut zeros = 0;
+        for (i, &d) in self.int.iter().chain(self.fraction).enumerate() {
+            if d == b'0' {
+                zeros += usize::from(first.is_some());
+                continue;
+            }
+            first.get_or_insert(i);
+            if short.len + zeros + 1 > SHORT_DIGITS {
+                return None;
+            }
+            short.len += zeros;
+            zeros = 0;
+            short.digits[short.len] = d;
+            short.len += 1;
+        }
+        match first {
+            None => {
+                short.negative = false;
+                Some(short)
+            }
+            Some(first) => {
+                short.exponent = self.written_exponent()? + self.shift(first);
+                Some(short)
+            }
+        }
+    }
 }
 
 /// Whether serde_json's text of a number (`shown`) has exactly the value of
-/// its literal, so that it stays the canonical form.
+/// its literal, so that it stays the canonical form. Both are read on the
+/// stack: this runs for every number that is not a plain integer.
+#[inline]
 pub(crate) fn shown_exactly(literal: &[u8], shown: &[u8]) -> bool {
-    match (Literal::parse(literal), Literal::parse(shown)) {
-        (Some(literal), Some(shown)) => same_value(&literal, &shown),
+    // Most senders print the shortest text of their f64, which is
+    // serde_json's too, or that text with trailing zeros (`100.50`).
+    if let Some(rest) = literal.strip_prefix(shown) {
+        let decimal = shown.contains(&b'.') && !shown.contains(&b'e');
+        if rest.is_empty() || (decimal && rest.iter().all(|&b| b == b'0')) {
+            return true;
+        }
+    }
+    let short = |text| Literal::parse(text).and_then(|literal| literal.short());
+    match (short(literal), short(shown)) {
+        // A literal of more significant digits than serde_json prints has
+        // none (`None`), and differs.
+        (Some(literal), Some(shown)) => literal == shown,
         _ => false,
     }
 }

@@ -102,6 +102,39 @@ fn exponents_past_i64_are_written_exactly() {
 }
 
 #[test]
+fn shown_exactly_compares_values_not_texts() {
+    for (literal, shown, exact) in [
+        ("100.5", "100.5", true),
+        ("100.50", "100.5", true),
+        ("100.5000", "100.5", true),
+        ("100.5e0", "100.5", true),
+        ("1005e-1", "100.5", true),
+        ("0.0001005e6", "100.5", true),
+        ("100.51", "100.5", false),
+        ("100.50e1", "100.5", false),
+        ("-100.50", "100.5", false),
+        ("1.00", "1.0", true),
+        ("1e2", "100.0", true),
+        ("1E+2", "100.0", true),
+        ("120", "12", false),
+        ("1.5e300", "1.5e+300", true),
+        ("1.50e300", "1.5e+300", true),
+        ("1.5e3000", "1.5e+300", false),
+        ("-0", "-0.0", true),
+        ("0e99999999999999999999", "0.0", true),
+        ("1e-99999999999999999999", "0.0", false),
+        ("1.000000000000000001", "1.0", false),
+        ("1.000000000000000000000000000", "1.0", true),
+    ] {
+        assert_eq!(
+            shown_exactly(literal.as_bytes(), shown.as_bytes()),
+            exact,
+            "{literal} vs {shown}"
+        );
+    }
+}
+
+#[test]
 fn zero_is_always_ordinary() {
     for literal in ["0", "-0", "0.000", "-0.0e-99999999999999999999", "0e7"] {
         assert!(!canon(literal).contains('E'), "{literal}");
