@@ -25,7 +25,8 @@
 //! exactly the literal's value: no two values share a form. And the form
 //! of a number written with a point or an exponent depends on its value
 //! alone, so every spelling of one value (`1.50`, `15e-1`, or thirty
-//! digits written two ways) agrees.
+//! digits written two ways) agrees, and turning `float_roundtrip` on would
+//! change no form.
 //!
 //! Why not serde_json's `arbitrary_precision` feature, which keeps a
 //! number's text in `Number`: a Cargo feature is unified over the whole
@@ -35,10 +36,12 @@
 //! become a heap string, `Value` equality would turn textual (`1.0` and
 //! `1.00` differ), and numbers inside untagged or flattened serde types
 //! would stop deserializing. Its `Number` prints the literal as written
-//! (`1E2`), so the canonical form would still need this module. Instead
-//! the fast path keeps each number's token (a span of the input, no
-//! allocation for an ordinary number), the reference's parse keeps the
-//! text (`json.rs`), and both call this module.
+//! (`1E2`), so the canonical form would still need this module. (Were it
+//! ever turned on, `json.rs` would read every number as an object, and the
+//! fingerprint's tests would fail.) Instead the fast path keeps each
+//! number's token (a span of the input, no allocation for an ordinary
+//! number), the reference's parse keeps the text (`json.rs`), and both
+//! call this module.
 
 use std::borrow::Cow;
 use std::io::Write as _;
