@@ -13,7 +13,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::consumer::Consumer;
 use tokio::task::JoinHandle;
 use tracing::{debug, error, info, warn};
 
@@ -85,6 +85,9 @@ pub(crate) struct Pipeline {
     pub(super) tally: Tally,
     /// Exactly once: the open transaction.
     pub(super) txn: super::transaction::Txn,
+    /// At least once: the periodic commit running off the loop
+    /// (`handover.rs`), one at a time.
+    pub(super) commit_in_flight: Option<(Instant, JoinHandle<()>)>,
 }
 
 impl Pipeline {
@@ -102,6 +105,7 @@ impl Pipeline {
             dirty: true,
             committed_at: Instant::now(),
             txn: Default::default(),
+            commit_in_flight: None,
         }
     }
 }
@@ -231,12 +235,7 @@ impl Worker {
         }
         if !self.transactional && now.duration_since(p.committed_at) >= self.commit_interval {
             p.committed_at = now;
-            // Synchronous, an RTT per interval: an asynchronous commit
-            // still in flight (or retried by librdkafka) could land after
-            // the handover's final commit and put older offsets and done
-            // ranges back; the next owner then decided records above a
-            // waiting one again (two audit outputs, seen under load).
-            self.commit(p, CommitMode::Sync, None);
+            self.commit_periodic(p);
         }
         self.bound(p);
         if now.duration_since(p.gauges_at) >= Duration::from_secs(1) {
