@@ -33,6 +33,8 @@ pub(crate) const OLDEST_WAIT: &str = "idemgate_oldest_wait_seconds";
 pub(crate) const IN_FLIGHT: &str = "idemgate_batches_in_flight";
 pub(crate) const TAKEN_OVER: &str = "idemgate_claims_taken_over_total";
 pub const DECISION_LATENCY: &str = "idemgate_decision_latency_seconds";
+pub(crate) const PARTITIONS_ASSIGNED: &str = "idemgate_partitions_assigned";
+pub(crate) const INPUT_PARTITIONS: &str = "idemgate_stream_input_partitions";
 
 /// Bucket bounds of the store latency histogram (seconds): a loopback
 /// round trip is well under a millisecond, a timed-out one 5 s.
@@ -154,6 +156,16 @@ pub fn describe() {
         Unit::Count,
         "poll batches read and not yet finished (several while pipelined)"
     );
+    describe_gauge!(
+        PARTITIONS_ASSIGNED,
+        Unit::Count,
+        "input partitions this replica owns, by stream: summed over the replicas, below the stream's input partitions means part of the stream is read by nobody"
+    );
+    describe_gauge!(
+        INPUT_PARTITIONS,
+        Unit::Count,
+        "partitions of the stream's input topics, as the brokers' metadata lists them (0 for a topic that is gone)"
+    );
     describe_counter!(
         TAKEN_OVER,
         Unit::Count,
@@ -179,6 +191,8 @@ pub(crate) fn register(streams: &[&str], tiered: &[&str]) {
         }
         gauge!(WAITING, "stream" => stream.clone()).set(0.0);
         gauge!(OLDEST_WAIT, "stream" => stream.clone()).set(0.0);
+        gauge!(PARTITIONS_ASSIGNED, "stream" => stream.clone()).set(0.0);
+        gauge!(INPUT_PARTITIONS, "stream" => stream.clone()).set(0.0);
     }
     for stream in tiered {
         gauge!(FILTER_INSERTS, "stream" => stream.to_string()).set(0.0);
@@ -335,6 +349,16 @@ pub(crate) fn breaker(open: bool) {
 pub(crate) fn waiting(stream: &str, records: usize, oldest: Duration) {
     gauge!(WAITING, "stream" => stream.to_string()).set(records as f64);
     gauge!(OLDEST_WAIT, "stream" => stream.to_string()).set(oldest.as_secs_f64());
+}
+
+/// Input partitions this replica owns, per stream (set every second).
+pub(crate) fn partitions_assigned(stream: &str, partitions: usize) {
+    gauge!(PARTITIONS_ASSIGNED, "stream" => stream.to_string()).set(partitions as f64);
+}
+
+/// Partitions of a stream's input topics, as the brokers list them.
+pub(crate) fn input_partitions(stream: &str, partitions: usize) {
+    gauge!(INPUT_PARTITIONS, "stream" => stream.to_string()).set(partitions as f64);
 }
 
 pub(crate) fn in_flight(batches: usize) {

@@ -45,6 +45,8 @@ const METRICS: &[(&str, bool)] = &[
     ("idemgate_oldest_wait_seconds", false),
     ("idemgate_batches_in_flight", false),
     ("idemgate_claims_taken_over_total", false),
+    ("idemgate_partitions_assigned", false),
+    ("idemgate_stream_input_partitions", false),
 ];
 
 fn repo() -> PathBuf {

@@ -22,7 +22,7 @@ pub(crate) mod check_kafka;
 mod check_redis;
 pub mod horizon;
 pub mod horizon_topic;
-mod kafka;
+pub(crate) mod kafka;
 pub mod plan;
 pub mod plan_text;
 pub mod reset;

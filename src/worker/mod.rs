@@ -13,7 +13,9 @@
 //!   interval's outputs and offsets;
 //! - `output`: the producer side; `breaker`: the store circuit breaker;
 //! - `pressure`: pausing at the in-flight bounds, the waiting gauges;
-//! - `progress`, `client_logs`: what the worker says in its logs.
+//! - `progress`, `client_logs`: what the worker says in its logs;
+//! - `watch`: the polling thread's look at the streams' input partitions
+//!   and at a wait for an assignment.
 
 mod breaker;
 mod client_logs;
@@ -27,6 +29,7 @@ pub(crate) mod poller;
 mod pressure;
 mod progress;
 mod transaction;
+mod watch;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
@@ -83,6 +86,8 @@ pub(crate) struct Worker {
     /// poller reads ahead only so far (`batch.read_ahead`).
     unfinished: Arc<std::sync::atomic::AtomicUsize>,
     event_time: bool,
+    /// The consumer group, for what the watch asks its coordinator.
+    group_id: String,
     /// The producer's `message.max.bytes`: a `too-large` record goes to
     /// audit without what would not fit in it.
     sendable: usize,
@@ -191,6 +196,10 @@ impl Worker {
         let (sender, events) = tokio::sync::mpsc::channel(16);
         let closing = Arc::new(AtomicBool::new(false));
         let (consumer_config, producer_config) = client_configs(config);
+        let group_id = consumer_config
+            .get("group.id")
+            .unwrap_or("idemgate")
+            .to_string();
         let consumer: GroupConsumer = consumer_config
             .create_with_context(GroupContext {
                 state: group.clone(),
@@ -248,6 +257,7 @@ impl Worker {
             unfinished: Arc::default(),
             event_time: matches!(config.store, StoreConfig::Memory { event_time: true }),
             sendable: config.sendable_bytes(),
+            group_id,
             max_records: config.batch.max_records,
             linger: config.batch.linger,
             max_in_flight_records: config.batch.max_in_flight_records,

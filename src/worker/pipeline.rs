@@ -208,9 +208,16 @@ impl Worker {
         };
         let configs: Vec<_> = self.streams.iter().map(|s| s.config.clone()).collect();
         let reader = Reader::new(&configs);
+        let watch = super::watch::Watch::new(
+            self.group_id.clone(),
+            configs
+                .iter()
+                .map(|s| (s.spec.name.clone(), s.inputs.clone()))
+                .collect(),
+        );
         Ok(std::thread::Builder::new()
             .name("idemgate-poll".into())
-            .spawn(move || poller::poll(consumer, events, closing, reader, batch))?)
+            .spawn(move || poller::poll(consumer, events, closing, reader, batch, watch))?)
     }
 
     /// One turn: the next round, the sends, the commits, the bounds.

@@ -260,9 +260,11 @@ pub(crate) fn poll(
     stop: Arc<AtomicBool>,
     reader: Reader,
     batching: Batching,
+    mut watch: super::watch::Watch,
 ) {
     let (max, linger) = (batching.max, batching.linger);
     while !stop.load(Ordering::SeqCst) {
+        watch.tick(&consumer, Instant::now());
         batching.hold_off(&stop);
         let mut batch: Vec<Arrival> = Vec::with_capacity(max);
         let mut deadline = None;

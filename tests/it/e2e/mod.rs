@@ -38,4 +38,5 @@ mod resets;
 mod restart;
 mod start_checks;
 mod tiered;
+mod unread;
 mod zombie;

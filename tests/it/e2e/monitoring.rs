@@ -146,7 +146,7 @@ impl Drop for Prometheus {
 
 /// One HTTP/1.0 GET (so the answer is never chunked and ends with the
 /// connection): the status code and the body.
-fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+pub(super) fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     stream.set_read_timeout(Some(Duration::from_secs(20)))?;
     stream.set_write_timeout(Some(Duration::from_secs(5)))?;
