@@ -137,11 +137,6 @@ pub fn describe() {
         "1, labelled with the running version"
     );
     describe_gauge!(
-        LAG,
-        Unit::Count,
-        "records between the consumer's position and the partition's end, by topic and partition"
-    );
-    describe_gauge!(
         WAITING,
         Unit::Count,
         "records waiting on another record's unsettled claim"
@@ -365,12 +360,43 @@ pub(crate) fn in_flight(batches: usize) {
     gauge!(IN_FLIGHT).set(batches as f64);
 }
 
+/// Lag series by (topic, partition), kept here rather than in the
+/// recorder, which cannot remove a series: a partition that leaves this
+/// replica must not keep reporting its last lag (docs/design.md §11).
+static LAGS: std::sync::Mutex<std::collections::BTreeMap<(String, i32), i64>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+const LAG_HELP: &str =
+    "records between the consumer's position and the partition's end, by topic and partition";
+
 /// A partition's lag as librdkafka's statistics report it (`-1`, unknown,
 /// is left out).
 pub(crate) fn lag(topic: &str, partition: i32, records: i64) {
     if records >= 0 {
-        gauge!(LAG, "topic" => topic.to_string(), "partition" => partition.to_string())
-            .set(records as f64);
+        LAGS.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((topic.to_string(), partition), records);
+    }
+}
+
+/// Partitions that left this replica (a revoke): their lag series go.
+pub(crate) fn lag_gone<'a>(partitions: impl IntoIterator<Item = (&'a str, i32)>) {
+    let mut lags = LAGS.lock().unwrap_or_else(|e| e.into_inner());
+    for (topic, partition) in partitions {
+        lags.remove(&(topic.to_string(), partition));
+    }
+}
+
+/// The lag series in the exposition format, appended to the recorder's.
+pub(crate) fn render_lags(out: &mut String) {
+    use std::fmt::Write;
+    let _ = writeln!(out, "# HELP {LAG} {LAG_HELP}");
+    let _ = writeln!(out, "# TYPE {LAG} gauge");
+    for ((topic, partition), records) in LAGS.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        let topic = topic.replace('\\', "\\\\").replace('"', "\\\"");
+        let _ = writeln!(
+            out,
+            "{LAG}{{topic=\"{topic}\",partition=\"{partition}\"}} {records}"
+        );
     }
 }
 

@@ -115,6 +115,7 @@ impl ConsumerContext for GroupContext {
         // Eager: everything goes. Incremental: what is not in the list stays.
         let kept = owned(consumer).saturating_sub(list.count());
         self.state.assigned.store(kept > 0, Ordering::SeqCst);
+        crate::metrics::lag_gone(list.elements().iter().map(|e| (e.topic(), e.partition())));
         if self.closing.load(Ordering::SeqCst) || list.count() == 0 {
             return;
         }

@@ -5,13 +5,16 @@
 //! replica owns per stream (`idemgate_partitions_assigned`) beside the
 //! input's partitions (`idemgate_stream_input_partitions`), the two sides
 //! of the `IdemgateStreamUnread` alert (its firing and quiet cases are
-//! promtool's, `deploy/prometheus/alerts.test.yml`).
+//! promtool's, `deploy/prometheus/alerts.test.yml`). And a replica's lag
+//! series are those of the partitions it owns, and its readiness holds
+//! while it keeps partitions through an incremental rebalance.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use idemgate_testkit::kafka::Topics;
+use idemgate_testkit::kafka::{Producer, Topics};
 use idemgate_testkit::servers::free_port;
+use idemgate_testkit::workload::Bank;
 use idemgate_testkit::{env, kafka_brokers, say};
 
 use super::monitoring::http_get;
@@ -87,4 +90,150 @@ fn a_replica_left_without_partitions_says_so_and_the_gauges_show_what_each_reads
         let status = gate.terminate(Duration::from_secs(30));
         assert!(status.success(), "{status}");
     }
+}
+
+/// The lag series of a replica are those of the partitions it owns: when a
+/// second replica joins and takes half, the first one's series for the
+/// partitions it handed over go (they kept their last value before, eight
+/// series on a replica owning four).
+#[test]
+fn lag_series_leave_with_their_partitions() {
+    const TEST: &str = "lag-series";
+    let topics = Topics::create(&kafka_brokers(), TEST, 4, 1);
+    // Records in every partition: a partition's lag is reported once its
+    // position is known.
+    let records: Vec<_> = (0..4)
+        .flat_map(|partition| {
+            let mut bank = Bank::new(&format!("{TEST}-{partition}"), 3);
+            bank.phase(5, 0, 0).into_iter().map(move |mut r| {
+                r.partition = Some(partition);
+                r
+            })
+        })
+        .collect();
+    Producer::new(&kafka_brokers()).send(&topics.input, &records, 100, Duration::ZERO);
+    let mut config = GateConfig::new(TEST, &topics, env("IDEMGATE_TEST_REDIS_URL"));
+    let first_at: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+    config.metrics_listen = first_at.to_string();
+    let mut first = Gate::start(&format!("{TEST}-1"), &config);
+    first.wait_assigned(Duration::from_secs(60));
+    let lag_partitions = |addr| -> Vec<String> {
+        let Ok((_, body)) = http_get(addr, "/metrics") else {
+            return Vec::new();
+        };
+        body.lines()
+            .filter(|l| {
+                l.starts_with("idemgate_consumer_lag_records{")
+                    && l.contains(&format!("topic=\"{}\"", topics.input))
+            })
+            .map(str::to_string)
+            .collect()
+    };
+    // librdkafka's statistics come every 5 s: all four, from the first.
+    let until = Instant::now() + Duration::from_secs(60);
+    while lag_partitions(first_at).len() < 4 {
+        first.assert_alive();
+        assert!(
+            Instant::now() < until,
+            "no lag series for the 4 partitions within 60s"
+        );
+        // Waiting on librdkafka's statistics interval.
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let second_at: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+    config.metrics_listen = second_at.to_string();
+    let mut second = Gate::start(&format!("{TEST}-2"), &config);
+    second.wait_assigned(Duration::from_secs(60));
+    // Each replica ends with the series of what it owns: two each.
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (a, b) = (lag_partitions(first_at), lag_partitions(second_at));
+        if a.len() == 2 && b.len() == 2 {
+            say(TEST, format!("first {a:?}, second {b:?}"));
+            break;
+        }
+        first.assert_alive();
+        second.assert_alive();
+        assert!(
+            Instant::now() < until,
+            "lag series do not follow the partitions within 60s: first {a:?}, second {b:?}"
+        );
+        // Waiting on the rebalance and the statistics interval.
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    for gate in [&mut first, &mut second] {
+        let status = gate.terminate(Duration::from_secs(30));
+        assert!(status.success(), "{status}");
+    }
+}
+
+/// Under cooperative-sticky assignment a replica that keeps partitions
+/// through an incremental rebalance stays ready: a second replica joins
+/// and leaves, and the first one's `/readyz` answers 200 throughout (it
+/// reported not ready while it kept its partitions before).
+#[test]
+fn readiness_holds_through_incremental_rebalances_under_cooperative_sticky() {
+    const TEST: &str = "ready-coop";
+    let topics = Topics::create(&kafka_brokers(), TEST, 4, 1);
+    let mut config = GateConfig::new(TEST, &topics, env("IDEMGATE_TEST_REDIS_URL"));
+    config
+        .kafka
+        .push(("partition.assignment.strategy", "cooperative-sticky".into()));
+    let first_at: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+    config.metrics_listen = first_at.to_string();
+    let mut first = Gate::start(&format!("{TEST}-1"), &config);
+    first.wait_assigned(Duration::from_secs(60));
+    let ready = |addr| http_get(addr, "/readyz").map(|(code, _)| code).unwrap_or(0);
+    let until = Instant::now() + Duration::from_secs(30);
+    while ready(first_at) != 200 {
+        assert!(Instant::now() < until, "the first replica never got ready");
+        // Waiting on the replica's assignment.
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Watch the first replica's readiness on a thread of its own while a
+    // second replica joins (an incremental revoke of half) and leaves (an
+    // incremental assignment back).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut codes = std::collections::BTreeMap::new();
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                *codes.entry(ready(first_at)).or_insert(0u32) += 1;
+                // A probe every 50 ms, as a strict readiness probe would.
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            codes
+        })
+    };
+    config.metrics_listen = "127.0.0.1:0".into();
+    let mut second = Gate::start(&format!("{TEST}-2"), &config);
+    second.wait_assigned(Duration::from_secs(60));
+    let status = second.terminate(Duration::from_secs(30));
+    assert!(status.success(), "{status}");
+    // The first replica takes the partitions back.
+    let until = Instant::now() + Duration::from_secs(60);
+    while first.assigned() != Some(4) {
+        first.assert_alive();
+        assert!(
+            Instant::now() < until,
+            "the first replica did not take all partitions back: {:?}",
+            first.assigned()
+        );
+        // Waiting on the rebalance after the leave.
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let codes = watcher.join().expect("watcher");
+    say(
+        TEST,
+        format!("/readyz answers while the group changed: {codes:?}"),
+    );
+    assert_eq!(
+        codes.keys().copied().collect::<Vec<_>>(),
+        vec![200],
+        "/readyz of the replica that kept partitions: {codes:?}"
+    );
+    let status = first.terminate(Duration::from_secs(30));
+    assert!(status.success(), "{status}");
 }
