@@ -154,16 +154,25 @@ fn output_limit(
     }
 }
 
-/// Each topic's `max.message.bytes`, by DescribeConfigs.
-fn topic_limits(config: &Config, topics: &[&str]) -> Result<Vec<(String, usize)>, String> {
+/// An admin client with the config's own properties (TLS, SASL), quiet,
+/// and the options of a request bounded by `REQUEST_TIMEOUT`.
+fn admin(config: &Config) -> Result<(AdminClient<QuietContext>, AdminOptions), String> {
     let mut client_config = ClientConfig::new();
     for (key, value) in &config.kafka {
         client_config.set(key, value);
     }
-    let admin: AdminClient<QuietContext> = client_config
+    let admin = client_config
         .create_with_context(QuietContext)
         .map_err(|e| e.to_string())?;
-    let options = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
+    Ok((
+        admin,
+        AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT)),
+    ))
+}
+
+/// Each topic's `max.message.bytes`, by DescribeConfigs.
+fn topic_limits(config: &Config, topics: &[&str]) -> Result<Vec<(String, usize)>, String> {
+    let (admin, options) = admin(config)?;
     let resources: Vec<ResourceSpecifier<'_>> =
         topics.iter().map(|t| ResourceSpecifier::Topic(t)).collect();
     let results =
@@ -228,14 +237,7 @@ fn missing_output(field: String, topic: &str, allowed: &Result<bool, String>) ->
 /// The broker's `auto.create.topics.enable`, by DescribeConfigs.
 fn auto_create_topics(config: &Config, broker: Option<i32>) -> Result<bool, String> {
     let broker = broker.ok_or("no broker in the metadata")?;
-    let mut client_config = ClientConfig::new();
-    for (key, value) in &config.kafka {
-        client_config.set(key, value);
-    }
-    let admin: AdminClient<QuietContext> = client_config
-        .create_with_context(QuietContext)
-        .map_err(|e| e.to_string())?;
-    let options = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
+    let (admin, options) = admin(config)?;
     let results = block_on(admin.describe_configs(&[ResourceSpecifier::Broker(broker)], &options))
         .map_err(|e| e.to_string())?;
     let resource = results
