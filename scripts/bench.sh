@@ -6,23 +6,26 @@
 #   scripts/bench.sh claims              the claims bench instead (fingerprints/s, claim batches per
 #                                        backend, round trips, bytes per key; see BENCHMARKS-claims.md)
 #
-# The bench starts a Tansu broker and a redis-server of its own on spare loopback ports (clean
-# memory figures, nothing shared with the tests). It takes the Tansu binary and the RedisBloom
-# module from the test services, so this script starts those first (installing what is missing),
-# then builds and runs the release binary. BENCHMARKS.md and BENCHMARKS.json are written to the
-# repository root; logs, replica specs and profiles to target/bench/<run>/.
+# The bench starts an Apache Kafka broker (one KRaft node) and a redis-server of its own on spare
+# loopback ports (clean memory figures, nothing shared with the tests). It takes Kafka's jars and
+# the RedisBloom module from the test services (IDEMGATE_TEST_KAFKA_LIBS and the RedisBloom
+# server's module, in their env file), so this script starts those first (fetching the jars once
+# per machine, installing what is missing), then builds and runs the release binary.
+# BENCHMARKS.md and BENCHMARKS.json are written to the repository root; logs, replica specs and
+# profiles to target/bench/<run>/.
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO_ROOT"
+export PATH="$HOME/.cargo/bin:$PATH"
 
 "$REPO_ROOT/scripts/test-services.sh" start
+set -a
+# shellcheck disable=SC1090
+. "$("$REPO_ROOT/scripts/test-services.sh" env-file)"
+set +a
 if [[ ${1:-} == claims ]]; then
   shift
-  set -a
-  # shellcheck disable=SC1090
-  . "$("$REPO_ROOT/scripts/test-services.sh" env-file)"
-  set +a
   exec cargo run --release --locked -p idemgate-bench -- claims "$@"
 fi
 exec cargo run --release --locked -p idemgate-bench -- e2e "$@"

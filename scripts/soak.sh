@@ -6,11 +6,11 @@
 #   scripts/soak.sh --short               the CI preset (20,000 records, shorter faults)
 #   scripts/soak.sh --help                every option
 #
-# The soak starts a Tansu broker, a redis-server and a moto S3 server (the broker's persistent
-# storage, so the broker can be restarted without losing its log) of its own on spare loopback
-# ports. It takes the Tansu binary from the test services, so this script starts those first
-# (installing what is missing) and installs moto's server (`moto[server]`, from PyPI) when
-# `moto_server` is not on PATH; then it builds and runs the release binary. SOAK.md and
+# The soak starts, for each guarantee, an Apache Kafka broker (one KRaft node, its log on local
+# disk, so it can be restarted mid-run and keep it) and a redis-server of its own on spare
+# loopback ports. It takes Kafka's jars from the test services (IDEMGATE_TEST_KAFKA_LIBS, in
+# their env file), so this script starts those first (fetching the jars once per machine,
+# installing what is missing); then it builds and runs the release binary. SOAK.md and
 # SOAK.json are written to the repository root; logs and configs to target/soak/<run>/.
 set -euo pipefail
 
@@ -23,10 +23,4 @@ set -a
 # shellcheck disable=SC1090
 . "$("$REPO_ROOT/scripts/test-services.sh" env-file)"
 set +a
-if ! command -v moto_server >/dev/null 2>&1; then
-  echo "[soak.sh] installing moto's S3 server: python3 -m pip install 'moto[server]'" >&2
-  python3 -m pip install --disable-pip-version-check --no-input -q 'moto[server]' >&2 \
-    || echo "[soak.sh] WARNING: no moto server: the broker restart will be SKIPPED" >&2
-  hash -r
-fi
 exec cargo run --release --locked -p idemgate-bench -- soak "$@"

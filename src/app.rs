@@ -22,8 +22,49 @@ use crate::worker::{Group, Worker};
 /// resolves (or the worker fails), then commits what is finished and leaves
 /// the group.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<()> {
+    refuse_what_the_brokers_rule_out(&config).await?;
     let store = crate::store::open(&config).await?;
     run_with_store(&config, store, shutdown).await
+}
+
+/// Asks the brokers what `check` asks them, and refuses to start with an
+/// input topic they do not have (nothing would ever read that stream) or
+/// an output topic too small for the records the stream lets through
+/// (docs/design.md §10), each naming its field. Brokers that do not
+/// answer refuse nothing: the replica starts and keeps trying.
+async fn refuse_what_the_brokers_rule_out(config: &Config) -> Result<()> {
+    let probe = config.clone();
+    let findings =
+        tokio::task::spawn_blocking(move || crate::ops::check_kafka::probe(&probe)).await?;
+    let refused = crate::ops::check_kafka::refusals(&findings);
+    if !refused.is_empty() {
+        let named: Vec<String> = refused
+            .iter()
+            .map(|f| {
+                // `streams[i].field` names the stream too.
+                let stream = config.streams.iter().enumerate().find_map(|(i, s)| {
+                    f.subject
+                        .starts_with(&format!("streams[{i}]."))
+                        .then_some(s.spec.name.as_str())
+                });
+                match stream {
+                    Some(name) => format!("stream {name:?}, {}: {}", f.subject, f.detail),
+                    None => format!("{}: {}", f.subject, f.detail),
+                }
+            })
+            .collect();
+        anyhow::bail!(
+            "refused on the brokers' answers (`idemgate check --config F` lists every finding): {}",
+            named.join("; ")
+        );
+    }
+    for finding in findings
+        .iter()
+        .filter(|f| f.status != crate::ops::check::Status::Ok)
+    {
+        tracing::warn!(subject = %finding.subject, detail = %finding.detail, "start-up check");
+    }
+    Ok(())
 }
 
 /// As [`run`], on a store the caller built (a decorated or shared one).

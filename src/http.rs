@@ -89,7 +89,11 @@ pub(crate) async fn serve(
                 let request = String::from_utf8_lossy(&head);
                 let path = request.split_whitespace().nth(1).unwrap_or("/");
                 let (status, body) = match path {
-                    "/metrics" => ("200 OK", handle.map(|h| h.render()).unwrap_or_default()),
+                    "/metrics" => {
+                        let mut body = handle.map(|h| h.render()).unwrap_or_default();
+                        crate::metrics::render_lags(&mut body);
+                        ("200 OK", body)
+                    }
                     "/healthz" => ("200 OK", "ok\n".to_string()),
                     "/readyz" if health.ready() => ("200 OK", "ready\n".to_string()),
                     "/readyz" => ("503 Service Unavailable", "not ready\n".to_string()),

@@ -34,6 +34,8 @@ pub(crate) const IN_FLIGHT: &str = "idemgate_batches_in_flight";
 pub(crate) const TAKEN_OVER: &str = "idemgate_claims_taken_over_total";
 pub(crate) const IDENTITY_LOST: &str = "idemgate_store_identity_lost";
 pub const DECISION_LATENCY: &str = "idemgate_decision_latency_seconds";
+pub(crate) const PARTITIONS_ASSIGNED: &str = "idemgate_partitions_assigned";
+pub(crate) const INPUT_PARTITIONS: &str = "idemgate_stream_input_partitions";
 
 /// Bucket bounds of the store latency histogram (seconds): a loopback
 /// round trip is well under a millisecond, a timed-out one 5 s.
@@ -136,11 +138,6 @@ pub fn describe() {
         "1, labelled with the running version"
     );
     describe_gauge!(
-        LAG,
-        Unit::Count,
-        "records between the consumer's position and the partition's end, by topic and partition"
-    );
-    describe_gauge!(
         WAITING,
         Unit::Count,
         "records waiting on another record's unsettled claim"
@@ -159,6 +156,16 @@ pub fn describe() {
         IDENTITY_LOST,
         Unit::Count,
         "1 once a round found the stream's store identity missing or changed: the store lost the stream's claims; closed streams stop deciding, open ones pass records unverified, until idemgate rebuild and a restart"
+    );
+    describe_gauge!(
+        PARTITIONS_ASSIGNED,
+        Unit::Count,
+        "input partitions this replica owns, by stream: summed over the replicas, below the stream's input partitions means part of the stream is read by nobody"
+    );
+    describe_gauge!(
+        INPUT_PARTITIONS,
+        Unit::Count,
+        "partitions of the stream's input topics, as the brokers' metadata lists them (0 for a topic that is gone)"
     );
     describe_counter!(
         TAKEN_OVER,
@@ -186,6 +193,8 @@ pub(crate) fn register(streams: &[&str], tiered: &[&str]) {
         gauge!(IDENTITY_LOST, "stream" => stream.clone()).set(0.0);
         gauge!(WAITING, "stream" => stream.clone()).set(0.0);
         gauge!(OLDEST_WAIT, "stream" => stream.clone()).set(0.0);
+        gauge!(PARTITIONS_ASSIGNED, "stream" => stream.clone()).set(0.0);
+        gauge!(INPUT_PARTITIONS, "stream" => stream.clone()).set(0.0);
     }
     for stream in tiered {
         gauge!(FILTER_INSERTS, "stream" => stream.to_string()).set(0.0);
@@ -349,16 +358,57 @@ pub(crate) fn identity_lost(stream: &str) {
     gauge!(IDENTITY_LOST, "stream" => stream.to_string()).set(1.0);
 }
 
+/// Input partitions this replica owns, per stream (set every second).
+pub(crate) fn partitions_assigned(stream: &str, partitions: usize) {
+    gauge!(PARTITIONS_ASSIGNED, "stream" => stream.to_string()).set(partitions as f64);
+}
+
+/// Partitions of a stream's input topics, as the brokers list them.
+pub(crate) fn input_partitions(stream: &str, partitions: usize) {
+    gauge!(INPUT_PARTITIONS, "stream" => stream.to_string()).set(partitions as f64);
+}
+
 pub(crate) fn in_flight(batches: usize) {
     gauge!(IN_FLIGHT).set(batches as f64);
 }
+
+/// Lag series by (topic, partition), kept here rather than in the
+/// recorder, which cannot remove a series: a partition that leaves this
+/// replica must not keep reporting its last lag (docs/design.md §11).
+static LAGS: std::sync::Mutex<std::collections::BTreeMap<(String, i32), i64>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+const LAG_HELP: &str =
+    "records between the consumer's position and the partition's end, by topic and partition";
 
 /// A partition's lag as librdkafka's statistics report it (`-1`, unknown,
 /// is left out).
 pub(crate) fn lag(topic: &str, partition: i32, records: i64) {
     if records >= 0 {
-        gauge!(LAG, "topic" => topic.to_string(), "partition" => partition.to_string())
-            .set(records as f64);
+        LAGS.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((topic.to_string(), partition), records);
+    }
+}
+
+/// Partitions that left this replica (a revoke): their lag series go.
+pub(crate) fn lag_gone<'a>(partitions: impl IntoIterator<Item = (&'a str, i32)>) {
+    let mut lags = LAGS.lock().unwrap_or_else(|e| e.into_inner());
+    for (topic, partition) in partitions {
+        lags.remove(&(topic.to_string(), partition));
+    }
+}
+
+/// The lag series in the exposition format, appended to the recorder's.
+pub(crate) fn render_lags(out: &mut String) {
+    use std::fmt::Write;
+    let _ = writeln!(out, "# HELP {LAG} {LAG_HELP}");
+    let _ = writeln!(out, "# TYPE {LAG} gauge");
+    for ((topic, partition), records) in LAGS.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        let topic = topic.replace('\\', "\\\\").replace('"', "\\\"");
+        let _ = writeln!(
+            out,
+            "{LAG}{{topic=\"{topic}\",partition=\"{partition}\"}} {records}"
+        );
     }
 }
 

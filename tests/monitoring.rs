@@ -46,6 +46,8 @@ const METRICS: &[(&str, bool)] = &[
     ("idemgate_batches_in_flight", false),
     ("idemgate_claims_taken_over_total", false),
     ("idemgate_store_identity_lost", false),
+    ("idemgate_partitions_assigned", false),
+    ("idemgate_stream_input_partitions", false),
 ];
 
 fn repo() -> PathBuf {

@@ -3,7 +3,7 @@
 //! # Layout
 //!
 //! - `e2e`: the end-to-end bench (`idemgate-bench e2e`, run by
-//!   `scripts/bench.sh`): a Tansu broker and a redis-server of its own, the
+//!   `scripts/bench.sh`): an Apache Kafka broker and a redis-server of its own, the
 //!   worker as child processes in every mode, a per-record baseline;
 //!   writes BENCHMARKS.md and BENCHMARKS.json.
 //! - `claims`: the claims bench (`idemgate-bench claims`): fingerprints per
@@ -35,7 +35,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// End to end against a Tansu broker and a redis-server of its own:
+    /// End to end against an Apache Kafka broker and a redis-server of its own:
     /// writes BENCHMARKS.md and BENCHMARKS.json.
     E2e(Box<e2e::BenchArgs>),
     /// Fingerprints/s, claim batches per backend, round trips and bytes

@@ -16,6 +16,8 @@ pub use raw::Guarantee;
 pub(crate) use raw::{
     Clock, FailMode, FilterChoice, KafkaValue, RawConfig, RawStore, RawStream, RawTls, StoreKind,
 };
+pub(crate) use rules::GroupProtocol;
+pub(crate) use rules::OUTPUT_HEADROOM;
 pub(crate) use substitute::substitute;
 pub use substitute::SubstituteError;
 
@@ -60,6 +62,9 @@ fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
 #[derive(Clone)]
 pub struct Config {
     pub(crate) kafka: BTreeMap<String, String>,
+    /// `[kafka] "group.protocol"`: which idemgate defaults apply
+    /// (`worker::client_configs`).
+    pub(crate) group_protocol: GroupProtocol,
     pub store: StoreConfig,
     pub(crate) metrics_listen: String,
     pub(crate) batch: BatchConfig,
@@ -81,6 +86,7 @@ impl std::fmt::Debug for Config {
             .collect();
         f.debug_struct("Config")
             .field("kafka", &kafka)
+            .field("group_protocol", &self.group_protocol)
             .field("store", &self.store)
             .field("metrics_listen", &self.metrics_listen)
             .field("batch", &self.batch)
@@ -245,6 +251,7 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     rules::check_sendable(&kafka, &streams)?;
     rules::check_key_ids(&streams)?;
     rules::check_guarantee(raw.guarantee, &kafka)?;
+    let group_protocol = rules::check_group_protocol(&kafka)?;
     if raw.batch.max_in_flight_records.get() < raw.batch.max_records.get() {
         return Err(invalid(
             "batch.max_in_flight_records",
@@ -253,6 +260,7 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     }
     Ok(Config {
         kafka,
+        group_protocol,
         store,
         metrics_listen: raw.metrics.listen,
         batch: BatchConfig {

@@ -11,6 +11,15 @@ use super::{invalid, ConfigError, StreamConfig, ENV_BROKERS};
 const BROKER_LIST_ALIAS: &str = "metadata.broker.list";
 
 impl super::Config {
+    /// The largest output the producer sends (`message.max.bytes`, checked
+    /// to be a number at load).
+    pub(crate) fn sendable_bytes(&self) -> usize {
+        self.kafka
+            .get("message.max.bytes")
+            .and_then(|text| text.parse().ok())
+            .unwrap_or(PRODUCER_MESSAGE_MAX_BYTES)
+    }
+
     /// The bootstrap list replicas connect to; validation made sure there
     /// is one.
     pub(crate) fn brokers(&self) -> Option<&str> {
@@ -171,5 +180,192 @@ pub(super) fn check_guarantee(
             Err(invalid("kafka.transactional.id", "must not be empty"))
         }
         _ => Ok(()),
+    }
+}
+
+/// The consumer group protocol (`[kafka] "group.protocol"`, librdkafka's
+/// property): which side assigns partitions and how rebalances go.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GroupProtocol {
+    /// The original protocol (librdkafka's default): the group leader
+    /// assigns with `partition.assignment.strategy` (idemgate's default is
+    /// eager), the client keeps the session.
+    #[default]
+    Classic,
+    /// KIP-848 (Apache Kafka 4.0 or later): the broker assigns
+    /// (`group.remote.assignor`), every rebalance is incremental, session
+    /// timeout and heartbeat interval are the broker's.
+    Consumer,
+}
+
+/// Classic properties librdkafka 2.12 refuses under `group.protocol =
+/// "consumer"` (at the consumer's creation, `rd_kafka_conf_finalize`), and
+/// what takes their place.
+const CLASSIC_ONLY: [(&str, &str); 4] = [
+    (
+        "session.timeout.ms",
+        "the brokers' group.consumer.session.timeout.ms (or the group's \
+         consumer.session.timeout.ms, set with kafka-configs --entity-type groups)",
+    ),
+    (
+        "heartbeat.interval.ms",
+        "the brokers' group.consumer.heartbeat.interval.ms (or the group's \
+         consumer.heartbeat.interval.ms, set with kafka-configs --entity-type groups)",
+    ),
+    (
+        "partition.assignment.strategy",
+        "the broker's assignor: group.remote.assignor (uniform or range)",
+    ),
+    ("group.protocol.type", "nothing: the protocol has no type"),
+];
+
+/// Reads `group.protocol` and refuses, naming the field, what the chosen
+/// protocol cannot use: under `consumer` the classic protocol's
+/// client-side session, heartbeat and assignor properties (librdkafka
+/// would refuse to create the consumer), under `classic` the broker-side
+/// assignor (librdkafka would ignore it).
+pub(super) fn check_group_protocol(
+    kafka: &BTreeMap<String, String>,
+) -> Result<GroupProtocol, ConfigError> {
+    let protocol = match kafka.get("group.protocol").map(|v| v.trim()) {
+        None => GroupProtocol::Classic,
+        Some(value) if value.eq_ignore_ascii_case("classic") => GroupProtocol::Classic,
+        Some(value) if value.eq_ignore_ascii_case("consumer") => GroupProtocol::Consumer,
+        Some(value) => {
+            return Err(invalid(
+                "kafka.group.protocol",
+                format!(
+                    "{value:?} is not a group protocol: \"classic\" (the default) or \
+                     \"consumer\" (KIP-848, Apache Kafka 4.0 or later)"
+                ),
+            ))
+        }
+    };
+    match protocol {
+        GroupProtocol::Consumer => {
+            if let Some((key, instead)) = CLASSIC_ONLY.iter().find(|(k, _)| kafka.contains_key(*k))
+            {
+                return Err(invalid(
+                    format!("kafka.{key}"),
+                    format!(
+                        "not with group.protocol = \"consumer\" (librdkafka refuses it: the \
+                         broker decides it); use {instead}"
+                    ),
+                ));
+            }
+        }
+        GroupProtocol::Classic => {
+            if kafka.contains_key("group.remote.assignor") {
+                return Err(invalid(
+                    "kafka.group.remote.assignor",
+                    "only with group.protocol = \"consumer\" (the broker's assignor); the \
+                     classic protocol's assignors are partition.assignment.strategy",
+                ));
+            }
+        }
+    }
+    Ok(protocol)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    const STREAM: &str = r#"
+[[streams]]
+name = "bank"
+inputs = ["raw.bank"]
+clean = "clean.bank"
+audit = "audit.bank"
+profile = "bank-txn"
+mode = "exact"
+ttl = { explicit = "1h" }
+"#;
+
+    fn with_kafka(lines: &str) -> Result<Config, ConfigError> {
+        Config::parse_with_vars(
+            &format!("[kafka]\n{lines}\n{STREAM}"),
+            super::super::tests::brokers,
+        )
+    }
+
+    #[test]
+    fn the_consumer_group_protocol_refuses_the_classic_client_side_properties_naming_them() {
+        for (line, field) in [
+            ("\"session.timeout.ms\" = 6000", "kafka.session.timeout.ms"),
+            (
+                "\"heartbeat.interval.ms\" = 500",
+                "kafka.heartbeat.interval.ms",
+            ),
+            (
+                "\"partition.assignment.strategy\" = \"cooperative-sticky\"",
+                "kafka.partition.assignment.strategy",
+            ),
+            (
+                "\"group.protocol.type\" = \"consumer\"",
+                "kafka.group.protocol.type",
+            ),
+        ] {
+            let error = with_kafka(&format!("\"group.protocol\" = \"consumer\"\n{line}"))
+                .expect_err(line)
+                .to_string();
+            assert!(error.starts_with(&format!("{field}:")), "{error}");
+            assert!(error.contains("group.protocol = \"consumer\""), "{error}");
+            // The same property is the classic protocol's own.
+            assert!(with_kafka(line).is_ok(), "{line} refused under classic");
+        }
+        let error = with_kafka("\"group.protocol\" = \"consumer\"\n\"session.timeout.ms\" = 6000")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("group.consumer.session.timeout.ms"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn the_broker_side_assignor_is_only_for_the_consumer_protocol_and_unknown_protocols_are_refused(
+    ) {
+        let assignor = "\"group.remote.assignor\" = \"range\"";
+        let error = with_kafka(assignor).unwrap_err().to_string();
+        assert!(error.starts_with("kafka.group.remote.assignor:"), "{error}");
+        let config = with_kafka(&format!("\"group.protocol\" = \"consumer\"\n{assignor}"))
+            .expect("the broker's assignor under the consumer protocol");
+        assert_eq!(config.group_protocol, GroupProtocol::Consumer);
+        let error = with_kafka("\"group.protocol\" = \"eager\"")
+            .unwrap_err()
+            .to_string();
+        assert!(error.starts_with("kafka.group.protocol:"), "{error}");
+        let classic = with_kafka("\"group.protocol\" = \"classic\"").expect("classic");
+        assert_eq!(classic.group_protocol, GroupProtocol::Classic);
+        assert_eq!(
+            with_kafka("").unwrap().group_protocol,
+            GroupProtocol::Classic
+        );
+    }
+
+    #[test]
+    fn the_eager_assignor_default_is_the_classic_protocols_only() {
+        let (classic, _) = crate::worker::client_configs(&with_kafka("").unwrap());
+        assert_eq!(
+            classic.get("partition.assignment.strategy"),
+            Some("range,roundrobin")
+        );
+        let consumer = with_kafka("\"group.protocol\" = \"consumer\"").unwrap();
+        let (consumer, producer) = crate::worker::client_configs(&consumer);
+        assert_eq!(consumer.get("partition.assignment.strategy"), None);
+        assert_eq!(consumer.get("group.protocol"), Some("consumer"));
+        assert_eq!(producer.get("group.protocol"), None, "a consumer property");
+        // librdkafka itself accepts what the config lets through, and
+        // refuses the classic default it is spared.
+        let created: rdkafka::error::KafkaResult<rdkafka::consumer::BaseConsumer> =
+            consumer.create();
+        assert!(created.is_ok(), "{:?}", created.err());
+        let mut eager = consumer.clone();
+        eager.set("partition.assignment.strategy", "range,roundrobin");
+        let refused: rdkafka::error::KafkaResult<rdkafka::consumer::BaseConsumer> = eager.create();
+        let error = refused.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(error.contains("partition.assignment.strategy"), "{error}");
     }
 }

@@ -3,31 +3,33 @@
 //!
 //! The form: objects with keys sorted by their UTF-8 bytes, no whitespace,
 //! strings escaped exactly as serde_json escapes them, numbers in
-//! serde_json's own representation. Keys are sorted here rather than relying
-//! on `serde_json::Map` being a `BTreeMap`: another crate in the build
-//! turning on serde_json's `preserve_order` feature would otherwise make
-//! every hash depend on the sender's key order, silently.
+//! serde_json's own representation where that is exact, else in an exact
+//! form of their literal text (`number.rs`). Keys are sorted here rather
+//! than relying on the tree's map order.
 //!
 //! Numbers keep serde_json's representation, which is not a numeric
-//! normal form: `1` and `1.0` differ, `1e2` and `100.0` agree (both parse to
-//! the same `f64`), and integers past `u64`/`i64` go through `f64`. Fields
-//! that need numeric equality use the `decimal` or `round:N` normalisers.
-//! This is deliberately not RFC 8785 (JCS), whose number form would change
-//! what `1` versus `1.0` means.
+//! normal form: `1` and `1.0` differ, `1e2` and `100.0` agree (both are the
+//! same `f64`). A number no `f64` or integer holds exactly
+//! (`1.000000000000000001`, `18446744073709551617`) is written exactly
+//! (`1.000000000000000001E0`), so it never shares a form with another
+//! value. Fields that need numeric equality use the `decimal` or `round:N`
+//! normalisers. This is deliberately not RFC 8785 (JCS), whose number form
+//! would change what `1` versus `1.0` means.
 
-use serde_json::{Number, Value};
+use super::json::{Json, Num};
+use super::number;
 
 /// Append the canonical form of `value` to `out`. Recursion depth is bounded
 /// by serde_json's parser (128 levels), so this cannot overflow the stack on
 /// a parsed payload.
-pub(crate) fn write_value(out: &mut String, value: &Value) {
+pub(crate) fn write_value(out: &mut String, value: &Json) {
     match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(true) => out.push_str("true"),
-        Value::Bool(false) => out.push_str("false"),
-        Value::Number(number) => write_number(out, number),
-        Value::String(text) => write_string(out, text),
-        Value::Array(items) => {
+        Json::Null => out.push_str("null"),
+        Json::Bool(true) => out.push_str("true"),
+        Json::Bool(false) => out.push_str("false"),
+        Json::Number(number) => write_number(out, number),
+        Json::String(text) => write_string(out, text),
+        Json::Array(items) => {
             out.push('[');
             for (index, item) in items.iter().enumerate() {
                 if index > 0 {
@@ -37,7 +39,7 @@ pub(crate) fn write_value(out: &mut String, value: &Value) {
             }
             out.push(']');
         }
-        Value::Object(map) => write_object(out, map.iter()),
+        Json::Object(map) => write_object(out, map.iter()),
     }
 }
 
@@ -45,9 +47,9 @@ pub(crate) fn write_value(out: &mut String, value: &Value) {
 /// given twice keeps its last value, as a JSON parser would.
 pub(crate) fn write_object<'a>(
     out: &mut String,
-    entries: impl IntoIterator<Item = (&'a String, &'a Value)>,
+    entries: impl IntoIterator<Item = (&'a String, &'a Json)>,
 ) {
-    let mut sorted: Vec<(&String, &Value)> = entries.into_iter().collect();
+    let mut sorted: Vec<(&String, &Json)> = entries.into_iter().collect();
     // Stable sort: among equal keys, input order is kept, so the last wins
     // below.
     sorted.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
@@ -72,16 +74,18 @@ pub(crate) fn write_object<'a>(
 }
 
 /// The canonical form of a value as a new string.
-pub(crate) fn to_canonical(value: &Value) -> String {
+pub(crate) fn to_canonical(value: &Json) -> String {
     let mut out = String::new();
     write_value(&mut out, value);
     out
 }
 
-fn write_number(out: &mut String, number: &Number) {
-    // `Number`'s Display is serde_json's serialised form (itoa for integers,
-    // shortest round trip for floats).
-    out.push_str(&number.to_string());
+/// serde_json's text of the number (`Number`'s Display: itoa for integers,
+/// the shortest round trip for floats) when that is exactly the literal's
+/// value, else the literal's exact form (`number.rs`).
+fn write_number(out: &mut String, number: &Num) {
+    let shown = number.parsed.to_string();
+    out.push_str(&number::canonical(&number.literal, &shown));
 }
 
 /// Escape as serde_json does: `"` and `\` with a backslash, the short forms
@@ -114,26 +118,15 @@ pub(crate) fn write_string(out: &mut String, text: &str) {
     out.push('"');
 }
 
-/// The JSON type of a value, as named in `WrongType` errors.
-pub(crate) fn type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fingerprint::json::{from_value, parse};
     use proptest::prelude::*;
     use serde_json::json;
 
     fn canon(text: &str) -> String {
-        to_canonical(&serde_json::from_str(text).unwrap())
+        to_canonical(&parse(text.as_bytes()).unwrap())
     }
 
     #[test]
@@ -179,29 +172,11 @@ mod tests {
 
     #[test]
     fn a_key_given_twice_keeps_the_last_value() {
-        let (a, b, one, two) = ("a".to_owned(), "b".to_owned(), json!(1), json!(2));
+        let (a, b) = ("a".to_owned(), "b".to_owned());
+        let (one, two) = (from_value(&json!(1)), from_value(&json!(2)));
         let mut out = String::new();
         write_object(&mut out, [(&b, &one), (&a, &one), (&b, &two)]);
         assert_eq!(out, r#"{"a":1,"b":2}"#);
-    }
-
-    #[test]
-    fn type_names_cover_every_json_type() {
-        let names: Vec<_> = [
-            json!(null),
-            json!(true),
-            json!(1),
-            json!("s"),
-            json!([]),
-            json!({}),
-        ]
-        .iter()
-        .map(type_name)
-        .collect();
-        assert_eq!(
-            names,
-            ["null", "boolean", "number", "string", "array", "object"]
-        );
     }
 
     proptest! {

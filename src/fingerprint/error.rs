@@ -10,9 +10,11 @@ const QUOTE_LIMIT: usize = 64;
 /// the payload); messages are lowercase with no trailing period.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Invalid {
-    /// The payload is over the stream's size limit: checked before any
-    /// parsing, so an oversized record costs nothing.
-    #[error("payload is {size} bytes, over the limit of {limit}")]
+    /// The record (key, headers and payload, as the reader measures it; the
+    /// payload alone, as the fingerprint does) is over the stream's size
+    /// limit: checked before any parsing, so an oversized record costs
+    /// nothing.
+    #[error("record is {size} bytes, over the limit of {limit}")]
     TooLarge { size: usize, limit: usize },
     /// The profile needs JSON and the payload is not.
     #[error("payload is not json: {reason}")]
@@ -31,10 +33,20 @@ pub enum Invalid {
         expected: &'static str,
         found: &'static str,
     },
-    /// A `decimal` or `round:N` field does not hold an exact decimal within
-    /// rust_decimal's range (28 decimal places, about 7.9e28).
-    #[error("field `{field}`: `{value}` is not a decimal number in range")]
+    /// A `decimal` or `round:N` field's text is not a decimal number (JSON
+    /// number grammar, leading zeros allowed).
+    #[error("field `{field}`: `{value}` is not a decimal number")]
     BadDecimal { field: String, value: String },
+    /// A `decimal` or `round:N` field holds a decimal (a JSON number or a
+    /// string) that rust_decimal cannot hold exactly: more than 28 decimal
+    /// places, or past its 96-bit range (±79228162514264337593543950335);
+    /// for `round:N`, a value whose rounding is past that range. Rounding
+    /// it to fit would give it the hash of another amount (docs/design.md
+    /// §3), so it is refused.
+    #[error(
+        "field `{field}`: `{value}` cannot be held exactly as a decimal (at most 28 decimal places and 96 bits, about 28 digits)"
+    )]
+    InexactDecimal { field: String, value: String },
     /// A `timestamp` field is not an RFC 3339 timestamp.
     #[error("field `{field}`: `{value}` is not an rfc 3339 timestamp")]
     BadTimestamp { field: String, value: String },
@@ -84,6 +96,7 @@ impl Invalid {
             Invalid::MissingField { .. } => "missing-field",
             Invalid::WrongType { .. } => "wrong-type",
             Invalid::BadDecimal { .. } => "bad-decimal",
+            Invalid::InexactDecimal { .. } => "inexact-decimal",
             Invalid::BadTimestamp { .. } => "bad-timestamp",
             Invalid::MissingHeader { .. } => "missing-header",
             Invalid::HeaderNotUtf8 { .. } => "header-not-utf8",
@@ -126,6 +139,10 @@ mod tests {
             Invalid::BadDecimal {
                 field: field(),
                 value: "x".into(),
+            },
+            Invalid::InexactDecimal {
+                field: field(),
+                value: "1e-29".into(),
             },
             Invalid::BadTimestamp {
                 field: field(),

@@ -23,12 +23,23 @@
 //! escapes strings as serde_json does and keeps serde_json's number
 //! representation: `1` and `1.0` differ (as do `"123"` and `123`); use the
 //! `decimal` or `round:N` normalisers where numeric equality matters.
+//!
+//! Every number is read from its literal text, never through a binary float
+//! alone: `1.000000000000000001` and `1.000000000000000002` are two amounts.
+//! Where serde_json's representation is exactly the literal's value it is
+//! kept, so ordinary numbers hash as they always did; a longer number is
+//! written in an exact form of its own (`number.rs`), and a number its
+//! normaliser cannot hold exactly is refused (`inexact-decimal`).
 
 mod canonical;
 mod error;
 mod fast;
 mod fast_normalise;
+mod fast_scan;
+mod fast_tree;
+mod json;
 mod normalise;
+mod number;
 mod profile;
 
 #[cfg(test)]
@@ -38,8 +49,9 @@ mod tests;
 
 use std::fmt;
 
-use serde_json::Value;
 use sha2::{Digest, Sha256};
+
+use json::{Json, Object};
 
 pub use error::Invalid;
 pub use profile::{FieldSpec, Normaliser, Profile, ProfileError};
@@ -117,9 +129,9 @@ impl fmt::Debug for PayloadDigest {
 /// A single-pass scanner over reused thread-local buffers (`fast.rs`)
 /// decides every record it is sure of, with no heap allocation per record
 /// in steady state (but for the normalisers' uncommon cases, such as
-/// `upper`/`lower` on non-ASCII text, which go through `Value`); anything
-/// else (errors included) goes to [`fingerprint_reference`], whose results
-/// it reproduces byte for byte.
+/// `upper`/`lower` on non-ASCII text, which go through the reference's
+/// tree); anything else (errors included) goes to
+/// [`fingerprint_reference`], whose results it reproduces byte for byte.
 pub fn fingerprint(
     profile: &Profile,
     max_bytes: usize,
@@ -131,10 +143,11 @@ pub fn fingerprint(
     }
 }
 
-/// The reference implementation of [`fingerprint`] (serde_json `Value`,
-/// then canonical JSON into a fresh string): what the fast path must agree
-/// with on every input, and what decides whenever it is not sure. Public
-/// for the claims bench, which times both.
+/// The reference implementation of [`fingerprint`] (serde_json's parse into
+/// a tree that keeps each number's text, then canonical JSON into a fresh
+/// string): what the fast path must agree with on every input, and what
+/// decides whenever it is not sure. Public for the claims bench, which
+/// times both.
 #[doc(hidden)]
 pub fn fingerprint_reference(
     profile: &Profile,
@@ -148,7 +161,7 @@ pub fn fingerprint_reference(
             limit: max_bytes,
         });
     }
-    let parsed = serde_json::from_slice::<Value>(payload);
+    let parsed = json::parse(payload);
     let canonical = parsed.as_ref().ok().map(canonical::to_canonical);
     let digest = payload_digest(canonical.as_deref().map_or(payload, str::as_bytes));
 
@@ -173,7 +186,7 @@ pub fn fingerprint_reference(
                 return Err(Invalid::NoFields);
             }
             let root = match json(payload, &parsed)? {
-                Value::Object(root) => root,
+                Json::Object(root) => root,
                 _ => return Err(Invalid::NotObject),
             };
             let mut entries = Vec::with_capacity(specs.len());
@@ -197,7 +210,7 @@ pub fn fingerprint_reference(
                 replace_at(&mut normalised, name, value.clone());
             }
             let digest =
-                payload_digest(canonical::to_canonical(&Value::Object(normalised)).as_bytes());
+                payload_digest(canonical::to_canonical(&Json::Object(normalised)).as_bytes());
             return Ok(Fingerprint {
                 hash: hash(TAG_FIELDS, form.as_bytes()),
                 digest,
@@ -210,8 +223,8 @@ pub fn fingerprint_reference(
 /// The parsed payload, or why the profile cannot read it as JSON.
 fn json<'a>(
     payload: &[u8],
-    parsed: &'a Result<Value, serde_json::Error>,
-) -> Result<&'a Value, Invalid> {
+    parsed: &'a Result<Json, serde_json::Error>,
+) -> Result<&'a Json, Invalid> {
     if payload.is_empty() {
         return Err(Invalid::EmptyPayload);
     }
@@ -245,7 +258,7 @@ fn header_value<'a>(record: &RecordView<'a>, name: &str) -> Result<&'a str, Inva
 
 /// Sets the value at a dotted path that `normalise::lookup` has already
 /// found, so every step exists and is an object.
-fn replace_at(root: &mut serde_json::Map<String, Value>, path: &str, value: Value) {
+fn replace_at(root: &mut Object, path: &str, value: Json) {
     let mut segments = path.split('.').peekable();
     let mut object = root;
     while let Some(segment) = segments.next() {
@@ -254,7 +267,7 @@ fn replace_at(root: &mut serde_json::Map<String, Value>, path: &str, value: Valu
             return;
         }
         match object.get_mut(segment) {
-            Some(Value::Object(inner)) => object = inner,
+            Some(Json::Object(inner)) => object = inner,
             _ => return,
         }
     }

@@ -2,20 +2,21 @@
 //! its errors, which must name the field.
 
 use super::*;
-use serde_json::json;
+use crate::fingerprint::json::{from_value, parse};
+use serde_json::{json, Value};
 
-fn norm(normaliser: Normaliser, value: Value) -> Result<Value, Invalid> {
-    normalise("f", &normaliser, &value)
+fn norm(normaliser: Normaliser, value: Value) -> Result<Json, Invalid> {
+    normalise("f", &normaliser, &from_value(&value))
 }
 
 fn text(normaliser: Normaliser, value: Value) -> String {
     match norm(normaliser, value) {
-        Ok(Value::String(text)) => text,
+        Ok(Json::String(text)) => text,
         other => panic!("expected a string, got {other:?}"),
     }
 }
 
-fn wrong(expected: &'static str, found: &'static str) -> Result<Value, Invalid> {
+fn wrong(expected: &'static str, found: &'static str) -> Result<Json, Invalid> {
     Err(Invalid::WrongType {
         field: "f".into(),
         expected,
@@ -23,11 +24,31 @@ fn wrong(expected: &'static str, found: &'static str) -> Result<Value, Invalid> 
     })
 }
 
-fn bad_decimal(value: &str) -> Result<Value, Invalid> {
+fn bad_decimal(value: &str) -> Result<Json, Invalid> {
     Err(Invalid::BadDecimal {
         field: "f".into(),
         value: value.into(),
     })
+}
+
+fn inexact(value: &str) -> Result<Json, Invalid> {
+    Err(Invalid::InexactDecimal {
+        field: "f".into(),
+        value: value.into(),
+    })
+}
+
+/// Normalise a JSON number (or any value) given as JSON text, so that a
+/// number reaches the normaliser with its literal text.
+fn from_text(normaliser: Normaliser, text: &str) -> Result<Json, Invalid> {
+    normalise("f", &normaliser, &parse(text.as_bytes()).unwrap())
+}
+
+fn text_from_text(normaliser: Normaliser, text: &str) -> String {
+    match from_text(normaliser, text) {
+        Ok(Json::String(text)) => text,
+        other => panic!("expected a string, got {other:?}"),
+    }
 }
 
 #[test]
@@ -118,25 +139,85 @@ fn decimal_refuses_values_rust_decimal_cannot_hold_exactly() {
     ] {
         assert_eq!(
             norm(Normaliser::Decimal, json!(value)),
-            bad_decimal(value),
+            inexact(value),
             "{value:?}"
         );
+        if serde_json::from_str::<Value>(value).is_ok() {
+            assert_eq!(
+                from_text(Normaliser::Decimal, value),
+                inexact(value),
+                "{value:?} as a number"
+            );
+        }
     }
     assert_eq!(
-        norm(Normaliser::Decimal, json!(1.5e300)),
-        bad_decimal("1.5e+300")
+        from_text(Normaliser::Decimal, "1.5e300"),
+        inexact("1.5e300")
     );
+}
+
+#[test]
+fn decimal_reads_a_number_from_its_literal_text() {
+    for (literal, value) in [
+        ("1.000000000000000001", "1.000000000000000001"),
+        ("1.000000000000000002", "1.000000000000000002"),
+        ("18446744073709551617", "18446744073709551617"),
+        ("-9223372036854775809", "-9223372036854775809"),
+        (
+            "123456789.123456789012345678",
+            "123456789.123456789012345678",
+        ),
+        ("1.5000000000000000000000000000000000000", "1.5"),
+        (
+            "0.000000000000000000000000001",
+            "0.000000000000000000000000001",
+        ),
+        ("100.50", "100.5"),
+        ("1e2", "100"),
+        ("-0", "0"),
+    ] {
+        assert_eq!(
+            text_from_text(Normaliser::Decimal, literal),
+            value,
+            "{literal}"
+        );
+        // The same text as a string agrees.
+        let quoted = format!("\"{literal}\"");
+        assert_eq!(
+            text_from_text(Normaliser::Decimal, &quoted),
+            value,
+            "{quoted}"
+        );
+    }
+}
+
+#[test]
+fn decimal_refuses_a_number_past_28_digits_naming_it() {
+    // Thirty significant digits: rust_decimal would have to round it.
+    let literal = "1234567.89012345678901234567891";
+    let error = from_text(Normaliser::Decimal, literal).unwrap_err();
+    assert_eq!(error, inexact(literal).unwrap_err());
+    assert_eq!(error.code(), "inexact-decimal");
+    assert!(error.to_string().contains(literal), "{error}");
 }
 
 #[test]
 fn decimal_quotes_at_most_the_start_of_a_huge_bad_value() {
     let huge = "9".repeat(10_000);
-    match norm(Normaliser::Decimal, json!(huge)) {
-        Err(Invalid::BadDecimal { field, value }) => {
-            assert_eq!(field, "f");
-            assert!(value.chars().count() < 100);
+    for text in [
+        format!("\"{huge}x\""),
+        format!("\"{huge}\""),
+        format!("0.{huge}"),
+    ] {
+        match from_text(Normaliser::Decimal, &text) {
+            Err(
+                Invalid::BadDecimal { field, value } | Invalid::InexactDecimal { field, value },
+            ) => {
+                assert_eq!(field, "f");
+                assert!(value.chars().count() < 100);
+            }
+            other => panic!("expected BadDecimal or InexactDecimal, got {other:?}"),
         }
-        other => panic!("expected BadDecimal, got {other:?}"),
     }
 }
 
@@ -266,9 +347,12 @@ fn round_rounds_half_away_from_zero_and_strips_trailing_zeros() {
 fn round_takes_arrays_of_numbers_elementwise() {
     assert_eq!(
         norm(Normaliser::Round(6), json!([-74.500000, 40.1, -73.9, 40.9])),
-        Ok(json!(["-74.5", "40.1", "-73.9", "40.9"]))
+        Ok(from_value(&json!(["-74.5", "40.1", "-73.9", "40.9"])))
     );
-    assert_eq!(norm(Normaliser::Round(6), json!([])), Ok(json!([])));
+    assert_eq!(
+        norm(Normaliser::Round(6), json!([])),
+        Ok(Json::Array(Vec::new()))
+    );
     assert_ne!(
         norm(Normaliser::Round(6), json!([5])),
         norm(Normaliser::Round(6), json!(5))
@@ -295,9 +379,58 @@ fn round_refuses_non_numbers_naming_the_field() {
         wrong(expected, "array containing null")
     );
     assert_eq!(
-        norm(Normaliser::Round(6), json!(1.5e300)),
-        bad_decimal("1.5e+300")
+        from_text(Normaliser::Round(6), "1.5e300"),
+        inexact("1.5e300")
     );
+}
+
+#[test]
+fn round_reads_a_number_from_its_literal_text_exactly() {
+    for (literal, places, value) in [
+        // serde_json reads it as 0.1234565, which rounds up.
+        ("0.12345649999999999999", 6, "0.123456"),
+        ("0.12345650000000000000000000000000001", 6, "0.123457"),
+        ("40.71277500000000145519152283668518066406", 6, "40.712775"),
+        ("-74.0059731000000000000000000000001", 6, "-74.005973"),
+        ("2.675", 2, "2.68"),
+        ("1e-400", 6, "0"),
+        ("1e-99999999999999999999", 6, "0"),
+        (
+            "123456789012345678901234567.5",
+            0,
+            "123456789012345678901234568",
+        ),
+        // At 28 places what lies below 1e-28 is cut, as it always was.
+        ("5e-29", 28, "0"),
+        ("1.00000000000000000000000000009", 28, "1"),
+        (
+            "1.0000000000000000000000000009",
+            27,
+            "1.000000000000000000000000001",
+        ),
+        (
+            "1.0000000000000000000000000009",
+            28,
+            "1.0000000000000000000000000009",
+        ),
+    ] {
+        assert_eq!(
+            text_from_text(Normaliser::Round(places), literal),
+            value,
+            "{literal} round:{places}"
+        );
+    }
+}
+
+#[test]
+fn round_refuses_a_number_whose_rounding_no_decimal_holds() {
+    for literal in ["1e29", "79228162514264337593543950336.4", "-1e300"] {
+        assert_eq!(
+            from_text(Normaliser::Round(6), literal),
+            inexact(literal),
+            "{literal}"
+        );
+    }
 }
 
 #[test]
@@ -313,26 +446,34 @@ fn object_keeps_any_value_as_is_for_canonical_writing() {
         json!(123),
         json!(null),
     ] {
-        assert_eq!(norm(Normaliser::Object, value.clone()), Ok(value));
+        assert_eq!(
+            norm(Normaliser::Object, value.clone()),
+            Ok(from_value(&value))
+        );
+    }
+}
+
+fn object(value: Value) -> Object {
+    match from_value(&value) {
+        Json::Object(object) => object,
+        other => panic!("expected an object, got {other:?}"),
     }
 }
 
 #[test]
 fn lookup_follows_dotted_paths() {
-    let root = json!({"a": {"b": {"c": 1}}, "x": 2, "a.b": 3});
-    let root = root.as_object().unwrap();
-    assert_eq!(lookup(root, "a.b.c"), Ok(&json!(1)));
-    assert_eq!(lookup(root, "x"), Ok(&json!(2)));
-    assert_eq!(lookup(root, "a.b"), Ok(&json!({"c": 1})));
+    let root = object(json!({"a": {"b": {"c": 1}}, "x": 2, "a.b": 3}));
+    assert_eq!(lookup(&root, "a.b.c"), Ok(&from_value(&json!(1))));
+    assert_eq!(lookup(&root, "x"), Ok(&from_value(&json!(2))));
+    assert_eq!(lookup(&root, "a.b"), Ok(&from_value(&json!({"c": 1}))));
 }
 
 #[test]
 fn lookup_treats_absent_and_null_as_missing_naming_the_whole_path() {
-    let root = json!({"a": {"b": null}, "n": null});
-    let root = root.as_object().unwrap();
+    let root = object(json!({"a": {"b": null}, "n": null}));
     for path in ["z", "n", "a.b", "a.c", "n.x", "z.y"] {
         assert_eq!(
-            lookup(root, path),
+            lookup(&root, path),
             Err(Invalid::MissingField { field: path.into() }),
             "{path}"
         );
@@ -341,10 +482,9 @@ fn lookup_treats_absent_and_null_as_missing_naming_the_whole_path() {
 
 #[test]
 fn lookup_names_the_non_object_on_the_path() {
-    let root = json!({"a": {"b": "text"}});
-    let root = root.as_object().unwrap();
+    let root = object(json!({"a": {"b": "text"}}));
     assert_eq!(
-        lookup(root, "a.b.c"),
+        lookup(&root, "a.b.c"),
         Err(Invalid::WrongType {
             field: "a.b".into(),
             expected: "object",
@@ -360,5 +500,13 @@ fn number_text_parses_to_digits_and_exponent() {
     assert_eq!(parsed("-0012.0e3"), Some((true, "12".into(), 3)));
     assert_eq!(parsed("1200"), Some((false, "12".into(), 2)));
     assert_eq!(parsed("0.000"), Some((false, String::new(), -3)));
-    assert_eq!(parsed("1e-9223372036854775808"), None);
+    // Exponents past 2^62 saturate there.
+    assert_eq!(
+        parsed("1e-9223372036854775808"),
+        Some((false, "1".into(), -(1 << 62)))
+    );
+    assert_eq!(
+        parsed("12e+000099999999999999999999999"),
+        Some((false, "12".into(), 1 << 62))
+    );
 }

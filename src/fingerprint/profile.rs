@@ -18,9 +18,11 @@ pub(crate) const MAX_ROUND_PLACES: u32 = 28;
 pub enum Normaliser {
     /// An exact decimal (JSON string or number) through rust_decimal with
     /// trailing zeros stripped: "100.50", "100.5000" and 100.5 agree. A
-    /// JSON number is read from serde_json's text of it, which is exact for
-    /// integers within i64/u64 and for decimals of up to 15 significant
-    /// digits (it went through `f64`); longer amounts must be sent as strings.
+    /// JSON number is read from its literal text, never through `f64`, so
+    /// `1.000000000000000001` as a number is that amount, and agrees with
+    /// the string "1.000000000000000001". A value rust_decimal cannot hold
+    /// exactly (more than 28 decimal places, or past its 96-bit range,
+    /// about 28 digits) is refused (`inexact-decimal`), never rounded.
     Decimal,
     /// A JSON string, kept byte for byte.
     String,
@@ -33,7 +35,11 @@ pub enum Normaliser {
     /// two offsets agrees.
     Timestamp,
     /// A number or an array of numbers, each rounded to this many decimal
-    /// places (half away from zero) and stripped of trailing zeros.
+    /// places (half away from zero) and stripped of trailing zeros. The
+    /// number is read from its literal text, so the rounding is that of its
+    /// exact value however many digits it has (at 28 places, what lies
+    /// below 1e-28 is cut); a result past rust_decimal's range is refused
+    /// (`inexact-decimal`).
     Round(u32),
     /// Any JSON value in canonical form (keys sorted, no whitespace).
     Object,

@@ -18,7 +18,7 @@ use crate::config::Config;
 /// the broker gave for it.
 type Seen = Result<usize, String>;
 
-pub(super) fn probe(config: &Config) -> Vec<Finding> {
+pub(crate) fn probe(config: &Config) -> Vec<Finding> {
     let brokers = config.brokers().unwrap_or_default().to_string();
     let properties = config.kafka.iter().map(|(k, v)| (k.as_str(), v.as_str()));
     let client = match consumer(properties) {
@@ -86,6 +86,14 @@ pub(super) fn probe(config: &Config) -> Vec<Finding> {
                 ),
             });
         }
+        let present: Vec<&str> = [&stream.clean, &stream.audit]
+            .into_iter()
+            .filter(|t| matches!(topics.get(t.as_str()), Some(Ok(n)) if *n > 0))
+            .map(String::as_str)
+            .collect();
+        if !present.is_empty() {
+            findings.push(output_limit(config, index, stream, &present));
+        }
         for (name, topic) in [("clean", &stream.clean), ("audit", &stream.audit)] {
             findings.push(match topics.get(topic.as_str()) {
                 Some(Ok(n)) if *n > 0 => {
@@ -102,6 +110,99 @@ pub(super) fn probe(config: &Config) -> Vec<Finding> {
         }
     }
     findings
+}
+
+/// Whether the output topics take every record `max_record_bytes` lets
+/// through (plus what idemgate adds to an output): a topic whose
+/// `max.message.bytes` is lower refuses such an output at produce time,
+/// and `run` refuses the config instead (docs/design.md §10).
+fn output_limit(
+    config: &Config,
+    index: usize,
+    stream: &crate::config::StreamConfig,
+    outputs: &[&str],
+) -> Finding {
+    let field = format!("streams[{index}].max_record_bytes");
+    let needed = stream.max_record_bytes + crate::config::OUTPUT_HEADROOM;
+    let limits = match topic_limits(config, outputs) {
+        Ok(limits) => limits,
+        Err(why) => {
+            return Finding::warn(
+                field,
+                format!("the output topics' max.message.bytes could not be read ({why})"),
+            )
+        }
+    };
+    match limits.iter().min_by_key(|(_, limit)| *limit) {
+        Some((topic, limit)) if *limit < needed => Finding::fail(
+            field,
+            format!(
+                "{} bytes plus {} for key and headers exceed {topic}'s max.message.bytes ({limit}): \
+                 lower it, or raise the topic's limit",
+                stream.max_record_bytes,
+                crate::config::OUTPUT_HEADROOM
+            ),
+        ),
+        _ => Finding::ok(
+            field,
+            format!(
+                "{} bytes (plus {} for key and headers) fit every output topic's max.message.bytes",
+                stream.max_record_bytes,
+                crate::config::OUTPUT_HEADROOM
+            ),
+        ),
+    }
+}
+
+/// An admin client with the config's own properties (TLS, SASL), quiet,
+/// and the options of a request bounded by `REQUEST_TIMEOUT`.
+fn admin(config: &Config) -> Result<(AdminClient<QuietContext>, AdminOptions), String> {
+    let mut client_config = ClientConfig::new();
+    for (key, value) in &config.kafka {
+        client_config.set(key, value);
+    }
+    let admin = client_config
+        .create_with_context(QuietContext)
+        .map_err(|e| e.to_string())?;
+    Ok((
+        admin,
+        AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT)),
+    ))
+}
+
+/// Each topic's `max.message.bytes`, by DescribeConfigs.
+fn topic_limits(config: &Config, topics: &[&str]) -> Result<Vec<(String, usize)>, String> {
+    let (admin, options) = admin(config)?;
+    let resources: Vec<ResourceSpecifier<'_>> =
+        topics.iter().map(|t| ResourceSpecifier::Topic(t)).collect();
+    let results =
+        block_on(admin.describe_configs(&resources, &options)).map_err(|e| e.to_string())?;
+    topics
+        .iter()
+        .zip(results)
+        .map(|(topic, result)| {
+            let resource = result.map_err(|code| format!("{topic}: DescribeConfigs: {code:?}"))?;
+            let limit = resource
+                .get("max.message.bytes")
+                .and_then(|entry| entry.value.as_deref())
+                .and_then(|value| value.parse::<usize>().ok())
+                .ok_or_else(|| format!("{topic}: no max.message.bytes in DescribeConfigs"))?;
+            Ok((topic.to_string(), limit))
+        })
+        .collect()
+}
+
+/// What `run` refuses to start with (docs/design.md §10): an input topic
+/// the brokers do not have, an output topic that could not take the
+/// largest record the stream lets through. Brokers that cannot be asked
+/// refuse nothing: the replica starts, and its monitoring shows what it
+/// cannot read.
+pub(crate) fn refusals(findings: &[Finding]) -> Vec<&Finding> {
+    findings
+        .iter()
+        .filter(|f| f.status == super::check::Status::Fail)
+        .filter(|f| f.subject.ends_with(".inputs") || f.subject.ends_with(".max_record_bytes"))
+        .collect()
 }
 
 fn partitions(n: usize) -> String {
@@ -136,14 +237,7 @@ fn missing_output(field: String, topic: &str, allowed: &Result<bool, String>) ->
 /// The broker's `auto.create.topics.enable`, by DescribeConfigs.
 fn auto_create_topics(config: &Config, broker: Option<i32>) -> Result<bool, String> {
     let broker = broker.ok_or("no broker in the metadata")?;
-    let mut client_config = ClientConfig::new();
-    for (key, value) in &config.kafka {
-        client_config.set(key, value);
-    }
-    let admin: AdminClient<QuietContext> = client_config
-        .create_with_context(QuietContext)
-        .map_err(|e| e.to_string())?;
-    let options = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
+    let (admin, options) = admin(config)?;
     let results = block_on(admin.describe_configs(&[ResourceSpecifier::Broker(broker)], &options))
         .map_err(|e| e.to_string())?;
     let resource = results

@@ -6,7 +6,7 @@
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::kafka::{QuietContext, REQUEST_TIMEOUT};
+use super::kafka::{group_members, QuietContext, REQUEST_TIMEOUT};
 use crate::config::Config;
 
 #[derive(Debug, thiserror::Error)]
@@ -35,20 +35,14 @@ pub(crate) fn client(config: &Config) -> Result<(BaseConsumer<QuietContext>, Str
     Ok((consumer, group))
 }
 
-/// Refused while the group has members (`ListGroups`/`DescribeGroups`).
+/// Refused while the group has members, asked in a way that sees the
+/// members of either group protocol (`kafka::group_members`).
 pub(crate) fn refuse_if_active(
     consumer: &BaseConsumer<QuietContext>,
     group: &str,
 ) -> Result<(), GroupError> {
-    let list = consumer
-        .fetch_group_list(Some(group), REQUEST_TIMEOUT)
+    let members = group_members(consumer.client(), group, REQUEST_TIMEOUT)
         .map_err(|e| GroupError::Kafka(format!("describing group {group}: {e}")))?;
-    let members: usize = list
-        .groups()
-        .iter()
-        .filter(|g| g.name() == group)
-        .map(|g| g.members().len())
-        .sum();
     if members > 0 {
         return Err(GroupError::Active {
             group: group.to_string(),

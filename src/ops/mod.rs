@@ -23,12 +23,12 @@
 //! - `kafka`: the short-lived, quiet Kafka clients these use.
 
 pub mod check;
-mod check_kafka;
+pub(crate) mod check_kafka;
 mod check_redis;
 pub mod group;
 pub mod horizon;
 pub mod horizon_topic;
-mod kafka;
+pub(crate) mod kafka;
 pub mod plan;
 pub mod plan_text;
 pub mod rebuild;

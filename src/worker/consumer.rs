@@ -72,7 +72,20 @@ impl Reader {
         // makes the record `invalid`: its headers cannot be written out as
         // they came.
         let (headers, bad_header_name) = read_headers(message);
+        // The whole record counts against the limit, not just its payload:
+        // the output carries key and headers too, and one the producer or
+        // the broker refuses would be undeliverable instead of `too-large`.
+        let size = message.payload_len()
+            + message.key().map_or(0, <[u8]>::len)
+            + headers
+                .iter()
+                .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
+                .sum::<usize>();
         let print = match bad_header_name {
+            _ if size > *max_bytes => Err(Invalid::TooLarge {
+                size,
+                limit: *max_bytes,
+            }),
             Some(name) => Err(Invalid::HeaderNameNotUtf8 { name }),
             // Only the header profile reads headers.
             None if matches!(profile, Profile::Header { .. }) => {

@@ -15,6 +15,9 @@ use super::pipeline::{answer, Pipeline, FLUSH_PATIENCE};
 use super::poller;
 use super::Worker;
 
+static COMMIT_STUCK: crate::logging::RateLimit =
+    crate::logging::RateLimit::new(Duration::from_secs(30));
+
 impl Worker {
     /// Waits for the round in flight and the deliveries of `partitions`,
     /// publishes what is delivered (retried until acknowledged or out of
@@ -70,11 +73,30 @@ impl Worker {
         } else {
             // The handover's commit is the last word on these partitions:
             // what it fails to say (a done range above a waiting record),
-            // the next owner decides again. Retried while time is left.
+            // the next owner decides again. It goes after the periodic one
+            // still in flight, if any (an older commit landing after it
+            // would put older offsets and done ranges back), and is retried
+            // while time is left.
+            if let Some((_, earlier)) = p.commit_in_flight.take() {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if tokio::time::timeout(left, earlier).await.is_err() {
+                    error!("a periodic commit did not finish before the handover's deadline: committing over it");
+                }
+            }
             let list = self.commit_list(p, Some(partitions));
             let mut backoff = Duration::from_millis(50);
             loop {
-                match self.commit_now(&list, CommitMode::Sync) {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let result = match tokio::time::timeout(left, self.commit_off_loop(list.clone()))
+                    .await
+                {
+                    Ok(result) => result,
+                    Err(_) => {
+                        error!("handover commit unanswered at the deadline: the next owner decides the finished records above the last commit again");
+                        break;
+                    }
+                };
+                match result {
                     Ok(()) => break,
                     Err(error) if Instant::now() + backoff < deadline => {
                         warn!(%error, "handover commit failed: retrying");
@@ -91,30 +113,65 @@ impl Worker {
         Ok(())
     }
 
-    /// Commits each partition's finished prefix, with idemgate's metadata.
-    pub(super) fn commit(&self, p: &mut Pipeline, mode: CommitMode, only: Option<&[Tp]>) {
-        let list = self.commit_list(p, only);
-        if let Err(error) = self.commit_now(&list, mode) {
-            warn!(%error, "commit failed");
+    /// Commits each partition's finished prefix, with idemgate's metadata,
+    /// off the loop: a synchronous commit (one round trip per commit
+    /// interval; an asynchronous one could land after the handover's final
+    /// commit and put older offsets and done ranges back) waits on the
+    /// group coordinator, which can take as long as the brokers are gone,
+    /// and the loop must go on (store rounds, deliveries, stop). One at a
+    /// time: while one is in flight the next interval's commit waits.
+    pub(super) fn commit_periodic(&self, p: &mut Pipeline) {
+        if let Some((since, earlier)) = &p.commit_in_flight {
+            if !earlier.is_finished() {
+                let waited = since.elapsed();
+                if waited >= FLUSH_PATIENCE && COMMIT_STUCK.allow(Instant::now()).is_some() {
+                    warn!(
+                        waited_s = waited.as_secs(),
+                        "a commit is still waiting for the group coordinator: nothing newer is committed meanwhile"
+                    );
+                }
+                return;
+            }
         }
+        let list = self.commit_list(p, None);
+        if list.count() == 0 {
+            p.commit_in_flight = None;
+            return;
+        }
+        let committing = self.commit_off_loop(list);
+        p.commit_in_flight = Some((
+            Instant::now(),
+            tokio::spawn(async move {
+                if let Err(error) = committing.await {
+                    warn!(%error, "commit failed");
+                }
+            }),
+        ));
     }
 
-    /// Commits `list` (nothing when empty); counts what the broker took.
-    fn commit_now(
+    /// Commits `list` synchronously on a blocking thread; counts what the
+    /// broker took.
+    fn commit_off_loop(
         &self,
-        list: &TopicPartitionList,
-        mode: CommitMode,
-    ) -> Result<(), rdkafka::error::KafkaError> {
-        if list.count() == 0 {
-            return Ok(());
-        }
-        match self.consumer.commit(list, mode) {
-            Ok(()) => {
-                crate::metrics::committed();
-                Ok(())
+        list: TopicPartitionList,
+    ) -> impl std::future::Future<Output = Result<(), rdkafka::error::KafkaError>> {
+        let consumer = self.consumer.clone();
+        async move {
+            if list.count() == 0 {
+                return Ok(());
             }
-            Err(error) if poller::is_nothing_to_commit(&error) => Ok(()),
-            Err(error) => Err(error),
+            let committed =
+                tokio::task::spawn_blocking(move || consumer.commit(&list, CommitMode::Sync))
+                    .await
+                    .unwrap_or(Ok(()));
+            match committed {
+                Ok(()) => {
+                    crate::metrics::committed();
+                    Ok(())
+                }
+                Err(error) if poller::is_nothing_to_commit(&error) => Ok(()),
+                Err(error) => Err(error),
+            }
         }
     }
 

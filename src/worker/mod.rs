@@ -15,7 +15,9 @@
 //! - `pressure`: pausing at the in-flight bounds, the waiting gauges;
 //! - `store_lost`: a stream whose store lost its state stops (or passes
 //!   records unverified) and says so;
-//! - `progress`, `client_logs`: what the worker says in its logs.
+//! - `progress`, `client_logs`: what the worker says in its logs;
+//! - `watch`: the polling thread's look at the streams' input partitions
+//!   and at a wait for an assignment.
 
 mod breaker;
 mod client_logs;
@@ -30,6 +32,7 @@ mod pressure;
 mod progress;
 mod store_lost;
 mod transaction;
+mod watch;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
@@ -39,7 +42,7 @@ use anyhow::{Context, Result};
 use rdkafka::consumer::Consumer;
 use rdkafka::ClientConfig;
 
-use crate::config::{Config, Guarantee, StoreConfig, StreamConfig};
+use crate::config::{Config, GroupProtocol, Guarantee, StoreConfig, StreamConfig};
 use crate::store::{ClaimStore, OwnerToken, TopicTag};
 use output::{OutputContext, OutputProducer, Reports};
 use poller::{Event, GroupConsumer, GroupContext, GroupState};
@@ -86,6 +89,11 @@ pub(crate) struct Worker {
     /// poller reads ahead only so far (`batch.read_ahead`).
     unfinished: Arc<std::sync::atomic::AtomicUsize>,
     event_time: bool,
+    /// The consumer group, for what the watch asks its coordinator.
+    group_id: String,
+    /// The producer's `message.max.bytes`: a `too-large` record goes to
+    /// audit without what would not fit in it.
+    sendable: usize,
     max_records: usize,
     linger: std::time::Duration,
     max_in_flight_records: usize,
@@ -108,16 +116,20 @@ const CONSUMER_FIXED: [(&str, &str); 2] = [
 ];
 /// Consumer defaults (README, "librdkafka defaults"); `[kafka]` overrides
 /// them.
-pub const CONSUMER_DEFAULTS: [(&str, &str); 5] = [
+pub const CONSUMER_DEFAULTS: [(&str, &str); 4] = [
     ("group.id", "idemgate"),
     ("auto.offset.reset", "earliest"),
-    ("partition.assignment.strategy", "range,roundrobin"),
     // Lag per partition comes from librdkafka's statistics.
     ("statistics.interval.ms", "5000"),
     // A fetch that finds nothing waits 100 ms, not librdkafka's 500: the
     // first records after a quiet spell are not held half a second.
     ("fetch.wait.max.ms", "100"),
 ];
+/// Consumer defaults of the classic group protocol only: under
+/// `group.protocol = "consumer"` (KIP-848) the broker assigns, and
+/// librdkafka refuses to create a consumer with a client-side assignor.
+pub const CLASSIC_CONSUMER_DEFAULTS: [(&str, &str); 1] =
+    [("partition.assignment.strategy", "range,roundrobin")];
 /// Producer defaults (README, "librdkafka defaults"): outputs that must not
 /// be lost or doubled by the client itself, batched within 5 ms; `[kafka]`
 /// overrides them.
@@ -135,6 +147,11 @@ pub fn client_configs(config: &Config) -> (ClientConfig, ClientConfig) {
     let mut consumer = ClientConfig::new();
     for (key, value) in CONSUMER_DEFAULTS {
         consumer.set(key, value);
+    }
+    if config.group_protocol == GroupProtocol::Classic {
+        for (key, value) in CLASSIC_CONSUMER_DEFAULTS {
+            consumer.set(key, value);
+        }
     }
     let mut producer = ClientConfig::new();
     for (key, value) in PRODUCER_DEFAULTS {
@@ -185,6 +202,10 @@ impl Worker {
         let (sender, events) = tokio::sync::mpsc::channel(16);
         let closing = Arc::new(AtomicBool::new(false));
         let (consumer_config, producer_config) = client_configs(config);
+        let group_id = consumer_config
+            .get("group.id")
+            .unwrap_or("idemgate")
+            .to_string();
         let consumer: GroupConsumer = consumer_config
             .create_with_context(GroupContext {
                 state: group.clone(),
@@ -241,6 +262,8 @@ impl Worker {
             closing,
             unfinished: Arc::default(),
             event_time: matches!(config.store, StoreConfig::Memory { event_time: true }),
+            sendable: config.sendable_bytes(),
+            group_id,
             max_records: config.batch.max_records,
             linger: config.batch.linger,
             max_in_flight_records: config.batch.max_in_flight_records,

@@ -13,7 +13,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::consumer::Consumer;
 use tokio::task::JoinHandle;
 use tracing::{debug, error, info, warn};
 
@@ -85,6 +85,9 @@ pub(crate) struct Pipeline {
     pub(super) tally: Tally,
     /// Exactly once: the open transaction.
     pub(super) txn: super::transaction::Txn,
+    /// At least once: the periodic commit running off the loop
+    /// (`handover.rs`), one at a time.
+    pub(super) commit_in_flight: Option<(Instant, JoinHandle<()>)>,
 }
 
 impl Pipeline {
@@ -102,6 +105,7 @@ impl Pipeline {
             dirty: true,
             committed_at: Instant::now(),
             txn: Default::default(),
+            commit_in_flight: None,
         }
     }
 }
@@ -204,9 +208,16 @@ impl Worker {
         };
         let configs: Vec<_> = self.streams.iter().map(|s| s.config.clone()).collect();
         let reader = Reader::new(&configs);
+        let watch = super::watch::Watch::new(
+            self.group_id.clone(),
+            configs
+                .iter()
+                .map(|s| (s.spec.name.clone(), s.inputs.clone()))
+                .collect(),
+        );
         Ok(std::thread::Builder::new()
             .name("idemgate-poll".into())
-            .spawn(move || poller::poll(consumer, events, closing, reader, batch))?)
+            .spawn(move || poller::poll(consumer, events, closing, reader, batch, watch))?)
     }
 
     /// One turn: the next round, the sends, the commits, the bounds.
@@ -231,12 +242,7 @@ impl Worker {
         }
         if !self.transactional && now.duration_since(p.committed_at) >= self.commit_interval {
             p.committed_at = now;
-            // Synchronous, an RTT per interval: an asynchronous commit
-            // still in flight (or retried by librdkafka) could land after
-            // the handover's final commit and put older offsets and done
-            // ranges back; the next owner then decided records above a
-            // waiting one again (two audit outputs, seen under load).
-            self.commit(p, CommitMode::Sync, None);
+            self.commit_periodic(p);
         }
         self.bound(p);
         if now.duration_since(p.gauges_at) >= Duration::from_secs(1) {
@@ -454,7 +460,7 @@ impl Worker {
             topic,
             input: &record.input,
             decision_headers,
-            carry: carry_of(decision),
+            carry: carry_of(decision, &record.input, self.sendable),
         };
         let slot = p.sent.insert((tp.clone(), offset, record.epoch));
         send(&self.producer, &self.reports, &output, slot);
@@ -491,10 +497,23 @@ fn trace_id(input: &Input) -> String {
 
 /// What of its input a decision's output carries: all of it, but for a
 /// record whose output the broker refused.
-fn carry_of(decision: &Decision) -> Carry {
+fn carry_of(decision: &Decision, input: &Input, sendable: usize) -> Carry {
+    // What idemgate adds to an output (decision headers) fits in this.
+    let fits = |carry: Carry| carry.bytes(input) + crate::config::OUTPUT_HEADROOM <= sendable;
     match decision {
         Decision::Invalid(Invalid::Undeliverable { bare: false, .. }) => Carry::NoPayload,
         Decision::Invalid(Invalid::Undeliverable { bare: true, .. }) => Carry::Bare,
+        // Too large for the stream is not too large for the producer: it
+        // goes whole where it can, else without what it cannot carry,
+        // decided `too-large` before any produce (not refused, then
+        // `undeliverable`).
+        Decision::Invalid(Invalid::TooLarge { .. }) if !fits(Carry::Whole) => {
+            if fits(Carry::NoPayload) {
+                Carry::NoPayload
+            } else {
+                Carry::Bare
+            }
+        }
         _ => Carry::Whole,
     }
 }

@@ -10,6 +10,16 @@
 //! blocks on the loop's acknowledgement. Assignments carry the committed
 //! offsets with their metadata, read in the callback, so the loop can raise
 //! watermarks from idemgate-written commits (docs/design.md §7).
+//!
+//! Eager or incremental, the loop is told per partition: an eager rebalance
+//! (the classic protocol's `range,roundrobin`, idemgate's default) revokes
+//! every partition and assigns the new set; an incremental one
+//! (`cooperative-sticky`, and every rebalance under `group.protocol =
+//! "consumer"`, KIP-848) revokes only the partitions that move and assigns
+//! only the ones that arrive, the others flowing on. So a revoke hands over
+//! exactly its list, an assignment adds exactly its list, and what the
+//! consumer owns after either is asked of librdkafka, never inferred from
+//! the list.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc as sync_mpsc, Arc};
@@ -83,6 +93,12 @@ impl ClientContext for GroupContext {
     }
 }
 
+/// How many partitions the consumer owns now (after the assign or revoke
+/// librdkafka has just applied, inside the callback).
+fn owned(consumer: &BaseConsumer<GroupContext>) -> usize {
+    consumer.assignment().map_or(0, |list| list.count())
+}
+
 fn partitions_of(list: &TopicPartitionList) -> Vec<Tp> {
     list.elements()
         .iter()
@@ -91,12 +107,15 @@ fn partitions_of(list: &TopicPartitionList) -> Vec<Tp> {
 }
 
 impl ConsumerContext for GroupContext {
-    fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         let Rebalance::Revoke(list) = rebalance else {
             return;
         };
         self.state.revocations.fetch_add(1, Ordering::SeqCst);
-        self.state.assigned.store(false, Ordering::SeqCst);
+        // Eager: everything goes. Incremental: what is not in the list stays.
+        let kept = owned(consumer).saturating_sub(list.count());
+        self.state.assigned.store(kept > 0, Ordering::SeqCst);
+        crate::metrics::lag_gone(list.elements().iter().map(|e| (e.topic(), e.partition())));
         if self.closing.load(Ordering::SeqCst) || list.count() == 0 {
             return;
         }
@@ -117,6 +136,7 @@ impl ConsumerContext for GroupContext {
         match acked.recv_timeout(REVOKE_PATIENCE) {
             Ok(()) => info!(
                 partitions = count,
+                kept,
                 took_ms = started.elapsed().as_millis() as u64,
                 "revoked: partitions handed over (what finished is published and committed, unless the commit failed above)"
             ),
@@ -147,13 +167,23 @@ impl ConsumerContext for GroupContext {
                             (tp, found)
                         })
                         .collect::<Vec<_>>();
-                info!(partitions = partitions.len(), "assigned");
-                let _ = self.events.blocking_send(Event::Assigned(partitions));
+                // `partitions`: all it owns now (eager: the list; incremental:
+                // the list added to what it kept).
+                let now = owned(consumer);
+                info!(partitions = now, added = partitions.len(), "assigned");
+                // An incremental rebalance that only revoked ends with an
+                // empty assignment: nothing for the loop (a new assignment
+                // moves the owner token's attempt on, docs/design.md §4.3).
+                if !partitions.is_empty() {
+                    let _ = self.events.blocking_send(Event::Assigned(partitions));
+                }
+                self.state.assigned.store(now > 0, Ordering::SeqCst);
+            }
+            Rebalance::Revoke(_) => {
                 self.state
                     .assigned
-                    .store(list.count() > 0, Ordering::SeqCst);
+                    .store(owned(consumer) > 0, Ordering::SeqCst);
             }
-            Rebalance::Revoke(_) => {}
             Rebalance::Error(error) => warn!(%error, "rebalance error"),
         }
     }
@@ -231,9 +261,11 @@ pub(crate) fn poll(
     stop: Arc<AtomicBool>,
     reader: Reader,
     batching: Batching,
+    mut watch: super::watch::Watch,
 ) {
     let (max, linger) = (batching.max, batching.linger);
     while !stop.load(Ordering::SeqCst) {
+        watch.tick(&consumer, Instant::now());
         batching.hold_off(&stop);
         let mut batch: Vec<Arrival> = Vec::with_capacity(max);
         let mut deadline = None;

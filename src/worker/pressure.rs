@@ -95,7 +95,9 @@ impl Worker {
     pub(super) fn gauges(&self, p: &mut Pipeline, now: Instant) {
         crate::metrics::in_flight(p.flight.batches_in_flight());
         let mut per_stream = vec![(0usize, Duration::ZERO); self.streams.len()];
+        let mut owned = vec![0usize; self.streams.len()];
         for (_, partition) in p.flight.partitions() {
+            owned[partition.stream] += 1;
             for record in partition.waiting() {
                 let (count, oldest) = &mut per_stream[record.stream];
                 *count += 1;
@@ -112,6 +114,9 @@ impl Worker {
                         "records wait on claims whose holders have not settled: a holder's partition may be stuck or abandoned (never taken over on a timer)");
                 }
             }
+        }
+        for (runtime, owned) in self.streams.iter().zip(owned) {
+            crate::metrics::partitions_assigned(&runtime.config.spec.name, owned);
         }
         for line in p.progress.due(now) {
             line.log();

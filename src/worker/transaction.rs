@@ -65,8 +65,8 @@ impl Worker {
     /// Before a handover (a revoke, a stop): reads nothing more and runs
     /// the loop until every record read is finished, or waits on a holder
     /// elsewhere, or `DRAIN` passes. The commit then covers everything
-    /// delivered in its offsets alone, not in its metadata, which some
-    /// brokers do not keep for transactional commits (Tansu).
+    /// delivered in its offsets alone, not only in its metadata (a broker
+    /// that dropped transactional offset metadata would lose it).
     pub(super) async fn drain(&self, p: &mut Pipeline) -> Result<()> {
         let until = Instant::now() + DRAIN;
         while Instant::now() < until && !p.flight.drained() {

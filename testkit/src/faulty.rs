@@ -10,8 +10,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use idemgate::store::{
-    Claim, ClaimStore, IdentityFound, Millis, Publish, RoundAnswer, StoreError, StoreIdentity,
-    StoreStats, StreamId,
+    Claim, ClaimOutcome, ClaimStore, Coordinates, IdentityFound, Millis, Publish, RoundAnswer,
+    StoreError, StoreIdentity, StoreStats, StreamId,
 };
 
 /// What the store does with a round.
@@ -28,9 +28,9 @@ pub enum Fault {
     /// Refuses, unapplied, every round that carries a publish; claims
     /// alone go through.
     RefusePublishes = 3,
-    /// Answers the next round that carries claims, then goes `Down`: the
-    /// records it claimed are produced and delivered, and their publish
-    /// cannot land.
+    /// Answers rounds that carry claims until one wins a claim, then goes
+    /// `Down`: the records it won are produced and delivered, and their
+    /// publish cannot land.
     DownAfterClaims = 4,
 }
 
@@ -41,6 +41,12 @@ pub struct FaultyStore {
     budget: AtomicU64,
     /// Rounds that met a fault.
     faulted: AtomicU64,
+    /// The claims `DownAfterClaims` let through and the worker won.
+    won_before_down: std::sync::Mutex<Vec<Coordinates>>,
+    /// Rounds refused while down that would have settled one of those
+    /// claims (a raise over it, its done flag): it was delivered, and its
+    /// settlement could not land.
+    refused_settlements: AtomicU64,
 }
 
 impl FaultyStore {
@@ -50,6 +56,8 @@ impl FaultyStore {
             fault: AtomicU8::new(Fault::None as u8),
             budget: AtomicU64::new(0),
             faulted: AtomicU64::new(0),
+            won_before_down: std::sync::Mutex::new(Vec::new()),
+            refused_settlements: AtomicU64::new(0),
         }
     }
 
@@ -81,6 +89,29 @@ impl FaultyStore {
         self.faulted.load(Ordering::SeqCst)
     }
 
+    /// Rounds refused while down that would have settled a claim won in
+    /// the round `DownAfterClaims` let through: the evidence that a
+    /// delivered record was left unsettled.
+    pub fn refused_settlements(&self) -> u64 {
+        self.refused_settlements.load(Ordering::SeqCst)
+    }
+
+    /// Whether `publish` settles a claim won just before the outage.
+    fn settles_a_won_claim(&self, publish: &Publish) -> bool {
+        let won = self
+            .won_before_down
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        won.iter().any(|c| {
+            publish.done.iter().any(|d| d.holder == *c)
+                || publish.raises.iter().any(|r| {
+                    r.topic == c.topic
+                        && r.partition == c.partition
+                        && (r.start..r.end).contains(&c.offset)
+                })
+        })
+    }
+
     fn hit(&self, what: &str) -> StoreError {
         self.faulted.fetch_add(1, Ordering::SeqCst);
         let left = self.budget.load(Ordering::SeqCst);
@@ -104,7 +135,12 @@ impl ClaimStore for FaultyStore {
     ) -> Result<RoundAnswer, StoreError> {
         match self.fault() {
             Fault::None => self.inner.round(publish, claims, read).await,
-            Fault::Down => Err(self.hit("store down")),
+            Fault::Down => {
+                if self.settles_a_won_claim(publish) {
+                    self.refused_settlements.fetch_add(1, Ordering::SeqCst);
+                }
+                Err(self.hit("store down"))
+            }
             Fault::LosePublishAnswers if !publish.is_empty() => {
                 self.inner.round(publish, claims, read).await?;
                 Err(self.hit("answer lost after the writes"))
@@ -112,7 +148,21 @@ impl ClaimStore for FaultyStore {
             Fault::RefusePublishes if !publish.is_empty() => Err(self.hit("publish refused")),
             Fault::DownAfterClaims if !claims.is_empty() => {
                 let answer = self.inner.round(publish, claims, read).await;
-                self.fault.store(Fault::Down as u8, Ordering::SeqCst);
+                if let Ok(answer) = &answer {
+                    let won: Vec<Coordinates> = claims
+                        .iter()
+                        .zip(&answer.outcomes)
+                        .filter(|(_, o)| matches!(o, ClaimOutcome::Won { .. }))
+                        .map(|(c, _)| c.holder)
+                        .collect();
+                    if !won.is_empty() {
+                        self.won_before_down
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .extend(won);
+                        self.fault.store(Fault::Down as u8, Ordering::SeqCst);
+                    }
+                }
                 answer
             }
             Fault::LosePublishAnswers | Fault::RefusePublishes | Fault::DownAfterClaims => {

@@ -35,9 +35,10 @@ the moment the group's committed offsets cover every record). For the clean runs
 the first scrape of a replica's /metrics (every 10 ms) that shows a store round started \
 (`idemgate_batch_records`, recorded as the first poll's records are claimed); for the counting \
 runs the same metric seen by the tapped recorder; the passthrough notes its own first poll. \
-Completion is judged from the committed offsets against the offsets the loader got back for \
-every record (never from Tansu's high watermark, which is wrong); the harness polls every \
-50 ms. With two replicas the window includes the rebalance when the second joins. *Per \
+Completion is judged from the committed offsets against each partition's high watermark, \
+read once after the load (the topic is written by the loader alone, and the watermarks are \
+checked to add up to the records it had acknowledged); the harness polls every 50 ms. With \
+two replicas the window includes the rebalance when the second joins. *Per \
 replica* is that divided by the replicas.\n\
 - **decision latency** (p50, p99), per record: read from the worker's own histogram \
 `idemgate_decision_latency_seconds` (\"from a record's poll to its output's delivery \
@@ -54,9 +55,9 @@ with the whole topic as a backlog the worker keeps that window full, so the medi
 to the records in flight over the records/s. The passthrough \
 measures the same span itself (poll to delivery report); the baseline from the consumer \
 handing over the record to its output's acknowledgement.\n\
-- **worker, Tansu and Redis CPU per million records**: user + system CPU seconds \
+- **worker, Kafka and Redis CPU per million records**: user + system CPU seconds \
 (`/proc/<pid>/stat`) of the replica processes (or the passthrough or baseline process), of the \
-Tansu broker and of the redis-server the bench owns, from `go` to the moment every record is \
+Kafka broker's JVM and of the redis-server the bench owns, from `go` to the moment every record is \
 committed, per million records of the run. They share the machine's cores with each other and \
 with the harness (see Machine and versions). A replica logs at the default level, to a file.\n\
 - **store rounds per batch** (counting runs): a batch is a store round carrying claims; store \

@@ -2,10 +2,11 @@
 //! before anything is timed, and the watcher that tells when a consumer
 //! group has committed every record.
 //!
-//! Tansu's high watermark is wrong (the first offset of the last batch + 1),
-//! so completion is never judged from it: the loader keeps the offset of
-//! every record it produced, and a run is complete when the group's
-//! committed offset of every partition is past the last of them.
+//! A run is complete when the group's committed offset of every partition
+//! reaches that partition's high watermark, read once after the load: the
+//! raw topic is fresh and written by the loader alone, without
+//! transactions, so its offsets are the records (the watermarks are checked
+//! to add up to the records the loader had acknowledged).
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -18,6 +19,8 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+use super::children::ChildProcess;
+use super::runs::unix_us;
 use idemgate_testkit::feed::Workload;
 
 /// A line on stderr rewritten in place (carriage return), at most five
@@ -91,17 +94,19 @@ pub(crate) async fn create_topics(brokers: &str, topics: &[&str], partitions: i3
     .context("creating topics")
 }
 
-/// Where the loaded records are: per partition, the offset after the last.
+/// Where the loaded records are.
 #[derive(Clone, Debug)]
 pub(crate) struct Loaded {
     pub topic: String,
+    /// Per partition, its high watermark after the load.
     pub ends: Vec<i64>,
     pub records: u64,
     pub seconds: f64,
 }
 
 /// Produces every record of the workload in arrival order, as fast as the
-/// broker takes them, and waits for every delivery report.
+/// broker takes them, waits for every delivery report, and reads where
+/// each partition ends.
 pub(crate) async fn load(
     brokers: &str,
     topic: &str,
@@ -125,7 +130,6 @@ pub(crate) async fn load(
     let total = workload.records.len() as u64;
     let mut progress = Progress::new(format!("loading {topic}"), total);
     let started = Instant::now();
-    let mut ends = vec![0i64; partitions as usize];
     let mut acked = 0u64;
     let mut inflight = FuturesUnordered::new();
     const WINDOW: usize = 200_000;
@@ -154,29 +158,46 @@ pub(crate) async fn load(
                         tokio::time::sleep(Duration::from_millis(5)).await;
                         continue;
                     };
-                    note(result, &mut ends, &mut acked)?;
+                    note(result, &mut acked)?;
                 }
                 Err((error, _)) => return Err(error).context("queueing a record"),
             }
         }
         while inflight.len() >= WINDOW {
             if let Some(result) = inflight.next().await {
-                note(result, &mut ends, &mut acked)?;
+                note(result, &mut acked)?;
             }
         }
         progress.update(acked);
     }
     while let Some(result) = inflight.next().await {
-        note(result, &mut ends, &mut acked)?;
+        note(result, &mut acked)?;
         progress.update(acked);
     }
     progress.finish(acked);
     producer.flush(Duration::from_secs(30))?;
+    let seconds = started.elapsed().as_secs_f64();
+    let ends = tokio::task::block_in_place(|| {
+        (0..partitions)
+            .map(|p| {
+                let (_, high) =
+                    producer
+                        .client()
+                        .fetch_watermarks(topic, p, Duration::from_secs(10))?;
+                Ok(high)
+            })
+            .collect::<Result<Vec<i64>>>()
+    })
+    .with_context(|| format!("reading the high watermarks of {topic}"))?;
+    let held: i64 = ends.iter().sum();
+    if held != acked as i64 {
+        bail!("{topic} holds {held} records by its high watermarks; the loader had {acked} acknowledged");
+    }
     Ok(Loaded {
         topic: topic.to_string(),
         ends,
         records: acked,
-        seconds: started.elapsed().as_secs_f64(),
+        seconds,
     })
 }
 
@@ -185,18 +206,70 @@ fn note(
         rdkafka::producer::future_producer::OwnedDeliveryResult,
         futures::channel::oneshot::Canceled,
     >,
-    ends: &mut [i64],
     acked: &mut u64,
 ) -> Result<()> {
     match result {
-        Ok(Ok(delivery)) => {
-            let end = &mut ends[delivery.partition as usize];
-            *end = (*end).max(delivery.offset + 1);
+        Ok(Ok(_)) => {
             *acked += 1;
             Ok(())
         }
         Ok(Err((error, _))) => Err(error).context("a record was not delivered"),
         Err(_) => bail!("the producer dropped a delivery report"),
+    }
+}
+
+/// Watches the group until every record is committed; returns the unix µs
+/// it saw the last one.
+pub(crate) async fn watch(
+    brokers: &str,
+    group: &str,
+    loaded: &Loaded,
+    label: &str,
+    children: &mut [ChildProcess],
+) -> Result<i64> {
+    let watcher = CommitWatch::new(brokers, group, loaded)?;
+    let mut progress = Progress::new(label, loaded.records);
+    let mut last = (0u64, Instant::now());
+    let mut failed: Option<String> = None;
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let done = match tokio::task::block_in_place(|| watcher.committed()) {
+            Ok((done, true)) => {
+                let at = unix_us();
+                progress.finish(done);
+                return Ok(at);
+            }
+            Ok((done, false)) => {
+                progress.update(done);
+                done
+            }
+            // Until the group's coordinator is up (a fresh broker makes
+            // __consumer_offsets on the first group request and then loads
+            // it) the read fails with NotCoordinator or a load in progress:
+            // no reading this time. A lasting failure meets the bound below.
+            Err(error) => {
+                failed = Some(format!("{error:#}"));
+                last.0
+            }
+        };
+        if done != last.0 {
+            last = (done, Instant::now());
+        } else if last.1.elapsed() > Duration::from_secs(90) {
+            eprintln!();
+            let tails: Vec<String> = children.iter().map(|c| c.tail()).collect();
+            bail!(
+                "{label}: no offset committed for 90s at {done} of {} (last failed read: {})\n{}",
+                loaded.records,
+                failed.as_deref().unwrap_or("none"),
+                tails.join("\n")
+            );
+        }
+        for child in children.iter_mut() {
+            if child.exited() {
+                eprintln!();
+                bail!("{label}: a replica exited\n{}", child.tail());
+            }
+        }
     }
 }
 

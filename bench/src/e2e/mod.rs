@@ -1,8 +1,9 @@
 //! `idemgate-bench e2e`: the end-to-end benchmark an operator sizes a
 //! deployment with.
 //!
-//! On one machine, against a Tansu broker and a redis-server the bench
-//! starts for itself on spare loopback ports:
+//! On one machine, against an Apache Kafka broker (one KRaft node, from
+//! the jars the test services cached) and a redis-server the bench starts
+//! for itself on spare loopback ports:
 //!
 //! 1. loads, before anything is timed, a raw topic of N bank-txn records
 //!    (200 bytes, a tenth of them redeliveries along a retry ladder);
@@ -12,7 +13,7 @@
 //!    mode and in tiered mode on both tier-2 backends, each *clean*: nothing
 //!    of the bench in its path (direct Redis connection, plain store, the
 //!    product's recorder); records/s end to end, decision latency from the
-//!    worker's own histogram on /metrics, CPU of the worker, Tansu and Redis
+//!    worker's own histogram on /metrics, CPU of the worker, Kafka and Redis
 //!    per million records, Redis memory per key;
 //! 4. runs each mode once more as a *counting* run (one replica by default):
 //!    through the round-trip proxy and the counting store, for Redis round
@@ -59,10 +60,9 @@ use anyhow::{bail, Context, Result};
 
 use crate::proxy;
 use idemgate_testkit::feed::Workload;
-use idemgate_testkit::servers::Tansu;
 use runs::{Dataset, Mode, Setup};
-use services::Redis;
-pub(crate) use services::{on_path, test_services_env};
+pub(crate) use services::{kafka_libs, kafka_version, on_path};
+use services::{Broker, Redis};
 
 /// `idemgate-bench e2e` options.
 #[derive(clap::Args, Clone, Debug)]
@@ -110,10 +110,11 @@ pub struct BenchArgs {
     /// Records per batch (the worker's `batch.max_records`).
     #[arg(long, default_value_t = 1000)]
     pub batch: usize,
-    /// The Tansu binary [default: IDEMGATE_TEST_TANSU from
-    /// target/test-services/env, else `tansu` on PATH].
+    /// The folder of Apache Kafka's jars, broker and tools
+    /// [default: IDEMGATE_TEST_KAFKA_LIBS, from the environment or from
+    /// target/test-services/env].
     #[arg(long)]
-    pub tansu: Option<PathBuf>,
+    pub kafka_libs: Option<PathBuf>,
     /// The redis-server binary [default: `redis-server` on PATH].
     #[arg(long)]
     pub redis_server: Option<PathBuf>,
@@ -150,14 +151,6 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     }
 }
 
-fn tansu_binary(args: &BenchArgs) -> Result<PathBuf> {
-    args.tansu
-        .clone()
-        .or_else(|| test_services_env("IDEMGATE_TEST_TANSU").map(PathBuf::from))
-        .or_else(|| on_path("tansu"))
-        .context("no tansu: pass --tansu, or run scripts/test-services.sh start")
-}
-
 async fn redisbloom_module(args: &BenchArgs) -> Option<PathBuf> {
     if let Some(path) = &args.redisbloom_module {
         return Some(path.clone());
@@ -165,7 +158,7 @@ async fn redisbloom_module(args: &BenchArgs) -> Option<PathBuf> {
     if let Ok(path) = std::env::var("IDEMGATE_REDISBLOOM_SO") {
         return Some(PathBuf::from(path));
     }
-    let url = test_services_env("IDEMGATE_TEST_REDISBLOOM_URL")?;
+    let url = services::test_services_env("IDEMGATE_TEST_REDISBLOOM_URL")?;
     services::module_field(&url, "bf", "path")
         .await
         .ok()
@@ -184,8 +177,8 @@ async fn load(setup: &Setup, name: &str, records: u64, args: &BenchArgs) -> Resu
     let end_ms = idemgate::worker::wall_ms();
     let workload = Workload::generate(records, args.duplicates, args.feed_rate, end_ms);
     let topic = format!("{}.{name}", setup.run_id);
-    kafka::create_topics(&setup.tansu.brokers, &[&topic], setup.partitions).await?;
-    let loaded = kafka::load(&setup.tansu.brokers, &topic, setup.partitions, &workload).await?;
+    kafka::create_topics(&setup.broker.brokers, &[&topic], setup.partitions).await?;
+    let loaded = kafka::load(&setup.broker.brokers, &topic, setup.partitions, &workload).await?;
     if loaded.records != workload.records.len() as u64 {
         bail!(
             "loaded {} of {} records",
@@ -214,7 +207,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
         .iter()
         .map(|m| Mode::parse(m))
         .collect::<Result<_>>()?;
-    let tansu_bin = tansu_binary(&args)?;
+    let kafka_libs = kafka_libs(args.kafka_libs.as_deref())?;
     let redis_bin = args
         .redis_server
         .clone()
@@ -229,12 +222,12 @@ async fn bench(args: BenchArgs) -> Result<()> {
     let dir = std::path::absolute(args.work_dir.join(&run_id))?;
     std::fs::create_dir_all(&dir)?;
     eprintln!("bench {run_id}: logs in {}", dir.display());
-    let tansu = Tansu::start(&tansu_bin, &dir)?;
+    let broker = Broker::start(&kafka_libs, &dir).await?;
     let redis = Redis::start(&redis_bin, module.as_deref(), &dir).await?;
     let upstream = format!("127.0.0.1:{}", redis.server.port).parse()?;
     let (proxy_address, proxy) = proxy::start(upstream).await?;
     let setup = Setup {
-        tansu,
+        broker,
         redis,
         proxy_url: format!("redis://{proxy_address}"),
         proxy,

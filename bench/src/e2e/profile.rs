@@ -1,5 +1,6 @@
 //! Where the CPU goes, measured with `perf` (Linux): a sampling profile of
-//! the replica, Tansu and redis-server over one timed run, flat (no call
+//! the replica, the Kafka broker (a JVM: its JIT-compiled code shows
+//! without symbols) and redis-server over one timed run, flat (no call
 //! graphs: release builds have no frame pointers), folded per process into
 //! the components an operator can act on.
 

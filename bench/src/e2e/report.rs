@@ -132,8 +132,12 @@ fn versions(setup: &Setup) -> Vec<(String, String)> {
         ),
         (
             "broker".into(),
-            format!("{}, memory storage engine", setup.tansu.version),
+            format!(
+                "{} (KRaft, one node: broker and controller in one JVM, `{}`; its log on local disk)",
+                setup.broker.version, setup.broker.heap
+            ),
         ),
+        ("Java".into(), setup.broker.java.clone()),
         ("redis".into(), setup.redis.version.clone()),
     ];
     if let Some(bloom) = &setup.redis.bloom_version {
@@ -316,7 +320,7 @@ impl Report {
     /// The main table, for stdout and the Markdown alike.
     pub fn table(&self) -> String {
         let mut out = String::new();
-        out.push_str("| run | records | records/s | per replica | x passthrough | p50 ms | p99 ms | worker CPU s / M | Tansu CPU s / M | Redis CPU s / M | Redis round trips / batch | Redis commands / batch | store rounds / batch | tier-1 bytes / key | tier-2 bits / key |\n");
+        out.push_str("| run | records | records/s | per replica | x passthrough | p50 ms | p99 ms | worker CPU s / M | Kafka CPU s / M | Redis CPU s / M | Redis round trips / batch | Redis commands / batch | store rounds / batch | tier-1 bytes / key | tier-2 bits / key |\n");
         out.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
         let mut borrowed = false;
         for r in self.all_runs() {
@@ -354,7 +358,7 @@ impl Report {
                 opt(r.latency_p50_ms, 1),
                 opt(r.latency_p99_ms, 1),
                 r.worker_cpu_s_per_million,
-                r.tansu_cpu_s_per_million,
+                r.kafka_cpu_s_per_million,
                 r.redis_cpu_s_per_million,
                 memory.map_or("".into(), |m| format!("{:.0}", m.tier1_bytes_per_key)),
                 memory
@@ -388,8 +392,8 @@ impl Report {
         let _ = writeln!(
             md,
             "Generated {} by `{}` in {:.1} minutes (`scripts/bench.sh` runs it: it starts the test \
-             services for the Tansu binary and the RedisBloom module, then `cargo run --release -p \
-             idemgate-bench -- e2e \"$@\"`). Every figure below comes from that run; regenerate rather than edit.\n",
+             services for Apache Kafka's jars and the RedisBloom module, then `cargo run \
+             --release -p idemgate-bench -- e2e \"$@\"`). Every figure below comes from that run; regenerate rather than edit.\n",
             self.generated_at,
             self.command,
             self.total_seconds / 60.0
@@ -400,11 +404,11 @@ impl Report {
         }
         md.push_str(
             "\nEverything runs on this one machine and shares its cores: the worker replicas \
-             (child processes), the Tansu broker, the redis-server, and the harness (the commit \
-             watcher; in the counting runs also its Redis round-trip proxy). The bench starts its \
-             own Tansu and redis-server on spare loopback ports, so no other session's keys or \
-             topics are in its figures. Redis runs with `maxmemory-policy noeviction`, no \
-             persistence.\n\n",
+             (child processes), the Kafka broker (one JVM), the redis-server, and the harness \
+             (the commit watcher; in the counting runs also its Redis round-trip proxy). The \
+             bench starts its own Kafka broker and redis-server on spare loopback ports, so no \
+             other session's keys or topics are in its figures. Redis runs with \
+             `maxmemory-policy noeviction`, no persistence.\n\n",
         );
         self.workload_section(&mut md);
         md.push_str(super::definitions::RUNS);

@@ -72,7 +72,7 @@ impl Report {
     fn cpu_section(&self, md: &mut String) {
         md.push_str("### CPU\n\n");
         md.push_str("CPU seconds per million records, and cores busy (CPU seconds / the seconds they were counted over; the machine has 2), from `/proc/<pid>/stat` of each process the bench owns, read before `go` and once every record is committed: the CPU window, which holds the group join before the first poll and so is longer than the wall time records/s is taken over. *Anything else* is the machine's busy time (`/proc/stat`) less the run's own processes: other work on the machine that competed with the run. The counting runs are listed for what the counting costs; their figures are not the mode's.\n\n");
-        md.push_str("| run | wall s | CPU window s | records/s | worker | Tansu | redis-server | harness | anything else | total | worker s / M | Tansu s / M | Redis s / M | RSS MiB: worker peak, Tansu, redis-server |\n");
+        md.push_str("| run | wall s | CPU window s | records/s | worker | Kafka | redis-server | harness | anything else | total | worker s / M | Kafka s / M | Redis s / M | RSS MiB: worker peak, Kafka, redis-server |\n");
         md.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
         for r in self.every_run() {
             let w = r.cpu_window_s.max(1e-9);
@@ -84,16 +84,16 @@ impl Report {
                 r.cpu_window_s,
                 rate(r.records_per_s),
                 r.worker_cpu_s / w,
-                r.tansu_cpu_s / w,
+                r.kafka_cpu_s / w,
                 r.redis_cpu_s / w,
                 r.harness_cpu_s / w,
                 r.other_cpu_s / w,
-                (r.worker_cpu_s + r.tansu_cpu_s + r.redis_cpu_s + r.harness_cpu_s + r.other_cpu_s) / w,
+                (r.worker_cpu_s + r.kafka_cpu_s + r.redis_cpu_s + r.harness_cpu_s + r.other_cpu_s) / w,
                 r.worker_cpu_s_per_million,
-                r.tansu_cpu_s_per_million,
+                r.kafka_cpu_s_per_million,
                 r.redis_cpu_s_per_million,
                 r.worker_peak_rss_mb,
-                r.tansu_rss_mb,
+                r.kafka_rss_mb,
                 r.redis_rss_mb,
             );
         }

@@ -8,12 +8,12 @@ use anyhow::{bail, Result};
 
 use super::baseline::BaselineSpec;
 use super::children::ChildProcess;
-use super::kafka::{create_topics, CommitWatch, Progress};
+use super::kafka::{create_topics, watch, CommitWatch, Progress};
 use super::memory;
 use super::passthrough::PassthroughSpec;
 use super::replica::{Report, Role, CONNECTED, GO, STOP};
 use super::runs::{
-    config, cpu_now, watch, Dataset, Endpoints, Kind, Mode, RunResult, Setup, LINGER_MS, PREFIX,
+    config, cpu_now, Dataset, Endpoints, Kind, Mode, RunResult, Setup, LINGER_MS, PREFIX,
 };
 
 /// The passthrough over the whole dataset, one process, with the exact
@@ -24,9 +24,9 @@ pub(crate) async fn passthrough(setup: &Setup, dataset: &Dataset) -> Result<RunR
     let group = format!("{}.{name}", setup.run_id);
     let out = group.clone();
     let clean = format!("{out}.clean");
-    create_topics(&setup.tansu.brokers, &[&clean], setup.partitions).await?;
+    create_topics(&setup.broker.brokers, &[&clean], setup.partitions).await?;
     let endpoints = Endpoints {
-        brokers: &setup.tansu.brokers,
+        brokers: &setup.broker.brokers,
         store_url: &setup.redis.url,
         batch: setup.batch,
     };
@@ -48,7 +48,14 @@ pub(crate) async fn passthrough(setup: &Setup, dataset: &Dataset) -> Result<RunR
         .await?;
     let cpu_before = cpu_now(setup, &children);
     children[0].send(GO).await?;
-    let end_us = watch(setup, &group, dataset, "passthrough", &mut children).await?;
+    let end_us = watch(
+        &setup.broker.brokers,
+        &group,
+        &dataset.loaded,
+        "passthrough",
+        &mut children,
+    )
+    .await?;
     let cpu_after = cpu_now(setup, &children);
     children[0].send(STOP).await?;
     let Report::Passthrough(report) = children[0].report(Duration::from_secs(60)).await? else {
@@ -86,7 +93,7 @@ pub(crate) async fn baseline(setup: &Setup, dataset: &Dataset, records: u64) -> 
     let group = format!("{}.{name}", setup.run_id);
     let out = format!("{}.{name}", setup.run_id);
     let spec = BaselineSpec {
-        brokers: setup.tansu.brokers.clone(),
+        brokers: setup.broker.brokers.clone(),
         group: group.clone(),
         topic: dataset.topic.clone(),
         clean: format!("{out}.clean"),
@@ -97,7 +104,7 @@ pub(crate) async fn baseline(setup: &Setup, dataset: &Dataset, records: u64) -> 
         records,
     };
     create_topics(
-        &setup.tansu.brokers,
+        &setup.broker.brokers,
         &[&spec.clean, &spec.audit],
         setup.partitions,
     )
@@ -108,7 +115,7 @@ pub(crate) async fn baseline(setup: &Setup, dataset: &Dataset, records: u64) -> 
     child.expect(CONNECTED, Duration::from_secs(60)).await?;
     let cpu_before = cpu_now(setup, std::slice::from_ref(&child));
     child.send(GO).await?;
-    let watcher = CommitWatch::new(&setup.tansu.brokers, &group, &dataset.loaded)?;
+    let watcher = CommitWatch::new(&setup.broker.brokers, &group, &dataset.loaded)?;
     let mut progress = Progress::new("per-record baseline", records);
     let report = loop {
         let read = child.expect(super::replica::REPORT, Duration::from_millis(250));

@@ -18,13 +18,13 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 
 use super::children::ChildProcess;
-use super::kafka::create_topics;
+use super::kafka::{create_topics, watch};
 use super::memory;
 use super::profile;
 use super::replica::{Report, Role, CONNECTED, GO, STOP};
 use super::runs::{
-    check, config, cpu_now, peak_rss_mb, sizing, unix_us, watch, Counting, Dataset, Endpoints,
-    Kind, Mode, RunResult, Setup, HORIZON_S, PREFIX, REPLICA, STREAM,
+    check, config, cpu_now, peak_rss_mb, sizing, unix_us, Counting, Dataset, Endpoints, Kind, Mode,
+    RunResult, Setup, HORIZON_S, PREFIX, REPLICA, STREAM,
 };
 use super::scrape::{self, Sample, Scraped};
 use super::timeline::Phases;
@@ -110,7 +110,7 @@ pub(crate) async fn clean(
     );
     let out = group.clone();
     create_topics(
-        &setup.tansu.brokers,
+        &setup.broker.brokers,
         &[&format!("{out}.clean"), &format!("{out}.audit")],
         setup.partitions,
     )
@@ -118,7 +118,7 @@ pub(crate) async fn clean(
     let mut conn = super::services::connect(&setup.redis.url).await?;
     let before = memory::reset(&mut conn).await?;
     let endpoints = Endpoints {
-        brokers: &setup.tansu.brokers,
+        brokers: &setup.broker.brokers,
         store_url: &setup.redis.url,
         batch: setup.batch,
     };
@@ -130,7 +130,7 @@ pub(crate) async fn clean(
     let cpu_before = cpu_now(setup, &children);
     let recorder = if record_profile {
         let mut pids: Vec<u32> = children.iter().map(|c| c.pid).collect();
-        pids.push(setup.tansu.pid());
+        pids.push(setup.broker.server.pid());
         pids.push(setup.redis.server.pid());
         Some(profile::Recorder::start(&setup.dir, &name, &pids)?)
     } else {
@@ -140,7 +140,14 @@ pub(crate) async fn clean(
         child.send(GO).await?;
     }
     let first_us = first_round(&mut children, &label).await?;
-    let end_us = watch(setup, &group, dataset, &label, &mut children).await?;
+    let end_us = watch(
+        &setup.broker.brokers,
+        &group,
+        &dataset.loaded,
+        &label,
+        &mut children,
+    )
+    .await?;
     let cpu_after = cpu_now(setup, &children);
     let peak = peak_rss_mb(&children);
     let profile = match recorder {
@@ -149,7 +156,7 @@ pub(crate) async fn clean(
                 .iter()
                 .map(|c| (c.pid, "worker".to_string()))
                 .chain([
-                    (setup.tansu.pid(), "tansu".to_string()),
+                    (setup.broker.server.pid(), "kafka".to_string()),
                     (setup.redis.server.pid(), "redis-server".to_string()),
                 ])
                 .collect();
@@ -225,7 +232,7 @@ pub(crate) async fn counting(
     let (name, label, group) = names(setup, mode, replicas, "-counting");
     let out = group.clone();
     create_topics(
-        &setup.tansu.brokers,
+        &setup.broker.brokers,
         &[&format!("{out}.clean"), &format!("{out}.audit")],
         setup.partitions,
     )
@@ -233,7 +240,7 @@ pub(crate) async fn counting(
     let mut conn = super::services::connect(&setup.redis.url).await?;
     memory::reset(&mut conn).await?;
     let endpoints = Endpoints {
-        brokers: &setup.tansu.brokers,
+        brokers: &setup.broker.brokers,
         store_url: &setup.proxy_url,
         batch: setup.batch,
     };
@@ -247,7 +254,14 @@ pub(crate) async fn counting(
     for child in &mut children {
         child.send(GO).await?;
     }
-    let end_us = watch(setup, &group, dataset, &label, &mut children).await?;
+    let end_us = watch(
+        &setup.broker.brokers,
+        &group,
+        &dataset.loaded,
+        &label,
+        &mut children,
+    )
+    .await?;
     let cpu_after = cpu_now(setup, &children);
     let peak = peak_rss_mb(&children);
     for child in &mut children {

@@ -1,8 +1,8 @@
 //! What every timed run shares: the modes, the servers, the datasets, the
-//! replicas' config, a run's figures, CPU readings and the commit watcher.
-//! The runs themselves are in `run_workers` (the clean and the counting
-//! runs of the worker) and `run_others` (the passthrough and the per-record
-//! baseline).
+//! replicas' config, a run's figures and CPU readings (the commit watcher
+//! that ends a run is in `kafka`). The runs themselves are in `run_workers`
+//! (the clean and the counting runs of the worker) and `run_others` (the
+//! passthrough and the per-record baseline).
 //!
 //! Records/s end to end = records / (the first poll that returned records,
 //! to the moment the harness sees the last offset committed). The watcher
@@ -10,24 +10,23 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Result};
 use serde::Serialize;
 
 use super::baseline::BaselineReport;
 use super::children::ChildProcess;
-use super::kafka::{CommitWatch, Loaded, Progress};
+use super::kafka::Loaded;
 use super::memory::Memory;
 use super::passthrough::PassthroughReport;
 use super::profile::Profile;
 use super::scrape::Scraped;
-use super::services::{cpu_seconds, machine_busy_seconds, status_bytes, Redis};
+use super::services::{cpu_seconds, machine_busy_seconds, status_bytes, Broker, Redis};
 use super::timeline::Phases;
 use crate::proxy::{Counts, Snapshot};
 use idemgate::store::FilterSizing;
 use idemgate_testkit::counting::StoreTally;
-use idemgate_testkit::servers::Tansu;
 
 /// The default key prefix, so key lengths are what a deployment pays.
 pub(crate) const PREFIX: &str = "ig:";
@@ -84,7 +83,7 @@ impl Mode {
 
 /// What every run shares: the servers, the proxy, where files go.
 pub(crate) struct Setup {
-    pub tansu: Tansu,
+    pub broker: Broker,
     pub redis: Redis,
     pub proxy_url: String,
     pub proxy: Arc<Counts>,
@@ -147,11 +146,12 @@ pub(crate) struct RunResult {
     pub worker_cpu_s: f64,
     pub worker_cpu_s_per_million: f64,
     pub worker_peak_rss_mb: f64,
-    /// Resident memory of the broker and of redis-server at the end.
-    pub tansu_rss_mb: f64,
+    /// Resident memory of the broker (its JVM) and of redis-server at the
+    /// end.
+    pub kafka_rss_mb: f64,
     pub redis_rss_mb: f64,
-    pub tansu_cpu_s: f64,
-    pub tansu_cpu_s_per_million: f64,
+    pub kafka_cpu_s: f64,
+    pub kafka_cpu_s_per_million: f64,
     pub redis_cpu_s: f64,
     pub redis_cpu_s_per_million: f64,
     /// The harness itself (round-trip proxy, commit watcher, scrapes).
@@ -232,7 +232,8 @@ pub(crate) struct Cpu {
     /// Unix µs of the reading.
     at_us: i64,
     children: Vec<f64>,
-    tansu: f64,
+    /// The broker's JVM.
+    kafka: f64,
     redis: f64,
     harness: f64,
     machine: f64,
@@ -242,7 +243,7 @@ impl Cpu {
     /// Busy time of everything but the run's own processes since `before`.
     fn other_since(&self, before: &Cpu) -> f64 {
         let ours = (self.children.iter().sum::<f64>() - before.children.iter().sum::<f64>())
-            + (self.tansu - before.tansu)
+            + (self.kafka - before.kafka)
             + (self.redis - before.redis)
             + (self.harness - before.harness);
         (self.machine - before.machine - ours).max(0.0)
@@ -256,7 +257,7 @@ pub(crate) fn cpu_now(setup: &Setup, children: &[ChildProcess]) -> Cpu {
             .iter()
             .map(|c| cpu_seconds(c.pid).unwrap_or(0.0))
             .collect(),
-        tansu: cpu_seconds(setup.tansu.pid()).unwrap_or(0.0),
+        kafka: cpu_seconds(setup.broker.server.pid()).unwrap_or(0.0),
         redis: cpu_seconds(setup.redis.server.pid()).unwrap_or(0.0),
         harness: cpu_seconds(std::process::id()).unwrap_or(0.0),
         machine: machine_busy_seconds().unwrap_or(0.0),
@@ -340,47 +341,6 @@ profile = "bank-txn"
     )
 }
 
-/// Watches the group until every record is committed; returns the unix µs
-/// it saw the last one.
-pub(crate) async fn watch(
-    setup: &Setup,
-    group: &str,
-    dataset: &Dataset,
-    label: &str,
-    children: &mut [ChildProcess],
-) -> Result<i64> {
-    let watcher = CommitWatch::new(&setup.tansu.brokers, group, &dataset.loaded)?;
-    let mut progress = Progress::new(label, dataset.records);
-    let mut last = (0u64, Instant::now());
-    loop {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let (done, complete) = tokio::task::block_in_place(|| watcher.committed())?;
-        if complete {
-            let at = unix_us();
-            progress.finish(done);
-            return Ok(at);
-        }
-        progress.update(done);
-        if done != last.0 {
-            last = (done, Instant::now());
-        } else if last.1.elapsed() > Duration::from_secs(90) {
-            eprintln!();
-            let tails: Vec<String> = children.iter().map(|c| c.tail()).collect();
-            bail!(
-                "{label}: no offset committed for 90s at {done} of {}\n{}",
-                dataset.records,
-                tails.join("\n")
-            );
-        }
-        for child in children.iter_mut() {
-            if child.exited() {
-                eprintln!();
-                bail!("{label}: a replica exited\n{}", child.tail());
-            }
-        }
-    }
-}
-
 impl Cpu {
     /// The common figures of a run of `records` over `seconds`, from CPU
     /// readings before and after it (`worker_cpu` from the children).
@@ -398,7 +358,7 @@ impl Cpu {
             .map(|(a, b)| a - b)
             .sum();
         let per_million = |s: f64| s / records.max(1) as f64 * 1e6;
-        let tansu = self.tansu - before.tansu;
+        let kafka = self.kafka - before.kafka;
         let redis = self.redis - before.redis;
         RunResult {
             name,
@@ -417,10 +377,10 @@ impl Cpu {
             worker_cpu_s: worker_cpu,
             worker_cpu_s_per_million: per_million(worker_cpu),
             worker_peak_rss_mb: 0.0,
-            tansu_rss_mb: rss_mb(setup.tansu.pid()),
+            kafka_rss_mb: rss_mb(setup.broker.server.pid()),
             redis_rss_mb: rss_mb(setup.redis.server.pid()),
-            tansu_cpu_s: tansu,
-            tansu_cpu_s_per_million: per_million(tansu),
+            kafka_cpu_s: kafka,
+            kafka_cpu_s_per_million: per_million(kafka),
             redis_cpu_s: redis,
             redis_cpu_s_per_million: per_million(redis),
             harness_cpu_s: self.harness - before.harness,

@@ -1,15 +1,16 @@
-//! The servers a bench run owns: a Tansu broker and a redis-server (with the
-//! RedisBloom module when there is one), on spare loopback ports, each killed
-//! when dropped (the test kit's guards), and what the bench reads of
+//! The servers a bench run owns: an Apache Kafka broker (one KRaft node,
+//! from the jars `scripts/test-services.sh` cached) and a redis-server (with
+//! the RedisBloom module when there is one), on spare loopback ports, each
+//! killed when dropped (the test kit's guards), and what the bench reads of
 //! processes. Owning them keeps the memory figures clean (no other
 //! session's keys) and keeps the bench from disturbing the shared test
-//! servers; their pids give their CPU time.
+//! servers; their pids (the broker's is its JVM's) give their CPU time.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use idemgate_testkit::servers::{version_line, RedisServer, ServerOptions};
+use idemgate_testkit::servers::{version_line, Kafka, RedisServer, ServerOptions};
 
 /// The bench's redis-server (the test kit's guard) with the versions the
 /// report names.
@@ -45,6 +46,47 @@ impl Redis {
             url,
             version,
             bloom_version,
+        })
+    }
+}
+
+/// The bench's Kafka broker (the test kit's guard) with the version the
+/// report names.
+pub(crate) struct Broker {
+    pub server: Kafka,
+    pub brokers: String,
+    /// `Apache Kafka <version>`, from the jars' names.
+    pub version: String,
+    /// What `java -version` says of the JVM it runs on.
+    pub java: String,
+    /// The JVM's heap flags (`-Xms... -Xmx...`), from its command line.
+    pub heap: String,
+}
+
+impl Broker {
+    /// Formats a fresh log under `dir` and starts the broker; returns once
+    /// it serves metadata (up to 90 s: a JVM start on a busy machine).
+    pub async fn start(libs: &Path, dir: &Path) -> Result<Broker> {
+        let version = kafka_version(libs);
+        let (libs, dir) = (libs.to_path_buf(), dir.to_path_buf());
+        let server = tokio::task::spawn_blocking(move || Kafka::start(&libs, &dir))
+            .await
+            .context("starting the Kafka broker")??;
+        let heap = std::fs::read(format!("/proc/{}/cmdline", server.pid()))
+            .map(|line| {
+                String::from_utf8_lossy(&line)
+                    .split('\0')
+                    .filter(|arg| arg.starts_with("-Xm"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default();
+        Ok(Broker {
+            brokers: server.brokers.clone(),
+            version,
+            java: java_version(),
+            heap,
+            server,
         })
     }
 }
@@ -177,6 +219,54 @@ pub(crate) fn test_services_env(name: &str) -> Option<String> {
         }
     }
     None
+}
+
+/// The folder of Apache Kafka's jars: `flag` (`--kafka-libs`), else
+/// IDEMGATE_TEST_KAFKA_LIBS from the environment or from
+/// `target/test-services/env`.
+pub(crate) fn kafka_libs(flag: Option<&Path>) -> Result<PathBuf> {
+    let libs = flag
+        .map(Path::to_path_buf)
+        .or_else(|| test_services_env("IDEMGATE_TEST_KAFKA_LIBS").map(PathBuf::from))
+        .context("no Kafka jars: pass --kafka-libs, or run scripts/test-services.sh start")?;
+    if !libs.is_dir() {
+        anyhow::bail!(
+            "{} is not a folder of Kafka's jars: run scripts/test-services.sh start",
+            libs.display()
+        );
+    }
+    Ok(libs)
+}
+
+/// `Apache Kafka <version>`, from the broker's jar (`kafka_<scala>-<version>.jar`)
+/// in `libs`.
+pub(crate) fn kafka_version(libs: &Path) -> String {
+    let version = std::fs::read_dir(libs).ok().and_then(|entries| {
+        entries.flatten().find_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            let jar = name.strip_prefix("kafka_")?.strip_suffix(".jar")?;
+            Some(jar.split_once('-')?.1.to_string())
+        })
+    });
+    format!(
+        "Apache Kafka {}",
+        version.as_deref().unwrap_or("(version unknown)")
+    )
+}
+
+/// The first line `java -version` prints (on stderr).
+pub(crate) fn java_version() -> String {
+    std::process::Command::new("java")
+        .arg("-version")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stderr)
+                .lines()
+                .next()
+                .map(|l| l.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into())
 }
 
 /// `name` on PATH, if it is there.

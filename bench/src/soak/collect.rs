@@ -12,10 +12,10 @@ use std::time::Duration;
 use idemgate::decision::{DECISION, FIRST_SEEN, REASON, SOURCE_HASH, TIER};
 use idemgate_testkit::TEST_ID;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::plan::{digest, parse_id};
 
@@ -82,7 +82,7 @@ impl Collector {
         inputs: [String; 2],
         read_committed: bool,
     ) -> Collector {
-        let consumer: BaseConsumer = ClientConfig::new()
+        let consumer: BaseConsumer<Quiet> = ClientConfig::new()
             .set("bootstrap.servers", brokers)
             .set("group.id", idemgate_testkit::unique("soak-reader"))
             .set("enable.auto.commit", "false")
@@ -95,8 +95,10 @@ impl Collector {
                     "read_uncommitted"
                 },
             )
-            .set("log_level", "3")
-            .create()
+            // Critical only: its connection failures while the broker
+            // restarts are expected (see `Quiet`).
+            .set("log_level", "2")
+            .create_with_context(Quiet)
             .expect("reader");
         let mut list = TopicPartitionList::new();
         for (topic, partitions) in topics {
@@ -139,8 +141,31 @@ impl Collector {
     }
 }
 
+/// The readers' client context. While the broker restarts, librdkafka
+/// reports every failed reconnect (a transport failure, all brokers down)
+/// and then reconnects by itself: not news, and a hundred lines a restart.
+/// Any other error is printed.
+struct Quiet;
+
+fn expected(error: &KafkaError) -> bool {
+    matches!(
+        error.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::AllBrokersDown)
+    )
+}
+
+impl ClientContext for Quiet {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if !expected(&error) {
+            eprintln!("soak reader: {error}: {reason}");
+        }
+    }
+}
+
+impl ConsumerContext for Quiet {}
+
 fn read(
-    consumer: BaseConsumer,
+    consumer: BaseConsumer<Quiet>,
     names: &[String],
     inputs: &[String; 2],
     stop: &AtomicBool,
@@ -160,6 +185,7 @@ fn read(
                     batch.push(seen(&message, topic, inputs));
                 }
                 Err(KafkaError::PartitionEOF(_)) => {}
+                Err(error) if expected(&error) => {}
                 Err(error) => eprintln!("soak reader: {error}"),
             }
         }

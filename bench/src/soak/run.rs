@@ -16,18 +16,17 @@ use serde::Serialize;
 
 use super::collect::{Collector, Seen};
 use super::config::{replica_toml, Common, Guarantee, Topics};
-use super::faults::{self, Applied, Fault, Targets};
+use super::faults::{self, Applied, Targets};
 use super::plan::{Plan, Shape, BANK, TELEMETRY};
 use super::verdict::{judge, Figures};
-use super::world::{Broker, Replicas, Storage};
+use super::world::{Broker, Replicas};
 use super::SoakArgs;
 
 pub(crate) struct Setup<'a> {
     pub args: &'a SoakArgs,
     pub guarantee: Guarantee,
-    pub tansu: &'a Path,
+    pub kafka_libs: &'a Path,
     pub redis: &'a Path,
-    pub moto: Option<&'a Path>,
     pub dir: &'a Path,
     pub exe: &'a Path,
     pub seed: u64,
@@ -38,7 +37,6 @@ pub(crate) struct Setup<'a> {
 pub(crate) struct RunResult {
     pub guarantee: Guarantee,
     pub started_utc: String,
-    pub broker_storage: Storage,
     pub broker_version: String,
     pub redis_version: String,
     pub read_committed: bool,
@@ -65,7 +63,7 @@ pub(crate) fn run(s: &Setup<'_>) -> Result<RunResult> {
         "soak {name}: starting the broker and Redis in {}",
         s.dir.display()
     );
-    let mut broker = Broker::start(s.tansu, s.moto, s.dir)?;
+    let mut broker = Broker::start(s.kafka_libs, s.dir)?;
     let redis_version = idemgate_testkit::servers::version_line(s.redis, "--version")?;
     let mut redis = RedisServer::start(
         "soak",
@@ -122,9 +120,8 @@ pub(crate) fn run(s: &Setup<'_>) -> Result<RunResult> {
         std::thread::spawn(move || produce(&brokers, &topics, &gate, shape, window, seed, &tag))
     };
 
-    // Faults start once the group has formed and split every partition:
-    // a group broken before it ever settled shows Tansu's join, not the
-    // gateway.
+    // Faults start once the group has formed and split every partition,
+    // so the first one meets replicas at work.
     let formed = Instant::now();
     while replicas.assigned() < 2 * args.partitions as usize {
         replicas.watch(started.elapsed().as_secs_f64());
@@ -150,12 +147,10 @@ pub(crate) fn run(s: &Setup<'_>) -> Result<RunResult> {
             broker: &mut broker,
             producer_gate: gate.clone(),
             start: started,
-            restart_after: args.restart_after,
         };
         for (at, fault) in &schedule {
-            // A fault waits for the group to have settled after the last
-            // one: a member killed mid-join is what Tansu recovers from
-            // worst.
+            // At its planned second, or once the one before has ended
+            // (`--gap` seconds ago, none by default).
             let at = (offset + at).max(next_free);
             while started.elapsed().as_secs_f64() < at {
                 targets.replicas.watch(started.elapsed().as_secs_f64());
@@ -166,12 +161,6 @@ pub(crate) fn run(s: &Setup<'_>) -> Result<RunResult> {
                 "soak {name}: +{:.1}s {} ({:.1}s): {}",
                 done.at_s, done.fault, done.took_s, done.note
             );
-            if matches!(fault, Fault::RestartBroker) && done.note.starts_with("SKIPPED") {
-                eprintln!(
-                    "soak {name}: WARNING: broker restart SKIPPED: {}",
-                    done.note
-                );
-            }
             next_free = started.elapsed().as_secs_f64() + args.gap;
             applied.push(done);
         }
@@ -220,6 +209,8 @@ pub(crate) fn run(s: &Setup<'_>) -> Result<RunResult> {
     // publishes what is finished.
     std::thread::sleep(Duration::from_secs(5));
     let stops = replicas.stop_all(Duration::from_secs(90));
+    // What the stops published (acknowledged before each replica exited)
+    // reaches the collector, which polls every 100 ms, within this.
     std::thread::sleep(Duration::from_secs(2));
     let unexpected_exits = std::mem::take(&mut replicas.unexpected_exits);
     let outputs = collector.finish();
@@ -254,7 +245,6 @@ pub(crate) fn run(s: &Setup<'_>) -> Result<RunResult> {
     Ok(RunResult {
         guarantee: s.guarantee,
         started_utc,
-        broker_storage: broker.storage.clone(),
         broker_version: broker.version.clone(),
         redis_version,
         read_committed,
@@ -332,6 +322,8 @@ fn read_back(
         }
         std::thread::sleep(Duration::from_millis(250));
     }
+    // Every input has been read once: a second copy in the log (the
+    // producer's own retry) comes after it, within this.
     std::thread::sleep(Duration::from_secs(1));
     let records = reader.finish();
     let mut out: [Coords; 2] = [

@@ -46,6 +46,9 @@ pub(crate) struct Figures {
     pub extra_clean_copies_of_inputs: usize,
     /// Inputs with two or more outputs anywhere.
     pub inputs_replayed: usize,
+    /// The first few of them: the input, where it is in the log, and each
+    /// output's decision and place (clean or audit, partition/offset).
+    pub replayed_examples: Vec<String>,
     /// Copies suppressed by the filter (correct; no holder named).
     pub filter_duplicates: usize,
     /// Copies that named, as holder, an earlier copy of their event which
@@ -112,6 +115,26 @@ pub(crate) fn judge(
         }
         if outs.len() >= 2 {
             f.inputs_replayed += 1;
+            if f.replayed_examples.len() < 12 {
+                let each: Vec<String> = outs
+                    .iter()
+                    .map(|(clean, o)| {
+                        format!(
+                            "{} -> {} {}/{}",
+                            DECISIONS[o.decision as usize],
+                            if *clean { "clean" } else { "audit" },
+                            o.partition,
+                            o.offset
+                        )
+                    })
+                    .collect();
+                f.replayed_examples.push(format!(
+                    "{}{n} at {:?}: {}",
+                    &STREAMS[stream][..1],
+                    coords[n],
+                    each.join(", ")
+                ));
+            }
         }
         for &(clean, out) in outs {
             f.decisions_checked += 1;

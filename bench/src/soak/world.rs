@@ -1,149 +1,58 @@
-//! What the soak owns and breaks: a Tansu broker it can restart (on S3
-//! storage served by a local moto server, so the log outlives the broker; or
-//! in memory, where a restart would lose the log and is not done), a
-//! redis-server it can freeze and restart (from its own `SHUTDOWN SAVE`
-//! dump), and the gateway replicas as child processes it kills, terminates
-//! and starts again. Every process is a guard: dropping it kills it.
+//! What the soak owns and breaks: an Apache Kafka broker it restarts on its
+//! own disk (SIGTERM, a controlled shutdown, then a start on the same ports
+//! and the same log, as an operator's rolling restart of a one-node
+//! cluster), a redis-server it can freeze and restart (from its own
+//! `SHUTDOWN SAVE` dump), and the gateway replicas as child processes it
+//! kills, terminates and starts again. Every process is a guard: dropping it
+//! kills it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use idemgate_testkit::process::Logged;
-use idemgate_testkit::servers::{free_port, signal, version_line};
+use idemgate_testkit::servers::{signal, Kafka};
 
-/// Where the broker keeps its log.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub(crate) enum Storage {
-    /// `memory://`: a restart loses every topic and offset.
-    Memory,
-    /// `s3://tansu/` on a moto server of the soak's own.
-    S3,
-}
-
-/// The soak's Tansu broker, on a fixed port so it can be restarted where
-/// clients expect it.
+/// The soak's Kafka broker (the test kit's guard: one KRaft node, its log
+/// under the run's directory), with the version the report names.
 pub(crate) struct Broker {
-    binary: PathBuf,
-    dir: PathBuf,
-    port: u16,
-    pub storage: Storage,
-    /// The moto server holding the bucket (S3 storage); outlives restarts,
-    /// and goes with the broker.
-    _moto: Option<Logged>,
-    moto_url: Option<String>,
-    child: Option<Logged>,
-    starts: u32,
+    kafka: Kafka,
     pub brokers: String,
     pub version: String,
 }
 
+/// What a broker restart took.
+pub(crate) struct Restarted {
+    /// From SIGTERM until the process exited (its controlled shutdown).
+    pub shutdown: Duration,
+    /// From the new start until it served metadata as a broker again.
+    pub start: Duration,
+}
+
 impl Broker {
-    /// Starts Tansu; with `moto` (the `moto_server` binary) on S3 storage.
-    pub fn start(binary: &Path, moto: Option<&Path>, dir: &Path) -> Result<Broker> {
-        let version = version_line(binary, "--version")?;
-        let port = free_port();
-        let (moto, moto_url, storage) = match moto {
-            Some(moto_bin) => {
-                let (server, url) = start_moto(moto_bin, dir)?;
-                (Some(server), Some(url), Storage::S3)
-            }
-            None => (None, None, Storage::Memory),
-        };
-        let mut broker = Broker {
-            binary: binary.to_path_buf(),
-            dir: dir.to_path_buf(),
-            port,
-            storage,
-            _moto: moto,
-            moto_url,
-            child: None,
-            starts: 0,
-            brokers: format!("127.0.0.1:{port}"),
-            version,
-        };
-        broker.spawn()?;
-        Ok(broker)
+    /// Formats a fresh log under `dir` and starts the broker from `libs`.
+    pub fn start(libs: &Path, dir: &Path) -> Result<Broker> {
+        let kafka = Kafka::start(libs, dir)?;
+        Ok(Broker {
+            brokers: kafka.brokers.clone(),
+            version: crate::e2e::kafka_version(libs),
+            kafka,
+        })
     }
 
-    fn spawn(&mut self) -> Result<()> {
-        self.starts += 1;
-        let url = format!("tcp://127.0.0.1:{}", self.port);
-        let work = self.dir.join("tansu");
-        std::fs::create_dir_all(&work)?;
-        let mut command = Command::new(&self.binary);
-        command
-            .args([
-                "broker",
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &url,
-            ])
-            .env_remove("SCHEMA_REGISTRY")
-            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .current_dir(&work);
-        match &self.moto_url {
-            Some(endpoint) => {
-                command
-                    .args(["--storage-engine", "s3://tansu/"])
-                    .env("AWS_ENDPOINT", endpoint)
-                    .env("AWS_ALLOW_HTTP", "true")
-                    .env("AWS_ACCESS_KEY_ID", "soak")
-                    .env("AWS_SECRET_ACCESS_KEY", "soak")
-                    .env("AWS_DEFAULT_REGION", "us-east-1");
-            }
-            None => {
-                command.args(["--storage-engine", "memory://tansu/"]);
-            }
-        }
-        let log = self.dir.join(format!("tansu-{}.log", self.starts));
-        let mut child = Logged::spawn("tansu", command, &log);
-        let admin = idemgate_testkit::kafka::admin(&self.brokers);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            child.assert_alive();
-            if admin
-                .inner()
-                .fetch_metadata(None, Duration::from_millis(500))
-                .is_ok()
-            {
-                self.child = Some(child);
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                bail!("tansu on {} did not answer within 30s", self.brokers);
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// SIGTERM, then (after 10 s) SIGKILL; starts it again on the same
-    /// port and storage. Returns how long clients had no broker.
-    pub fn restart(&mut self) -> Result<Duration> {
-        if self.storage == Storage::Memory {
-            bail!("a memory-storage broker would lose its log on restart");
-        }
-        let started = Instant::now();
-        let mut child = self.child.take().context("broker not running")?;
-        signal(child.pid(), "TERM");
-        let until = Instant::now() + Duration::from_secs(10);
-        loop {
-            if Instant::now() > until {
-                child.kill();
-                break;
-            }
-            if std::fs::metadata(format!("/proc/{}", child.pid())).is_err()
-                || is_zombie(child.pid())
-            {
-                child.wait_exit(Duration::from_secs(5));
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        self.spawn()?;
-        Ok(started.elapsed())
+    /// SIGTERM and the wait for the controlled shutdown; then a start on
+    /// the same ports and log, until it serves metadata. Clients have no
+    /// broker for the sum of the two.
+    pub fn restart(&mut self) -> Result<Restarted> {
+        let began = Instant::now();
+        self.kafka.stop()?;
+        let shutdown = began.elapsed();
+        self.kafka.restart()?;
+        Ok(Restarted {
+            shutdown,
+            start: self.kafka.started_in,
+        })
     }
 }
 
@@ -157,42 +66,6 @@ fn is_zombie(pid: u32) -> bool {
                 .starts_with('Z')
         })
         .unwrap_or(true)
-}
-
-/// Starts `moto_server` on a spare port and makes the bucket `tansu`.
-fn start_moto(binary: &Path, dir: &Path) -> Result<(Logged, String)> {
-    let port = free_port();
-    let mut command = Command::new(binary);
-    command.args(["-H", "127.0.0.1", "-p", &port.to_string()]);
-    let mut server = Logged::spawn("moto", command, &dir.join("moto.log"));
-    let url = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        server.assert_alive();
-        if let Ok(status) = http(port, "PUT /tansu") {
-            if status.starts_with("HTTP/1.1 200") || status.starts_with("HTTP/1.0 200") {
-                return Ok((server, url));
-            }
-            bail!("moto refused to create the bucket: {status}");
-        }
-        if Instant::now() > deadline {
-            bail!("moto_server on {port} did not answer within 30s");
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// One bodiless HTTP request; the status line.
-fn http(port: u16, request_line: &str) -> std::io::Result<String> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let request =
-        format!("{request_line} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes())?;
-    let mut text = String::new();
-    let _ = stream.read_to_string(&mut text);
-    Ok(text.lines().next().unwrap_or_default().to_string())
 }
 
 /// The gateway replicas: `idemgate-bench soak-replica --config F`, which is
@@ -262,10 +135,22 @@ impl Replicas {
             .sum()
     }
 
-    /// SIGKILL: nothing flushed, nothing committed.
-    pub fn kill(&mut self, n: usize) {
+    /// SIGKILL: nothing flushed, nothing committed. By kill(1), not
+    /// `Logged::kill`: a replica that has just exited on its own (after
+    /// the last `watch`) is a zombie until reaped here and takes the signal
+    /// all the same; its own exit is noted as unexpected.
+    pub fn kill(&mut self, n: usize, at: f64) {
+        use std::os::unix::process::ExitStatusExt;
         if let Some(mut process) = self.procs[n].take() {
-            process.kill();
+            signal(process.pid(), "KILL");
+            let status = process.wait_exit(Duration::from_secs(10));
+            if status.signal() != Some(9) {
+                self.unexpected_exits.push(format!(
+                    "replica {n} exited on its own ({status}) just before its SIGKILL at +{at:.1}s; log {}:\n{}",
+                    process.log.display(),
+                    process.tail(8)
+                ));
+            }
         }
     }
 

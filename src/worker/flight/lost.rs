@@ -51,6 +51,9 @@ impl Flight {
         let Some(record) = self.record_mut(tp, offset) else {
             return false;
         };
+        // Exactly once, a record the last owner's committed transaction
+        // holds is never sent again, not even `unverified`: parked.
+        let how = if record.already_out { Lost::Stop } else { how };
         match how {
             Lost::Stop => {
                 record.stage = Stage::Claim;

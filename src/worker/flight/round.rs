@@ -222,7 +222,12 @@ impl Flight {
                         record.stage = Stage::Delivered;
                         self.to_settle.push((tp.clone(), offset));
                     }
-                    Stage::Claiming | Stage::Fresh if fail_open(record.stream) => {
+                    // Exactly once, a record the last owner's committed
+                    // transaction already holds is never sent again, not
+                    // even `unverified`: it waits for the store to settle.
+                    Stage::Claiming | Stage::Fresh
+                        if fail_open(record.stream) && !record.already_out =>
+                    {
                         pass_unchecked(record);
                         unverified.push((tp.clone(), offset));
                     }
@@ -253,7 +258,7 @@ impl Flight {
                     record.stage,
                     Stage::Fresh | Stage::Claim | Stage::Wait { .. }
                 );
-                if ready && fail_open(record.stream) {
+                if ready && fail_open(record.stream) && !record.already_out {
                     pass_unchecked(record);
                     unverified.push((tp.clone(), offset));
                 }

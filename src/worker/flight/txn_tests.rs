@@ -172,6 +172,54 @@ fn a_new_owner_settles_what_the_last_transaction_listed_and_sends_nothing_for_it
     }
 }
 
+/// A fail-open stream whose store is down passes records `unverified`,
+/// but never one the last owner's committed transaction already holds:
+/// that would put a second copy of the same input in clean (seen in the
+/// soak: a replica killed right after a commit, the store down while the
+/// next owner took the partition back).
+#[test]
+fn a_store_outage_on_a_fail_open_stream_sends_nothing_the_last_transaction_holds() {
+    let resume = Resume {
+        committed: Some(5),
+        metadata_raise: Some(5),
+        skip: vec![(6, 8)],
+    };
+    let mut f = flight(resume, 5);
+    for offset in 5..9 {
+        f.arrive(input(offset), 0, print(offset as u8), 1);
+    }
+    // The breaker is open: the store is not asked.
+    f.pass_unverified(|_| true);
+    let mut sent: Vec<i64> = f
+        .take_sends(Instant::now())
+        .into_iter()
+        .map(|(_, o)| o)
+        .collect();
+    assert_eq!(sent, vec![5, 8], "6 and 7 are in a committed transaction");
+    // A round that fails: the same.
+    let mut g = flight(
+        Resume {
+            committed: Some(5),
+            metadata_raise: Some(5),
+            skip: vec![(6, 8)],
+        },
+        5,
+    );
+    for offset in 5..9 {
+        g.arrive(input(offset), 0, print(offset as u8), 1);
+    }
+    let round = g.take_round(Instant::now(), 100, TOKEN).expect("round");
+    g.failed(round, |_| true);
+    sent = g
+        .take_sends(Instant::now())
+        .into_iter()
+        .map(|(_, o)| o)
+        .collect();
+    sent.sort_unstable();
+    assert_eq!(sent, vec![5, 8]);
+    assert!(g.record(&tp(), 6).unwrap().already_out);
+}
+
 #[test]
 fn at_least_once_a_listed_range_is_finished_on_arrival() {
     let resume = Resume {
@@ -213,4 +261,35 @@ fn a_handover_drains_past_waits_on_holders_here_but_not_on_holders_elsewhere() {
     g.arrive(input(0), 0, print(1), 1);
     round(&mut g, vec![on(9)]);
     assert!(g.drained());
+}
+
+#[test]
+fn a_record_the_last_transaction_holds_is_parked_when_a_fail_open_streams_store_is_lost() {
+    let resume = Resume {
+        committed: Some(5),
+        metadata_raise: Some(5),
+        skip: vec![(6, 8)],
+    };
+    let mut f = flight(resume, 5);
+    for offset in 5..9 {
+        f.arrive(input(offset), 0, print(offset as u8), 1);
+    }
+    let taken = f.take_round(Instant::now(), 100, TOKEN).expect("round");
+    assert_eq!(taken.claims.len(), 4);
+    f.lose(0, true);
+    let answer = RoundAnswer {
+        outcomes: vec![ClaimOutcome::StoreLost; 4],
+        ..RoundAnswer::default()
+    };
+    f.answered(taken, answer, Instant::now(), |_| false);
+    for offset in [5, 8] {
+        assert_eq!(stage(&f, offset), Stage::Produce);
+        let record = f.record(&tp(), offset).unwrap();
+        assert_eq!(record.decision, Some(Decision::Unverified));
+    }
+    // Their outputs are in the last owner's committed transaction: never
+    // sent again, not even unverified.
+    for offset in [6, 7] {
+        assert_eq!(stage(&f, offset), Stage::Claim, "parked");
+    }
 }

@@ -135,6 +135,14 @@ ttl = {{ explicit = "1h" }}
         good("bank-6", "T-6", new(3), &bank),
         good("bank-7", "T-1", (Some(0), Kind::Copy), &bank),
         good("bank-8", "T-8", new(4), &bank),
+        // A small payload under a header that makes the record too large:
+        // the whole record counts, or its output would be refused later.
+        {
+            let mut record = good("bank-9", "T-9", (None, Kind::Malformed), &bank);
+            record.headers = vec![("x-trace".into(), vec![b't'; 3 << 19])];
+            record.hash = Err("too-large");
+            record
+        },
     ];
     let job_inputs = vec![
         job("job-0", b"job-1", r#"{"bbox":[1,2,3,4]}"#, new(0)),
@@ -156,7 +164,7 @@ ttl = {{ explicit = "1h" }}
     let replica = Replica::start(&config, store.clone()).await?;
     // In order on partition 0; the 2 MB record by a producer of its own.
     let input = &setup.topics.input;
-    let (before, after) = (&bank_inputs[..5], &bank_inputs[6..]);
+    let (before, after) = (&bank_inputs[..5], &bank_inputs[6..9]);
     let mut bank_landed = setup.produce(input, before, 10, Duration::ZERO).await?;
     let huge = &bank_inputs[5];
     bank_landed.insert(
@@ -164,6 +172,11 @@ ttl = {{ explicit = "1h" }}
         produce_big(&setup.brokers, input, huge).await?,
     );
     bank_landed.extend(setup.produce(input, after, 10, Duration::ZERO).await?);
+    let heavy = &bank_inputs[9];
+    bank_landed.insert(
+        heavy.id.clone(),
+        produce_big(&setup.brokers, input, heavy).await?,
+    );
     let job_landed = setup
         .produce(&jobs.input, &job_inputs, 10, Duration::ZERO)
         .await?;
@@ -184,7 +197,7 @@ ttl = {{ explicit = "1h" }}
         Expect::Exact,
     );
     let job_summary = check(&job_inputs, &job_landed, &jobs, &job_outputs, Expect::Exact);
-    for (summary, expected) in [(&bank_summary, (5, 1, 3)), (&job_summary, (3, 1, 1))] {
+    for (summary, expected) in [(&bank_summary, (5, 1, 4)), (&job_summary, (3, 1, 1))] {
         assert_eq!(
             (
                 count(summary, &["novel"]),
@@ -215,6 +228,13 @@ ttl = {{ explicit = "1h" }}
             &bank_outputs,
             &bank_inputs,
             "bank-5",
+            "too-large",
+            "over the limit of 1048576",
+        ),
+        (
+            &bank_outputs,
+            &bank_inputs,
+            "bank-9",
             "too-large",
             "over the limit of 1048576",
         ),
@@ -338,13 +358,16 @@ async fn a_header_name_that_is_not_utf8_goes_to_audit_and_never_stops_the_worker
     Ok(())
 }
 
-/// A record whose output the producer cannot send (its payload fits the
-/// stream's limit, its headers take it past `message.max.bytes`): refused
-/// for its size, certainly not persisted, so it goes to audit without its
-/// payload, reason and size given, and its partition flows on. For every
-/// distinct event: exactly one copy in clean, nothing lost.
+/// A record whose payload fits the stream's limit but whose headers take
+/// it past it (and past the producer's `message.max.bytes`): the whole
+/// record counts, so it is `too-large` before any produce, and goes to
+/// audit without its payload (key and headers kept), never refused by the
+/// producer first; its partition flows on. For every distinct event:
+/// exactly one copy in clean, nothing lost. (A refusal by the broker, for
+/// a topic limit below the producer's, is the timeouts tests'.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_output_refused_for_its_size_goes_to_audit_without_its_payload() -> anyhow::Result<()> {
+async fn a_record_whose_headers_take_it_past_the_limit_is_too_large_before_any_produce(
+) -> anyhow::Result<()> {
     const TEST: &str = "refused";
     const LIMIT: usize = 100 * 1024;
     let setup = Setup::new(TEST, 1);
@@ -399,11 +422,77 @@ async fn an_output_refused_for_its_size_goes_to_audit_without_its_payload() -> a
         refused.payload.is_none(),
         "the audit record kept the payload"
     );
+    assert_eq!(
+        refused.header("x-attachment").map(str::len),
+        Some(80 * 1024),
+        "its headers are kept"
+    );
     let reason = refused.header(REASON).unwrap_or_default();
     assert!(
-        reason.starts_with("undeliverable") && reason.contains("bytes refused"),
+        reason.starts_with("too-large: record is ") && reason.contains(&LIMIT.to_string()),
         "reason {reason:?}"
     );
     assert_eq!(count(&summary, &["novel"]), 2, "{summary}");
+    Ok(())
+}
+
+/// The guarantee: a record too large for the stream is decided `invalid`
+/// with reason `too-large` before anything is produced, and when it is
+/// also too large for the producer (librdkafka's default
+/// `message.max.bytes`, 1,000,000) it goes to audit without its payload,
+/// key and headers kept, never refused first and then called
+/// `undeliverable`. The records behind it flow on; nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_record_too_large_for_the_producer_is_too_large_in_audit_without_its_payload(
+) -> anyhow::Result<()> {
+    const TEST: &str = "too-large-default";
+    let setup = Setup::new(TEST, 1);
+    let config = setup.config(&Options::default());
+    let store = setup.store(&config);
+    let bank = Profile::resolve("bank-txn", None, None)?;
+    let huge = format!(
+        r#"{{"account_id":"ACC-1","bank_txn_id":"T-huge","amount":"1.00","currency":"EUR","posted_at":"2024-03-01T10:00:00Z","memo":"{}"}}"#,
+        "x".repeat(2 << 20)
+    );
+    let new = |event| (Some(event), Kind::Original);
+    let mut oversized = poison("big-1", huge.as_bytes(), &bank);
+    oversized.headers = vec![("x-trace".into(), b"kept".to_vec())];
+    let inputs = vec![
+        good("big-0", "T-1", new(0), &bank),
+        oversized,
+        good("big-2", "T-2", new(1), &bank),
+    ];
+    let replica = start_assigned(&config, &store).await?;
+    let input = &setup.topics.input;
+    let mut landed = setup
+        .produce(input, &inputs[..1], 10, Duration::ZERO)
+        .await?;
+    landed.insert(
+        inputs[1].id.clone(),
+        produce_big(&setup.brokers, input, &inputs[1]).await?,
+    );
+    landed.extend(
+        setup
+            .produce(input, &inputs[2..], 10, Duration::ZERO)
+            .await?,
+    );
+    let outputs = setup.read(&setup.topics, inputs.len()).await?;
+    stop(replica).await?;
+
+    let summary = check(&inputs, &landed, &setup.topics, &outputs, Expect::Exact);
+    say(TEST, &summary);
+    let big = outputs
+        .iter()
+        .find(|o| o.test_id() == "big-1")
+        .expect("an output for the oversized record");
+    assert_eq!(big.topic, setup.topics.audit);
+    let reason = big.header(REASON).unwrap_or_default();
+    assert!(
+        reason.starts_with("too-large: "),
+        "the oversized record's reason: {reason:?}"
+    );
+    assert_eq!(big.payload, None, "an output the producer could not send");
+    assert_eq!(big.key.as_deref(), Some(&b"ACC-1"[..]), "its key is kept");
+    assert_eq!(big.header("x-trace"), Some("kept"), "its headers are kept");
     Ok(())
 }

@@ -146,10 +146,14 @@ async fn a_stop_during_a_store_outage_then_later_copies_lose_and_double_no_event
     // The store goes away right after a round of claims: those records are
     // delivered and their publish cannot land.
     store.set(Fault::DownAfterClaims);
-    // Long enough for the last claimed records' outputs to be delivered
-    // (under load they were still unsent at 500 ms, and a record never
-    // sent is not replayed twice).
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Until the last claimed records' outputs are delivered and their
+    // publish is refused: then the stop leaves delivered records unsettled
+    // and uncommitted, the case under test (a fixed wait missed it under
+    // load: the outputs were not sent yet).
+    wait_until("the settlement of a delivered record is refused", || {
+        store.refused_settlements() > 0
+    })
+    .await;
     let stopping = Instant::now();
     stop(replica).await?;
     let faulted = store.faulted();
