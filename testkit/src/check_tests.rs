@@ -40,6 +40,10 @@ fn faithful(plan: &[Planned]) -> (HashMap<String, Landed>, Vec<Out>) {
     for p in plan {
         let mut headers = vec![(TEST_ID.to_string(), Some(p.id.clone().into_bytes()))];
         let mut add = |k: &str, v: String| headers.push((k.to_string(), Some(v.into_bytes())));
+        add(
+            idemgate::decision::INPUT,
+            format!("raw/0/{}", landed[&p.id].offset),
+        );
         let topic = match (&p.kind, p.event) {
             (Kind::Original, Some(event)) => {
                 first.insert(event, format!("raw/0/{}", landed[&p.id].offset));
@@ -200,6 +204,10 @@ fn a_copy_in_another_partition_may_win_but_one_beside_its_original_may_not() {
             }
             out.headers
                 .retain(|(k, _)| k == TEST_ID || k == SOURCE_HASH);
+            out.headers.push((
+                idemgate::decision::INPUT.into(),
+                Some(named(&p.id, landed).into_bytes()),
+            ));
             if p.id == copy.id {
                 out.topic = "clean".into();
                 out.headers.push((DECISION.into(), Some(b"novel".to_vec())));
@@ -272,4 +280,24 @@ fn a_filter_duplicate_of_an_event_that_never_reached_clean_fails() {
         }
     }
     assert!(fails(&plan, &outs, &landed, Expect::Filtered));
+}
+
+#[test]
+fn an_output_that_names_another_input_fails() {
+    let plan = plan();
+    let (landed, mut outs) = faithful(&plan);
+    assert!(!fails(&plan, &outs, &landed, Expect::Exact));
+    for (k, v) in outs[0].headers.iter_mut() {
+        if k == idemgate::decision::INPUT {
+            *v = Some(b"raw/0/999".to_vec());
+        }
+    }
+    assert!(fails(&plan, &outs, &landed, Expect::Exact));
+    outs[0]
+        .headers
+        .retain(|(k, _)| k != idemgate::decision::INPUT);
+    assert!(
+        fails(&plan, &outs, &landed, Expect::Exact),
+        "without the header"
+    );
 }
