@@ -42,25 +42,30 @@ fn a_replica_left_without_partitions_says_so_and_the_gauges_show_what_each_reads
     config.metrics_listen = second_at.to_string();
     let mut second = Gate::start(&format!("{TEST}-2"), &config);
 
-    // The second replica joins a group whose one partition the first one
-    // keeps: it waits, and says so once 30 s have passed (a wait on the
-    // worker's own clock, hence on the real one here).
+    // One replica keeps the one partition (which one is the assignor's
+    // choice), the other waits, and says so once 30 s have passed (a wait
+    // on the worker's own clock, hence on the real one here).
     let until = Instant::now() + Duration::from_secs(90);
-    let warning = loop {
+    let (warning, idle, reading) = loop {
         second.assert_alive();
         first.assert_alive();
-        if let Some(line) = second
-            .log_text()
-            .lines()
-            .find(|l| l.contains("no partitions assigned yet"))
-            .map(str::to_string)
-        {
-            break line;
+        let warned = |gate: &Gate| {
+            gate.log_text()
+                .lines()
+                .find(|l| l.contains("no partitions assigned yet"))
+                .map(str::to_string)
+        };
+        if let Some(line) = warned(&second) {
+            break (line, (&second, second_at), (&first, first_at));
+        }
+        if let Some(line) = warned(&first) {
+            break (line, (&first, first_at), (&second, second_at));
         }
         assert!(
             Instant::now() < until,
-            "no WARN about the wait within 90s; log tail:\n{}",
-            second.tail(30)
+            "no WARN about the wait within 90s; log tails:\n{}\n{}",
+            first.tail(15),
+            second.tail(15)
         );
         // Waiting on the replica's 30 s period.
         std::thread::sleep(Duration::from_millis(500));
@@ -70,21 +75,26 @@ fn a_replica_left_without_partitions_says_so_and_the_gauges_show_what_each_reads
     assert!(warning.contains("members=2"), "{warning}");
     assert!(warning.contains("streams=bank"), "{warning}");
     assert_eq!(
-        second.assigned().unwrap_or(0),
+        idle.0.assigned().unwrap_or(0),
         0,
-        "the second replica got a partition"
+        "the idle replica owns a partition"
     );
+    assert_eq!(reading.0.assigned(), Some(1), "the reading replica");
 
-    // Both sides of the alert, per replica: the first reads the one
-    // partition, the second none; the input has one.
+    // Both sides of the alert, per replica: one reads the one partition,
+    // the other none; the input has one.
     let gauges = |addr| {
         (
             bank_gauge(addr, "idemgate_partitions_assigned"),
             bank_gauge(addr, "idemgate_stream_input_partitions"),
         )
     };
-    assert_eq!(gauges(first_at), (Some(1.0), Some(1.0)), "first replica");
-    assert_eq!(gauges(second_at), (Some(0.0), Some(1.0)), "second replica");
+    assert_eq!(
+        gauges(reading.1),
+        (Some(1.0), Some(1.0)),
+        "the reading replica"
+    );
+    assert_eq!(gauges(idle.1), (Some(0.0), Some(1.0)), "the idle replica");
 
     for gate in [&mut first, &mut second] {
         let status = gate.terminate(Duration::from_secs(30));

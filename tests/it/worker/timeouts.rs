@@ -56,6 +56,35 @@ async fn wait_in_clean(setup: &Setup, ids: HashSet<String>) -> Vec<Out> {
     .expect("reader")
 }
 
+/// Groups of originals the test may need before a retry meets the refusal.
+const GROUPS: usize = 6;
+/// How long an armed refusal waits for a retry.
+const ARMED: Duration = Duration::from_secs(6);
+
+/// Whether an output refused for its size is in the audit topic within
+/// `bound`.
+async fn refused_within(setup: &Setup, bound: Duration) -> bool {
+    let (brokers, topics) = (setup.brokers.clone(), setup.topics.clone());
+    tokio::task::spawn_blocking(move || {
+        let mut reader = Reader::new(
+            &brokers,
+            &[(topics.audit.as_str(), topics.output_partitions)],
+        );
+        reader.read_until(
+            bound,
+            |r| {
+                r.records.iter().any(|o| {
+                    o.header(REASON)
+                        .is_some_and(|r| r.starts_with("undeliverable"))
+                })
+            },
+            || {},
+        )
+    })
+    .await
+    .expect("reader")
+}
+
 fn originals(plan: &[Planned]) -> HashSet<String> {
     plan.iter()
         .filter(|p| p.kind == Kind::Original)
@@ -148,32 +177,68 @@ async fn a_size_refusal_after_a_timeout_keeps_the_claim_and_lets_no_copy_through
     let replica = start_assigned(&config, &store).await?;
     let cluster = setup.kafka.cluster()?;
     let mut bank = bank(TEST);
-    // No malformed records: while the outputs time out, nothing but clean
-    // retries is produced (every copy waits on its original's claim), so
-    // the refusal below meets a clean retry.
-    let plan = bank.phase(60, 0, 0);
-    let later = bank.phase(10, 80, 0);
-    let plan: Vec<Planned> = plan.into_iter().chain(later).collect();
-    cluster.broker_round_trip_time(-1, SLOW)?;
-    // Every record, late copies included, is in the input before the
-    // refusal is armed: the mock cluster refuses the next Produce request
-    // of any client, so the test's own producer must have nothing left to
-    // send then. The copies wait on their originals' claims meanwhile.
-    let landed = setup
-        .produce(&setup.topics.input, &plan, plan.len(), Duration::ZERO)
-        .await?;
-    // Every original's first attempt has landed (and timed out at the
-    // worker): from here on the worker only sends retries of records whose
-    // earlier attempt is in clean, and it keeps sending them while the
-    // brokers stay slow (every attempt outlives the delivery timeout).
-    wait_in_clean(&setup, originals(&plan)).await;
-    // The next Produce request, necessarily one of those retries, is
-    // refused for its size; then the brokers answer at once again.
-    cluster.request_errors(
-        RDKafkaApiKey::Produce,
-        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
+    // No malformed records, and originals alone while the outputs time
+    // out: then nothing but their clean retries is produced, so a refusal
+    // meets a clean retry of a record whose earlier attempt landed. (With
+    // copies in the input, a holder whose report came through makes its
+    // copies duplicates, and the refused request may carry only those.)
+    //
+    // Whether the worker still has a retry to send once every first
+    // attempt has landed is up to librdkafka (an attempt in flight is
+    // acknowledged late, one that waited in its queue times out), so the
+    // refusal is armed after each group of originals has landed, and a
+    // new group comes while none has met it: every group's attempts have
+    // all landed before the refusal is armed, so it meets a retry or
+    // nothing.
+    let mut plan: Vec<Planned> = Vec::new();
+    let mut landed = std::collections::HashMap::new();
+    let mut copies: Vec<Planned> = Vec::new();
+    let mut met = false;
+    for group in 0..GROUPS {
+        let phase = bank.phase(70, if group == 0 { 0 } else { 30 }, 0);
+        let (firsts, rest): (Vec<Planned>, Vec<Planned>) = phase
+            .iter()
+            .cloned()
+            .partition(|p| p.kind == Kind::Original);
+        plan.extend(phase);
+        copies.extend(rest);
+        cluster.broker_round_trip_time(-1, SLOW)?;
+        landed.extend(
+            setup
+                .produce(&setup.topics.input, &firsts, firsts.len(), Duration::ZERO)
+                .await?,
+        );
+        wait_in_clean(&setup, originals(&firsts)).await;
+        // The next Produce request of any client (the test's producer is
+        // done) is refused for its size; then the brokers answer at once,
+        // and the worker sends what timed out again.
+        cluster.request_errors(
+            RDKafkaApiKey::Produce,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
+        );
+        cluster.broker_round_trip_time(-1, Duration::ZERO)?;
+        met = refused_within(&setup, ARMED).await;
+        if !met {
+            // Nothing to retry was left: take the refusal back before the
+            // next group's first attempts could meet it.
+            cluster.clear_request_errors(RDKafkaApiKey::Produce);
+            met = refused_within(&setup, Duration::from_millis(500)).await;
+        }
+        say(
+            TEST,
+            format!("group {group}: the refusal met a retry: {met}"),
+        );
+        if met {
+            break;
+        }
+    }
+    assert!(met, "no retry met the refusal in {GROUPS} groups");
+    // The copies come now: every one meets its original's kept claim.
+    landed.extend(
+        setup
+            .produce(&setup.topics.input, &copies, copies.len(), Duration::ZERO)
+            .await?,
     );
-    cluster.broker_round_trip_time(-1, Duration::ZERO)?;
     let outputs = setup.read(&setup.topics, plan.len()).await?;
     stop(replica).await?;
 
