@@ -367,6 +367,8 @@ impl Kafka {
                 let _ = child.wait();
                 bail!("the Kafka broker ignored SIGTERM for 60s; killed");
             }
+            // Polling the broker's exit: its controlled shutdown takes
+            // about a second.
             std::thread::sleep(Duration::from_millis(50));
         }
         Ok(())
