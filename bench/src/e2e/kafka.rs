@@ -232,6 +232,8 @@ pub(crate) async fn watch(
     let mut last = (0u64, Instant::now());
     let mut failed: Option<String> = None;
     loop {
+        // Polling the broker's committed offsets: the group commits every
+        // commit interval, and nothing here can be told when it does.
         tokio::time::sleep(Duration::from_millis(50)).await;
         let done = match tokio::task::block_in_place(|| watcher.committed()) {
             Ok((done, true)) => {
