@@ -10,7 +10,7 @@ use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gau
 use metrics::{Counter, Histogram, Unit};
 
 use crate::decision::Decision;
-use crate::store::{StoreStats, Tier};
+use crate::store::{StoreError, StoreStats, Tier};
 
 pub const RECORDS: &str = "idemgate_records_total";
 pub(crate) const TIER_HITS: &str = "idemgate_tier_hits_total";
@@ -109,7 +109,11 @@ pub fn describe() {
         Unit::Seconds,
         "from a record's poll to its output's delivery report, by stream"
     );
-    describe_counter!(STORE_ERRORS, Unit::Count, "claim store calls that failed");
+    describe_counter!(
+        STORE_ERRORS,
+        Unit::Count,
+        "claim store calls that failed, by op and cause: unavailable (an outage), protocol, or a rejection that lasts until an operator acts (noperm, wrongtype, oom, readonly)"
+    );
     describe_histogram!(BATCH_SIZE, Unit::Count, "records claimed per store round");
     describe_gauge!(
         BREAKER_OPEN,
@@ -201,7 +205,9 @@ pub(crate) fn register(streams: &[&str], tiered: &[&str]) {
         gauge!(FILTER_CAPACITY, "stream" => stream.to_string()).set(0.0);
     }
     for op in OPERATIONS {
-        counter!(STORE_ERRORS, "op" => op).absolute(0);
+        for cause in StoreError::CAUSES {
+            counter!(STORE_ERRORS, "op" => op, "cause" => cause).absolute(0);
+        }
     }
     counter!(WAITS).absolute(0);
     counter!(COMMITS).absolute(0);
@@ -331,11 +337,15 @@ pub(crate) fn waited(count: u64) {
     counter!(WAITS).increment(count);
 }
 
-pub(crate) fn store_call(operation: &'static str, took: Duration, ok: bool) {
+pub(crate) fn store_call(operation: &'static str, took: Duration, error: Option<&StoreError>) {
     histogram!(STORE_LATENCY, "op" => operation).record(took.as_secs_f64());
-    if !ok {
-        counter!(STORE_ERRORS, "op" => operation).increment(1);
+    if let Some(error) = error {
+        store_failed(operation, error);
     }
+}
+
+pub(crate) fn store_failed(operation: &'static str, error: &StoreError) {
+    counter!(STORE_ERRORS, "op" => operation, "cause" => error.cause()).increment(1);
 }
 
 pub(crate) fn batch(records: usize) {

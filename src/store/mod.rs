@@ -10,6 +10,7 @@
 //! store: the worker passes wall time (or, with the memory store, event
 //! time), and tests say "nine hours later" with explicit timestamps.
 
+mod error;
 mod generations;
 mod identity;
 mod judge;
@@ -24,6 +25,7 @@ use async_trait::async_trait;
 
 use crate::fingerprint::{PayloadDigest, SourceHash};
 
+pub use error::{Rejection, RejectionCause, StoreError};
 pub use generations::{FilterSizing, GenerationPlan};
 pub use identity::{
     at_start, check_identity, first_or_lost, AtStart, Check, IdentityFound, Refusal, StoreIdentity,
@@ -461,22 +463,6 @@ pub struct FilterFill {
     pub stream: String,
     pub inserts: u64,
     pub capacity: u64,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// The server did not answer or answered with an I/O error: the breaker
-    /// counts these.
-    #[error("store unavailable: {0}")]
-    Unavailable(String),
-    /// The server answered something the protocol does not allow.
-    #[error("store protocol error: {0}")]
-    Protocol(String),
-    /// The server is set up in a way that would lose claims.
-    #[error("store refused: {0}")]
-    Refused(String),
-    #[error("unknown stream index {0}")]
-    UnknownStream(usize),
 }
 
 /// The claim protocol (docs/design.md §4): a batch's claims and the

@@ -42,6 +42,28 @@ pub(super) const LONG_WAIT: Duration = Duration::from_secs(60);
 
 static UNDELIVERED: RateLimit = RateLimit::new(Duration::from_secs(30));
 static STORE_DOWN: RateLimit = RateLimit::new(Duration::from_secs(30));
+static STORE_REJECTED: RateLimit = RateLimit::new(Duration::from_secs(30));
+
+/// A failed round, said once a period: an outage at WARN (it passes by
+/// itself), a rejection at ERROR with its cause and remedy (it lasts
+/// until an operator acts: an ACL, a full server, a replica, a foreign
+/// key). Either way the round is sent again whole after the backoff, and
+/// the breaker counts it.
+pub(super) fn store_failed(error: &StoreError, now: Instant) {
+    match error {
+        StoreError::Rejected(rejection) => {
+            if let Some(held_back) = STORE_REJECTED.allow(now) {
+                error!(cause = rejection.cause.label(), %error, held_back,
+                    "the store rejected a round: nothing is decided until an operator acts; the round is sent again after the backoff");
+            }
+        }
+        _ => {
+            if let Some(held_back) = STORE_DOWN.allow(now) {
+                warn!(%error, held_back, "store round failed: sent again whole after the backoff");
+            }
+        }
+    }
+}
 pub(super) static WAITING_LONG: RateLimit = RateLimit::new(Duration::from_secs(60));
 
 /// Milliseconds since the Unix epoch on this machine's clock.
@@ -282,7 +304,7 @@ impl Worker {
         };
         p.dirty = true;
         let now = Instant::now();
-        crate::metrics::store_call("round", now.duration_since(started), result.is_ok());
+        crate::metrics::store_call("round", now.duration_since(started), result.as_ref().err());
         match result {
             Ok(answer) => {
                 p.breaker.success();
@@ -311,9 +333,7 @@ impl Worker {
             Err(error) => {
                 p.breaker.failure(now, &error);
                 p.flight.failed(round, |s| self.fail_open(s));
-                if let Some(held_back) = STORE_DOWN.allow(now) {
-                    warn!(%error, held_back, "store round failed: sent again whole after the backoff");
-                }
+                store_failed(&error, now);
             }
         }
     }

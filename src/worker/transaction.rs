@@ -202,7 +202,8 @@ impl Worker {
             match result {
                 Ok(_) => return Ok(()),
                 Err(error) if Instant::now() + backoff < deadline => {
-                    warn!(%error, "tier-2 inserts before the transaction commits failed: again");
+                    crate::metrics::store_failed("round", &error);
+                    super::pipeline::store_failed(&error, Instant::now());
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(1));
                 }

@@ -20,7 +20,7 @@ use redis::{
 };
 
 use super::RedisOptions;
-use crate::store::StoreError;
+use crate::store::{Rejection, RejectionCause, StoreError};
 
 /// Where the store lives: one server, or the seed nodes of a cluster.
 /// `Debug` and `Display` hide credentials, so the target can be logged.
@@ -144,6 +144,20 @@ pub(crate) fn unavailable(error: RedisError) -> StoreError {
         ),
         _ if is_refused_command(&error) => StoreError::Refused(error.to_string()),
         _ => StoreError::Unavailable(error.to_string()),
+    }
+}
+
+/// A command's error reply inside a round, `what` naming the command's
+/// part in it: a permanent refusal (NOPERM, WRONGTYPE, OOM, READONLY) is
+/// a rejection with its cause, anything else a protocol error.
+pub(crate) fn reply_error(what: &str, error: RedisError) -> StoreError {
+    let text = error.to_string();
+    match RejectionCause::of_reply(error.code(), &text) {
+        Some(cause) => StoreError::Rejected(Rejection {
+            cause,
+            detail: format!("{what}: {text}"),
+        }),
+        None => StoreError::Protocol(format!("{what}: {text}")),
     }
 }
 

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use redis::{RedisResult, Value};
 
-use super::conn::Keyed;
+use super::conn::{reply_error, Keyed};
 use super::{tier1, RedisStore};
 use crate::store::{
     check_identity, spec, Claim, IdentityFound, StoreError, StoreIdentity, StreamId, StreamLost,
@@ -58,8 +58,7 @@ fn reads(keys: Vec<Vec<u8>>, cluster: bool) -> Vec<Keyed> {
 fn values(answers: Vec<RedisResult<Value>>) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
     let mut out = Vec::new();
     for answer in answers {
-        let answer =
-            answer.map_err(|e| StoreError::Protocol(format!("store identity read: {e}")))?;
+        let answer = answer.map_err(|e| reply_error("store identity read", e))?;
         match answer {
             Value::Array(items) => {
                 for item in items {
@@ -129,7 +128,7 @@ pub(crate) fn holding(
     answer: RedisResult<Value>,
     written: StoreIdentity,
 ) -> Result<StoreIdentity, StoreError> {
-    let answer = answer.map_err(|e| StoreError::Protocol(format!("store identity write: {e}")))?;
+    let answer = answer.map_err(|e| reply_error("store identity write", e))?;
     if answer == Value::Okay {
         return Ok(written);
     }
@@ -264,7 +263,7 @@ impl RedisStore {
             .run(write_rest(&self.prefix, spec, &held, replace))
             .await?
         {
-            answer.map_err(|e| StoreError::Protocol(format!("store identity write: {e}")))?;
+            answer.map_err(|e| reply_error("store identity write", e))?;
         }
         self.find_identity_at(stream).await
     }

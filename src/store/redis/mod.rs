@@ -26,6 +26,7 @@
 
 mod claims;
 mod conn;
+mod dry_round;
 mod identity;
 mod reset;
 mod restore;
@@ -41,8 +42,8 @@ use redis::Value;
 use tracing::warn;
 
 pub(crate) use conn::redact;
+use conn::{reply_error, Conn, Keyed};
 pub use conn::{Auth, RedisTarget, TlsFiles};
-use conn::{Conn, Keyed};
 use tier1::Scripts;
 pub use tier2::FilterBackend;
 use tier2::Full;
@@ -106,7 +107,9 @@ const NOSCRIPT: &str = "NOSCRIPT";
 
 impl RedisStore {
     /// Connects and checks the server before any claim is made: refuses an
-    /// evicting `maxmemory-policy` and a requested RedisBloom that is absent.
+    /// evicting `maxmemory-policy`, a requested RedisBloom that is absent,
+    /// and a server that refuses any command of the dry round (a user the
+    /// ACL limits, a full server, a read-only replica), naming it.
     pub async fn connect(
         options: &RedisOptions,
         streams: Vec<StreamSpec>,
@@ -129,12 +132,21 @@ impl RedisStore {
             (None, Some(true)) => FilterBackend::RedisBloom,
             (None, Some(false)) => FilterBackend::Bitmap,
         };
+        let scripts = Scripts::new();
+        dry_round::run(
+            &conn,
+            &scripts,
+            &options.key_prefix,
+            &streams,
+            filter_backend,
+        )
+        .await?;
         Ok(RedisStore {
             conn,
             streams,
             prefix: options.key_prefix.clone(),
             filter_backend,
-            scripts: Scripts::new(),
+            scripts,
             full: Mutex::new(Full::new()),
             adopted: Mutex::new(HashMap::new()),
         })
@@ -186,7 +198,7 @@ impl RedisStore {
                     retry.push(i);
                     values.push(None);
                 }
-                Err(error) => return Err(StoreError::Protocol(error.to_string())),
+                Err(error) => return Err(reply_error("script", error)),
             }
         }
         if !retry.is_empty() {
@@ -195,7 +207,7 @@ impl RedisStore {
                 .run(retry.iter().map(|&i| build(i, false)).collect())
                 .await?;
             for (&i, answer) in retry.iter().zip(again) {
-                values[i] = Some(answer.map_err(|e| StoreError::Protocol(e.to_string()))?);
+                values[i] = Some(answer.map_err(|e| reply_error("script", e))?);
             }
         }
         values
@@ -298,7 +310,7 @@ pub(crate) fn module_names(answer: &Value) -> Vec<String> {
 }
 
 fn protocol(error: redis::RedisError) -> StoreError {
-    StoreError::Protocol(error.to_string())
+    reply_error("reply", error)
 }
 
 fn unparsable(error: impl std::fmt::Display) -> StoreError {

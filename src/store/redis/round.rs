@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use redis::{RedisResult, Value};
 
-use super::conn::Keyed;
+use super::conn::{reply_error, Keyed};
 use super::identity::RoundReads;
 use super::tier1::{self, Scripts, TagGroups};
 use super::tier2::{self, BloomWrite, FilterBackend, Full, Item, ProbeMap};
@@ -242,13 +242,13 @@ pub(crate) fn values(
 ) -> Result<Vec<Value>, StoreError> {
     answers
         .into_iter()
-        .map(|a| a.map_err(|e| StoreError::Protocol(format!("{what}: {e}"))))
+        .map(|a| a.map_err(|e| reply_error(what, e)))
         .collect()
 }
 
 /// What `SET NX GET` answered: `None` where this claim was written.
 pub(crate) fn existing(answer: RedisResult<Value>) -> Result<Option<ClaimValue>, StoreError> {
-    match answer.map_err(|e| StoreError::Protocol(format!("claim: {e}")))? {
+    match answer.map_err(|e| reply_error("claim", e))? {
         Value::Nil | Value::Okay => Ok(None),
         Value::BulkString(bytes) => Ok(Some(ClaimValue::decode(&bytes)?)),
         other => Err(StoreError::Protocol(format!(

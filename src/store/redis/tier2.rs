@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use redis::{RedisResult, Value};
 
-use super::conn::Keyed;
+use super::conn::{reply_error, Keyed};
 use crate::fingerprint::SourceHash;
 use crate::store::{GenerationPlan, Millis, StoreError};
 
@@ -157,7 +157,7 @@ pub(crate) fn hits(
             Ok(other) => {
                 return Err(StoreError::Protocol(format!("filter probe gave {other:?}")));
             }
-            Err(error) => return Err(StoreError::Protocol(format!("filter probe: {error}"))),
+            Err(error) => return Err(reply_error("filter probe", error)),
         };
         let mut flags = flags.into_iter();
         for (index, count) in owners {

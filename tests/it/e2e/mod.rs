@@ -38,6 +38,7 @@ mod reset_command;
 mod resets;
 mod restart;
 mod start_checks;
+mod store_rights;
 mod tiered;
 mod unread;
 mod zombie;

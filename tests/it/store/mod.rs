@@ -4,6 +4,7 @@
 
 mod conformance;
 mod deployments;
+mod permissions;
 
 use std::sync::{Arc, Mutex};
 
