@@ -146,7 +146,12 @@ pub async fn check(path: &Path, offline: bool) -> CheckReport {
         return report;
     }
     let for_kafka = config.clone();
-    match tokio::task::spawn_blocking(move || super::check_kafka::probe(&for_kafka)).await {
+    let probed = tokio::task::spawn_blocking(move || {
+        let mut findings = super::check_kafka::probe(&for_kafka);
+        findings.extend(super::check_txn::probe(&for_kafka));
+        findings
+    });
+    match probed.await {
         Ok(findings) => report.findings.extend(findings),
         Err(error) => report.findings.push(Finding::fail(
             "kafka",

@@ -3,7 +3,9 @@
 //!
 //! - [`check`]: the config loaded as `run` loads it, then the brokers
 //!   (`check_kafka`: topics and partitions) and the store (`check_redis`:
-//!   credentials, eviction policy, filter module, cluster state); a report
+//!   credentials, eviction policy, filter module, cluster state) and, for
+//!   exactly once, a probe transaction (`check_txn`: is its offset metadata
+//!   kept); a report
 //!   of `ok`/`warn`/`FAIL` findings with each stream's TTLs and plan.
 //! - [`plan`]: tier-1 keys and bytes and tier-2 generations for a rate and
 //!   horizon, exact and tiered side by side; pure, written out by
@@ -25,6 +27,7 @@
 pub mod check;
 pub(crate) mod check_kafka;
 mod check_redis;
+pub(crate) mod check_txn;
 pub mod group;
 pub mod horizon;
 pub mod horizon_topic;

@@ -37,7 +37,18 @@ pub(crate) struct Txn {
     pub(crate) open_since: Option<Instant>,
     /// A delivery inside it failed: it cannot commit.
     pub(crate) failed: Option<String>,
+    /// A commit of this replica's was read back with its metadata
+    /// (docs/design.md §7): the brokers keep it.
+    pub(crate) metadata_kept: bool,
+    /// Commits read back without an answer at the offset written (a
+    /// broker that stores no transactional offsets at all, as librdkafka's
+    /// mock cluster): after `READ_BACKS` the worker stops asking.
+    pub(crate) read_backs: u8,
 }
+
+/// How many commits are read back at most before the question is left to
+/// `idemgate check`.
+const READ_BACKS: u8 = 3;
 
 impl Worker {
     /// Registers this replica's transactional id with the brokers, fencing
@@ -137,6 +148,8 @@ impl Worker {
             .group_metadata()
             .ok_or_else(|| anyhow!("no consumer group metadata for the transaction"))?;
         let producer = self.producer.clone();
+        let written = (!p.txn.metadata_kept && p.txn.read_backs < READ_BACKS && list.count() > 0)
+            .then(|| list.clone());
         let mut commit = tokio::task::spawn_blocking(move || {
             if list.count() > 0 {
                 producer.send_offsets_to_transaction(&list, &group, TXN_TIMEOUT)?;
@@ -159,6 +172,13 @@ impl Worker {
             Ok(()) => {
                 crate::metrics::committed();
                 p.flight.txn_committed();
+                if let Some(written) = written {
+                    p.txn.metadata_kept = self.metadata_read_back(written).await?;
+                    p.txn.read_backs += 1;
+                    if !p.txn.metadata_kept && p.txn.read_backs == READ_BACKS {
+                        warn!("{READ_BACKS} transactional commits read back without an answer at the offsets written: whether these brokers keep transactional offset metadata is unknown (`idemgate check` probes it)");
+                    }
+                }
                 // Their settlements are the next round's work.
                 p.dirty = true;
                 Ok(commits)
@@ -168,6 +188,32 @@ impl Worker {
                 let _ = self.abort().await;
                 Err(error).context("committing the transaction (a fenced zombie, or the broker aborted it): aborted; the partitions' next owner replays")
             }
+        }
+    }
+
+    /// Reads a commit back (this replica's first, until one partition
+    /// answers at the offset written): a broker that dropped its metadata
+    /// is the end of this worker, with why (docs/design.md §7). `true`
+    /// once the metadata was seen kept.
+    async fn metadata_read_back(&self, written: TopicPartitionList) -> Result<bool> {
+        let consumer = self.consumer.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            crate::ops::check_txn::read_back(&consumer, &written)
+        })
+        .await?;
+        match read {
+            Err(why) => {
+                warn!(%why, "the first transactional commit could not be read back: read again after the next one");
+                Ok(false)
+            }
+            Ok(read) => match crate::ops::check_txn::verdict(&read) {
+                Some(Ok(())) => {
+                    info!("exactly once: the brokers keep transactional offset metadata (this replica's first commit read back)");
+                    Ok(true)
+                }
+                Some(Err(why)) => bail!("{why}"),
+                None => Ok(false),
+            },
         }
     }
 

@@ -241,3 +241,41 @@ fn an_exact_streams_redis_that_keeps_nothing_on_disk_is_a_warning() {
         "{found}"
     );
 }
+
+/// Exactly once settles a stopped replica's claims from its commit's
+/// metadata (docs/design.md §7): `check` commits a probe transaction on a
+/// group of its own, reads the metadata back and deletes the group. Apache
+/// Kafka keeps it; an at-least-once config is not probed.
+#[test]
+fn an_exactly_once_config_probes_that_the_brokers_keep_transactional_offset_metadata() {
+    const TEST: &str = "check-txn-metadata";
+    let topics = Topics::create(&kafka_brokers(), TEST, 2, 1);
+    let config = GateConfig::new(TEST, &topics, env("IDEMGATE_TEST_REDIS_URL"));
+    let (_, report) = check(TEST, &config.toml(), &[]);
+    assert!(
+        !report.contains("probe transaction"),
+        "an at-least-once config was probed:\n{report}"
+    );
+
+    let config = config.exactly_once(&unique(TEST));
+    let (out, report) = check(TEST, &config.toml(), &[]);
+    assert!(out.status.success(), "{report}");
+    let found = line(&report, "probe transaction");
+    assert!(
+        found.starts_with("ok")
+            && found.contains("read back as written")
+            && found.contains("deleted"),
+        "{found}"
+    );
+    let group = found
+        .split("group ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .expect("the probe names its group");
+    let groups = idemgate_testkit::tools::consumer_groups(&kafka_brokers(), &["--list"])
+        .expect("kafka-consumer-groups --list");
+    assert!(
+        !groups.lines().any(|l| l.trim() == group),
+        "the probe group {group} was left behind:\n{groups}"
+    );
+}
