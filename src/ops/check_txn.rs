@@ -124,7 +124,7 @@ pub(crate) fn probe(config: &Config) -> Option<Finding> {
             .map_err(|e| e.to_string())?;
         let written = format!("idemgate-check {suffix}");
         if let Some(mut element) = list.find_partition(&topic, 0) {
-            let _ = element.set_metadata(written.as_str());
+            element.set_metadata(written.as_str());
         }
         let metadata = consumer
             .group_metadata()
