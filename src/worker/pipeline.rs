@@ -10,6 +10,7 @@
 //! only when everything in flight is waiting.
 
 use std::collections::HashSet;
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -40,9 +41,10 @@ pub(super) const FLUSH_PATIENCE: Duration = Duration::from_secs(30);
 /// A wait this long is logged (the metric shows every wait).
 pub(super) const LONG_WAIT: Duration = Duration::from_secs(60);
 
-static UNDELIVERED: RateLimit = RateLimit::new(Duration::from_secs(30));
-static STORE_DOWN: RateLimit = RateLimit::new(Duration::from_secs(30));
-pub(super) static WAITING_LONG: RateLimit = RateLimit::new(Duration::from_secs(60));
+static UNDELIVERED: LazyLock<RateLimit> = LazyLock::new(|| RateLimit::new(Duration::from_secs(30)));
+static STORE_DOWN: LazyLock<RateLimit> = LazyLock::new(|| RateLimit::new(Duration::from_secs(30)));
+pub(super) static WAITING_LONG: LazyLock<RateLimit> =
+    LazyLock::new(|| RateLimit::new(Duration::from_secs(60)));
 
 /// Milliseconds since the Unix epoch on this machine's clock.
 pub fn now_ms() -> Millis {
@@ -311,7 +313,7 @@ impl Worker {
             Err(error) => {
                 p.breaker.failure(now, &error);
                 p.flight.failed(round, |s| self.fail_open(s));
-                if let Some(held_back) = STORE_DOWN.allow(now) {
+                if let Some(held_back) = STORE_DOWN.allow() {
                     warn!(%error, held_back, "store round failed: sent again whole after the backoff");
                 }
             }
@@ -351,7 +353,7 @@ impl Worker {
                 if self.transactional {
                     p.txn.failed.get_or_insert_with(|| error.clone());
                 }
-                if let Some(held_back) = UNDELIVERED.allow(now) {
+                if let Some(held_back) = UNDELIVERED.allow() {
                     warn!(%error, topic = %tp.0, partition = tp.1, offset, held_back,
                         "output not delivered: the claim is kept and it is produced again");
                 }
