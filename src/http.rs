@@ -1,14 +1,24 @@
 //! /metrics (Prometheus text), /healthz (the process serves) and /readyz
 //! (partitions assigned, the store answering, and no stream's store lost
-//! its state), on one small listener.
+//! its state), on one small listener: hyper parses HTTP/1 (a head in
+//! pieces, keep-alive, HEAD); GET and HEAD are answered, another method is
+//! a 405 with `Allow`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{HeaderValue, ALLOW as ALLOW_HEADER, CONTENT_TYPE};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::convert::Infallible;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -60,73 +70,106 @@ pub(crate) fn prometheus() -> Option<&'static PrometheusHandle> {
         .as_ref()
 }
 
+/// How long a client may take to send a request's head before the
+/// connection is closed, so a client that opens and stalls holds nothing.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long stopping waits for answers already being written; idle
+/// keep-alive connections close at once.
+const DRAIN: Duration = Duration::from_secs(1);
+
+/// The methods every path here answers; anything else is a 405 naming them.
+const ALLOW: &str = "GET, HEAD";
+
+/// Binds `listen` and answers until `stop` changes.
 pub(crate) async fn serve(
     listen: &str,
     health: Health,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) -> Result<JoinHandle<()>> {
-    let handle = prometheus();
+    // Installed before `serve` returns: the caller registers every series
+    // at zero next, which needs the recorder in place.
+    prometheus();
     let listener = TcpListener::bind(listen)
         .await
         .with_context(|| format!("metrics.listen: cannot listen on {listen}"))?;
     info!(address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving /metrics, /healthz, /readyz");
-    Ok(tokio::spawn(async move {
-        loop {
-            let accepted = tokio::select! {
-                accepted = listener.accept() => accepted,
-                _ = stop.changed() => break,
-            };
-            let Ok((mut socket, _)) = accepted else {
-                continue;
-            };
-            let health = health.clone();
-            tokio::spawn(async move {
-                let Ok(Some(head)) =
-                    tokio::time::timeout(Duration::from_secs(5), read_head(&mut socket)).await
-                else {
-                    return;
-                };
-                let request = String::from_utf8_lossy(&head);
-                let path = request.split_whitespace().nth(1).unwrap_or("/");
-                let (status, body) = match path {
-                    "/metrics" => {
-                        let mut body = handle.map(|h| h.render()).unwrap_or_default();
-                        crate::metrics::render_lags(&mut body);
-                        ("200 OK", body)
-                    }
-                    "/healthz" => ("200 OK", "ok\n".to_string()),
-                    "/readyz" if health.ready() => ("200 OK", "ready\n".to_string()),
-                    "/readyz" => ("503 Service Unavailable", "not ready\n".to_string()),
-                    _ => ("404 Not Found", "not found\n".to_string()),
-                };
-                let response = format!(
-                    "HTTP/1.1 {status}\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                if let Err(error) = socket.write_all(response.as_bytes()).await {
-                    debug!(%error, "metrics client went away");
-                }
-            });
-        }
-    }))
+    Ok(tokio::spawn(serve_on(listener, health, stop)))
 }
 
-/// The request line and headers, however many reads they take (a client
-/// may write them in pieces); `None` when the client goes away first or
-/// sends more than 8 KiB without ending them. Answering after a first
-/// partial read would close the connection while the client still writes:
-/// it would see a broken pipe.
-async fn read_head(socket: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
-    let mut head = Vec::with_capacity(512);
-    let mut buffer = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        let read = socket.read(&mut buffer).await.ok()?;
-        if read == 0 || head.len() + read > 8192 {
-            return None;
-        }
-        head.extend_from_slice(&buffer[..read]);
+/// HTTP/1 through hyper (request parsing, HEAD, keep-alive, status lines);
+/// the routing is [`answer`].
+async fn serve_on(listener: TcpListener, health: Health, mut stop: watch::Receiver<bool>) {
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(HEAD_TIMEOUT);
+    let graceful = GracefulShutdown::new();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stop.changed() => break,
+        };
+        let socket = match accepted {
+            Ok((socket, _)) => socket,
+            Err(error) => {
+                debug!(%error, "metrics listener could not accept");
+                continue;
+            }
+        };
+        let health = health.clone();
+        let service = service_fn(move |request: Request<Incoming>| {
+            let response = answer(request.method(), request.uri().path(), &health);
+            async move { Ok::<_, Infallible>(response) }
+        });
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(socket), service));
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                debug!(%error, "metrics client went away");
+            }
+        });
     }
-    Some(head)
+    if tokio::time::timeout(DRAIN, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        debug!("metrics clients still connected at stop: left to close with the runtime");
+    }
+}
+
+/// The answer to `method` on `path`: GET or HEAD of a known path, 404 for
+/// an unknown one, 405 with `Allow` for any other method on a known one.
+fn answer(method: &Method, path: &str, health: &Health) -> Response<Full<Bytes>> {
+    let known = matches!(path, "/metrics" | "/healthz" | "/readyz");
+    let (status, body) = match path {
+        _ if !known => (StatusCode::NOT_FOUND, "not found\n".to_string()),
+        _ if method != Method::GET && method != Method::HEAD => (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method not allowed\n".to_string(),
+        ),
+        "/metrics" => (StatusCode::OK, render_metrics()),
+        "/healthz" => (StatusCode::OK, "ok\n".to_string()),
+        _ if health.ready() => (StatusCode::OK, "ready\n".to_string()),
+        _ => (StatusCode::SERVICE_UNAVAILABLE, "not ready\n".to_string()),
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    if status == StatusCode::METHOD_NOT_ALLOWED {
+        headers.insert(ALLOW_HEADER, HeaderValue::from_static(ALLOW));
+    }
+    response
+}
+
+/// The body of `/metrics`: the recorder's series, then the consumer lag
+/// gauges the worker keeps itself.
+fn render_metrics() -> String {
+    let mut body = prometheus().map(|h| h.render()).unwrap_or_default();
+    crate::metrics::render_lags(&mut body);
+    body
 }
 
 /// Reads the store's figures every few seconds: evicted keys, filter fill
@@ -173,26 +216,195 @@ pub(crate) async fn watch_store(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::io::AsyncWriteExt;
+    use std::net::SocketAddr;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    struct Server {
+        address: SocketAddr,
+        health: Health,
+        stop: watch::Sender<bool>,
+        task: JoinHandle<()>,
+    }
+
+    async fn start() -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let health = Health::new(Arc::default(), Arc::default());
+        let (stop, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(serve_on(listener, health.clone(), stop_rx));
+        Server {
+            address,
+            health,
+            stop,
+            task,
+        }
+    }
+
+    /// Writes `pieces` one after another, a pause between them, and reads
+    /// the answer to the end (each request here closes the connection).
+    async fn ask(address: SocketAddr, pieces: &[impl AsRef<str>]) -> String {
+        let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+        for (index, piece) in pieces.iter().enumerate() {
+            if index > 0 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            stream.write_all(piece.as_ref().as_bytes()).await.unwrap();
+        }
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        answer
+    }
+
+    fn get(path: &str) -> String {
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    }
+
+    fn status(answer: &str) -> &str {
+        answer.lines().next().unwrap_or_default()
+    }
 
     #[tokio::test]
-    async fn a_request_written_in_pieces_is_read_whole() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let client = tokio::spawn(async move {
-            let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
-            stream
-                .write_all(b"GET /metrics HTTP/1.1\r\n")
-                .await
-                .unwrap();
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            stream.write_all(b"Host: x\r\n\r\n").await.unwrap();
-            stream
-        });
-        let (mut socket, _) = listener.accept().await.unwrap();
-        let head = read_head(&mut socket).await.expect("the whole head");
-        assert!(head.ends_with(b"Host: x\r\n\r\n"), "{head:?}");
-        drop(client.await.unwrap());
-        assert_eq!(read_head(&mut socket).await, None, "a closed client");
+    async fn a_request_written_in_pieces_is_answered_whole() {
+        let server = start().await;
+        let answer = ask(
+            server.address,
+            &[
+                "GET /healthz HTTP/1.1\r\n",
+                "Host: x\r\nConnection: close\r\n\r\n",
+            ],
+        )
+        .await;
+        assert_eq!(status(&answer), "HTTP/1.1 200 OK", "{answer}");
+        assert!(answer.ends_with("\r\n\r\nok\n"), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn metrics_are_served_to_get_with_the_prometheus_text_type() {
+        let server = start().await;
+        let answer = ask(server.address, &[&get("/metrics")]).await;
+        assert_eq!(status(&answer), "HTTP/1.1 200 OK", "{answer}");
+        assert!(
+            answer.contains("content-type: text/plain; version=0.0.4"),
+            "{answer}"
+        );
+        // The worker's own lag gauge is rendered after the recorder's.
+        assert!(
+            answer.contains(&format!("# TYPE {} gauge", crate::metrics::LAG)),
+            "{answer}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_post_is_refused_with_405_naming_the_allowed_methods() {
+        let server = start().await;
+        for path in ["/metrics", "/healthz", "/readyz"] {
+            let answer = ask(
+                server.address,
+                &[&format!(
+                    "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+                )],
+            )
+            .await;
+            assert_eq!(
+                status(&answer),
+                "HTTP/1.1 405 Method Not Allowed",
+                "{path}: {answer}"
+            );
+            assert!(answer.contains("allow: GET, HEAD\r\n"), "{path}: {answer}");
+        }
+    }
+
+    #[tokio::test]
+    async fn head_answers_the_headers_without_a_body() {
+        let server = start().await;
+        let answer = ask(
+            server.address,
+            &["HEAD /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"],
+        )
+        .await;
+        assert_eq!(status(&answer), "HTTP/1.1 200 OK", "{answer}");
+        assert!(answer.contains("content-length: 3\r\n"), "{answer}");
+        assert!(answer.ends_with("\r\n\r\n"), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn an_unknown_path_is_404_whatever_the_method() {
+        let server = start().await;
+        let answer = ask(server.address, &[&get("/nope")]).await;
+        assert_eq!(status(&answer), "HTTP/1.1 404 Not Found", "{answer}");
+        let answer = ask(
+            server.address,
+            &["DELETE /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"],
+        )
+        .await;
+        assert_eq!(status(&answer), "HTTP/1.1 404 Not Found", "{answer}");
+    }
+
+    #[tokio::test]
+    async fn readiness_needs_an_assignment_a_store_answering_and_no_lost_state() {
+        let server = start().await;
+        let request = get("/readyz");
+        let readyz = || ask(server.address, std::slice::from_ref(&request));
+        assert_eq!(
+            status(&readyz().await),
+            "HTTP/1.1 503 Service Unavailable",
+            "nothing assigned yet"
+        );
+        server.health.group.assigned.store(true, Ordering::SeqCst);
+        let answer = readyz().await;
+        assert_eq!(status(&answer), "HTTP/1.1 200 OK", "{answer}");
+        assert!(answer.ends_with("ready\n"), "{answer}");
+        server.health.store_ok.store(false, Ordering::SeqCst);
+        assert_eq!(
+            status(&readyz().await),
+            "HTTP/1.1 503 Service Unavailable",
+            "store not answering"
+        );
+        server.health.store_ok.store(true, Ordering::SeqCst);
+        server.health.store_lost.store(true, Ordering::SeqCst);
+        assert_eq!(
+            status(&readyz().await),
+            "HTTP/1.1 503 Service Unavailable",
+            "store lost its state"
+        );
+    }
+
+    #[tokio::test]
+    async fn http_1_0_gets_a_whole_answer_and_the_connection_closed() {
+        // What the test kit's scraper and Prometheus probes send.
+        let server = start().await;
+        let answer = ask(
+            server.address,
+            &["GET /healthz HTTP/1.0\r\nHost: x\r\n\r\n"],
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.0 200 OK\r\n"), "{answer}");
+        assert!(!answer.contains("chunked"), "{answer}");
+        assert!(answer.ends_with("ok\n"), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn stop_ends_the_server_and_its_idle_keep_alive_connections() {
+        let server = start().await;
+        let mut idle = tokio::net::TcpStream::connect(server.address)
+            .await
+            .unwrap();
+        idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut first = [0u8; 512];
+        let read = idle.read(&mut first).await.unwrap();
+        assert!(first[..read].starts_with(b"HTTP/1.1 200 OK"));
+        server.stop.send(true).unwrap();
+        tokio::time::timeout(DRAIN, server.task)
+            .await
+            .expect("the server ends within its drain bound")
+            .unwrap();
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(DRAIN, idle.read_to_end(&mut rest)).await;
+        assert!(
+            matches!(closed, Ok(Ok(0))),
+            "the idle connection is closed: {closed:?} {rest:?}"
+        );
     }
 }

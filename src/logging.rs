@@ -5,8 +5,14 @@
 //! per-stream progress line the worker writes instead of a line per record.
 
 use std::io::IsTerminal;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use governor::clock::{Clock, MonotonicClock};
+use governor::middleware::NoOpMiddleware;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
 
 /// How log lines are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -82,32 +88,39 @@ pub fn log_fatal(format: LogFormat, error: &anyhow::Error) {
 /// Lets one line through per `every`, counting what it held back, so a
 /// failure that repeats every few milliseconds (brokers down, store down)
 /// is logged once a period with how often it happened.
-pub(crate) struct RateLimit {
-    every: Duration,
-    state: Mutex<(Option<Instant>, u64)>,
+///
+/// Whether a line may go is `governor`'s (a GCRA limiter with a burst of
+/// one, on the clock `C`: monotonic in the process, a fake one in tests);
+/// governor only says yes or no, so the count held back is kept here.
+pub(crate) struct RateLimit<C: Clock = MonotonicClock> {
+    limiter: RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<C::Instant>>,
+    held: AtomicU64,
 }
 
 impl RateLimit {
-    pub(crate) const fn new(every: Duration) -> RateLimit {
+    pub(crate) fn new(every: Duration) -> RateLimit {
+        RateLimit::with_clock(every, MonotonicClock)
+    }
+}
+
+impl<C: Clock> RateLimit<C> {
+    pub(crate) fn with_clock(every: Duration, clock: C) -> RateLimit<C> {
+        // A zero period limits nothing: every line goes.
+        let quota = Quota::with_period(every).unwrap_or_else(|| Quota::per_second(NonZeroU32::MAX));
         RateLimit {
-            every,
-            state: Mutex::new((None, 0)),
+            limiter: RateLimiter::direct_with_clock(quota, clock),
+            held: AtomicU64::new(0),
         }
     }
 
     /// `Some(suppressed since the last line)` when a line may be written
     /// now; `None` when this one is to be held back (and counted).
-    pub(crate) fn allow(&self, now: Instant) -> Option<u64> {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let (last, held) = &mut *state;
-        match last {
-            Some(at) if now.duration_since(*at) < self.every => {
-                *held += 1;
+    pub(crate) fn allow(&self) -> Option<u64> {
+        match self.limiter.check() {
+            Ok(()) => Some(self.held.swap(0, Ordering::Relaxed)),
+            Err(_) => {
+                self.held.fetch_add(1, Ordering::Relaxed);
                 None
-            }
-            _ => {
-                *last = Some(now);
-                Some(std::mem::take(held))
             }
         }
     }
@@ -116,16 +129,37 @@ impl RateLimit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use governor::clock::FakeRelativeClock;
 
     #[test]
     fn a_repeating_error_is_let_through_once_a_period_with_the_count_held_back() {
-        let limit = RateLimit::new(Duration::from_secs(10));
-        let t0 = Instant::now();
-        assert_eq!(limit.allow(t0), Some(0));
-        for ms in 1..=313 {
-            assert_eq!(limit.allow(t0 + Duration::from_millis(ms * 30)), None);
+        let clock = FakeRelativeClock::default();
+        let limit = RateLimit::with_clock(Duration::from_secs(10), clock.clone());
+        assert_eq!(limit.allow(), Some(0));
+        for _ in 1..=313 {
+            clock.advance(Duration::from_millis(30));
+            assert_eq!(limit.allow(), None);
         }
-        assert_eq!(limit.allow(t0 + Duration::from_secs(10)), Some(313));
-        assert_eq!(limit.allow(t0 + Duration::from_secs(11)), None);
+        // 313 × 30 ms = 9.39 s: on to 10 s after the first line.
+        clock.advance(Duration::from_millis(610));
+        assert_eq!(limit.allow(), Some(313));
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(limit.allow(), None);
+    }
+
+    #[test]
+    fn the_next_line_goes_a_full_period_after_the_last_one_let_through() {
+        let clock = FakeRelativeClock::default();
+        let limit = RateLimit::with_clock(Duration::from_secs(30), clock.clone());
+        clock.advance(Duration::from_secs(100));
+        assert_eq!(limit.allow(), Some(0), "the first line always goes");
+        clock.advance(Duration::from_secs(30) - Duration::from_nanos(1));
+        assert_eq!(limit.allow(), None);
+        clock.advance(Duration::from_nanos(1));
+        assert_eq!(limit.allow(), Some(1));
+        // A quiet spell earns no burst: still one line a period.
+        clock.advance(Duration::from_secs(600));
+        assert_eq!(limit.allow(), Some(0));
+        assert_eq!(limit.allow(), None);
     }
 }

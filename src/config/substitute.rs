@@ -9,6 +9,17 @@
 //! example in a comment needs no variable set. A variable that is unset,
 //! and has no default, is an error naming it and its line: a silently empty
 //! password is worse than a refusal.
+//!
+//! Why this is not `shellexpand` (3.1, checked against the tests below):
+//! it reads `${VAR}` and `${VAR:-default}` the same way, but it also
+//! expands `$VAR` without braces and turns every `$$` into `$`, so a
+//! literal `$` that configs may already hold changes meaning: `pa$word`
+//! becomes a lookup of `word`, and `pa$HOME` silently becomes `pa/root`, a
+//! wrong secret with no error. It leaves an unclosed `${OPEN` in the text
+//! (refused here), and a default hides a malformed name (`${bad name:-x}`
+//! gives `x`; refused here). Keeping this grammar on top of it would take
+//! a pre-pass that finds each reference, splits its default and checks its
+//! name: what `expand_line` does now, lookup included.
 
 /// Why a file could not be expanded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -145,6 +156,13 @@ mod tests {
     }
 
     #[test]
+    fn a_dollar_without_a_brace_is_literal_even_before_a_set_name() {
+        let env = |name: &str| (name == "HOME").then(|| "/root".to_string());
+        let text = "password = \"pa$HOME$$x$1\"\n";
+        assert_eq!(substitute(text, env).unwrap(), text);
+    }
+
+    #[test]
     fn a_malformed_reference_is_refused() {
         assert_eq!(
             substitute("a = \"${OPEN\"", env),
@@ -152,6 +170,11 @@ mod tests {
         );
         assert!(matches!(
             substitute("a = \"${not a name}\"", env),
+            Err(SubstituteError::BadName { line: 1, .. })
+        ));
+        // A default does not hide a malformed name.
+        assert!(matches!(
+            substitute("a = \"${not a name:-x}\"", env),
             Err(SubstituteError::BadName { line: 1, .. })
         ));
     }

@@ -11,6 +11,20 @@
 //!
 //! [`format_duration`] writes the same grammar back, so anything it prints can
 //! be pasted into a config file and means the same duration.
+//!
+//! Why this is not a crate: `humantime` (2.4, the usual choice) was checked
+//! against this grammar. It reads every form above except the bare number,
+//! but it also reads `5M` as five months of 30.44 days beside `5m` as five
+//! minutes (a shifted key changes a TTL 43,830-fold), takes repeated and
+//! out-of-order units (`1h1h`, `30m1h`), fractions and inner spaces, all of
+//! which this grammar refuses as likely typos; it panics instead of refusing
+//! one overflowing text (`18446744073709551615s1000ms`: an off-by-one in its
+//! carry, humantime issue #66, open), and a config value must never crash
+//! the process. Its formatter writes `9h 20m` and `1month 9days ...`, not
+//! what a config file holds, so [`format_duration`] would stay here anyway.
+//! `jiff`'s friendly format keeps unit order but refuses days (`2d`) in a
+//! plain duration. Making either crate keep this grammar would take a
+//! wrapper as long as the parser below.
 
 use std::time::Duration;
 
@@ -229,6 +243,13 @@ mod tests {
             }
         );
         assert!(matches!(err("5H"), DurationError::UnknownUnit { .. }));
+        // Not months, weeks or years: `5M` beside `5m` is a shifted key.
+        for text in ["5M", "1w", "1y", "90min", "1hour"] {
+            assert!(
+                matches!(err(text), DurationError::UnknownUnit { .. }),
+                "{text}"
+            );
+        }
         assert!(matches!(err("h"), DurationError::MissingNumber { .. }));
         assert!(matches!(err("1h30"), DurationError::MissingUnit { .. }));
         assert!(matches!(

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
@@ -33,10 +33,7 @@ impl ClientLogs {
     }
 
     pub(crate) fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
-        let Some(held) = self
-            .limit((facility.to_string(), level as i32))
-            .allow(Instant::now())
-        else {
+        let Some(held) = self.limit((facility.to_string(), level as i32)).allow() else {
             return;
         };
         match level {
@@ -60,7 +57,7 @@ impl ClientLogs {
 
     pub(crate) fn error(&self, error: &KafkaError, reason: &str) {
         let code = format!("{:?}", error.rdkafka_error_code());
-        if let Some(held) = self.limit((code, -1)).allow(Instant::now()) {
+        if let Some(held) = self.limit((code, -1)).allow() {
             error!(target: "librdkafka", %error, held_back = held, "{reason}");
         }
     }

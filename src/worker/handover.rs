@@ -3,6 +3,7 @@
 //! the metadata that lets it raise the watermark and skip what is done
 //! (docs/design.md §4.6, §7).
 
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{CommitMode, Consumer};
@@ -15,8 +16,8 @@ use super::pipeline::{answer, Pipeline, FLUSH_PATIENCE};
 use super::poller;
 use super::Worker;
 
-static COMMIT_STUCK: crate::logging::RateLimit =
-    crate::logging::RateLimit::new(Duration::from_secs(30));
+static COMMIT_STUCK: LazyLock<crate::logging::RateLimit> =
+    LazyLock::new(|| crate::logging::RateLimit::new(Duration::from_secs(30)));
 
 impl Worker {
     /// Waits for the round in flight and the deliveries of `partitions`,
@@ -124,7 +125,7 @@ impl Worker {
         if let Some((since, earlier)) = &p.commit_in_flight {
             if !earlier.is_finished() {
                 let waited = since.elapsed();
-                if waited >= FLUSH_PATIENCE && COMMIT_STUCK.allow(Instant::now()).is_some() {
+                if waited >= FLUSH_PATIENCE && COMMIT_STUCK.allow().is_some() {
                     warn!(
                         waited_s = waited.as_secs(),
                         "a commit is still waiting for the group coordinator: nothing newer is committed meanwhile"

@@ -10,6 +10,7 @@
 //! only when everything in flight is waiting.
 
 use std::collections::HashSet;
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -40,31 +41,33 @@ pub(super) const FLUSH_PATIENCE: Duration = Duration::from_secs(30);
 /// A wait this long is logged (the metric shows every wait).
 pub(super) const LONG_WAIT: Duration = Duration::from_secs(60);
 
-static UNDELIVERED: RateLimit = RateLimit::new(Duration::from_secs(30));
-static STORE_DOWN: RateLimit = RateLimit::new(Duration::from_secs(30));
-static STORE_REJECTED: RateLimit = RateLimit::new(Duration::from_secs(30));
+static UNDELIVERED: LazyLock<RateLimit> = LazyLock::new(|| RateLimit::new(Duration::from_secs(30)));
+static STORE_DOWN: LazyLock<RateLimit> = LazyLock::new(|| RateLimit::new(Duration::from_secs(30)));
+static STORE_REJECTED: LazyLock<RateLimit> =
+    LazyLock::new(|| RateLimit::new(Duration::from_secs(30)));
+pub(super) static WAITING_LONG: LazyLock<RateLimit> =
+    LazyLock::new(|| RateLimit::new(Duration::from_secs(60)));
 
 /// A failed round, said once a period: an outage at WARN (it passes by
 /// itself), a rejection at ERROR with its cause and remedy (it lasts
 /// until an operator acts: an ACL, a full server, a replica, a foreign
 /// key). Either way the round is sent again whole after the backoff, and
 /// the breaker counts it.
-pub(super) fn store_failed(error: &StoreError, now: Instant) {
+pub(super) fn store_failed(error: &StoreError) {
     match error {
         StoreError::Rejected(rejection) => {
-            if let Some(held_back) = STORE_REJECTED.allow(now) {
+            if let Some(held_back) = STORE_REJECTED.allow() {
                 error!(cause = rejection.cause.label(), %error, held_back,
                     "the store rejected a round: nothing is decided until an operator acts; the round is sent again after the backoff");
             }
         }
         _ => {
-            if let Some(held_back) = STORE_DOWN.allow(now) {
+            if let Some(held_back) = STORE_DOWN.allow() {
                 warn!(%error, held_back, "store round failed: sent again whole after the backoff");
             }
         }
     }
 }
-pub(super) static WAITING_LONG: RateLimit = RateLimit::new(Duration::from_secs(60));
 
 /// Milliseconds since the Unix epoch on this machine's clock.
 pub fn now_ms() -> Millis {
@@ -333,7 +336,7 @@ impl Worker {
             Err(error) => {
                 p.breaker.failure(now, &error);
                 p.flight.failed(round, |s| self.fail_open(s));
-                store_failed(&error, now);
+                store_failed(&error);
             }
         }
     }
@@ -371,7 +374,7 @@ impl Worker {
                 if self.transactional {
                     p.txn.failed.get_or_insert_with(|| error.clone());
                 }
-                if let Some(held_back) = UNDELIVERED.allow(now) {
+                if let Some(held_back) = UNDELIVERED.allow() {
                     warn!(%error, topic = %tp.0, partition = tp.1, offset, held_back,
                         "output not delivered: the claim is kept and it is produced again");
                 }

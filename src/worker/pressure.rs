@@ -109,7 +109,7 @@ impl Worker {
         for (runtime, (count, oldest)) in self.streams.iter().zip(per_stream) {
             crate::metrics::waiting(&runtime.config.spec.name, count, oldest);
             if oldest >= LONG_WAIT {
-                if let Some(held_back) = WAITING_LONG.allow(now) {
+                if let Some(held_back) = WAITING_LONG.allow() {
                     warn!(stream = %runtime.config.spec.name, records = count, oldest_s = oldest.as_secs(), held_back,
                         "records wait on claims whose holders have not settled: a holder's partition may be stuck or abandoned (never taken over on a timer)");
                 }

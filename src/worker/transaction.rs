@@ -249,7 +249,7 @@ impl Worker {
                 Ok(_) => return Ok(()),
                 Err(error) if Instant::now() + backoff < deadline => {
                     crate::metrics::store_failed("round", &error);
-                    super::pipeline::store_failed(&error, Instant::now());
+                    super::pipeline::store_failed(&error);
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(1));
                 }
