@@ -5,11 +5,13 @@
 //! --export` prints the first form, and `--from-file` reads both, so a plan
 //! exported by either tool is accepted by the other.
 //!
-//! Split by hand rather than read with a CSV crate: Kafka's topic and group
-//! names cannot hold a comma, a quote or a line break for a writer to
-//! quote (Kafka's writer never quotes them), so a line is exactly its
-//! comma-separated cells; a quoted cell is still taken, as Kafka's reader
-//! takes it.
+//! Kafka writes it with Jackson's CSV writer, which quotes a cell longer
+//! than 24 characters (it checks shorter ones for a character below `-`
+//! only): `"clean.payments.eu-west-1",0,42`. The export here quotes as it
+//! does, so the two tools print the same lines. Split by hand rather than
+//! read with a CSV crate: a Kafka topic name holds no comma, quote or line
+//! break, so a line is exactly its comma-separated cells, each maybe in
+//! quotes.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -53,9 +55,20 @@ pub fn export(plan: &Plan) -> String {
         .collect();
     rows.sort();
     for (topic, partition, offset) in rows {
-        let _ = writeln!(out, "{topic},{partition},{offset}");
+        let _ = writeln!(out, "{},{partition},{offset}", jackson_cell(topic));
     }
     out
+}
+
+/// A text cell as Jackson's CSV writer (default features) writes it:
+/// quoted when longer than 24 UTF-16 units or holding a character below
+/// `-` (the comma, the quote, line breaks among them), a quote doubled.
+fn jackson_cell(text: &str) -> String {
+    if text.encode_utf16().count() > 24 || text.chars().any(|c| c < '-') {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_string()
+    }
 }
 
 impl Rows {
@@ -153,7 +166,7 @@ impl Rows {
 }
 
 /// A cell as Kafka's reader takes it: surrounding blanks and one pair of
-/// double quotes off.
+/// double quotes off (a topic name holds no quote to undouble).
 fn cell(text: &str) -> &str {
     let text = text.trim();
     text.strip_prefix('"')
@@ -183,6 +196,16 @@ mod tests {
     }
 
     #[test]
+    fn cells_are_quoted_as_jacksons_writer_quotes_them() {
+        assert_eq!(jackson_cell("raw.payments-eu_1"), "raw.payments-eu_1");
+        assert_eq!(jackson_cell("a".repeat(24).as_str()), "a".repeat(24));
+        let long = "a".repeat(25);
+        assert_eq!(jackson_cell(&long), format!("\"{long}\""));
+        assert_eq!(jackson_cell("a b"), "\"a b\"");
+        assert_eq!(jackson_cell("say \"x\""), "\"say \"\"x\"\"\"");
+    }
+
+    #[test]
     fn the_export_is_kafkas_single_group_csv_sorted_by_partition() {
         let plan = Plan {
             stream: "bank".into(),
@@ -190,16 +213,21 @@ mod tests {
                 partition("raw.b", 0, 9),
                 partition("raw.a", 1, 7),
                 partition("raw.a", 0, 12),
+                partition("raw.payments.eu-west-1.v2", 0, 3),
             ],
             skipped: None,
             re_emit: false,
             other_groups: Vec::new(),
         };
-        assert_eq!(export(&plan), "raw.a,0,12\nraw.a,1,7\nraw.b,0,9\n");
+        assert_eq!(
+            export(&plan),
+            "raw.a,0,12\nraw.a,1,7\nraw.b,0,9\n\"raw.payments.eu-west-1.v2\",0,3\n"
+        );
         let back = Rows::parse("plan.csv", &export(&plan)).unwrap();
         let mine = back.for_group("any").unwrap();
-        assert_eq!(mine.offsets.len(), 3);
+        assert_eq!(mine.offsets.len(), 4);
         assert_eq!(mine.offsets[&("raw.a".into(), 0)], 12);
+        assert_eq!(mine.offsets[&("raw.payments.eu-west-1.v2".into(), 0)], 3);
         assert!(mine.other_groups.is_empty());
     }
 
