@@ -8,7 +8,8 @@
 //!   same offset for every partition, the one the logs say, in the same
 //!   CSV lines;
 //! - a CSV exported by either tool is read by the other's `--from-file`,
-//!   for a dry run and for the reset itself;
+//!   for a dry run and for the reset itself, and Kafka's export of two
+//!   groups (a group column) gives idemgate its group's rows;
 //! - while the group has a member, idemgate's dry run plans (Kafka's tool
 //!   refuses even its dry run), and both refuse the reset itself; once the
 //!   group is stopped, `--shift-by -N --re-emit` records its replay range
@@ -304,6 +305,42 @@ fn every_scenario_plans_as_kafkas_tool_and_each_tool_reads_the_others_csv() {
         at_middle,
         "a dry run moved the group's offsets"
     );
+
+    // Kafka's export of two groups has a group column; idemgate takes its
+    // group's rows and leaves the other's alone, saying so.
+    let other = unique("reset-kafka-other-group");
+    let two = consumer_groups(
+        &kafka_brokers(),
+        &[
+            "--group",
+            &config.group,
+            "--group",
+            &other,
+            "--topic",
+            &topics.input,
+            "--reset-offsets",
+            "--to-earliest",
+            "--dry-run",
+            "--export",
+        ],
+    )
+    .expect("kafka-consumer-groups --export of two groups");
+    let two_file = write_plan(TEST, &two);
+    let run = idemgate_ok(
+        &config,
+        &["--from-file", &two_file, "--dry-run", "--export"],
+    );
+    assert_eq!(
+        exported(&run),
+        rows(&|p, _, _| low(p)),
+        "the group's rows of:\n{two}"
+    );
+    assert!(
+        run.stderr.contains(&format!("left alone ({other})")),
+        "{}",
+        run.stderr
+    );
+    let _ = std::fs::remove_file(two_file);
 
     // And the resets themselves, from the other tool's file.
     let run = idemgate_ok(&config, &["--from-file", &kafka_file]);
