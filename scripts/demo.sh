@@ -6,5 +6,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
-scripts/install-deps.sh >&2
+# Only what building needs: the demo starts no service and needs none installed.
+scripts/install-deps.sh --build >&2
+command -v cargo >/dev/null || { echo "demo.sh: cargo not found; install Rust with rustup first" >&2; exit 1; }
 RUST_LOG=${RUST_LOG:-warn} exec cargo run --release --locked -- demo "$@"

@@ -75,11 +75,12 @@ enum Command {
     /// exact and tiered side by side; from flags or from each stream of a
     /// config.
     Plan(PlanArgs),
-    /// Reset a stream's input offsets for the group (to earliest, an offset
-    /// or a time) while the group has no members; prints every partition's
-    /// offsets before and after. A forward skip needs --skipped; a replay
-    /// produces nothing again unless --re-emit.
-    Reset(ResetArgs),
+    /// Reset a stream's input offsets for the group, with the scenarios of
+    /// kafka-consumer-groups --reset-offsets (and its CSV), while the group
+    /// has no members; prints every partition's offsets before and after.
+    /// A forward skip needs --skipped; a replay produces nothing again
+    /// unless --re-emit.
+    Reset(idemgate::ops::reset_args::ResetCli),
     /// Write back a stream's store after it lost its state (a Redis
     /// restarted without persistence, flushed, or replaced): settled claims
     /// and tier-2 inserts from the clean topic over the TTL window, the
@@ -101,41 +102,6 @@ struct RebuildArgs {
     /// without store identities. Refused where the store holds one.
     #[arg(long)]
     adopt: bool,
-}
-
-#[derive(Args)]
-#[command(group(clap::ArgGroup::new("to").required(true).args(["to_earliest", "to_offset", "to_time"])))]
-struct ResetArgs {
-    /// The TOML configuration `run` reads (brokers, group, store).
-    #[arg(long)]
-    config: std::path::PathBuf,
-    /// The stream whose input topics are reset.
-    #[arg(long)]
-    stream: String,
-    /// Every partition to its log start.
-    #[arg(long)]
-    to_earliest: bool,
-    /// One offset for every partition, or TOPIC:PARTITION=OFFSET,... naming
-    /// every input partition.
-    #[arg(long)]
-    to_offset: Option<String>,
-    /// The first offset at or after this RFC 3339 time (the log's end where
-    /// none is).
-    #[arg(long)]
-    to_time: Option<String>,
-    /// What the records a forward skip passes over count as: `delivered`
-    /// (their copies become duplicates: loss if they were not) or
-    /// `abandoned` (their copies may take their claims over: a double if
-    /// they were delivered). Required for a forward skip.
-    #[arg(long)]
-    skipped: Option<String>,
-    /// Records of the replayed range that were delivered before as their
-    /// claim's holder go to clean again, marked `idemgate-replay: true`.
-    #[arg(long)]
-    re_emit: bool,
-    /// Print what would happen; write nothing.
-    #[arg(long)]
-    dry_run: bool,
 }
 
 #[derive(Args)]
@@ -322,32 +288,17 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
-fn reset(args: ResetArgs) -> Result<()> {
-    use idemgate::ops::reset::{parse_offsets, Skipped, Target};
-    let target = match (args.to_earliest, &args.to_offset, &args.to_time) {
-        (true, None, None) => Target::Earliest,
-        (false, Some(offsets), None) => parse_offsets(offsets).map_err(anyhow::Error::msg)?,
-        (false, None, Some(time)) => {
-            Target::Time(rfc3339_ms(time).map_err(|e| anyhow::anyhow!("--to-time: {e}"))?)
-        }
-        _ => bail!("give exactly one of --to-earliest, --to-offset, --to-time"),
-    };
-    let skipped = args
-        .skipped
-        .as_deref()
-        .map(Skipped::parse)
-        .transpose()
-        .map_err(anyhow::Error::msg)?;
-    let config = idemgate::config::Config::load(&args.config)?;
-    let request = idemgate::ops::reset_run::ResetArgs {
-        stream: args.stream,
-        target,
-        skipped,
-        re_emit: args.re_emit,
-        dry_run: args.dry_run,
-    };
-    let report = runtime()?.block_on(idemgate::ops::reset_run::reset(&config, request))?;
-    print!("{report}");
+fn reset(cli: idemgate::ops::reset_args::ResetCli) -> Result<()> {
+    let now_ms = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_millis(),
+    )?;
+    let args = cli.args(now_ms).map_err(anyhow::Error::msg)?;
+    let config = idemgate::config::Config::load(&cli.config)?;
+    let printed = runtime()?.block_on(idemgate::ops::reset_run::reset(&config, args))?;
+    print!("{}", printed.stdout);
+    eprint!("{}", printed.stderr);
     Ok(())
 }
 

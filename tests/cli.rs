@@ -349,9 +349,27 @@ fn reset_refuses_bad_flags_and_unknown_streams_before_reaching_a_broker() {
     );
     let text = refused(&with(&["--to-time", "yesterday"]), "");
     assert!(text.contains("--to-time"), "{text}");
-    // Exactly one target.
-    refused(&with(&[]), "");
-    refused(&with(&["--to-earliest", "--to-offset", "5"]), "");
+    // Exactly one scenario, as Kafka's tool: clap names both flags.
+    let text = refused(&with(&[]), "");
+    assert!(
+        text.contains("--shift-by") && text.contains("--from-file"),
+        "{text}"
+    );
+    for pair in [
+        ["--to-earliest", "--to-offset=5"],
+        ["--to-latest", "--by-duration=PT1H"],
+        ["--shift-by=-3", "--from-file=plan.csv"],
+    ] {
+        let text = refused(&with(&pair), "");
+        assert!(text.contains("cannot be used with"), "{pair:?}: {text}");
+    }
+    let text = refused(&with(&["--by-duration", "P1Y"]), "");
+    assert!(
+        text.contains("--by-duration") && text.contains("ISO-8601"),
+        "{text}"
+    );
+    let text = refused(&with(&["--from-file", "/nonexistent/plan.csv"]), "");
+    assert!(text.contains("--from-file /nonexistent/plan.csv"), "{text}");
     let text = refused(
         &[
             "reset",

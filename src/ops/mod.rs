@@ -13,10 +13,13 @@
 //! - [`horizon`]: retry horizons from a delivery log on stdin, or from a
 //!   recorded topic ([`horizon_topic`]), measured by the pure
 //!   `ttl::measure_horizon`.
-//! - [`reset`]: reset and replay a stream's input offsets (to a time, an
-//!   offset or earliest) while its group is empty, recording in the store
-//!   what a forward skip passed over and what a replay re-emits; the pure
-//!   plan and report in `reset`, the I/O in [`reset_run`].
+//! - [`reset`]: reset and replay a stream's input offsets (the scenarios
+//!   of `kafka-consumer-groups --reset-offsets`) while its group is empty,
+//!   recording in the store what a forward skip passed over and what a
+//!   replay re-emits; the pure plan in `reset`, its report in
+//!   [`reset_text`], Kafka's CSV in [`reset_csv`], `--by-duration`'s syntax
+//!   in [`kafka_duration`], the command line in [`reset_args`], the I/O in
+//!   [`reset_run`].
 //! - [`rebuild`]: a stream's store written back after it lost its state,
 //!   from the clean topic and the group's commits; the pure plan and report
 //!   in `rebuild`, the I/O in [`rebuild_run`].
@@ -32,9 +35,13 @@ pub mod group;
 pub mod horizon;
 pub mod horizon_topic;
 pub(crate) mod kafka;
+pub mod kafka_duration;
 pub mod plan;
 pub mod plan_text;
 pub mod rebuild;
 pub mod rebuild_run;
 pub mod reset;
+pub mod reset_args;
+pub mod reset_csv;
 pub mod reset_run;
+pub mod reset_text;

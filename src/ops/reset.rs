@@ -16,20 +16,46 @@
 //!   copy may take their claims over (a double if they were delivered).
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
 
-/// Where the offsets go.
+/// Where the offsets go: the scenarios of Kafka's `kafka-consumer-groups
+/// --reset-offsets`, each computed as that tool computes it, except that an
+/// offset named explicitly (`--to-offset`, `--from-file`) must lie inside
+/// its log where Kafka's tool moves it to the nearer end.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Target {
     /// Each partition's log start.
     Earliest,
+    /// Each partition's log end.
+    Latest,
     /// The first offset at or after this time (milliseconds since the
-    /// epoch), or the partition's end where none is.
+    /// epoch), or the partition's end where none is: `--to-time`, and
+    /// `--by-duration` (that long before now).
     Time(i64),
     /// One offset for every partition.
     Offset(i64),
     /// Per partition; every input partition must be named.
     Offsets(BTreeMap<(String, i32), i64>),
+    /// The committed offset moved by this many (negative: back), kept
+    /// inside the log as Kafka's tool keeps it; a partition without a
+    /// commit is refused, as there.
+    ShiftBy(i64),
+    /// `--from-file`: Kafka's reset CSV, whose rows name groups or not
+    /// (`reset_csv`); the group's rows must name every input partition.
+    File(crate::ops::reset_csv::Rows),
+}
+
+impl Target {
+    /// The flag that asked for it, to name in a refusal.
+    pub fn flag(&self) -> &'static str {
+        match self {
+            Target::Earliest => "--to-earliest",
+            Target::Latest => "--to-latest",
+            Target::Time(_) => "--to-time/--by-duration",
+            Target::Offset(_) | Target::Offsets(_) => "--to-offset",
+            Target::ShiftBy(_) => "--shift-by",
+            Target::File(_) => "--from-file",
+        }
+    }
 }
 
 /// `--skipped`: what the records a forward skip passes over count as.
@@ -131,6 +157,9 @@ pub struct PartitionPlan {
     pub before: i64,
     pub committed: Option<i64>,
     pub after: i64,
+    /// `--shift-by`: the offset asked for, where it lay outside the log
+    /// and `after` is the nearer end instead.
+    pub clamped_from: Option<i64>,
     pub watermark: Option<i64>,
     pub change: Change,
     /// Written to the store: the watermark raised to (`--skipped
@@ -146,12 +175,16 @@ pub struct Plan {
     pub partitions: Vec<PartitionPlan>,
     pub skipped: Option<Skipped>,
     pub re_emit: bool,
+    /// `--from-file`: the other groups the file has rows for, left alone.
+    pub other_groups: Vec<String>,
 }
 
 /// What the operator asked for.
 #[derive(Clone, Debug)]
 pub struct Request {
     pub stream: String,
+    /// The consumer group: `--from-file` takes the rows naming it.
+    pub group: String,
     pub target: Target,
     pub skipped: Option<Skipped>,
     pub re_emit: bool,
@@ -163,35 +196,60 @@ pub struct Request {
 /// Decides every partition's change; refuses what cannot be done, naming
 /// the flag.
 pub fn plan(request: &Request, seen: &[Seen]) -> Result<Plan, String> {
-    if let Target::Offsets(named) = &request.target {
-        for (topic, partition) in named.keys() {
-            if !seen
-                .iter()
-                .any(|s| &s.topic == topic && s.partition == *partition)
-            {
-                return Err(format!(
-                    "--to-offset: {topic}:{partition} is not an input partition of stream {}",
-                    request.stream
-                ));
-            }
+    let flag = request.target.flag();
+    // Offsets named per partition (none for the other targets).
+    let (named, other_groups) = match &request.target {
+        Target::Offsets(named) => (named.clone(), Vec::new()),
+        Target::File(rows) => {
+            let mine = rows.for_group(&request.group)?;
+            (mine.offsets, mine.other_groups)
+        }
+        _ => (BTreeMap::new(), Vec::new()),
+    };
+    for (topic, partition) in named.keys() {
+        if !seen
+            .iter()
+            .any(|s| &s.topic == topic && s.partition == *partition)
+        {
+            return Err(format!(
+                "{flag}: {topic}:{partition} is not an input partition of stream {}",
+                request.stream
+            ));
         }
     }
     let mut partitions = Vec::with_capacity(seen.len());
     for s in seen {
         let name = format!("{}:{}", s.topic, s.partition);
+        let mut clamped_from = None;
         let after = match &request.target {
+            Target::Offsets(_) | Target::File(_) => {
+                *named.get(&(s.topic.clone(), s.partition)).ok_or_else(|| {
+                    format!("{flag}: {name} is not named (every input partition must be)")
+                })?
+            }
             Target::Earliest => s.low,
+            Target::Latest => s.high,
             Target::Time(_) => s.at_time.unwrap_or(s.high),
             Target::Offset(offset) => *offset,
-            Target::Offsets(named) => {
-                *named.get(&(s.topic.clone(), s.partition)).ok_or_else(|| {
-                    format!("--to-offset: {name} is not named (every input partition must be)")
-                })?
+            Target::ShiftBy(by) => {
+                let committed = s.committed.ok_or_else(|| {
+                    format!(
+                        "{flag}: {name} has no committed offset to shift (Kafka's tool refuses \
+                         it too); name its offset with --to-offset or --from-file"
+                    )
+                })?;
+                let wanted = committed.saturating_add(*by);
+                let kept = wanted.clamp(s.low, s.high);
+                if kept != wanted {
+                    clamped_from = Some(wanted);
+                }
+                kept
             }
         };
         if after < s.low || after > s.high {
             return Err(format!(
-                "--to-offset: {after} for {name} is outside its log [{}, {}]",
+                "{flag}: {after} for {name} is outside its log [{}, {}] (Kafka's tool would \
+                 move it to the nearer end; name that offset if it is what you want)",
                 s.low, s.high
             ));
         }
@@ -228,6 +286,7 @@ pub fn plan(request: &Request, seen: &[Seen]) -> Result<Plan, String> {
             before,
             committed: s.committed,
             after,
+            clamped_from,
             watermark: s.watermark,
             change,
             raise_to,
@@ -240,6 +299,7 @@ pub fn plan(request: &Request, seen: &[Seen]) -> Result<Plan, String> {
         partitions,
         skipped: request.skipped,
         re_emit: request.re_emit,
+        other_groups,
     })
 }
 
@@ -249,95 +309,10 @@ impl Plan {
     }
 }
 
-/// The report: per partition the offsets before and after and what
-/// happens, then the risk of the choice made.
-pub fn text(plan: &Plan, dry_run: bool) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "stream {}: {}",
-        plan.stream,
-        if dry_run {
-            "dry run, nothing written"
-        } else {
-            "reset"
-        }
-    );
-    let names: Vec<String> = plan
-        .partitions
-        .iter()
-        .map(|p| format!("{}/{}", p.topic, p.partition))
-        .collect();
-    let width = names.iter().map(String::len).max().unwrap_or(0).max(9);
-    let _ = writeln!(
-        out,
-        "  {:<width$} {:>12} {:>12} {:>12}  what",
-        "partition", "committed", "new", "watermark"
-    );
-    for (p, name) in plan.partitions.iter().zip(&names) {
-        let committed = p
-            .committed
-            .map_or_else(|| format!("none ({})", p.before), |c| c.to_string());
-        let watermark = p.watermark.map_or_else(|| "none".into(), |w| w.to_string());
-        let what = match p.change {
-            Change::Unchanged => "unchanged".to_string(),
-            Change::Backward => match p.replay {
-                Some((from, to)) => format!(
-                    "backward replay of {} records; those delivered before as their claim's \
-                     holder in [{from}, {to}) go to clean again, marked idemgate-replay",
-                    p.before - p.after
-                ),
-                None => format!(
-                    "backward replay of {} records: decided before, nothing produced again",
-                    p.before - p.after
-                ),
-            },
-            Change::Forward => match (p.raise_to, p.abandon) {
-                (Some(to), _) => format!(
-                    "forward skip of {} records, counted delivered: watermark raised to {to}",
-                    p.after - p.before
-                ),
-                (_, Some((from, to))) => format!(
-                    "forward skip of {} records, [{from}, {to}) abandoned: their unsettled \
-                     claims may be taken over",
-                    p.after - p.before
-                ),
-                _ => "forward skip".to_string(),
-            },
-        };
-        let _ = writeln!(
-            out,
-            "  {name:<width$} {committed:>12} {:>12} {watermark:>12}  {what}",
-            p.after
-        );
-    }
-    match (plan.forward(), plan.skipped) {
-        (true, Some(skipped)) => {
-            let _ = writeln!(out, "{}", skipped.risk());
-        }
-        (false, Some(_)) => {
-            let _ = writeln!(out, "--skipped has no effect: no partition skips forward");
-        }
-        _ => {}
-    }
-    if plan.re_emit && !plan.partitions.iter().any(|p| p.replay.is_some()) {
-        let _ = writeln!(
-            out,
-            "--re-emit has no effect: no partition replays backward"
-        );
-    }
-    if !plan.re_emit {
-        let _ = writeln!(
-            out,
-            "no re-emission: replayed records produce nothing (any earlier re-emit range of these partitions is cleared)"
-        );
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::reset_text::text;
 
     fn seen(partition: i32, committed: Option<i64>, watermark: Option<i64>) -> Seen {
         Seen {
@@ -354,6 +329,7 @@ mod tests {
     fn request(target: Target, skipped: Option<Skipped>, re_emit: bool) -> Request {
         Request {
             stream: "bank".into(),
+            group: "idemgate".into(),
             target,
             skipped,
             re_emit,
@@ -430,6 +406,84 @@ mod tests {
             "{error}"
         );
         let error = plan(&request(Target::Offset(101), None, false), &parts).unwrap_err();
+        assert!(error.contains("outside its log"), "{error}");
+    }
+
+    #[test]
+    fn shift_by_stays_inside_the_log_as_kafkas_tool_and_needs_a_commit() {
+        let mut low = seen(0, Some(30), Some(30));
+        low.low = 20;
+        let parts = [low, seen(1, Some(90), Some(90))];
+        let p = plan(&request(Target::ShiftBy(-15), None, true), &parts).unwrap();
+        assert_eq!(p.partitions[0].after, 20, "kept at the log start");
+        assert_eq!(p.partitions[0].clamped_from, Some(15));
+        assert_eq!(p.partitions[1].after, 75);
+        assert_eq!(p.partitions[1].clamped_from, None);
+        // The store's ranges are those of any backward reset.
+        assert_eq!(p.partitions[0].replay, Some((20, 30)));
+        assert_eq!(p.partitions[1].replay, Some((75, 90)));
+        assert!(text(&p, true).contains("shifted to 15, kept at the log's start"));
+        let p = plan(
+            &request(Target::ShiftBy(50), Some(Skipped::Abandoned), false),
+            &parts,
+        )
+        .unwrap();
+        assert_eq!(p.partitions[0].after, 80);
+        assert_eq!(p.partitions[1].after, 100, "kept at the log end");
+        assert_eq!(p.partitions[1].abandon, Some((90, 100)));
+        let error = plan(
+            &request(Target::ShiftBy(1), None, false),
+            &[seen(0, None, None)],
+        )
+        .unwrap_err();
+        assert!(
+            error.starts_with("--shift-by: raw:0 has no committed"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn latest_is_a_forward_skip_that_needs_a_choice() {
+        let parts = [seen(0, Some(60), Some(60)), seen(1, None, None)];
+        let error = plan(&request(Target::Latest, None, false), &parts).unwrap_err();
+        assert!(error.contains("--skipped"), "{error}");
+        let p = plan(
+            &request(Target::Latest, Some(Skipped::Delivered), false),
+            &parts,
+        )
+        .unwrap();
+        assert_eq!(p.partitions[0].after, 100);
+        assert_eq!(p.partitions[0].raise_to, Some(100));
+        assert_eq!(p.partitions[1].raise_to, Some(100));
+    }
+
+    #[test]
+    fn a_file_plan_takes_the_groups_rows_and_every_partition_must_be_named() {
+        use crate::ops::reset_csv::Rows;
+        let parts = [seen(0, Some(50), None), seen(1, Some(50), None)];
+        let rows = Rows::parse(
+            "f.csv",
+            "idemgate,raw,0,10\nother,raw,0,99\nidemgate,raw,1,60\n",
+        )
+        .unwrap();
+        let p = plan(
+            &request(Target::File(rows), Some(Skipped::Abandoned), false),
+            &parts,
+        )
+        .unwrap();
+        assert_eq!(p.partitions[0].after, 10);
+        assert_eq!(p.partitions[1].after, 60);
+        assert_eq!(p.partitions[1].abandon, Some((50, 60)));
+        assert_eq!(p.other_groups, vec!["other".to_string()]);
+        assert!(text(&p, true).contains("rows of other groups were left alone (other)"));
+        let one = Rows::parse("f.csv", "raw,0,10\n").unwrap();
+        let error = plan(&request(Target::File(one), None, false), &parts).unwrap_err();
+        assert!(
+            error.starts_with("--from-file: raw:1 is not named"),
+            "{error}"
+        );
+        let outside = Rows::parse("f.csv", "raw,0,10\nraw,1,101\n").unwrap();
+        let error = plan(&request(Target::File(outside), None, false), &parts).unwrap_err();
         assert!(error.contains("outside its log"), "{error}");
     }
 }

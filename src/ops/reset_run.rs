@@ -1,6 +1,7 @@
 //! `idemgate reset`, the I/O around [`super::reset::plan`]: asks the
 //! brokers for the group, its committed offsets and the logs' bounds, and
-//! the store for the watermarks; then (unless a dry run) records in the
+//! the store for the watermarks; then (unless a dry run, which may run
+//! while the group has members) records in the
 //! store what the plan says, and only then commits the new offsets for the
 //! group. The store goes first: a commit that fails after it leaves the
 //! group where it was and the command can be run again (every store write
@@ -14,8 +15,9 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::group::{refuse_if_active, GroupError};
-use super::kafka::{QuietContext, REQUEST_TIMEOUT};
-use super::reset::{plan, text, Change, Request, Seen, Skipped, Target};
+use super::kafka::{group_members, QuietContext, REQUEST_TIMEOUT};
+use super::reset::{plan, Change, Request, Seen, Skipped, Target};
+use super::reset_text::text;
 use crate::config::Config;
 use crate::store::{PartitionReset, Publish, StoreError, StreamId, TopicTag};
 
@@ -57,16 +59,43 @@ pub enum ResetError {
 }
 
 /// What the operator asked for, from the CLI.
+#[derive(Debug)]
 pub struct ResetArgs {
     pub stream: String,
     pub target: Target,
     pub skipped: Option<Skipped>,
     pub re_emit: bool,
     pub dry_run: bool,
+    /// The new offsets on stdout as Kafka's reset CSV, the report on
+    /// stderr.
+    pub export: bool,
 }
 
-/// Runs the reset and returns the report to print.
-pub async fn reset(config: &Config, args: ResetArgs) -> Result<String, ResetError> {
+/// What the command prints.
+pub struct Printed {
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs the reset and returns what to print.
+pub async fn reset(config: &Config, args: ResetArgs) -> Result<Printed, ResetError> {
+    let export = args.export;
+    let (report, plan) = run(config, args).await?;
+    Ok(if export {
+        Printed {
+            stdout: super::reset_csv::export(&plan),
+            stderr: report,
+        }
+    } else {
+        Printed {
+            stdout: report,
+            stderr: String::new(),
+        }
+    })
+}
+
+/// The reset, its report and its plan.
+async fn run(config: &Config, args: ResetArgs) -> Result<(String, super::reset::Plan), ResetError> {
     let (index, stream) = config
         .streams
         .iter()
@@ -103,7 +132,8 @@ pub async fn reset(config: &Config, args: ResetArgs) -> Result<String, ResetErro
     );
     let inputs = stream.inputs.clone();
     let target = args.target.clone();
-    let (consumer, (mut seen, metadata)) = {
+    let dry_run = args.dry_run;
+    let (consumer, members, (mut seen, metadata)) = {
         let group = group.clone();
         tokio::task::spawn_blocking(move || -> Result<_, ResetError> {
             let consumer: BaseConsumer<QuietContext> = consumer_config
@@ -111,9 +141,17 @@ pub async fn reset(config: &Config, args: ResetArgs) -> Result<String, ResetErro
                 .map_err(|e| {
                     ResetError::Kafka(format!("cannot make a client from [kafka]: {e}"))
                 })?;
-            refuse_if_active(&consumer, &group)?;
+            // A dry run writes nothing, so members do not race it: it
+            // plans from what they have committed so far.
+            let members = if dry_run {
+                group_members(consumer.client(), &group, REQUEST_TIMEOUT)
+                    .map_err(|e| GroupError::Kafka(format!("describing group {group}: {e}")))?
+            } else {
+                refuse_if_active(&consumer, &group)?;
+                0
+            };
             let (seen, metadata) = look(&consumer, &inputs, &target)?;
-            Ok((consumer, (seen, metadata)))
+            Ok((consumer, members, (seen, metadata)))
         })
         .await
         .map_err(|e| ResetError::Kafka(e.to_string()))??
@@ -133,6 +171,7 @@ pub async fn reset(config: &Config, args: ResetArgs) -> Result<String, ResetErro
     }
     let request = Request {
         stream: args.stream.clone(),
+        group: group.clone(),
         target: args.target,
         skipped: args.skipped,
         re_emit: args.re_emit,
@@ -140,9 +179,15 @@ pub async fn reset(config: &Config, args: ResetArgs) -> Result<String, ResetErro
     };
     let plan = plan(&request, &seen).map_err(ResetError::Refused)?;
     let mut report = format!("group {group}\n");
+    if members > 0 {
+        report.push_str(&format!(
+            "group {group} has {members} active member(s): this plan is from the offsets \
+             committed so far; the reset itself is refused until every replica has stopped\n"
+        ));
+    }
     report.push_str(&text(&plan, args.dry_run));
     if args.dry_run {
-        return Ok(report);
+        return Ok((report, plan));
     }
 
     let resets: Vec<PartitionReset> = plan
@@ -184,7 +229,7 @@ pub async fn reset(config: &Config, args: ResetArgs) -> Result<String, ResetErro
     report.push_str(&format!(
         "store updated; {committed} partition offset(s) committed for group {group_name}\n"
     ));
-    Ok(report)
+    Ok((report, plan))
 }
 
 /// Committed metadata by partition.

@@ -99,3 +99,65 @@ pub fn reset_rows(printed: &str) -> Vec<(String, i32, i64)> {
     rows.sort();
     rows
 }
+
+/// `kafka-delete-records`.
+pub const DELETE_RECORDS: &str = "org.apache.kafka.tools.DeleteRecordsCommand";
+
+/// `kafka-delete-records` of every record of `topic`'s `partition` below
+/// `before`: the partition's log start moves up to `before`.
+pub fn delete_records(brokers: &str, topic: &str, partition: i32, before: i64) -> Result<String> {
+    let file = std::env::temp_dir().join(format!("{}.json", crate::unique("delete-records")));
+    let plan = serde_json::json!({
+        "version": 1,
+        "partitions": [{"topic": topic, "partition": partition, "offset": before}],
+    });
+    std::fs::write(&file, plan.to_string())?;
+    let path = file.to_string_lossy().into_owned();
+    let printed = run(
+        &libs(),
+        DELETE_RECORDS,
+        &["--bootstrap-server", brokers, "--offset-json-file", &path],
+    );
+    let _ = std::fs::remove_file(&file);
+    printed
+}
+
+/// The lines of Kafka's reset CSV (`--reset-offsets --export`, `idemgate
+/// reset --export`) in what a tool printed, verbatim and sorted: those of
+/// `topic,partition,offset`, the topic maybe in quotes; others (Kafka's
+/// warnings share its stdout) are left out.
+pub fn csv_lines(printed: &str) -> Vec<String> {
+    let mut lines: Vec<String> = printed
+        .lines()
+        .filter(|line| csv_row(line).is_some())
+        .map(str::to_string)
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// Those lines as (topic, partition, offset), sorted.
+pub fn csv_rows(printed: &str) -> Vec<(String, i32, i64)> {
+    let mut rows: Vec<(String, i32, i64)> = printed.lines().filter_map(csv_row).collect();
+    rows.sort();
+    rows
+}
+
+fn csv_row(line: &str) -> Option<(String, i32, i64)> {
+    let cells: Vec<&str> = line.split(',').collect();
+    match cells.as_slice() {
+        [topic, partition, offset] => {
+            let topic = topic
+                .strip_prefix('"')
+                .and_then(|t| t.strip_suffix('"'))
+                .unwrap_or(topic);
+            (!topic.is_empty()).then_some(())?;
+            Some((
+                topic.to_string(),
+                partition.parse().ok()?,
+                offset.parse().ok()?,
+            ))
+        }
+        _ => None,
+    }
+}

@@ -1,7 +1,8 @@
 //! The gateways' consumer group as the broker keeps it, shared by the
 //! scenarios that run a workload through, stop, reset and restart it
-//! (`exactly_once`, `resets`, `reset_command`, `replay`): the first run to
-//! the end of the input, where the input ends, waiting for the group to
+//! (`exactly_once`, `resets`, `reset_command`, `reset_kafka`, `replay`):
+//! the first run to the end of the input, a first run stopped with a
+//! pending claim per event, where the input ends, waiting for the group to
 //! commit there, and `idemgate reset` and `idemgate rebuild` run as an
 //! operator runs them.
 
@@ -13,6 +14,7 @@ use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{
     committed_offsets, read_inputs_as_delivered, Landed, Producer, Reader, Topics,
 };
+use idemgate_testkit::servers::{claim_ttls, unsettled_claims};
 use idemgate_testkit::workload::Planned;
 use idemgate_testkit::{kafka_brokers, say, unique, BOUND};
 
@@ -54,6 +56,53 @@ pub fn process(
         landed,
         ends,
     }
+}
+
+/// What a first run that could not deliver left: where each input was
+/// sent, and the input's ends (never committed by it).
+pub struct Pending {
+    pub delivered: HashMap<String, Landed>,
+    pub ends: Vec<(i32, i64)>,
+}
+
+/// A first gateway of `config` runs `plan` (of `events` distinct events)
+/// with a clean topic no broker accepts, so every clean delivery fails
+/// (retriably: it may have landed, as far as the gateway knows) and its
+/// claim stays pending; it is stopped gracefully (leaving the group) once
+/// every event is claimed. Asserts one pending claim per event.
+pub fn stop_with_pending_claims(
+    test: &str,
+    config: &GateConfig,
+    topics: &Topics,
+    plan: &[Planned],
+    events: usize,
+) -> Pending {
+    let mut broken = config.clone();
+    broken.clean = format!("{} not/a topic!", unique(test));
+    let mut first = Gate::start(&format!("{test}-1"), &broken);
+    first.wait_assigned(Duration::from_secs(30));
+    let delivered = Producer::new(&kafka_brokers()).send(&topics.input, plan, 100, Duration::ZERO);
+    let until = Instant::now() + BOUND;
+    while claim_ttls(&config.redis_url, &config.key_prefix).len() < events
+        || !first.log_text().contains("output not delivered")
+    {
+        first.assert_alive();
+        assert!(
+            Instant::now() < until,
+            "the events were not all claimed within {BOUND:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // A graceful stop: the failed outputs keep their claims (never
+    // released, they may have landed as far as the gateway knows), and the
+    // member leaves the group, so a reset may commit at once.
+    let status = first.terminate(Duration::from_secs(40));
+    assert!(status.success(), "idemgate exited with {status} on SIGTERM");
+    let pending = unsettled_claims(&config.redis_url, &config.key_prefix);
+    assert_eq!(pending.len(), events, "pending claims, one per event");
+    let landed = read_inputs_as_delivered(&kafka_brokers(), topics, &delivered);
+    let ends = ends(&landed, topics.input_partitions);
+    Pending { delivered, ends }
 }
 
 /// Per input partition (0 to `partitions`), the offset after the last of

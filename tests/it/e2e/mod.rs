@@ -7,7 +7,9 @@
 //! - `exact`, `restart`, `failover`, `outage`, `lost_store`, `zombie`,
 //!   `resets`, `cluster`: the scenarios, on the test kit's workload, Kafka
 //!   readers, exactly-once check and server guards;
-//! - `check`, `horizon`: the operator's commands against the same servers.
+//! - `check`, `horizon`: the operator's commands against the same servers;
+//!   `reset_command`, `reset_kafka`: `idemgate reset`, the latter beside
+//!   Kafka's `kafka-consumer-groups --reset-offsets` on the same group.
 //!
 //! Every test has its own topics, group and key prefix, so they run in
 //! parallel. Waits are bounded by counting outputs or by the broker's own
@@ -35,6 +37,7 @@ mod process;
 mod protocols;
 mod replay;
 mod reset_command;
+mod reset_kafka;
 mod resets;
 mod restart;
 mod start_checks;

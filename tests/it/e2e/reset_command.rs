@@ -20,11 +20,13 @@ use idemgate_testkit::kafka::{
     committed_offsets, read_inputs_as_delivered, Out, Producer, Reader, Topics,
 };
 use idemgate_testkit::process::scrape_metric;
-use idemgate_testkit::servers::{claim_ttls, free_port, unsettled_claims};
+use idemgate_testkit::servers::free_port;
 use idemgate_testkit::workload::{Bank, Planned};
-use idemgate_testkit::{env, kafka_brokers, say, unique, BOUND};
+use idemgate_testkit::{env, kafka_brokers, say, BOUND};
 
-use super::group::{ends, idemgate_reset, process, wait_committed, Processed};
+use super::group::{
+    idemgate_reset, process, stop_with_pending_claims, wait_committed, Pending, Processed,
+};
 use super::process::{Gate, GateConfig};
 
 /// `idemgate reset` with `args`, which must succeed: its report.
@@ -189,7 +191,8 @@ fn a_forward_skip_counted_delivered_makes_the_copies_duplicates() {
 }
 
 /// As `resets.rs`'s forward test: a first gateway whose clean topic no
-/// broker accepts leaves a pending claim per event; the group is then
+/// broker accepts leaves a pending claim per event
+/// (`stop_with_pending_claims`); the group is then
 /// skipped forward by `idemgate reset --skipped <skipped>`, and copies of
 /// the skipped events arrive with new events.
 fn forward_skip(test: &str, skipped: &str) {
@@ -198,32 +201,11 @@ fn forward_skip(test: &str, skipped: &str) {
     let mut bank = Bank::new(test, 24);
     let first_phase = bank.phase(80, 0, 4);
     let skipped_events = bank.events();
-    let redis_url = env("IDEMGATE_TEST_REDIS_URL");
-    let mut config = GateConfig::new(test, &topics, redis_url.clone());
-    config.clean = format!("{} not/a topic!", unique(test));
-
-    let mut first = Gate::start(&format!("{test}-1"), &config);
-    first.wait_assigned(Duration::from_secs(30));
-    let mut delivered =
-        Producer::new(&kafka_brokers()).send(&topics.input, &first_phase, 100, Duration::ZERO);
-    let until = Instant::now() + BOUND;
-    while claim_ttls(&redis_url, &config.key_prefix).len() < skipped_events
-        || !first.log_text().contains("output not delivered")
-    {
-        first.assert_alive();
-        assert!(Instant::now() < until, "the events were not all claimed");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let status = first.terminate(Duration::from_secs(40));
-    assert!(status.success(), "idemgate exited with {status} on SIGTERM");
-    let pending = unsettled_claims(&redis_url, &config.key_prefix);
-    assert_eq!(
-        pending.len(),
-        skipped_events,
-        "pending claims, one per event"
-    );
-    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
-    let ends = ends(&landed, topics.input_partitions);
+    let mut config = GateConfig::new(test, &topics, env("IDEMGATE_TEST_REDIS_URL"));
+    let Pending {
+        mut delivered,
+        ends,
+    } = stop_with_pending_claims(test, &config, &topics, &first_phase, skipped_events);
     let to: Vec<String> = ends
         .iter()
         .map(|(p, o)| format!("{}:{p}={o}", topics.input))
@@ -268,7 +250,6 @@ fn forward_skip(test: &str, skipped: &str) {
         .filter(|p| !copy_ids.contains(p.id.as_str()))
         .cloned()
         .collect();
-    config.clean = topics.clean.clone();
     config.metrics_listen = format!("127.0.0.1:{}", free_port());
     let mut second = Gate::start(&format!("{test}-2"), &config);
     let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());

@@ -22,9 +22,9 @@ use idemgate_testkit::kafka::{
 use idemgate_testkit::process::scrape_metric;
 use idemgate_testkit::servers::{claim_ttls, delete_claims, free_port, unsettled_claims};
 use idemgate_testkit::workload::{Bank, Planned};
-use idemgate_testkit::{env, kafka_brokers, say, unique, BOUND};
+use idemgate_testkit::{env, kafka_brokers, say, BOUND};
 
-use super::group::{ends, process, wait_committed, Processed};
+use super::group::{process, stop_with_pending_claims, wait_committed, Pending, Processed};
 use super::process::{Gate, GateConfig};
 
 #[test]
@@ -131,12 +131,11 @@ fn reset_to_earliest(test: &str, delete_tier1: bool) {
 /// none in clean or audit.
 ///
 /// Pending claims, reliably: the first gateway's clean topic is a name no
-/// broker accepts, so every clean delivery fails (retriably: it may not
-/// have landed, as far as the gateway knows) and is tried again while the
-/// claims stay; it is stopped once every event is claimed. Evidence: the
-/// first gateway logged failed deliveries and left one pending claim per
-/// event; the second one reports waiting records in
-/// `idemgate_waiting_records`.
+/// broker accepts, so every clean delivery fails and is tried again while
+/// the claims stay; it is stopped once every event is claimed
+/// (`stop_with_pending_claims`). Evidence: the first gateway logged failed
+/// deliveries and left one pending claim per event; the second one
+/// reports waiting records in `idemgate_waiting_records`.
 #[test]
 fn a_reset_forward_past_pending_claims_leaves_their_copies_waiting_and_doubles_nothing() {
     const TEST: &str = "reset-forward";
@@ -147,42 +146,15 @@ fn a_reset_forward_past_pending_claims_leaves_their_copies_waiting_and_doubles_n
     let skipped_events = bank.events();
     let redis_url = env("IDEMGATE_TEST_REDIS_URL");
     let mut config = GateConfig::new(TEST, &topics, redis_url.clone());
-    config.clean = format!("{} not/a topic!", unique(TEST));
-
-    let mut first = Gate::start(&format!("{TEST}-1"), &config);
-    first.wait_assigned(Duration::from_secs(30));
-    let mut delivered =
-        Producer::new(&kafka_brokers()).send(&topics.input, &skipped, 100, Duration::ZERO);
-    let until = Instant::now() + BOUND;
-    while claim_ttls(&redis_url, &config.key_prefix).len() < skipped_events
-        || !first.log_text().contains("output not delivered")
-    {
-        first.assert_alive();
-        assert!(
-            Instant::now() < until,
-            "the events were not all claimed within {BOUND:?}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    // A graceful stop: the failed outputs keep their claims (never
-    // released, they may have landed as far as the gateway knows), and the
-    // member leaves the group, so the reset tool may commit at once.
-    let status = first.terminate(Duration::from_secs(40));
-    assert!(status.success(), "idemgate exited with {status} on SIGTERM");
-    let pending = unsettled_claims(&redis_url, &config.key_prefix);
-    assert_eq!(
-        pending.len(),
-        skipped_events,
-        "pending claims, one per event"
-    );
-    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
-    let ends = ends(&landed, topics.input_partitions);
+    let Pending {
+        mut delivered,
+        ends,
+    } = stop_with_pending_claims(TEST, &config, &topics, &skipped, skipped_events);
     commit_offsets(&kafka_brokers(), &config.group, &topics.input, &ends);
     say(
         TEST,
         format!(
-            "first gateway stopped with {} pending claims at {:?}; group reset forward to {ends:?}",
-            pending.len(),
+            "first gateway stopped with {skipped_events} pending claims at {:?}; group reset forward to {ends:?}",
             began.elapsed()
         ),
     );
@@ -205,7 +177,6 @@ fn a_reset_forward_past_pending_claims_leaves_their_copies_waiting_and_doubles_n
         .filter(|p| !waiting.contains(p.id.as_str()))
         .cloned()
         .collect();
-    config.clean = topics.clean.clone();
     config.metrics_listen = format!("127.0.0.1:{}", free_port());
     let mut second = Gate::start(&format!("{TEST}-2"), &config);
     let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());

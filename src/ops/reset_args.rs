@@ -1,0 +1,211 @@
+//! `idemgate reset`'s command line, as `kafka-consumer-groups
+//! --reset-offsets` users know it: exactly one scenario (`--to-earliest`,
+//! `--to-latest`, `--to-offset`, `--to-time`, `--shift-by`,
+//! `--by-duration`, `--from-file`), `--dry-run`, `--export`; and idemgate's
+//! own `--skipped` and `--re-emit`, which say what the store records
+//! (docs/design.md §4.9) whichever scenario moved the offsets.
+
+use std::path::PathBuf;
+
+use super::kafka_duration::KafkaDuration;
+use super::reset::{parse_offsets, Skipped, Target};
+use super::reset_csv::Rows;
+use super::reset_run::ResetArgs;
+
+/// The scenarios; clap refuses two of them together, naming both.
+const SCENARIOS: [&str; 7] = [
+    "to_earliest",
+    "to_latest",
+    "to_offset",
+    "to_time",
+    "shift_by",
+    "by_duration",
+    "from_file",
+];
+
+#[derive(clap::Args, Debug)]
+#[command(group(clap::ArgGroup::new("scenario").required(true).args(SCENARIOS)))]
+pub struct ResetCli {
+    /// The TOML configuration `run` reads (brokers, group, store).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// The stream whose input topics are reset.
+    #[arg(long)]
+    pub stream: String,
+    /// Every partition to its log start.
+    #[arg(long)]
+    pub to_earliest: bool,
+    /// Every partition to its log end (a forward skip: needs --skipped).
+    #[arg(long)]
+    pub to_latest: bool,
+    /// One offset for every partition, or TOPIC:PARTITION=OFFSET,... naming
+    /// every input partition; each must lie inside its log.
+    #[arg(long)]
+    pub to_offset: Option<String>,
+    /// The first offset at or after this RFC 3339 time (the log's end where
+    /// none is).
+    #[arg(long)]
+    pub to_time: Option<String>,
+    /// Each committed offset moved by N (negative: back), kept inside the
+    /// log as Kafka's tool keeps it; every partition needs a commit.
+    #[arg(long, allow_negative_numbers = true, value_name = "N")]
+    pub shift_by: Option<i64>,
+    /// The first offset at or after this long ago, in Kafka's ISO-8601
+    /// syntax (PT1H30M, P1DT12H; Java's Duration.parse).
+    #[arg(long, allow_hyphen_values = true, value_name = "PnDTnHnMnS")]
+    pub by_duration: Option<String>,
+    /// The offsets in a CSV file as `kafka-consumer-groups --reset-offsets
+    /// --export` writes it (topic,partition,offset or
+    /// group,topic,partition,offset), naming every input partition.
+    #[arg(long, value_name = "FILE")]
+    pub from_file: Option<PathBuf>,
+    /// What the records a forward skip passes over count as: `delivered`
+    /// (their copies become duplicates: loss if they were not) or
+    /// `abandoned` (their copies may take their claims over: a double if
+    /// they were delivered). Required for a forward skip.
+    #[arg(long)]
+    pub skipped: Option<String>,
+    /// Records of the replayed range that were delivered before as their
+    /// claim's holder go to clean again, marked `idemgate-replay: true`.
+    #[arg(long)]
+    pub re_emit: bool,
+    /// Print what would happen; write nothing. Allowed while the group has
+    /// members (the plan is then a snapshot); the reset itself is not.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the new offsets on stdout as Kafka's reset CSV (what
+    /// `--from-file` of either tool reads); the report goes to stderr.
+    #[arg(long)]
+    pub export: bool,
+}
+
+impl ResetCli {
+    /// The run's arguments: the scenario resolved (`--by-duration` against
+    /// `now_ms`, `--from-file` read), or a refusal naming the flag.
+    pub fn args(&self, now_ms: i64) -> Result<ResetArgs, String> {
+        let target = if self.to_earliest {
+            Target::Earliest
+        } else if self.to_latest {
+            Target::Latest
+        } else if let Some(offsets) = &self.to_offset {
+            parse_offsets(offsets)?
+        } else if let Some(time) = &self.to_time {
+            Target::Time(super::horizon::rfc3339_ms(time).map_err(|e| format!("--to-time: {e}"))?)
+        } else if let Some(by) = self.shift_by {
+            Target::ShiftBy(by)
+        } else if let Some(text) = &self.by_duration {
+            let duration = KafkaDuration::parse(text).map_err(|e| format!("--by-duration: {e}"))?;
+            Target::Time(
+                duration
+                    .before(now_ms)
+                    .map_err(|e| format!("--by-duration {text}: {e}"))?,
+            )
+        } else if let Some(path) = &self.from_file {
+            let source = path.display().to_string();
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("--from-file {source}: cannot read it: {e}"))?;
+            Target::File(Rows::parse(&source, &text)?)
+        } else {
+            return Err(format!(
+                "give one of --{}",
+                SCENARIOS.map(|s| s.replace('_', "-")).join(", --")
+            ));
+        };
+        let skipped = self.skipped.as_deref().map(Skipped::parse).transpose()?;
+        Ok(ResetArgs {
+            stream: self.stream.clone(),
+            target,
+            skipped,
+            re_emit: self.re_emit,
+            dry_run: self.dry_run,
+            export: self.export,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        reset: ResetCli,
+    }
+
+    fn parse(args: &[&str]) -> Result<ResetCli, String> {
+        let mut all = vec!["reset", "--config", "c.toml", "--stream", "bank"];
+        all.extend_from_slice(args);
+        Cli::try_parse_from(all)
+            .map(|c| c.reset)
+            .map_err(|e| e.to_string())
+    }
+
+    const NOW: i64 = 1_772_355_600_000;
+
+    #[test]
+    fn each_scenario_becomes_its_target() {
+        let target = |args: &[&str]| parse(args).unwrap().args(NOW).unwrap().target;
+        assert_eq!(
+            target(&["--to-latest", "--skipped", "abandoned"]),
+            Target::Latest
+        );
+        assert_eq!(target(&["--shift-by", "-5"]), Target::ShiftBy(-5));
+        assert_eq!(target(&["--shift-by", "7"]), Target::ShiftBy(7));
+        assert_eq!(
+            target(&["--by-duration", "PT1H30M"]),
+            Target::Time(NOW - 5_400_000)
+        );
+        assert_eq!(
+            target(&["--by-duration", "-PT1S"]),
+            Target::Time(NOW + 1_000)
+        );
+        let file = std::env::temp_dir().join(format!("reset-args-{}.csv", std::process::id()));
+        std::fs::write(&file, "raw,0,5\nraw,1,6\n").unwrap();
+        let path = file.to_string_lossy().to_string();
+        let Target::File(rows) = target(&["--from-file", &path]) else {
+            panic!("a file target");
+        };
+        assert_eq!(rows.rows.len(), 2);
+        let _ = std::fs::remove_file(&file);
+        let args = parse(&["--to-earliest", "--dry-run", "--export"]).unwrap();
+        let args = args.args(NOW).unwrap();
+        assert!(args.dry_run && args.export);
+    }
+
+    #[test]
+    fn scenarios_exclude_each_other_and_one_is_required() {
+        for pair in [
+            ["--to-earliest", "--to-latest"],
+            ["--to-latest", "--shift-by=1"],
+            ["--shift-by=-1", "--by-duration=PT1H"],
+            ["--from-file=x.csv", "--to-offset=3"],
+            ["--to-time=2026-01-01T00:00:00Z", "--by-duration=PT1H"],
+        ] {
+            let error = parse(&pair).unwrap_err();
+            assert!(error.contains("cannot be used with"), "{pair:?}: {error}");
+        }
+        let error = parse(&["--dry-run"]).unwrap_err();
+        assert!(error.contains("--to-earliest"), "{error}");
+        assert!(error.contains("--from-file"), "{error}");
+    }
+
+    #[test]
+    fn bad_values_are_refused_naming_the_flag() {
+        let refused = |args: &[&str]| parse(args).unwrap().args(NOW).unwrap_err();
+        assert!(refused(&["--by-duration", "1h"]).starts_with("--by-duration"));
+        assert!(refused(&["--by-duration", "P1Y"]).contains("ISO-8601"));
+        let missing = refused(&["--from-file", "/nonexistent/plan.csv"]);
+        assert!(
+            missing.starts_with("--from-file /nonexistent/plan.csv"),
+            "{missing}"
+        );
+        assert!(refused(&["--to-time", "yesterday"]).starts_with("--to-time"));
+        assert!(refused(&["--to-earliest", "--skipped", "lost"]).contains("--skipped"));
+        assert!(parse(&["--shift-by", "one"])
+            .unwrap_err()
+            .contains("--shift-by"));
+    }
+}
