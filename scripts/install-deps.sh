@@ -2,6 +2,8 @@
 # scripts/install-deps.sh — installs, on Debian/Ubuntu, the system packages that building
 # idemgate and running its tests need, and only those that are missing (well under a
 # second when all are present). Called by scripts/demo.sh, scripts/test.sh and .ci/run.
+# `scripts/install-deps.sh --build` installs only what building the release binary needs
+# (the Dockerfile's build stage).
 set -euo pipefail
 
 # redis-server/redis-tools: the tests' own RedisBloom server and Redis Cluster, and
@@ -21,12 +23,18 @@ set -euo pipefail
 #   the `prometheus` server the e2e monitoring test starts on a port of its own. Debian's
 #   postinst does not start the packaged service here (policy-rc.d denies it), and nothing
 #   needs it running.
-pkgs=(redis-server redis-tools build-essential cmake pkg-config libssl-dev zlib1g-dev
-  libsasl2-dev libcurl4-openssl-dev docker-compose openssl prometheus openjdk-17-jre-headless
-  maven procps)
-if ! { python3 -m pip --version || /usr/bin/python3 -m pip --version; } >/dev/null 2>&1; then
-  pkgs+=(python3-pip)
-fi
+build=(build-essential cmake pkg-config libssl-dev zlib1g-dev libsasl2-dev libcurl4-openssl-dev)
+case "${1:-}" in
+  --build) pkgs=("${build[@]}") ;;
+  "")
+    pkgs=("${build[@]}" redis-server redis-tools docker-compose openssl prometheus
+      openjdk-17-jre-headless maven procps)
+    if ! { python3 -m pip --version || /usr/bin/python3 -m pip --version; } >/dev/null 2>&1; then
+      pkgs+=(python3-pip)
+    fi
+    ;;
+  *) echo "usage: $0 [--build]" >&2; exit 2 ;;
+esac
 missing=()
 for p in "${pkgs[@]}"; do
   if [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) != "install ok installed" ]]; then
