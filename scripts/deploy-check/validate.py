@@ -15,7 +15,8 @@ Kubernetes JSON schemas) on PYTHONPATH. For each rendered file:
   facts that tie the objects together (selectors, ports, names, the alert rules);
 - a kind that neither knows fails;
 - the kinds listed after the file name must be there;
-- the ConfigMap's idemgate.toml is written to OUT_DIR/LABEL.toml for `idemgate check`.
+- the ConfigMap's idemgate.toml is written to OUT_DIR/LABEL.toml and the container's
+  environment to OUT_DIR/LABEL.env, for `idemgate check`.
 
 Exits 1 with every problem listed.
 """
@@ -182,13 +183,27 @@ def main():
         for kind in filter(None, expected.split(",")):
             if kind not in kinds:
                 problems.add(label, f"no {kind} rendered")
-        check_links(problems, label, docs, alerts)
+        try:
+            check_links(problems, label, docs, alerts)
+        except (KeyError, TypeError, IndexError, AttributeError) as error:
+            # A shape the schemas should have refused (see their lines): said, not raised.
+            problems.add(label, f"cannot check how the objects fit together: {error!r}")
         maps = [d for d in docs if d.get("kind") == "ConfigMap" and "idemgate.toml" in d.get("data", {})]
         if len(maps) != 1:
             problems.add(label, f"expected one ConfigMap with idemgate.toml, found {len(maps)}")
         else:
             with open(os.path.join(args.configs, f"{label}.toml"), "w") as f:
                 f.write(maps[0]["data"]["idemgate.toml"])
+        # The container's environment, a Secret's value stood in for by a placeholder:
+        # `idemgate check` loads the config with it and nothing else, so a ${VAR} that no
+        # env entry sets fails there as it would in the pod.
+        with open(os.path.join(args.configs, f"{label}.env"), "w") as f:
+            for doc in docs:
+                if doc.get("kind") != "Deployment":
+                    continue
+                for entry in doc["spec"]["template"]["spec"]["containers"][0].get("env", []):
+                    value = entry.get("value", "placeholder-from-a-secret")
+                    f.write(f"{entry['name']}={value}\n")
     if custom:
         script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "validate-crds.mjs")
         result = subprocess.run(["node", script, args.modules], input=json.dumps(custom), text=True)
