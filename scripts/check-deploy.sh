@@ -13,8 +13,9 @@
 #   5. the release binary loads each rendered config (`idemgate check --offline`) with the
 #      rendered container's environment (a Secret's value stood in for), so a ${VAR} the
 #      pod would not have fails;
-#   6. the chart refuses bad values (KEDA without the partition count, a config with its
-#      own [kafka] table) with a message that says so.
+#   6. the chart refuses bad values (KEDA without the partition count, a misspelt value,
+#      a port as a string: values.schema.json; a config with its own [kafka] table) with
+#      a message that says so.
 #
 #   scripts/check-deploy.sh            all of it
 #   scripts/check-deploy.sh --no-build skips 2 and 5 (for a quick look at the chart)
@@ -199,6 +200,10 @@ must_refuse "autoscaling.keda.partitions is required" \
 must_refuse "minReplicaCount is above autoscaling.keda.partitions" \
   "$helm" template idemgate "$CHART" --kube-version "$KUBE_VERSION" --set autoscaling.keda.enabled=true \
   --set autoscaling.keda.partitions=2 --set autoscaling.keda.minReplicaCount=3
+must_refuse "additional properties 'replicaCont' not allowed" \
+  "$helm" template idemgate "$CHART" --kube-version "$KUBE_VERSION" --set replicaCont=3
+must_refuse "at '/metrics/port': got string, want integer" \
+  "$helm" template idemgate "$CHART" --kube-version "$KUBE_VERSION" --set-string metrics.port=9464
 must_refuse "leave out \[kafka\] and \[metrics\]" \
   "$helm" template idemgate "$CHART" --kube-version "$KUBE_VERSION" \
   --set-string 'config=[kafka]
