@@ -6,10 +6,11 @@
 #   2. scripts/build-release.sh, the Dockerfile's build command, builds the release binary;
 #   3. helm lint --strict, with the default values and with every optional part on
 #      (deploy/helm/idemgate/ci/all-on-values.yaml);
-#   4. helm template with both, and scripts/deploy-check/validate.py validates the output
-#      offline: core objects against the Kubernetes JSON schemas (strict), the PodMonitor,
-#      PrometheusRule and ScaledObject against their CRD schemas, and what ties them
-#      together (selectors, ports, the rules equal to deploy/prometheus/alerts.yml);
+#   4. helm template with both and with the values README.md shows, and
+#      scripts/deploy-check/validate.py validates the output offline: core objects against
+#      the Kubernetes JSON schemas (strict), the PodMonitor, PrometheusRule and
+#      ScaledObject against their CRD schemas, and what ties them together (selectors,
+#      ports, the rules equal to deploy/prometheus/alerts.yml);
 #   5. the release binary loads each rendered config (`idemgate check --offline`) with the
 #      rendered container's environment (a Secret's value stood in for), so a ${VAR} the
 #      pod would not have fails;
@@ -167,23 +168,33 @@ step "helm lint --strict (helm $("$helm" version --short))"
 "$helm" lint --strict --kube-version "$KUBE_VERSION" "$CHART" -f "$ALL_ON" 2> >(quiet_link)
 
 # --- 4. render and validate ------------------------------------------------------------
-step "helm template (defaults; every optional part on) and offline schema validation"
+step "helm template (defaults; every optional part on; the README's values) and offline schema validation"
 "$helm" template idemgate "$CHART" --kube-version "$KUBE_VERSION" >"$out/default.yaml" 2> >(quiet_link)
 "$helm" template idemgate "$CHART" --kube-version "$KUBE_VERSION" -f "$ALL_ON" \
   >"$out/all-on.yaml" 2> >(quiet_link)
+# The values the README's "Run it on Kubernetes" section shows, so that they stay right.
+python3 - README.md "$out/readme-values.yaml" <<'EOF' || die "README.md: no yaml block after '**3. Write your values**'"
+import sys
+text = open(sys.argv[1]).read()
+start = text.index("```yaml\n", text.index("**3. Write your values**")) + len("```yaml\n")
+open(sys.argv[2], "w").write(text[start:text.index("```", start)])
+EOF
+"$helm" template idemgate "$CHART" --kube-version "$KUBE_VERSION" -f "$out/readme-values.yaml" \
+  >"$out/readme.yaml" 2> >(quiet_link)
 validator=$(validator_path)
 modules=$(crd_modules)
 PYTHONPATH=$validator python3 scripts/deploy-check/validate.py \
   --modules "$modules" --alerts deploy/prometheus/alerts.yml --configs "$out" \
   "default=$out/default.yaml:ConfigMap,Deployment,PodDisruptionBudget" \
-  "all-on=$out/all-on.yaml:ConfigMap,Deployment,PodDisruptionBudget,PodMonitor,PrometheusRule,ScaledObject"
+  "all-on=$out/all-on.yaml:ConfigMap,Deployment,PodDisruptionBudget,PodMonitor,PrometheusRule,ScaledObject" \
+  "readme=$out/readme.yaml:ConfigMap,Deployment,PodDisruptionBudget"
 
 # --- 5. the rendered configs load ------------------------------------------------------
 if ((build)); then
   step "idemgate check --offline on each rendered config"
   # A free port for [metrics] listen, which `check` binds: the chart's 9464 may be taken.
   port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  for label in default all-on; do
+  for label in default all-on readme; do
     sed -i "s/^listen = \"0.0.0.0:9464\"$/listen = \"127.0.0.1:$port\"/" "$out/$label.toml"
     grep -q "^listen = \"127.0.0.1:$port\"$" "$out/$label.toml" || die "$label: no [metrics] listen to point at a free port"
     # With the container's environment alone (validate.py wrote it; a Secret's value is a
