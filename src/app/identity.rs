@@ -47,15 +47,17 @@ pub(crate) async fn establish(
         let found = store.find_identity(id).await.map_err(stored)?;
         let identity = match at_start(&found) {
             AtStart::Adopt(identity) => identity,
-            AtStart::Refuse(why) => return Err(refused(why)),
-            AtStart::FirstOrLost => {
+            AtStart::Refuse(why @ (Refusal::Lost | Refusal::Differing { .. })) => {
+                return Err(refused(why))
+            }
+            judged @ (AtStart::FirstOrLost | AtStart::Refuse(Refusal::Partial { .. })) => {
                 let commits = group_has_commits(config, index).await.map_err(|error| {
                     IdentityError::Group {
                         stream: name.clone(),
                         error,
                     }
                 })?;
-                first_or_lost(commits).map_err(refused)?;
+                first_or_lost(&judged, commits).map_err(refused)?;
                 let written = store
                     .write_identity(id, StoreIdentity::random(), false)
                     .await

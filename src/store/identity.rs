@@ -176,14 +176,17 @@ pub fn at_start(found: &IdentityFound) -> AtStart {
     }
 }
 
-/// No identity anywhere: the stream's first start on this store when its
-/// group has no idemgate commits for it (write one), a lost store when it
-/// has (refused: what the commits cover is not in the store any more).
-pub fn first_or_lost(group_has_commits: bool) -> Result<(), Refusal> {
-    if group_has_commits {
-        Err(Refusal::Lost)
-    } else {
-        Ok(())
+/// No identity anywhere, or only in part of the places (`judged`): the
+/// stream's first start on this store when its group has no idemgate
+/// commits for it (write one; a part already there is another replica
+/// starting at the same moment, midway through its own write, and the
+/// write completes it with what is there), a lost store when it has
+/// (refused: what the commits cover is not in the store any more).
+pub fn first_or_lost(judged: &AtStart, group_has_commits: bool) -> Result<(), Refusal> {
+    match (judged, group_has_commits) {
+        (_, false) => Ok(()),
+        (AtStart::Refuse(why), true) => Err(why.clone()),
+        (_, true) => Err(Refusal::Lost),
     }
 }
 
@@ -244,8 +247,25 @@ mod tests {
     #[test]
     fn at_start_none_anywhere_is_a_first_start_without_commits_and_a_loss_with_them() {
         assert_eq!(at_start(&found(&[None, None])), AtStart::FirstOrLost);
-        assert_eq!(first_or_lost(false), Ok(()));
-        assert_eq!(first_or_lost(true), Err(Refusal::Lost));
+        assert_eq!(first_or_lost(&AtStart::FirstOrLost, false), Ok(()));
+        assert_eq!(
+            first_or_lost(&AtStart::FirstOrLost, true),
+            Err(Refusal::Lost)
+        );
+    }
+
+    #[test]
+    fn a_partial_identity_is_a_replica_writing_its_first_start_without_commits_and_a_loss_with_them(
+    ) {
+        let judged = at_start(&found(&[Some(id(3)), None, None]));
+        assert_eq!(first_or_lost(&judged, false), Ok(()));
+        assert_eq!(
+            first_or_lost(&judged, true),
+            Err(Refusal::Partial {
+                missing: 2,
+                places: 3
+            })
+        );
     }
 
     #[test]

@@ -160,8 +160,16 @@ fn join_and_leave(test: &str, protocol: Protocol, exactly_once: bool) {
             revokes(&first)
         ),
     );
-    // The broker lists both members to `idemgate reset`, which refuses.
-    let refused = idemgate_reset(&config, &["--to-earliest", "--dry-run"]);
+    // The broker lists both members to `idemgate reset`: its dry run
+    // plans and names them, the reset itself refuses.
+    let dry = idemgate_reset(&config, &["--to-earliest", "--dry-run"]);
+    assert!(
+        dry.ok && format!("{}{}", dry.stdout, dry.stderr).contains("2 active member"),
+        "idemgate reset's dry run did not see the two members: {}{}",
+        dry.stdout,
+        dry.stderr
+    );
+    let refused = idemgate_reset(&config, &["--to-earliest"]);
     assert!(
         !refused.ok && refused.stderr.contains("2 active member"),
         "idemgate reset did not see the two members: {}",
