@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use idemgate::fingerprint::{fingerprint, Profile, RecordView};
+use idemgate::fingerprint::{fingerprint, Identity, Profile, RecordView};
 use idemgate::ops;
 use idemgate::ops::check::check;
 use idemgate::ops::horizon::{measure, report, rfc3339_ms, NumericTimes};
@@ -53,7 +53,8 @@ enum Command {
         #[arg(long, default_value_t = 90)]
         minutes: u64,
     },
-    /// Read one JSON record on stdin and print its hex source hash.
+    /// Read one record's payload on stdin and print its hex source hash
+    /// (with --digest, a tab and its payload digest).
     Hash(HashArgs),
     /// Print a TTL in seconds from the evidence it is derived from.
     Ttl(TtlArgs),
@@ -206,7 +207,8 @@ struct HorizonArgs {
 
 #[derive(Args)]
 struct HashArgs {
-    /// header, fields, payload, payload-raw, bank-txn or spatial-job.
+    /// header, record-key, fields, payload, payload-raw, bank-txn or
+    /// spatial-job.
     #[arg(long)]
     profile: String,
     /// For `fields`: `name:normaliser` pairs, comma separated.
@@ -215,9 +217,19 @@ struct HashArgs {
     /// For `header`: the header's name (default x-idempotency-key).
     #[arg(long, requires = "key")]
     header: Option<String>,
-    /// For `header`: the header's value (stdin is then the payload).
+    /// For `header`: the header's value; for `record-key`: the record's
+    /// key, as text (stdin is then the payload).
     #[arg(long, allow_hyphen_values = true)]
     key: Option<String>,
+    /// Payload fields left out of the digest (and under `payload` the
+    /// hash), comma separated: a stream's `ignore`.
+    #[arg(long, value_delimiter = ',')]
+    ignore: Vec<String>,
+    /// Also print the payload digest, after a tab: two records with one
+    /// hash are a `duplicate` when their digests match, a `conflict` when
+    /// they differ. Without it the output is the hash alone.
+    #[arg(long)]
+    digest: bool,
     /// Records larger than this are invalid.
     #[arg(long, default_value_t = 1 << 20)]
     max_bytes: usize,
@@ -362,29 +374,36 @@ fn hash(args: HashArgs) -> Result<()> {
         &args.profile,
         args.fields.as_deref(),
         args.header.as_deref(),
-    )?;
+    )?
+    .ignoring(&args.ignore)?;
     let mut payload = Vec::new();
     std::io::stdin()
         .read_to_end(&mut payload)
         .context("reading the record from stdin")?;
-    let header_name = match &profile {
-        Profile::Header { name } => name.clone(),
-        _ if args.key.is_some() => bail!(
-            "--key is the header's value for --profile header; profile {} reads stdin only",
+    let key = args.key.as_deref().map(str::as_bytes);
+    let mut headers: Vec<(&str, Option<&[u8]>)> = Vec::new();
+    let mut record_key = None;
+    match profile.identity() {
+        Identity::Header { name } => headers.extend(key.map(|v| (name.as_str(), Some(v)))),
+        Identity::RecordKey => record_key = key,
+        _ if key.is_some() => bail!(
+            "--key is the header's value for --profile header and the record's key for \
+             --profile record-key; profile {} reads stdin only",
             args.profile
         ),
-        _ => String::new(),
-    };
-    let headers: Vec<(&str, Option<&[u8]>)> = match &args.key {
-        Some(value) => vec![(header_name.as_str(), Some(value.as_bytes()))],
-        None => Vec::new(),
-    };
+        _ => {}
+    }
     let record = RecordView {
+        key: record_key,
         payload: Some(trim_newline(&payload)),
         headers: &headers,
     };
     let print = fingerprint(&profile, args.max_bytes, &record)?;
-    println!("{}", print.hash);
+    if args.digest {
+        println!("{}\t{}", print.hash, print.digest);
+    } else {
+        println!("{}", print.hash);
+    }
     Ok(())
 }
 

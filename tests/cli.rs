@@ -17,12 +17,19 @@ fn idemgate(args: &[&str], stdin: &str) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("running idemgate");
-    child
+    let written = child
         .stdin
         .take()
         .expect("stdin")
-        .write_all(stdin.as_bytes())
-        .expect("writing stdin");
+        .write_all(stdin.as_bytes());
+    // A command refused before it reads stdin may have exited already.
+    if let Err(error) = written {
+        assert_eq!(
+            error.kind(),
+            std::io::ErrorKind::BrokenPipe,
+            "writing stdin: {error}"
+        );
+    }
     child.wait_with_output().expect("idemgate output")
 }
 
@@ -112,6 +119,66 @@ fn a_key_for_a_profile_that_reads_no_header_is_refused() {
     assert_eq!(hash.trim().len(), 64, "{hash}");
     let keyed = ok(&["hash", "--profile", "header", "--key", "k-1"], "{}");
     assert_eq!(keyed.trim().len(), 64, "{keyed}");
+}
+
+/// `hash --digest` for one payload: the hash and the digest columns.
+fn hash_and_digest(args: &[&str], payload: &str) -> (String, String) {
+    let line = ok(&[&["hash", "--digest"], args].concat(), payload);
+    let (hash, digest) = line
+        .strip_suffix('\n')
+        .and_then(|l| l.split_once('\t'))
+        .unwrap_or_else(|| panic!("not `hash<TAB>digest`: {line:?}"));
+    assert_eq!(hash.len(), 64, "{line}");
+    assert_eq!(digest.len(), 16, "{line}");
+    (hash.to_owned(), digest.to_owned())
+}
+
+#[test]
+fn hash_prints_the_hash_alone_and_the_digest_after_a_tab_when_asked() {
+    let record = r#"{"id":"a","n":1}"#;
+    let alone = ok(&["hash", "--profile", "payload"], record);
+    assert_eq!(alone.len(), 65, "{alone:?}");
+    assert!(alone.ends_with('\n') && !alone.contains('\t'), "{alone:?}");
+    let (hash, _) = hash_and_digest(&["--profile", "payload"], record);
+    assert_eq!(format!("{hash}\n"), alone);
+}
+
+#[test]
+fn hash_predicts_duplicate_and_conflict_for_a_keyed_webhook_retry() {
+    let first = r#"{"id":"wh-1","amount":5,"attempt":1,"meta":{"status":"pending"}}"#;
+    let retry = r#"{"id":"wh-1","amount":5,"attempt":2,"meta":{"status":"retrying"}}"#;
+    let edited = r#"{"id":"wh-1","amount":6,"attempt":2,"meta":{"status":"retrying"}}"#;
+    let keyed = ["--profile", "record-key", "--key", "wh-1"];
+    let ignoring = [&keyed[..], &["--ignore", "attempt,meta.status"]].concat();
+    let (hash, digest) = hash_and_digest(&ignoring, first);
+    assert_eq!(
+        hash_and_digest(&ignoring, retry),
+        (hash.clone(), digest.clone()),
+        "a duplicate"
+    );
+    let (edited_hash, edited_digest) = hash_and_digest(&ignoring, edited);
+    assert_eq!(edited_hash, hash, "one key, one claim");
+    assert_ne!(edited_digest, digest, "a conflict");
+    // Without --ignore the retry is a conflict.
+    let (plain_hash, plain_digest) = hash_and_digest(&keyed, retry);
+    assert_eq!(plain_hash, hash);
+    assert_ne!(plain_digest, digest);
+    // Another key is another claim.
+    let (other, _) = hash_and_digest(&["--profile", "record-key", "--key", "wh-2"], first);
+    assert_ne!(other, hash);
+}
+
+#[test]
+fn hash_refuses_a_keyless_record_under_record_key_and_ignore_under_payload_raw() {
+    let error = refused(&["hash", "--profile", "record-key"], "{}");
+    assert!(error.contains("record has no key"), "{error}");
+    let error = refused(&["hash", "--profile", "record-key", "--key", ""], "{}");
+    assert!(error.contains("record key is empty"), "{error}");
+    let error = refused(
+        &["hash", "--profile", "payload-raw", "--ignore", "attempt"],
+        "{}",
+    );
+    assert!(error.contains("no fields to ignore"), "{error}");
 }
 
 /// A short demo: its log lines on stderr (RUST_LOG=info).

@@ -3,6 +3,7 @@
 
 use super::tests::brokers;
 use super::*;
+use crate::fingerprint::Identity;
 
 #[test]
 fn every_shipped_config_parses() {
@@ -71,7 +72,7 @@ fn the_spatial_jobs_example_remembers_a_job_for_its_retry_policy() {
     let config = example("spatial-jobs.toml");
     let jobs = &config.streams[0];
     assert!(
-        matches!(jobs.profile, Profile::Fields(_)),
+        matches!(jobs.profile.identity(), Identity::Fields(_)),
         "{:?}",
         jobs.profile
     );
@@ -95,11 +96,12 @@ fn the_webhook_example_is_keyed_by_the_senders_header() {
     let config = example("webhooks.toml");
     let hooks = &config.streams[0];
     assert_eq!(
-        hooks.profile,
-        Profile::Header {
+        hooks.profile.identity(),
+        &Identity::Header {
             name: "idempotency-key".into()
         }
     );
+    assert_eq!(hooks.profile.ignored(), ["attempt", "status"]);
     assert_eq!(hooks.spec.tier1_ttl, Duration::from_secs(24 * 3600));
 }
 

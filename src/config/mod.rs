@@ -391,7 +391,8 @@ fn validate_stream(
         }
     }
     let profile = Profile::resolve(&raw.profile, raw.fields.as_deref(), raw.header.as_deref())
-        .map_err(|e| invalid(field("profile"), e.to_string()))?;
+        .and_then(|profile| profile.ignoring(&raw.ignore))
+        .map_err(|e| invalid(field(e.field()), e.to_string()))?;
     let remembered = raw
         .ttl
         .ttl()
@@ -492,5 +493,7 @@ fn filter_plan(
 
 #[cfg(test)]
 mod example_tests;
+#[cfg(test)]
+mod profile_tests;
 #[cfg(test)]
 mod tests;

@@ -20,6 +20,7 @@ fn exact() -> Config {
 
 fn print_of(config: &Config, payload: &[u8]) -> Fingerprint {
     let record = RecordView {
+        key: None,
         payload: Some(payload),
         headers: &[],
     };
@@ -48,6 +49,7 @@ fn add(
     rebuild.add(&CleanOutput {
         timestamp: Some(at),
         headers,
+        key: None,
         payload: Some(payload),
     });
 }
@@ -129,6 +131,7 @@ fn outputs_that_held_no_live_claim_restore_nothing_and_are_counted() {
     rebuild.add(&CleanOutput {
         timestamp: None,
         headers: &headers("novel", &hash, "raw.bank/0/3"),
+        key: None,
         payload: Some(payload),
     });
     assert!(rebuild.claims().is_empty());
