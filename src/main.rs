@@ -21,11 +21,18 @@ use idemgate::ttl::{format_duration, parse_duration, TtlPolicy};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Flags that may come from the environment (a flag on the command line
+/// wins): what a container sets once for every command it runs. A
+/// command's target (`--stream`, offsets) never does, so an inherited
+/// variable cannot aim a reset or a rebuild.
+const ENV_CONFIG: &str = "IDEMGATE_CONFIG";
+const ENV_LOG_FORMAT: &str = "IDEMGATE_LOG_FORMAT";
+
 #[derive(Parser)]
 #[command(name = "idemgate", version, about = "Deduplication gateway for Kafka")]
 struct Cli {
     /// `text` (colour only on a terminal) or `json` (one object a line).
-    #[arg(long, global = true, value_enum, default_value = "text")]
+    #[arg(long, global = true, value_enum, default_value = "text", env = ENV_LOG_FORMAT)]
     log_format: idemgate::logging::LogFormat,
     #[command(subcommand)]
     command: Command,
@@ -37,7 +44,7 @@ enum Command {
     /// topics, until SIGTERM or SIGINT.
     Run {
         /// The TOML configuration (see README.md and config/).
-        #[arg(long)]
+        #[arg(long, env = ENV_CONFIG)]
         config: std::path::PathBuf,
     },
     /// Run the whole product on an in-process Kafka cluster with a realistic
@@ -66,7 +73,7 @@ enum Command {
     /// and the store it names; prints a report, fails on any refusal.
     Check {
         /// The TOML configuration `run` would read.
-        #[arg(long)]
+        #[arg(long, env = ENV_CONFIG)]
         config: std::path::PathBuf,
         /// Check the config and the metrics address only; contact no server.
         #[arg(long)]
@@ -92,7 +99,7 @@ enum Command {
 #[derive(Args)]
 struct RebuildArgs {
     /// The TOML configuration `run` reads (brokers, group, store, streams).
-    #[arg(long)]
+    #[arg(long, env = ENV_CONFIG)]
     config: std::path::PathBuf,
     /// The stream whose store is rebuilt.
     #[arg(long)]
@@ -108,7 +115,7 @@ struct RebuildArgs {
 #[command(group(clap::ArgGroup::new("to").required(true).args(["to_earliest", "to_offset", "to_time"])))]
 struct ResetArgs {
     /// The TOML configuration `run` reads (brokers, group, store).
-    #[arg(long)]
+    #[arg(long, env = ENV_CONFIG)]
     config: std::path::PathBuf,
     /// The stream whose input topics are reset.
     #[arg(long)]

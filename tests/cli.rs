@@ -7,11 +7,25 @@ use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
 fn idemgate(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+    idemgate_with(args, &[], stdin)
+}
+
+/// `idemgate` with these variables set and every other `IDEMGATE_*` one
+/// idemgate reads unset.
+fn idemgate_with(args: &[&str], vars: &[(&str, &str)], stdin: &str) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_idemgate"));
+    for name in [
+        "IDEMGATE_KAFKA_BROKERS",
+        "IDEMGATE_REDIS_URL",
+        "IDEMGATE_REDIS_NODES",
+        "IDEMGATE_CONFIG",
+        "IDEMGATE_LOG_FORMAT",
+    ] {
+        command.env_remove(name);
+    }
+    let mut child = command
         .args(args)
-        .env_remove("IDEMGATE_KAFKA_BROKERS")
-        .env_remove("IDEMGATE_REDIS_URL")
-        .env_remove("IDEMGATE_REDIS_NODES")
+        .envs(vars.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -179,6 +193,87 @@ fn hash_refuses_a_keyless_record_under_record_key_and_ignore_under_payload_raw()
         "{}",
     );
     assert!(error.contains("no fields to ignore"), "{error}");
+}
+
+#[test]
+fn the_config_flag_comes_from_idemgate_config_and_the_flag_wins() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/example.toml");
+    // Read from the variable: the stream is looked up in that file.
+    let out = idemgate_with(
+        &["rebuild", "--stream", "nope"],
+        &[("IDEMGATE_CONFIG", example)],
+        "",
+    );
+    assert!(!out.status.success());
+    let error = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        error.contains("nope") && error.contains("--stream"),
+        "{error}"
+    );
+    // `check` names the file it read: the flag's, over the variable's.
+    for (vars, read) in [
+        (
+            &[("IDEMGATE_CONFIG", "/nonexistent/env.toml")][..],
+            "/nonexistent/env.toml",
+        ),
+        (&[][..], "/nonexistent/flag.toml"),
+    ] {
+        let flagged = read.ends_with("flag.toml");
+        let args: &[&str] = if flagged {
+            &["check", "--offline", "--config", "/nonexistent/flag.toml"]
+        } else {
+            &["check", "--offline"]
+        };
+        let out = idemgate_with(args, vars, "");
+        let report = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            report.starts_with(&format!("FAIL  config  cannot read config file {read}")),
+            "{report}"
+        );
+    }
+    let out = idemgate_with(
+        &["check", "--offline", "--config", "/nonexistent/flag.toml"],
+        &[("IDEMGATE_CONFIG", "/nonexistent/env.toml")],
+        "",
+    );
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains("/nonexistent/flag.toml") && !report.contains("env.toml"),
+        "{report}"
+    );
+    // Neither: the flag is asked for by name.
+    let error = refused(&["check", "--offline"], "");
+    assert!(error.contains("--config"), "{error}");
+}
+
+#[test]
+fn the_log_format_comes_from_idemgate_log_format_and_the_flag_wins() {
+    let fail = [
+        "reset",
+        "--config",
+        "/nonexistent/gate.toml",
+        "--stream",
+        "s",
+        "--to-earliest",
+    ];
+    let json = idemgate_with(&fail, &[("IDEMGATE_LOG_FORMAT", "json")], "");
+    assert!(!json.status.success());
+    let line = String::from_utf8_lossy(&json.stderr);
+    let parsed: serde_json::Value = serde_json::from_str(line.trim())
+        .unwrap_or_else(|e| panic!("not one JSON line ({e}): {line}"));
+    assert!(
+        parsed["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("/nonexistent/gate.toml")),
+        "{line}"
+    );
+    let flagged = [&["--log-format", "text"][..], &fail].concat();
+    let text = idemgate_with(&flagged, &[("IDEMGATE_LOG_FORMAT", "json")], "");
+    let line = String::from_utf8_lossy(&text.stderr);
+    assert!(line.starts_with("idemgate: "), "{line}");
+    let bad = idemgate_with(&fail, &[("IDEMGATE_LOG_FORMAT", "yaml")], "");
+    let error = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success() && error.contains("yaml"), "{error}");
 }
 
 /// A short demo: its log lines on stderr (RUST_LOG=info).

@@ -1,7 +1,6 @@
 //! The configuration file as written: serde types with documented defaults.
 //! Nothing here is trusted until `validate` has turned it into a `Config`.
 
-use std::collections::BTreeMap;
 use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,9 +15,11 @@ use crate::ttl::TtlPolicy;
 pub(crate) struct RawConfig {
     /// librdkafka properties, passed through as they are
     /// (`"bootstrap.servers"`, `"security.protocol"`, ...): strings,
-    /// integers (`"session.timeout.ms" = 10000`) or booleans.
+    /// integers (`"session.timeout.ms" = 10000`) or booleans; with
+    /// `[kafka.consumer]` and `[kafka.producer]` tables for one client
+    /// each (`kafka.rs`).
     #[serde(default)]
-    pub(crate) kafka: BTreeMap<String, KafkaValue>,
+    pub(crate) kafka: super::kafka::RawKafka,
     #[serde(default)]
     pub(crate) store: RawStore,
     #[serde(default)]
