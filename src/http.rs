@@ -90,6 +90,7 @@ pub(crate) async fn serve(
                 let path = request.split_whitespace().nth(1).unwrap_or("/");
                 let (status, body) = match path {
                     "/metrics" => {
+                        crate::metrics::process();
                         let mut body = handle.map(|h| h.render()).unwrap_or_default();
                         crate::metrics::render_lags(&mut body);
                         ("200 OK", body)

@@ -48,7 +48,19 @@ const METRICS: &[(&str, bool)] = &[
     ("idemgate_store_identity_lost", false),
     ("idemgate_partitions_assigned", false),
     ("idemgate_stream_input_partitions", false),
+    ("process_cpu_seconds_total", false),
+    ("process_resident_memory_bytes", false),
+    ("process_virtual_memory_bytes", false),
+    ("process_virtual_memory_max_bytes", false),
+    ("process_open_fds", false),
+    ("process_max_fds", false),
+    ("process_start_time_seconds", false),
+    ("process_threads", false),
 ];
+
+/// The prefixes of the metrics idemgate exports: its own, and the process
+/// metrics under the names every Prometheus client library uses.
+const PREFIXES: [&str; 2] = ["idemgate_", "process_"];
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -126,28 +138,30 @@ fn alert_blocks(rules: &str) -> BTreeMap<String, Vec<String>> {
     blocks
 }
 
-/// Every `idemgate_…` name in `text`: a word starting with `idemgate_` (so
-/// `job="idemgate"` is not one).
+/// Every `idemgate_…` or `process_…` name in `text`: a word starting with
+/// one of [`PREFIXES`] (so `job="idemgate"` is not one).
 fn metric_names(text: &str) -> BTreeSet<String> {
     let bytes = text.as_bytes();
     let mut names = BTreeSet::new();
-    let mut at = 0;
-    while let Some(found) = text[at..].find("idemgate_") {
-        let start = at + found;
-        let mut end = start + "idemgate_".len();
-        while end < bytes.len()
-            && (bytes[end].is_ascii_lowercase()
-                || bytes[end].is_ascii_digit()
-                || bytes[end] == b'_')
-        {
-            end += 1;
+    for prefix in PREFIXES {
+        let mut at = 0;
+        while let Some(found) = text[at..].find(prefix) {
+            let start = at + found;
+            let mut end = start + prefix.len();
+            while end < bytes.len()
+                && (bytes[end].is_ascii_lowercase()
+                    || bytes[end].is_ascii_digit()
+                    || bytes[end] == b'_')
+            {
+                end += 1;
+            }
+            let word_start = start == 0
+                || !(bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_');
+            if word_start {
+                names.insert(text[start..end].to_string());
+            }
+            at = end;
         }
-        let word_start =
-            start == 0 || !(bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_');
-        if word_start {
-            names.insert(text[start..end].to_string());
-        }
-        at = end;
     }
     names
 }
@@ -406,15 +420,148 @@ fn dashboard_panels_each_have_a_datasource_and_a_promql_target() {
         .collect();
     let exprs = panel_exprs(&dashboard);
     for needed in [
-        "histogram_quantile(0.99, sum by (le, op) (rate(idemgate_store_latency_seconds_bucket[$__rate_interval])))",
-        "histogram_quantile(0.5, sum by (le, op) (rate(idemgate_store_latency_seconds_bucket[$__rate_interval])))",
-        "sum by (decision) (rate(idemgate_records_total[$__rate_interval]))",
+        "histogram_quantile(0.99, sum by (le, op) (rate(idemgate_store_latency_seconds_bucket{instance=~\"$instance\"}[$__rate_interval])))",
+        "histogram_quantile(0.5, sum by (le, op) (rate(idemgate_store_latency_seconds_bucket{instance=~\"$instance\"}[$__rate_interval])))",
+        "sum by (decision) (rate(idemgate_records_total{instance=~\"$instance\", stream=~\"$stream\"}[$__rate_interval]))",
     ] {
         assert!(
             exprs.iter().any(|(_, _, e)| e == needed),
             "no panel queries {needed}; panels: {titles:?}"
         );
     }
+}
+
+/// Metrics README.md's table gives a `stream` label (its labels cell
+/// starts with it).
+fn streamed_metrics() -> BTreeSet<String> {
+    let readme = read(&repo().join("README.md"));
+    let mut streamed = BTreeSet::new();
+    for line in readme.lines() {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        if cells.len() < 4
+            || !PREFIXES
+                .iter()
+                .any(|p| cells[1].starts_with(&format!("`{p}")))
+        {
+            continue;
+        }
+        if cells[3].starts_with("`stream`") {
+            for name in cells[1].split(',') {
+                streamed.insert(name.trim().trim_matches('`').to_string());
+            }
+        }
+    }
+    assert!(streamed.len() >= 10, "streamed metrics: {streamed:?}");
+    streamed
+}
+
+/// Each series selector of `expr` (`up` and every exported metric's
+/// series): its name and the matchers between its braces, `None` for a
+/// bare name.
+fn selectors(expr: &str) -> Vec<(String, Option<String>)> {
+    let mut names: Vec<String> = metric_names(expr).into_iter().collect();
+    if selects_up(expr) {
+        names.push("up".into());
+    }
+    let mut found = Vec::new();
+    for name in names {
+        let mut at = 0;
+        while let Some(offset) = expr[at..].find(name.as_str()) {
+            let start = at + offset;
+            let end = start + name.len();
+            at = end;
+            let before = expr[..start].chars().next_back();
+            let after = expr[end..].chars().next();
+            let word = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+            if word(before) || word(after) {
+                continue;
+            }
+            let matchers = expr[end..]
+                .strip_prefix('{')
+                .and_then(|rest| rest.split_once('}'))
+                .map(|(inside, _)| inside.to_string());
+            found.push((name.clone(), matchers));
+        }
+    }
+    found
+}
+
+/// Grafana's `instance` and `stream` variables narrow every panel: each
+/// series a query selects is matched by `$instance`, by `$stream` where
+/// the metric has a stream label, and, for the process metrics every
+/// client library exports, by `job="idemgate"` (or a shared Prometheus
+/// would mix in other programs' processes).
+#[test]
+fn every_panel_query_uses_the_instance_and_stream_variables() {
+    let dashboard = dashboard();
+    let variables = dashboard["templating"]["list"]
+        .as_array()
+        .expect("templating.list");
+    for (name, over) in [
+        ("instance", "idemgate_build_info"),
+        ("stream", "idemgate_records_total"),
+    ] {
+        let variable = variables
+            .iter()
+            .find(|v| v["name"] == name)
+            .unwrap_or_else(|| panic!("no `{name}` variable"));
+        assert_eq!(variable["type"], "query", "{name}");
+        assert_eq!(variable["datasource"]["uid"], "${datasource}", "{name}");
+        assert_eq!(variable["multi"], true, "{name}: several at once");
+        assert_eq!(variable["includeAll"], true, "{name}: an All option");
+        assert_eq!(variable["allValue"], ".*", "{name}: All as a regex");
+        let query = variable["query"]["query"].as_str().unwrap_or_default();
+        assert!(
+            query.starts_with(&format!("label_values({over}{{job=\"idemgate\""))
+                && query.ends_with(&format!(", {name})")),
+            "{name}: {query}"
+        );
+    }
+    let streamed = streamed_metrics();
+    let mut problems = Vec::new();
+    for (panel, ref_id, expr) in panel_exprs(&dashboard) {
+        let found = selectors(&expr);
+        if found.is_empty() {
+            problems.push(format!("{panel} / {ref_id}: no series selected in {expr}"));
+        }
+        for (name, matchers) in found {
+            let matchers = matchers.unwrap_or_default();
+            let metric = exported(&name).unwrap_or(name.as_str()).to_string();
+            let mut needed = vec!["instance=~\"$instance\""];
+            if streamed.contains(&metric) {
+                needed.push("stream=~\"$stream\"");
+            }
+            if metric.starts_with("process_") || name == "up" {
+                needed.push("job=\"idemgate\"");
+            }
+            for matcher in needed {
+                if !matchers.split(',').any(|m| m.trim() == matcher) {
+                    problems.push(format!(
+                        "{panel} / {ref_id}: {name} without {matcher} in {expr}"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn selectors_are_found_with_their_matchers() {
+    let found = selectors(
+        "sum(rate(idemgate_batch_records_sum{instance=~\"$instance\"}[1m])) / count(up{job=\"idemgate\"}) + idemgate_breaker_open",
+    );
+    assert_eq!(
+        found,
+        [
+            (
+                "idemgate_batch_records_sum".to_string(),
+                Some("instance=~\"$instance\"".to_string())
+            ),
+            ("idemgate_breaker_open".to_string(), None),
+            ("up".to_string(), Some("job=\"idemgate\"".to_string())),
+        ]
+    );
 }
 
 /// Every panel expression is valid PromQL: each one becomes a recording rule
@@ -424,9 +571,12 @@ fn dashboard_exprs_are_valid_promql() {
     let exprs = panel_exprs(&dashboard());
     let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
     for (index, (_, _, expr)) in exprs.iter().enumerate() {
+        // The variables at their "All" value, as Grafana sends it.
         let expr = expr
             .replace("$__rate_interval", "1m")
-            .replace("$__interval", "1m");
+            .replace("$__interval", "1m")
+            .replace("$instance", ".*")
+            .replace("$stream", ".*");
         assert!(!expr.contains('$'), "an unknown variable in {expr}");
         rules.push_str(&format!(
             "      - record: dashboard:expr_{index}\n        expr: {}\n",
