@@ -46,9 +46,13 @@ mod json;
 mod normalise;
 mod number;
 mod profile;
+#[cfg(test)]
+mod profile_tests;
 
 #[cfg(test)]
 mod fast_tests;
+#[cfg(test)]
+mod keys_tests;
 #[cfg(test)]
 mod tests;
 
