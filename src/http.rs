@@ -167,6 +167,7 @@ fn answer(method: &Method, path: &str, health: &Health) -> Response<Full<Bytes>>
 /// The body of `/metrics`: the recorder's series, then the consumer lag
 /// gauges the worker keeps itself.
 fn render_metrics() -> String {
+    crate::metrics::process();
     let mut body = prometheus().map(|h| h.render()).unwrap_or_default();
     crate::metrics::render_lags(&mut body);
     body

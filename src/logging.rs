@@ -63,7 +63,10 @@ pub fn log_settings(config: &crate::config::Config) {
     };
     tracing::info!(
         brokers = config.brokers().unwrap_or_default(),
-        group = config.kafka.get("group.id").map_or("idemgate", String::as_str),
+        group = config
+            .client_properties(crate::config::Client::Consumer)
+            .get("group.id")
+            .unwrap_or("idemgate"),
         guarantee,
         store,
         store_at = %store_at,

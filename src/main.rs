@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use idemgate::fingerprint::{fingerprint, Profile, RecordView};
+use idemgate::fingerprint::{fingerprint, Identity, Profile, RecordView};
 use idemgate::ops;
 use idemgate::ops::check::check;
 use idemgate::ops::horizon::{measure, report, rfc3339_ms, NumericTimes};
@@ -21,11 +21,18 @@ use idemgate::ttl::{format_duration, parse_duration, TtlPolicy};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Flags that may come from the environment (a flag on the command line
+/// wins): what a container sets once for every command it runs. A
+/// command's target (`--stream`, offsets) never does, so an inherited
+/// variable cannot aim a reset or a rebuild.
+use idemgate::config::ENV_CONFIG;
+const ENV_LOG_FORMAT: &str = "IDEMGATE_LOG_FORMAT";
+
 #[derive(Parser)]
 #[command(name = "idemgate", version, about = "Deduplication gateway for Kafka")]
 struct Cli {
     /// `text` (colour only on a terminal) or `json` (one object a line).
-    #[arg(long, global = true, value_enum, default_value = "text")]
+    #[arg(long, global = true, value_enum, default_value = "text", env = ENV_LOG_FORMAT)]
     log_format: idemgate::logging::LogFormat,
     #[command(subcommand)]
     command: Command,
@@ -37,7 +44,7 @@ enum Command {
     /// topics, until SIGTERM or SIGINT.
     Run {
         /// The TOML configuration (see README.md and config/).
-        #[arg(long)]
+        #[arg(long, env = ENV_CONFIG)]
         config: std::path::PathBuf,
     },
     /// Run the whole product on an in-process Kafka cluster with a realistic
@@ -53,7 +60,8 @@ enum Command {
         #[arg(long, default_value_t = 90)]
         minutes: u64,
     },
-    /// Read one JSON record on stdin and print its hex source hash.
+    /// Read one record's payload on stdin and print its hex source hash
+    /// (with --digest, a tab and its payload digest).
     Hash(HashArgs),
     /// Print a TTL in seconds from the evidence it is derived from.
     Ttl(TtlArgs),
@@ -65,7 +73,7 @@ enum Command {
     /// and the store it names; prints a report, fails on any refusal.
     Check {
         /// The TOML configuration `run` would read.
-        #[arg(long)]
+        #[arg(long, env = ENV_CONFIG)]
         config: std::path::PathBuf,
         /// Check the config and the metrics address only; contact no server.
         #[arg(long)]
@@ -92,7 +100,7 @@ enum Command {
 #[derive(Args)]
 struct RebuildArgs {
     /// The TOML configuration `run` reads (brokers, group, store, streams).
-    #[arg(long)]
+    #[arg(long, env = ENV_CONFIG)]
     config: std::path::PathBuf,
     /// The stream whose store is rebuilt.
     #[arg(long)]
@@ -172,7 +180,8 @@ struct HorizonArgs {
 
 #[derive(Args)]
 struct HashArgs {
-    /// header, fields, payload, payload-raw, bank-txn or spatial-job.
+    /// header, record-key, fields, payload, payload-raw, bank-txn or
+    /// spatial-job.
     #[arg(long)]
     profile: String,
     /// For `fields`: `name:normaliser` pairs, comma separated.
@@ -181,9 +190,19 @@ struct HashArgs {
     /// For `header`: the header's name (default x-idempotency-key).
     #[arg(long, requires = "key")]
     header: Option<String>,
-    /// For `header`: the header's value (stdin is then the payload).
+    /// For `header`: the header's value; for `record-key`: the record's
+    /// key, as text (stdin is then the payload).
     #[arg(long, allow_hyphen_values = true)]
     key: Option<String>,
+    /// Payload fields left out of the digest (and under `payload` the
+    /// hash), comma separated: a stream's `ignore`.
+    #[arg(long, value_delimiter = ',')]
+    ignore: Vec<String>,
+    /// Also print the payload digest, after a tab: two records with one
+    /// hash are a `duplicate` when their digests match, a `conflict` when
+    /// they differ. Without it the output is the hash alone.
+    #[arg(long)]
+    digest: bool,
     /// Records larger than this are invalid.
     #[arg(long, default_value_t = 1 << 20)]
     max_bytes: usize,
@@ -313,29 +332,36 @@ fn hash(args: HashArgs) -> Result<()> {
         &args.profile,
         args.fields.as_deref(),
         args.header.as_deref(),
-    )?;
+    )?
+    .ignoring(&args.ignore)?;
     let mut payload = Vec::new();
     std::io::stdin()
         .read_to_end(&mut payload)
         .context("reading the record from stdin")?;
-    let header_name = match &profile {
-        Profile::Header { name } => name.clone(),
-        _ if args.key.is_some() => bail!(
-            "--key is the header's value for --profile header; profile {} reads stdin only",
+    let key = args.key.as_deref().map(str::as_bytes);
+    let mut headers: Vec<(&str, Option<&[u8]>)> = Vec::new();
+    let mut record_key = None;
+    match profile.identity() {
+        Identity::Header { name } => headers.extend(key.map(|v| (name.as_str(), Some(v)))),
+        Identity::RecordKey => record_key = key,
+        _ if key.is_some() => bail!(
+            "--key is the header's value for --profile header and the record's key for \
+             --profile record-key; profile {} reads stdin only",
             args.profile
         ),
-        _ => String::new(),
-    };
-    let headers: Vec<(&str, Option<&[u8]>)> = match &args.key {
-        Some(value) => vec![(header_name.as_str(), Some(value.as_bytes()))],
-        None => Vec::new(),
-    };
+        _ => {}
+    }
     let record = RecordView {
+        key: record_key,
         payload: Some(trim_newline(&payload)),
         headers: &headers,
     };
     let print = fingerprint(&profile, args.max_bytes, &record)?;
-    println!("{}", print.hash);
+    if args.digest {
+        println!("{}\t{}", print.hash, print.digest);
+    } else {
+        println!("{}", print.hash);
+    }
     Ok(())
 }
 

@@ -71,8 +71,25 @@ pub fn with_buckets(
 const OPERATIONS: [&str; 1] = ["round"];
 const DECISIONS: [&str; 5] = ["novel", "duplicate", "conflict", "invalid", "unverified"];
 
+/// The process metrics every Prometheus client library exports, under
+/// their usual names (`process_cpu_seconds_total`,
+/// `process_resident_memory_bytes`, `process_virtual_memory_bytes`,
+/// `process_virtual_memory_max_bytes`, `process_open_fds`,
+/// `process_max_fds`, `process_start_time_seconds`, `process_threads`),
+/// declared and read from /proc by `metrics-process`. CPU seconds count
+/// whole seconds (a `metrics` counter is an integer); an unlimited limit
+/// reads 0.
+static PROCESS: std::sync::LazyLock<metrics_process::Collector> =
+    std::sync::LazyLock::new(metrics_process::Collector::default);
+
+/// Reads the process metrics afresh: called as /metrics is scraped.
+pub(crate) fn process() {
+    PROCESS.collect();
+}
+
 /// Registers names, units and help texts with the installed recorder.
 pub fn describe() {
+    PROCESS.describe();
     describe_counter!(
         RECORDS,
         Unit::Count,

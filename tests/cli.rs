@@ -6,23 +6,47 @@
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
+#[path = "cli/hash_and_env.rs"]
+mod hash_and_env;
+
 fn idemgate(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+    idemgate_with(args, &[], stdin)
+}
+
+/// `idemgate` with these variables set and every other `IDEMGATE_*` one
+/// idemgate reads unset.
+fn idemgate_with(args: &[&str], vars: &[(&str, &str)], stdin: &str) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_idemgate"));
+    for name in [
+        "IDEMGATE_KAFKA_BROKERS",
+        "IDEMGATE_REDIS_URL",
+        "IDEMGATE_REDIS_NODES",
+        "IDEMGATE_CONFIG",
+        "IDEMGATE_LOG_FORMAT",
+    ] {
+        command.env_remove(name);
+    }
+    let mut child = command
         .args(args)
-        .env_remove("IDEMGATE_KAFKA_BROKERS")
-        .env_remove("IDEMGATE_REDIS_URL")
-        .env_remove("IDEMGATE_REDIS_NODES")
+        .envs(vars.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("running idemgate");
-    child
+    let written = child
         .stdin
         .take()
         .expect("stdin")
-        .write_all(stdin.as_bytes())
-        .expect("writing stdin");
+        .write_all(stdin.as_bytes());
+    // A command refused before it reads stdin may have exited already.
+    if let Err(error) = written {
+        assert_eq!(
+            error.kind(),
+            std::io::ErrorKind::BrokenPipe,
+            "writing stdin: {error}"
+        );
+    }
     child.wait_with_output().expect("idemgate output")
 }
 

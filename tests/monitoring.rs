@@ -21,6 +21,9 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+#[path = "monitoring/variables.rs"]
+mod variables;
+
 /// What idemgate exports (README.md, "Metrics"): the name and whether it is a
 /// histogram (exported as `_bucket`, `_sum` and `_count` series only).
 const METRICS: &[(&str, bool)] = &[
@@ -48,7 +51,19 @@ const METRICS: &[(&str, bool)] = &[
     ("idemgate_store_identity_lost", false),
     ("idemgate_partitions_assigned", false),
     ("idemgate_stream_input_partitions", false),
+    ("process_cpu_seconds_total", false),
+    ("process_resident_memory_bytes", false),
+    ("process_virtual_memory_bytes", false),
+    ("process_virtual_memory_max_bytes", false),
+    ("process_open_fds", false),
+    ("process_max_fds", false),
+    ("process_start_time_seconds", false),
+    ("process_threads", false),
 ];
+
+/// The prefixes of the metrics idemgate exports: its own, and the process
+/// metrics under the names every Prometheus client library uses.
+const PREFIXES: [&str; 2] = ["idemgate_", "process_"];
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -126,28 +141,30 @@ fn alert_blocks(rules: &str) -> BTreeMap<String, Vec<String>> {
     blocks
 }
 
-/// Every `idemgate_…` name in `text`: a word starting with `idemgate_` (so
-/// `job="idemgate"` is not one).
+/// Every `idemgate_…` or `process_…` name in `text`: a word starting with
+/// one of [`PREFIXES`] (so `job="idemgate"` is not one).
 fn metric_names(text: &str) -> BTreeSet<String> {
     let bytes = text.as_bytes();
     let mut names = BTreeSet::new();
-    let mut at = 0;
-    while let Some(found) = text[at..].find("idemgate_") {
-        let start = at + found;
-        let mut end = start + "idemgate_".len();
-        while end < bytes.len()
-            && (bytes[end].is_ascii_lowercase()
-                || bytes[end].is_ascii_digit()
-                || bytes[end] == b'_')
-        {
-            end += 1;
+    for prefix in PREFIXES {
+        let mut at = 0;
+        while let Some(found) = text[at..].find(prefix) {
+            let start = at + found;
+            let mut end = start + prefix.len();
+            while end < bytes.len()
+                && (bytes[end].is_ascii_lowercase()
+                    || bytes[end].is_ascii_digit()
+                    || bytes[end] == b'_')
+            {
+                end += 1;
+            }
+            let word_start = start == 0
+                || !(bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_');
+            if word_start {
+                names.insert(text[start..end].to_string());
+            }
+            at = end;
         }
-        let word_start =
-            start == 0 || !(bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_');
-        if word_start {
-            names.insert(text[start..end].to_string());
-        }
-        at = end;
     }
     names
 }
@@ -406,9 +423,9 @@ fn dashboard_panels_each_have_a_datasource_and_a_promql_target() {
         .collect();
     let exprs = panel_exprs(&dashboard);
     for needed in [
-        "histogram_quantile(0.99, sum by (le, op) (rate(idemgate_store_latency_seconds_bucket[$__rate_interval])))",
-        "histogram_quantile(0.5, sum by (le, op) (rate(idemgate_store_latency_seconds_bucket[$__rate_interval])))",
-        "sum by (decision) (rate(idemgate_records_total[$__rate_interval]))",
+        "histogram_quantile(0.99, sum by (le, op) (rate(idemgate_store_latency_seconds_bucket{instance=~\"$instance\"}[$__rate_interval])))",
+        "histogram_quantile(0.5, sum by (le, op) (rate(idemgate_store_latency_seconds_bucket{instance=~\"$instance\"}[$__rate_interval])))",
+        "sum by (decision) (rate(idemgate_records_total{instance=~\"$instance\", stream=~\"$stream\"}[$__rate_interval]))",
     ] {
         assert!(
             exprs.iter().any(|(_, _, e)| e == needed),
@@ -424,9 +441,12 @@ fn dashboard_exprs_are_valid_promql() {
     let exprs = panel_exprs(&dashboard());
     let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
     for (index, (_, _, expr)) in exprs.iter().enumerate() {
+        // The variables at their "All" value, as Grafana sends it.
         let expr = expr
             .replace("$__rate_interval", "1m")
-            .replace("$__interval", "1m");
+            .replace("$__interval", "1m")
+            .replace("$instance", ".*")
+            .replace("$stream", ".*");
         assert!(!expr.contains('$'), "an unknown variable in {expr}");
         rules.push_str(&format!(
             "      - record: dashboard:expr_{index}\n        expr: {}\n",

@@ -3,6 +3,7 @@
 
 use super::tests::brokers;
 use super::*;
+use crate::fingerprint::Identity;
 
 #[test]
 fn every_shipped_config_parses() {
@@ -55,7 +56,7 @@ fn the_bank_example_keeps_every_transaction_seven_years_in_exact_keys() {
     assert_eq!(bank.spec.mode, Mode::Exact);
     assert_eq!(bank.spec.tier1_ttl, Duration::from_secs(220_903_200));
     assert_eq!(bank.fail_mode, FailMode::Closed);
-    assert_eq!(config.kafka["sasl.password"], "test-KAFKA_PASSWORD");
+    assert_eq!(config.kafka.common["sasl.password"], "test-KAFKA_PASSWORD");
     let StoreConfig::Redis(options) = &config.store else {
         panic!("not redis")
     };
@@ -71,7 +72,7 @@ fn the_spatial_jobs_example_remembers_a_job_for_its_retry_policy() {
     let config = example("spatial-jobs.toml");
     let jobs = &config.streams[0];
     assert!(
-        matches!(jobs.profile, Profile::Fields(_)),
+        matches!(jobs.profile.identity(), Identity::Fields(_)),
         "{:?}",
         jobs.profile
     );
@@ -95,11 +96,12 @@ fn the_webhook_example_is_keyed_by_the_senders_header() {
     let config = example("webhooks.toml");
     let hooks = &config.streams[0];
     assert_eq!(
-        hooks.profile,
-        Profile::Header {
+        hooks.profile.identity(),
+        &Identity::Header {
             name: "idempotency-key".into()
         }
     );
+    assert_eq!(hooks.profile.ignored(), ["attempt", "status"]);
     assert_eq!(hooks.spec.tier1_ttl, Duration::from_secs(24 * 3600));
 }
 
@@ -109,5 +111,16 @@ fn the_demo_config_is_valid_once_the_demo_supplies_its_brokers() {
     let error = Config::parse(demo).unwrap_err().to_string();
     assert!(error.starts_with("kafka.bootstrap.servers:"), "{error}");
     let config = Config::parse_with_vars(demo, brokers).unwrap();
-    assert_eq!(config.kafka["bootstrap.servers"], "broker-1:9092");
+    assert_eq!(config.kafka.common["bootstrap.servers"], "broker-1:9092");
+}
+
+#[test]
+fn the_production_example_gives_each_client_its_own_table() {
+    let config = example("example.toml");
+    let (consumer, producer) = crate::worker::client_configs(&config);
+    assert_eq!(consumer.get("client.id"), Some("idemgate-in"));
+    assert_eq!(producer.get("client.id"), Some("idemgate-out"));
+    assert_eq!(producer.get("compression.type"), Some("lz4"));
+    assert_eq!(consumer.get("compression.type"), None);
+    assert_eq!(consumer.get("session.timeout.ms"), Some("10000"));
 }

@@ -4,6 +4,7 @@
 //! (an unknown `fail_mode`, a zero `max_records`) is refused by the TOML
 //! parser, whose message quotes the line with the field and marks the value.
 
+mod kafka;
 mod raw;
 mod rules;
 mod substitute;
@@ -11,6 +12,11 @@ mod substitute;
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
+
+pub(crate) use kafka::{Client, ClientProperties, KafkaTables};
+/// The variable `--config` is read from where the flag is not given
+/// (`run`, `check`, `reset`, `rebuild`).
+pub const ENV_CONFIG: &str = "IDEMGATE_CONFIG";
 
 pub use raw::Guarantee;
 pub(crate) use raw::{
@@ -61,7 +67,9 @@ fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
 /// that carry secrets.
 #[derive(Clone)]
 pub struct Config {
-    pub(crate) kafka: BTreeMap<String, String>,
+    /// `[kafka]`, `[kafka.consumer]` and `[kafka.producer]`: see
+    /// [`Config::client_properties`].
+    pub(crate) kafka: KafkaTables,
     /// `[kafka] "group.protocol"`: which idemgate defaults apply
     /// (`worker::client_configs`).
     pub(crate) group_protocol: GroupProtocol,
@@ -74,18 +82,21 @@ pub struct Config {
 
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kafka: BTreeMap<&str, &str> = self
-            .kafka
-            .iter()
-            .map(|(k, v)| {
-                let secret = ["password", "secret", "key", "token"]
-                    .iter()
-                    .any(|s| k.contains(s));
-                (k.as_str(), if secret { "***" } else { v.as_str() })
-            })
-            .collect();
+        let hidden = |table: &BTreeMap<String, String>| -> BTreeMap<String, String> {
+            table
+                .iter()
+                .map(|(k, v)| {
+                    let secret = ["password", "secret", "key", "token"]
+                        .iter()
+                        .any(|s| k.contains(s));
+                    (k.clone(), if secret { "***".into() } else { v.clone() })
+                })
+                .collect()
+        };
         f.debug_struct("Config")
-            .field("kafka", &kafka)
+            .field("kafka", &hidden(&self.kafka.common))
+            .field("kafka.consumer", &hidden(&self.kafka.consumer))
+            .field("kafka.producer", &hidden(&self.kafka.producer))
             .field("group_protocol", &self.group_protocol)
             .field("store", &self.store)
             .field("metrics_listen", &self.metrics_listen)
@@ -199,6 +210,7 @@ pub(crate) fn parse_raw(text: &str) -> Result<RawConfig, ConfigError> {
 pub(crate) fn apply_env(raw: &mut RawConfig, var: impl Fn(&str) -> Option<String>) {
     if let Some(brokers) = var(ENV_BROKERS) {
         raw.kafka
+            .common
             .insert("bootstrap.servers".into(), KafkaValue::Text(brokers));
     }
     if let Some(url) = var(ENV_REDIS_URL) {
@@ -241,17 +253,19 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         }
         streams.push(validated);
     }
-    let kafka: BTreeMap<String, String> = raw
-        .kafka
-        .into_iter()
-        .map(|(key, value)| (key, value.into_text()))
-        .collect();
-    rules::check_brokers(&kafka)?;
+    let kafka = KafkaTables::from_raw(raw.kafka);
+    rules::check_brokers(&kafka.common)?;
+    kafka.check_overrides()?;
+    let (consumer, producer) = (
+        kafka.client(Client::Consumer),
+        kafka.client(Client::Producer),
+    );
+    rules::check_fixed(&consumer)?;
     rules::check_topics(&streams)?;
-    rules::check_sendable(&kafka, &streams)?;
+    rules::check_sendable(&producer, &streams)?;
     rules::check_key_ids(&streams)?;
-    rules::check_guarantee(raw.guarantee, &kafka)?;
-    let group_protocol = rules::check_group_protocol(&kafka)?;
+    rules::check_guarantee(raw.guarantee, &consumer, &producer)?;
+    let group_protocol = rules::check_group_protocol(&consumer)?;
     if raw.batch.max_in_flight_records.get() < raw.batch.max_records.get() {
         return Err(invalid(
             "batch.max_in_flight_records",
@@ -391,7 +405,8 @@ fn validate_stream(
         }
     }
     let profile = Profile::resolve(&raw.profile, raw.fields.as_deref(), raw.header.as_deref())
-        .map_err(|e| invalid(field("profile"), e.to_string()))?;
+        .and_then(|profile| profile.ignoring(&raw.ignore))
+        .map_err(|e| invalid(field(e.field()), e.to_string()))?;
     let remembered = raw
         .ttl
         .ttl()
@@ -492,5 +507,9 @@ fn filter_plan(
 
 #[cfg(test)]
 mod example_tests;
+#[cfg(test)]
+mod kafka_tests;
+#[cfg(test)]
+mod profile_tests;
 #[cfg(test)]
 mod tests;

@@ -1,7 +1,6 @@
 //! The configuration file as written: serde types with documented defaults.
 //! Nothing here is trusted until `validate` has turned it into a `Config`.
 
-use std::collections::BTreeMap;
 use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,9 +15,11 @@ use crate::ttl::TtlPolicy;
 pub(crate) struct RawConfig {
     /// librdkafka properties, passed through as they are
     /// (`"bootstrap.servers"`, `"security.protocol"`, ...): strings,
-    /// integers (`"session.timeout.ms" = 10000`) or booleans.
+    /// integers (`"session.timeout.ms" = 10000`) or booleans; with
+    /// `[kafka.consumer]` and `[kafka.producer]` tables for one client
+    /// each (`kafka.rs`).
     #[serde(default)]
-    pub(crate) kafka: BTreeMap<String, KafkaValue>,
+    pub(crate) kafka: super::kafka::RawKafka,
     #[serde(default)]
     pub(crate) store: RawStore,
     #[serde(default)]
@@ -293,13 +294,19 @@ pub(crate) struct RawStream {
     pub(crate) clean: String,
     /// Where duplicates, conflicts and invalid records go, with the reason.
     pub(crate) audit: String,
-    /// `header`, `fields`, `payload`, `payload-raw`, `bank-txn` or
-    /// `spatial-job`.
+    /// `header`, `record-key`, `fields`, `payload`, `payload-raw`,
+    /// `bank-txn` or `spatial-job`.
     pub(crate) profile: String,
     /// For `profile = "fields"`: `name:normaliser` pairs, comma separated.
     pub(crate) fields: Option<String>,
     /// For `profile = "header"`: the header. Default `x-idempotency-key`.
     pub(crate) header: Option<String>,
+    /// Payload fields (dotted paths) the payload digest leaves out, such as
+    /// a webhook's `attempt`: a retry differing only in them is a
+    /// `duplicate`, not a `conflict`. Under `payload` they are left out of
+    /// the hash too. Not for `payload-raw`. Default none.
+    #[serde(default)]
+    pub(crate) ignore: Vec<String>,
     /// Larger records are `invalid` (reason `too-large`). Default 900 KiB;
     /// with 64 KiB for key and headers it must fit the producer's
     /// `message.max.bytes`.

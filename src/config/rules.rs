@@ -4,17 +4,14 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::{invalid, ConfigError, StreamConfig, ENV_BROKERS};
-
-/// librdkafka's own name for the bootstrap list, accepted beside
-/// `bootstrap.servers` (it is an alias there).
-const BROKER_LIST_ALIAS: &str = "metadata.broker.list";
+use super::kafka::BROKER_KEYS;
+use super::{invalid, Client, ClientProperties, ConfigError, StreamConfig, ENV_BROKERS};
 
 impl super::Config {
     /// The largest output the producer sends (`message.max.bytes`, checked
     /// to be a number at load).
     pub(crate) fn sendable_bytes(&self) -> usize {
-        self.kafka
+        self.client_properties(Client::Producer)
             .get("message.max.bytes")
             .and_then(|text| text.parse().ok())
             .unwrap_or(PRODUCER_MESSAGE_MAX_BYTES)
@@ -23,9 +20,9 @@ impl super::Config {
     /// The bootstrap list replicas connect to; validation made sure there
     /// is one.
     pub(crate) fn brokers(&self) -> Option<&str> {
-        ["bootstrap.servers", BROKER_LIST_ALIAS]
+        BROKER_KEYS
             .iter()
-            .find_map(|key| self.kafka.get(*key))
+            .find_map(|key| self.kafka.common.get(*key))
             .map(String::as_str)
     }
 }
@@ -34,7 +31,7 @@ impl super::Config {
 /// replica would sit unassigned and healthy-looking: refuse it at start.
 /// The environment override has been applied by the time this runs.
 pub(super) fn check_brokers(kafka: &BTreeMap<String, String>) -> Result<(), ConfigError> {
-    let given = ["bootstrap.servers", BROKER_LIST_ALIAS]
+    let given = BROKER_KEYS
         .iter()
         .filter_map(|key| kafka.get(*key))
         .any(|list| list.split(',').any(|broker| !broker.trim().is_empty()));
@@ -59,13 +56,13 @@ pub(crate) const OUTPUT_HEADROOM: usize = 64 * 1024;
 /// Every record the size limit lets through must be sendable by the
 /// producer, or it could never be written anywhere, audit included.
 pub(super) fn check_sendable(
-    kafka: &BTreeMap<String, String>,
+    producer: &ClientProperties<'_>,
     streams: &[StreamConfig],
 ) -> Result<(), ConfigError> {
-    let sendable = match kafka.get("message.max.bytes") {
+    let sendable = match producer.get("message.max.bytes") {
         Some(text) => text.parse::<usize>().map_err(|_| {
             invalid(
-                "kafka.message.max.bytes",
+                producer.field("message.max.bytes"),
                 format!("{text:?} is not a byte count"),
             )
         })?,
@@ -154,33 +151,55 @@ pub(super) fn check_key_ids(streams: &[StreamConfig]) -> Result<(), ConfigError>
 /// rests on: an idempotent producer and inputs read committed.
 pub(super) fn check_guarantee(
     guarantee: super::Guarantee,
-    kafka: &BTreeMap<String, String>,
+    consumer: &ClientProperties<'_>,
+    producer: &ClientProperties<'_>,
 ) -> Result<(), ConfigError> {
-    let set = |key: &str, value: &str| kafka.get(key).is_some_and(|v| v.trim() == value);
+    let set = |client: &ClientProperties<'_>, key: &str, value: &str| {
+        client.get(key).is_some_and(|v| v.trim() == value)
+    };
+    let id = "transactional.id";
     match guarantee {
-        super::Guarantee::AtLeastOnce if kafka.contains_key("transactional.id") => Err(invalid(
-            "kafka.transactional.id",
+        super::Guarantee::AtLeastOnce if producer.contains_key(id) => Err(invalid(
+            producer.field(id),
             "a transactional producer needs guarantee = \"exactly-once\"",
         )),
-        super::Guarantee::ExactlyOnce if set("enable.idempotence", "false") => Err(invalid(
-            "kafka.enable.idempotence",
-            "guarantee = \"exactly-once\" needs the idempotent producer",
-        )),
-        super::Guarantee::ExactlyOnce if set("isolation.level", "read_uncommitted") => {
+        super::Guarantee::ExactlyOnce if set(producer, "enable.idempotence", "false") => {
             Err(invalid(
-                "kafka.isolation.level",
+                producer.field("enable.idempotence"),
+                "guarantee = \"exactly-once\" needs the idempotent producer",
+            ))
+        }
+        super::Guarantee::ExactlyOnce if set(consumer, "isolation.level", "read_uncommitted") => {
+            Err(invalid(
+                consumer.field("isolation.level"),
                 "guarantee = \"exactly-once\" reads its inputs read_committed: an aborted input would be decided",
             ))
         }
         super::Guarantee::ExactlyOnce
-            if kafka
-                .get("transactional.id")
-                .is_some_and(|id| id.trim().is_empty()) =>
+            if producer.get(id).is_some_and(|id| id.trim().is_empty()) =>
         {
-            Err(invalid("kafka.transactional.id", "must not be empty"))
+            Err(invalid(producer.field(id), "must not be empty"))
         }
         _ => Ok(()),
     }
+}
+
+/// The consumer properties the protocol rests on (`worker::CONSUMER_FIXED`:
+/// offsets are stored and committed by idemgate, only after delivery) may
+/// be written, but only with the value idemgate gives them anyway.
+pub(super) fn check_fixed(consumer: &ClientProperties<'_>) -> Result<(), ConfigError> {
+    for (key, fixed) in crate::worker::CONSUMER_FIXED {
+        if let Some(value) = consumer.get(key).filter(|v| v.trim() != fixed) {
+            return Err(invalid(
+                consumer.field(key),
+                format!(
+                    "idemgate sets it to {fixed:?} (offsets are stored and committed after \
+                     delivery, docs/design.md §7); {value:?} would commit records not yet written"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The consumer group protocol (`[kafka] "group.protocol"`, librdkafka's
@@ -225,7 +244,7 @@ const CLASSIC_ONLY: [(&str, &str); 4] = [
 /// would refuse to create the consumer), under `classic` the broker-side
 /// assignor (librdkafka would ignore it).
 pub(super) fn check_group_protocol(
-    kafka: &BTreeMap<String, String>,
+    kafka: &ClientProperties<'_>,
 ) -> Result<GroupProtocol, ConfigError> {
     let protocol = match kafka.get("group.protocol").map(|v| v.trim()) {
         None => GroupProtocol::Classic,
@@ -233,7 +252,7 @@ pub(super) fn check_group_protocol(
         Some(value) if value.eq_ignore_ascii_case("consumer") => GroupProtocol::Consumer,
         Some(value) => {
             return Err(invalid(
-                "kafka.group.protocol",
+                kafka.field("group.protocol"),
                 format!(
                     "{value:?} is not a group protocol: \"classic\" (the default) or \
                      \"consumer\" (KIP-848, Apache Kafka 4.0 or later)"
@@ -243,10 +262,9 @@ pub(super) fn check_group_protocol(
     };
     match protocol {
         GroupProtocol::Consumer => {
-            if let Some((key, instead)) = CLASSIC_ONLY.iter().find(|(k, _)| kafka.contains_key(*k))
-            {
+            if let Some((key, instead)) = CLASSIC_ONLY.iter().find(|(k, _)| kafka.contains_key(k)) {
                 return Err(invalid(
-                    format!("kafka.{key}"),
+                    kafka.field(key),
                     format!(
                         "not with group.protocol = \"consumer\" (librdkafka refuses it: the \
                          broker decides it); use {instead}"
@@ -257,7 +275,7 @@ pub(super) fn check_group_protocol(
         GroupProtocol::Classic => {
             if kafka.contains_key("group.remote.assignor") {
                 return Err(invalid(
-                    "kafka.group.remote.assignor",
+                    kafka.field("group.remote.assignor"),
                     "only with group.protocol = \"consumer\" (the broker's assignor); the \
                      classic protocol's assignors are partition.assignment.strategy",
                 ));

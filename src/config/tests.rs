@@ -246,7 +246,7 @@ fn the_environment_overrides_broker_and_store_addresses() {
         _ => None,
     });
     let config = validate(raw).unwrap();
-    assert_eq!(config.kafka["bootstrap.servers"], "broker-9:9092");
+    assert_eq!(config.kafka.common["bootstrap.servers"], "broker-9:9092");
     match config.store {
         StoreConfig::Redis(options) => assert_eq!(
             options.target,
@@ -289,9 +289,12 @@ fn kafka_properties_may_be_strings_integers_or_booleans() {
         "[kafka]\n\"session.timeout.ms\" = 10000\n\"enable.ssl.certificate.verification\" = false\n\"client.id\" = \"gate-1\"\n{BASE}"
     );
     let config = parse(&text).unwrap();
-    assert_eq!(config.kafka["session.timeout.ms"], "10000");
-    assert_eq!(config.kafka["enable.ssl.certificate.verification"], "false");
-    assert_eq!(config.kafka["client.id"], "gate-1");
+    assert_eq!(config.kafka.common["session.timeout.ms"], "10000");
+    assert_eq!(
+        config.kafka.common["enable.ssl.certificate.verification"],
+        "false"
+    );
+    assert_eq!(config.kafka.common["client.id"], "gate-1");
 }
 
 #[test]
@@ -307,8 +310,8 @@ fn secrets_and_addresses_come_from_the_environment() {
     );
     let var = |name: &str| (name == "SASL_PASSWORD").then(|| "hunter2".to_string());
     let config = Config::parse_with_vars(&text, var).unwrap();
-    assert_eq!(config.kafka["sasl.password"], "hunter2");
-    assert_eq!(config.kafka["bootstrap.servers"], "localhost:9092");
+    assert_eq!(config.kafka.common["sasl.password"], "hunter2");
+    assert_eq!(config.kafka.common["bootstrap.servers"], "localhost:9092");
     assert_eq!(config.batch.max_records, 250);
     assert!(!format!("{config:?}").contains("hunter2"));
 }
@@ -432,7 +435,7 @@ fn a_config_without_brokers_is_refused_naming_the_field() {
 #[test]
 fn brokers_from_the_environment_or_librdkafkas_alias_are_enough() {
     let from_env = Config::parse_with_vars(BASE, brokers).unwrap();
-    assert_eq!(from_env.kafka["bootstrap.servers"], "broker-1:9092");
+    assert_eq!(from_env.kafka.common["bootstrap.servers"], "broker-1:9092");
     let alias = format!("[kafka]\n\"metadata.broker.list\" = \"b-1:9092\"\n{BASE}");
     assert!(Config::parse(&alias).is_ok());
 }

@@ -74,6 +74,13 @@ pub enum Invalid {
     /// record a duplicate of the first.
     #[error("header `{name}` is empty")]
     EmptyHeader { name: String },
+    /// The `record-key` profile and a record without a key: hashing nothing
+    /// would make every keyless record a duplicate of the first.
+    #[error("record has no key")]
+    MissingKey,
+    /// The `record-key` profile and a record whose key is empty.
+    #[error("record key is empty")]
+    EmptyKey,
     /// The profile reads the payload and there is none (a tombstone) or it is
     /// empty: hashing nothing would make every such record a duplicate.
     #[error("payload is empty")]
@@ -103,6 +110,8 @@ impl Invalid {
             Invalid::HeaderNameNotUtf8 { .. } => "header-name-not-utf8",
             Invalid::Undeliverable { .. } => "undeliverable",
             Invalid::EmptyHeader { .. } => "empty-header",
+            Invalid::MissingKey => "missing-key",
+            Invalid::EmptyKey => "empty-key",
             Invalid::EmptyPayload => "empty-payload",
             Invalid::NoFields => "no-fields",
         }
@@ -157,6 +166,8 @@ mod tests {
                 bare: false,
             },
             Invalid::EmptyHeader { name: field() },
+            Invalid::MissingKey,
+            Invalid::EmptyKey,
             Invalid::EmptyPayload,
             Invalid::NoFields,
         ]

@@ -22,11 +22,12 @@
 
 use std::cell::RefCell;
 
-use super::fast_tree::{escape_byte, write_escaped, Kind, Tree};
+use super::fast_tree::{escape_byte, write_escaped, Edits, Kind, Tree};
+use super::ignore::nests;
 use super::{
-    canonical, fast_normalise, hash, header_value, normalise, payload_digest, FieldSpec,
-    Fingerprint, Invalid, Normaliser, Profile, RecordView, TAG_FIELDS, TAG_HEADER, TAG_PAYLOAD,
-    TAG_PAYLOAD_RAW,
+    canonical, fast_normalise, hash, header_value, normalise, payload_digest, record_key,
+    FieldSpec, Fingerprint, Identity, Invalid, Normaliser, Profile, RecordView, TAG_FIELDS,
+    TAG_HEADER, TAG_PAYLOAD, TAG_PAYLOAD_RAW, TAG_RECORD_KEY,
 };
 
 /// Buffers grown past this are dropped after the record, so one huge
@@ -46,6 +47,8 @@ struct Scratch {
     fields: Vec<(u32, u32, u32)>,
     /// Spec indices sorted by name.
     order: Vec<u32>,
+    /// The nodes of the ignored fields present in the payload.
+    skip: Vec<u32>,
     /// For `canonical::write_value` of a normalised value.
     text: String,
 }
@@ -59,6 +62,7 @@ impl Scratch {
             normalised: Vec::new(),
             fields: Vec::new(),
             order: Vec::new(),
+            skip: Vec::new(),
             text: String::new(),
         }
     }
@@ -70,6 +74,7 @@ impl Scratch {
         self.normalised.clear();
         self.fields.clear();
         self.order.clear();
+        self.skip.clear();
         self.text.clear();
     }
 
@@ -121,17 +126,36 @@ fn run(
     record: &RecordView<'_>,
 ) -> Option<Result<Fingerprint, Invalid>> {
     let root = s.tree.parse(payload)?;
-    match profile {
-        Profile::Header { name } => {
-            s.tree.write(payload, root, &mut s.out, &[], &[]);
+    // What `ignore::remove` would remove: found once, left out of every
+    // object `write` meets them in.
+    for path in &profile.ignore {
+        if let Some(node) = s.tree.find(payload, root, path) {
+            s.skip.push(node);
+        }
+    }
+    let edits = Edits {
+        skip: &s.skip,
+        ..Edits::default()
+    };
+    match &profile.identity {
+        Identity::Header { name } => {
+            s.tree.write(payload, root, &mut s.out, &edits);
             let digest = payload_digest(&s.out);
             Some(header_value(record, name).map(|text| Fingerprint {
                 hash: hash(TAG_HEADER, text.as_bytes()),
                 digest,
             }))
         }
-        Profile::Payload { raw } => {
-            s.tree.write(payload, root, &mut s.out, &[], &[]);
+        Identity::RecordKey => {
+            s.tree.write(payload, root, &mut s.out, &edits);
+            let digest = payload_digest(&s.out);
+            Some(record_key(record).map(|key| Fingerprint {
+                hash: hash(TAG_RECORD_KEY, key),
+                digest,
+            }))
+        }
+        Identity::Payload { raw } => {
+            s.tree.write(payload, root, &mut s.out, &edits);
             let digest = payload_digest(&s.out);
             let hash = if *raw {
                 hash(TAG_PAYLOAD_RAW, payload)
@@ -140,7 +164,7 @@ fn run(
             };
             Some(Ok(Fingerprint { hash, digest }))
         }
-        Profile::Fields(specs) => fields(s, specs, payload, root).map(Ok),
+        Identity::Fields(specs) => fields(s, specs, payload, root).map(Ok),
     }
 }
 
@@ -182,21 +206,16 @@ fn fields(s: &mut Scratch, specs: &[FieldSpec], input: &[u8], root: u32) -> Opti
     }
     s.form.push(b'}');
 
-    s.tree
-        .write(input, root, &mut s.out, &s.fields, &s.normalised);
+    let edits = Edits {
+        fields: &s.fields,
+        replaced: &s.normalised,
+        skip: &s.skip,
+    };
+    s.tree.write(input, root, &mut s.out, &edits);
     Some(Fingerprint {
         hash: hash(TAG_FIELDS, &s.form),
         digest: payload_digest(&s.out),
     })
-}
-
-/// `inner` is a dotted path strictly below `outer` (or the same path).
-fn nests(outer: &str, inner: &str) -> bool {
-    match inner.strip_prefix(outer) {
-        Some("") => true,
-        Some(rest) => rest.starts_with('.'),
-        None => false,
-    }
 }
 
 /// Appends the canonical form of the field's normalised value to
@@ -230,7 +249,7 @@ fn quick(
     match (normaliser, n.kind) {
         // Both keep the value as it is: its canonical form.
         (Normaliser::String, Kind::String) | (Normaliser::Object, _) => {
-            tree.write(input, node, out, &[], &[]);
+            tree.write(input, node, out, &Edits::default());
             Some(())
         }
         (Normaliser::Upper | Normaliser::Lower, Kind::String) => {

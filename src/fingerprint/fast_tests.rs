@@ -15,9 +15,17 @@ const LIMIT: usize = 1 << 20;
 
 const HEADERS: &[(&str, Option<&[u8]>)] = &[("x-idempotency-key", Some(b"key-1"))];
 
+const KEY: Option<&[u8]> = Some(b"key-1");
+
 fn profiles() -> Vec<Profile> {
     let named = |name| Profile::resolve(name, None, None).unwrap();
     let fields = |list| Profile::resolve("fields", Some(list), None).unwrap();
+    // Paths among the generator's keys (`a.b` also names a key with a dot,
+    // which a dotted path never reaches), nested and not.
+    let ignore = |profile: Profile, paths: &[&str]| {
+        let paths: Vec<String> = paths.iter().map(|p| p.to_string()).collect();
+        profile.ignoring(&paths).unwrap()
+    };
     vec![
         named("payload"),
         named("payload-raw"),
@@ -29,6 +37,15 @@ fn profiles() -> Vec<Profile> {
         // Nested paths: always the reference's.
         fields("a:object,a.b.c"),
         fields("a.b.c,a"),
+        named("record-key"),
+        ignore(named("payload"), &["a", "s", "o.n", "z.z", "a.b"]),
+        ignore(named("header"), &["a.b", "t", "é"]),
+        ignore(named("record-key"), &["b", "a.b.c", "a", "n"]),
+        ignore(
+            fields("s:upper,a.x:round:2,n"),
+            &["a.b", "o", "t", "amount"],
+        ),
+        ignore(named("bank-txn"), &["s", "o.n", "x"]),
     ]
 }
 
@@ -36,6 +53,7 @@ fn profiles() -> Vec<Profile> {
 /// when the fast path decided.
 fn check(profile: &Profile, payload: &[u8]) -> bool {
     let view = RecordView {
+        key: KEY,
         payload: Some(payload),
         headers: HEADERS,
     };
@@ -112,8 +130,19 @@ proptest! {
 fn generated_records_mostly_take_the_fast_path() {
     let profiles = profiles();
     let mut rng = StdRng::seed_from_u64(7);
-    let cases: [(usize, fn(&mut StdRng) -> String); 4] =
-        [(3, bank_txn), (4, spatial_job), (5, fielded), (6, fielded)];
+    type Make = fn(&mut StdRng) -> String;
+    let cases: [(usize, Make); 10] = [
+        (3, bank_txn),
+        (4, spatial_job),
+        (5, fielded),
+        (6, fielded),
+        (9, fielded),
+        (10, fielded),
+        (11, fielded),
+        (12, fielded),
+        (13, fielded),
+        (14, bank_txn),
+    ];
     for (profile, make) in cases {
         let decided = (0..500)
             .filter(|_| check(&profiles[profile], make(&mut rng).as_bytes()))
@@ -139,7 +168,10 @@ fn feed_records_take_the_fast_path() {
             "{}",
             String::from_utf8_lossy(&payload)
         );
-        assert!(check(&Profile::Payload { raw: false }, &payload));
+        assert!(check(
+            &Profile::from(Identity::Payload { raw: false }),
+            &payload
+        ));
         count += 1;
     }
     assert!(count > 0);
@@ -207,6 +239,7 @@ fn edge_cases_match() {
     // Tombstones and the size limit.
     for profile in &profiles() {
         let view = RecordView {
+            key: KEY,
             payload: None,
             headers: HEADERS,
         };
@@ -215,6 +248,7 @@ fn edge_cases_match() {
             fingerprint_reference(profile, LIMIT, &view)
         );
         let view = RecordView {
+            key: KEY,
             payload: Some(b"{\"a\":1}"),
             headers: HEADERS,
         };

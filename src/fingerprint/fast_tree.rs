@@ -65,6 +65,19 @@ const NO_SPAN: Span = Span {
     arena: false,
 };
 
+/// What [`Tree::write`] changes in the canonical form: the entries whose
+/// value is a `skip` node are left out of their object (ignored fields),
+/// and a field's node is written as its normalised value, a range of
+/// `replaced`.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Edits<'a> {
+    /// Per listed field: its node and its normalised value's range.
+    pub(super) fields: &'a [(u32, u32, u32)],
+    pub(super) replaced: &'a [u8],
+    /// Object entry values to leave out.
+    pub(super) skip: &'a [u32],
+}
+
 /// The parsed payload: nodes referencing the input and the arena.
 pub(super) struct Tree {
     nodes: Vec<Node>,
@@ -327,6 +340,15 @@ impl Tree {
     /// for every error case (absent, null, a non-object on the way).
     #[inline]
     pub(super) fn lookup(&self, input: &[u8], root: u32, path: &str) -> Option<u32> {
+        self.find(input, root, path)
+            .filter(|&node| self.nodes[node as usize].kind != Kind::Null)
+    }
+
+    /// The node at a dotted path, `null` included, as `ignore::remove`
+    /// finds what it removes; `None` when a step is absent or not an
+    /// object.
+    #[inline]
+    pub(super) fn find(&self, input: &[u8], root: u32, path: &str) -> Option<u32> {
         let mut node = root;
         for segment in path.split('.') {
             let n = self.nodes[node as usize];
@@ -338,25 +360,14 @@ impl Tree {
                 .binary_search_by(|e| self.bytes(input, e.key).cmp(segment.as_bytes()))
                 .ok()?;
             node = entries[at].value;
-            if self.nodes[node as usize].kind == Kind::Null {
-                return None;
-            }
         }
         Some(node)
     }
 
-    /// Appends the canonical form of `node` to `out`, writing the
-    /// normalised value (a range of `replaced`) in place of a field's node.
-    pub(super) fn write(
-        &self,
-        input: &[u8],
-        node: u32,
-        out: &mut Vec<u8>,
-        fields: &[(u32, u32, u32)],
-        replaced: &[u8],
-    ) {
-        if let Some(&(_, start, end)) = fields.iter().find(|(at, _, _)| *at == node) {
-            out.extend_from_slice(&replaced[start as usize..end as usize]);
+    /// Appends the canonical form of `node` to `out` with `edits` applied.
+    pub(super) fn write(&self, input: &[u8], node: u32, out: &mut Vec<u8>, edits: &Edits<'_>) {
+        if let Some(&(_, start, end)) = edits.fields.iter().find(|(at, _, _)| *at == node) {
+            out.extend_from_slice(&edits.replaced[start as usize..end as usize]);
             return;
         }
         let n = self.nodes[node as usize];
@@ -373,20 +384,25 @@ impl Tree {
                     if index > 0 {
                         out.push(b',');
                     }
-                    self.write(input, item, out, fields, replaced);
+                    self.write(input, item, out, edits);
                 }
                 out.push(b']');
             }
             Kind::Object => {
                 out.push(b'{');
                 let entries = &self.entries[n.text.start as usize..n.text.end as usize];
-                for (index, entry) in entries.iter().enumerate() {
-                    if index > 0 {
+                let mut first = true;
+                for entry in entries {
+                    if edits.skip.contains(&entry.value) {
+                        continue;
+                    }
+                    if !first {
                         out.push(b',');
                     }
+                    first = false;
                     self.write_string(input, entry.key, out);
                     out.push(b':');
-                    self.write(input, entry.value, out, fields, replaced);
+                    self.write(input, entry.value, out, edits);
                 }
                 out.push(b'}');
             }

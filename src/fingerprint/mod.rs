@@ -14,6 +14,7 @@
 //! silently matching old claims. Stream namespaces are the store's job.
 //!
 //! - `header`: the header's UTF-8 value.
+//! - `record-key`: the Kafka record key's bytes as they are.
 //! - `fields`: a canonical JSON object mapping each listed field name
 //!   (dotted path as written) to its normalised value; see [`Normaliser`].
 //! - `payload`: the canonical JSON of the whole payload; `payload-raw`: the
@@ -23,6 +24,9 @@
 //! escapes strings as serde_json does and keeps serde_json's number
 //! representation: `1` and `1.0` differ (as do `"123"` and `123`); use the
 //! `decimal` or `round:N` normalisers where numeric equality matters.
+//!
+//! `ignore` lists payload fields left out of the digest (and, under
+//! `payload`, out of the hash): see `ignore.rs`.
 //!
 //! Every number is read from its literal text, never through a binary float
 //! alone: `1.000000000000000001` and `1.000000000000000002` are two amounts.
@@ -37,13 +41,18 @@ mod fast;
 mod fast_normalise;
 mod fast_scan;
 mod fast_tree;
+mod ignore;
 mod json;
 mod normalise;
 mod number;
 mod profile;
+#[cfg(test)]
+mod profile_tests;
 
 #[cfg(test)]
 mod fast_tests;
+#[cfg(test)]
+mod keys_tests;
 #[cfg(test)]
 mod tests;
 
@@ -54,13 +63,14 @@ use sha2::{Digest, Sha256};
 use json::{Json, Object};
 
 pub use error::Invalid;
-pub use profile::{FieldSpec, Normaliser, Profile, ProfileError};
+pub use profile::{FieldSpec, Identity, Normaliser, Profile, ProfileError};
 
 /// Hash-input prefixes: format version, then profile kind, NUL-terminated.
 const TAG_HEADER: &[u8] = b"idemgate/v1/header\0";
 const TAG_FIELDS: &[u8] = b"idemgate/v1/fields\0";
 const TAG_PAYLOAD: &[u8] = b"idemgate/v1/payload\0";
 const TAG_PAYLOAD_RAW: &[u8] = b"idemgate/v1/payload-raw\0";
+const TAG_RECORD_KEY: &[u8] = b"idemgate/v1/record-key\0";
 
 /// SHA-256 of the canonical form of the record's identity.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -68,7 +78,8 @@ pub struct SourceHash(pub [u8; 32]);
 
 /// First 8 bytes of SHA-256 over the canonical whole payload (canonical JSON
 /// when the payload is JSON, raw bytes otherwise; under `fields`, with the
-/// listed fields replaced by their normalised values); lets a reused key
+/// listed fields replaced by their normalised values; the profile's
+/// `ignore` paths removed from a JSON payload); lets a reused key
 /// with a different payload be told apart (a `conflict`). Eight bytes keep the
 /// stored claim compact; an accidental match between two payloads under one
 /// key is a 1 in 2^64 event.
@@ -89,6 +100,8 @@ pub struct Fingerprint {
 /// loop builds it from a message without copying.
 #[derive(Clone, Copy, Debug)]
 pub struct RecordView<'a> {
+    /// The Kafka record key; `None` when the record has none.
+    pub key: Option<&'a [u8]>,
     /// The value; `None` for a tombstone.
     pub payload: Option<&'a [u8]>,
     /// Headers in wire order; a header may repeat and may have no value.
@@ -161,19 +174,23 @@ pub fn fingerprint_reference(
             limit: max_bytes,
         });
     }
-    let parsed = json::parse(payload);
+    let mut parsed = json::parse(payload);
+    if let Ok(value) = &mut parsed {
+        ignore::remove(value, &profile.ignore);
+    }
     let canonical = parsed.as_ref().ok().map(canonical::to_canonical);
     let digest = payload_digest(canonical.as_deref().map_or(payload, str::as_bytes));
 
-    let hash = match profile {
-        Profile::Header { name } => hash(TAG_HEADER, header_value(record, name)?.as_bytes()),
-        Profile::Payload { raw: true } => {
+    let hash = match &profile.identity {
+        Identity::Header { name } => hash(TAG_HEADER, header_value(record, name)?.as_bytes()),
+        Identity::RecordKey => hash(TAG_RECORD_KEY, record_key(record)?),
+        Identity::Payload { raw: true } => {
             if payload.is_empty() {
                 return Err(Invalid::EmptyPayload);
             }
             hash(TAG_PAYLOAD_RAW, payload)
         }
-        Profile::Payload { raw: false } => {
+        Identity::Payload { raw: false } => {
             json(payload, &parsed)?;
             // Parsed, so `canonical` is present.
             hash(
@@ -181,10 +198,13 @@ pub fn fingerprint_reference(
                 canonical.as_deref().unwrap_or_default().as_bytes(),
             )
         }
-        Profile::Fields(specs) => {
+        Identity::Fields(specs) => {
             if specs.is_empty() {
                 return Err(Invalid::NoFields);
             }
+            // The ignored paths are gone from the tree, and none is (or
+            // holds, or lies in) a listed field (`Profile::ignoring`), so
+            // every lookup finds what it found before.
             let root = match json(payload, &parsed)? {
                 Json::Object(root) => root,
                 _ => return Err(Invalid::NotObject),
@@ -254,6 +274,17 @@ fn header_value<'a>(record: &RecordView<'a>, name: &str) -> Result<&'a str, Inva
         });
     }
     Ok(text)
+}
+
+/// The record's key, which must be present and non-empty: hashing nothing
+/// would make every keyless record a duplicate of the first. Its bytes are
+/// taken as they are (keys may be binary: a UUID's 16 bytes, Avro).
+fn record_key<'a>(record: &RecordView<'a>) -> Result<&'a [u8], Invalid> {
+    match record.key {
+        None => Err(Invalid::MissingKey),
+        Some([]) => Err(Invalid::EmptyKey),
+        Some(key) => Ok(key),
+    }
 }
 
 /// Sets the value at a dotted path that `normalise::lookup` has already

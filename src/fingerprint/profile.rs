@@ -1,10 +1,13 @@
-//! Profiles: which part of a record is its identity, resolved from the
-//! stream's configuration (`profile`, `fields`, `header`).
+//! Profiles: which part of a record is its identity, and which payload
+//! fields its digest leaves out, resolved from the stream's configuration
+//! (`profile`, `fields`, `header`, `ignore`).
 //!
 //! Resolution is where every configuration mistake is caught, so that
 //! [`fingerprint`](super::fingerprint) only ever fails because of the record.
 
 use std::collections::BTreeSet;
+
+use super::ignore;
 
 /// Header read by the `header` profile when the stream names none.
 pub(crate) const DEFAULT_HEADER: &str = "x-idempotency-key";
@@ -58,13 +61,18 @@ pub struct FieldSpec {
 
 /// Which part of a record is its identity.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Profile {
+pub enum Identity {
     /// The value of a header, so a job submitted synchronously and replayed
     /// asynchronously collapse onto the key its sender chose.
     Header {
         /// Header name, matched exactly; the first header with it counts.
         name: String,
     },
+    /// The Kafka record key's bytes as they are (Redpanda Connect's dedupe
+    /// default): for producers that key each event by its own id. A record
+    /// without a key, or with an empty one, is `invalid`, never a duplicate
+    /// of every other such record.
+    RecordKey,
     /// Listed JSON fields, each normalised.
     Fields(Vec<FieldSpec>),
     /// The whole payload.
@@ -75,13 +83,38 @@ pub enum Profile {
     },
 }
 
+/// A stream's profile: what identifies a record, and which payload fields
+/// the payload digest leaves out (so a retry that differs only in them is
+/// a `duplicate`, not a `conflict`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Profile {
+    /// Which part of a record is its identity.
+    pub(crate) identity: Identity,
+    /// Dotted paths removed from a JSON payload before it is digested (and,
+    /// under `payload`, before it is hashed): fields such as `attempt` or
+    /// `status` that a sender changes from one retry to the next. Never
+    /// nests in (or holds) a listed field; empty for `payload-raw`.
+    pub(crate) ignore: Vec<String>,
+}
+
+impl From<Identity> for Profile {
+    /// The identity with nothing ignored: the hashes and digests it always
+    /// gave.
+    fn from(identity: Identity) -> Profile {
+        Profile {
+            identity,
+            ignore: Vec::new(),
+        }
+    }
+}
+
 /// A stream's profile settings cannot be resolved. Raised at configuration
 /// time, never per record.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProfileError {
     /// The profile name is none of the known ones.
     #[error(
-        "unknown profile `{name}` (expected header, payload, payload-raw, bank-txn, spatial-job or fields)"
+        "unknown profile `{name}` (expected header, record-key, payload, payload-raw, bank-txn, spatial-job or fields)"
     )]
     UnknownProfile { name: String },
     /// Profile `fields` was named without a field list.
@@ -108,11 +141,46 @@ pub enum ProfileError {
     /// name, so the second entry would silently win.
     #[error("field `{field}` is listed twice")]
     DuplicateField { field: String },
+    /// `ignore` was given to `payload-raw`, whose digest is the payload's
+    /// bytes: there is no field to leave out.
+    #[error("profile `{profile}` digests the payload's bytes: it has no fields to ignore")]
+    IgnoreNotAllowed { profile: String },
+    /// One entry of the ignore list is malformed.
+    #[error("bad ignore path `{path}`: {reason}")]
+    BadIgnore { path: String, reason: &'static str },
+    /// The same path is ignored twice.
+    #[error("`{path}` is ignored twice")]
+    DuplicateIgnore { path: String },
+    /// An ignored path is a listed field, or one nests in the other: a
+    /// field in the hash cannot be left out of the digest.
+    #[error("ignored `{path}` overlaps the listed field `{field}`: a field in the hash cannot be left out of the digest")]
+    IgnoredField { path: String, field: String },
+}
+
+impl ProfileError {
+    /// The stream setting the error is about, for the config's message
+    /// (`streams[0].ignore: ...`).
+    pub fn field(&self) -> &'static str {
+        match self {
+            ProfileError::UnknownProfile { .. } => "profile",
+            ProfileError::FieldsRequired
+            | ProfileError::FieldsNotAllowed { .. }
+            | ProfileError::BadFieldSpec { .. }
+            | ProfileError::UnknownNormaliser { .. }
+            | ProfileError::DuplicateField { .. } => "fields",
+            ProfileError::HeaderNotAllowed { .. } | ProfileError::EmptyHeaderName => "header",
+            ProfileError::IgnoreNotAllowed { .. }
+            | ProfileError::BadIgnore { .. }
+            | ProfileError::DuplicateIgnore { .. }
+            | ProfileError::IgnoredField { .. } => "ignore",
+        }
+    }
 }
 
 impl Profile {
-    /// Resolve a profile by name: "header", "payload", "payload-raw",
-    /// "bank-txn", "spatial-job", "fields".
+    /// Resolve a profile by name: "header", "record-key", "payload",
+    /// "payload-raw", "bank-txn", "spatial-job", "fields"; nothing ignored
+    /// (see [`Profile::ignoring`]).
     ///
     /// `fields` is the field list for "fields" (and refused for the others),
     /// e.g. "account_id,amount:decimal,bbox:round:6,crs:upper,params:object";
@@ -135,32 +203,71 @@ impl Profile {
                 profile: name.to_owned(),
             });
         }
-        match name {
+        let identity = match name {
             "header" => {
                 let name = header.unwrap_or(DEFAULT_HEADER);
                 if name.is_empty() {
                     return Err(ProfileError::EmptyHeaderName);
                 }
-                Ok(Profile::Header {
+                Ok(Identity::Header {
                     name: name.to_owned(),
                 })
             }
-            "payload" => Ok(Profile::Payload { raw: false }),
-            "payload-raw" => Ok(Profile::Payload { raw: true }),
-            "bank-txn" => Ok(Profile::Fields(bank_txn())),
-            "spatial-job" => Ok(Profile::Fields(spatial_job())),
+            "record-key" => Ok(Identity::RecordKey),
+            "payload" => Ok(Identity::Payload { raw: false }),
+            "payload-raw" => Ok(Identity::Payload { raw: true }),
+            "bank-txn" => Ok(Identity::Fields(bank_txn())),
+            "spatial-job" => Ok(Identity::Fields(spatial_job())),
             "fields" => match fields {
-                Some(list) => parse_field_list(list).map(Profile::Fields),
+                Some(list) => parse_field_list(list).map(Identity::Fields),
                 None => Err(ProfileError::FieldsRequired),
             },
             other => Err(ProfileError::UnknownProfile {
                 name: other.to_owned(),
             }),
+        };
+        identity.map(Profile::from)
+    }
+
+    /// The profile with these payload fields (dotted paths) left out of
+    /// the digest, and under `payload` out of the hash too; an empty list
+    /// changes nothing. Refused for `payload-raw` (bytes have no fields),
+    /// for a path given twice, and for a path that is a listed field or
+    /// nests in one (or holds one).
+    pub fn ignoring(self, paths: &[String]) -> Result<Profile, ProfileError> {
+        let listed: &[FieldSpec] = match &self.identity {
+            Identity::Payload { raw: true } if !paths.is_empty() => {
+                return Err(ProfileError::IgnoreNotAllowed {
+                    profile: "payload-raw".to_owned(),
+                })
+            }
+            Identity::Fields(specs) => specs,
+            _ => &[],
+        };
+        let ignore = ignore::parse(paths, listed)?;
+        Ok(Profile { ignore, ..self })
+    }
+
+    /// What identifies a record.
+    pub fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    /// The payload fields the digest leaves out.
+    pub fn ignored(&self) -> &[String] {
+        &self.ignore
+    }
+
+    /// The header the profile reads, if it reads one.
+    pub fn header_name(&self) -> Option<&str> {
+        match &self.identity {
+            Identity::Header { name } => Some(name),
+            _ => None,
         }
     }
 }
 
-fn spec(name: &str, normaliser: Normaliser) -> FieldSpec {
+pub(super) fn spec(name: &str, normaliser: Normaliser) -> FieldSpec {
     FieldSpec {
         name: name.to_owned(),
         normaliser,
@@ -170,7 +277,7 @@ fn spec(name: &str, normaliser: Normaliser) -> FieldSpec {
 /// Preset `bank-txn`: a bank transaction is its account, the bank's own
 /// transaction id, the amount (string or number), the currency and the
 /// posting time.
-fn bank_txn() -> Vec<FieldSpec> {
+pub(super) fn bank_txn() -> Vec<FieldSpec> {
     vec![
         spec("account_id", Normaliser::String),
         spec("bank_txn_id", Normaliser::String),
@@ -182,7 +289,7 @@ fn bank_txn() -> Vec<FieldSpec> {
 
 /// Preset `spatial-job`: a spatial job is its area (to about 0.1 m), its
 /// coordinate system and its parameters.
-fn spatial_job() -> Vec<FieldSpec> {
+pub(super) fn spatial_job() -> Vec<FieldSpec> {
     vec![
         spec("bbox", Normaliser::Round(6)),
         spec("crs", Normaliser::Upper),
@@ -267,173 +374,4 @@ fn parse_places(text: &str) -> Option<u32> {
     text.parse::<u32>()
         .ok()
         .filter(|places| *places <= MAX_ROUND_PLACES)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn field_list_parses_every_normaliser_and_defaults_to_string() {
-        let profile = Profile::resolve(
-            "fields",
-            Some("account_id, amount:decimal,bbox:round:6,crs:upper,code:lower,at:timestamp,params:object,s:string"),
-            None,
-        )
-        .unwrap();
-        assert_eq!(
-            profile,
-            Profile::Fields(vec![
-                spec("account_id", Normaliser::String),
-                spec("amount", Normaliser::Decimal),
-                spec("bbox", Normaliser::Round(6)),
-                spec("crs", Normaliser::Upper),
-                spec("code", Normaliser::Lower),
-                spec("at", Normaliser::Timestamp),
-                spec("params", Normaliser::Object),
-                spec("s", Normaliser::String),
-            ])
-        );
-    }
-
-    #[test]
-    fn dotted_paths_are_accepted() {
-        let profile = Profile::resolve("fields", Some("job.area.crs:upper"), None).unwrap();
-        assert_eq!(
-            profile,
-            Profile::Fields(vec![spec("job.area.crs", Normaliser::Upper)])
-        );
-    }
-
-    #[test]
-    fn presets_resolve_to_their_field_lists() {
-        assert_eq!(
-            Profile::resolve("bank-txn", None, None).unwrap(),
-            Profile::Fields(bank_txn())
-        );
-        assert_eq!(
-            Profile::resolve("spatial-job", None, None).unwrap(),
-            Profile::Fields(spatial_job())
-        );
-        assert_eq!(
-            Profile::resolve("payload", None, None).unwrap(),
-            Profile::Payload { raw: false }
-        );
-        assert_eq!(
-            Profile::resolve("payload-raw", None, None).unwrap(),
-            Profile::Payload { raw: true }
-        );
-    }
-
-    #[test]
-    fn header_profile_defaults_and_overrides_its_name() {
-        assert_eq!(
-            Profile::resolve("header", None, None).unwrap(),
-            Profile::Header {
-                name: "x-idempotency-key".into()
-            }
-        );
-        assert_eq!(
-            Profile::resolve("header", None, Some("x-job-id")).unwrap(),
-            Profile::Header {
-                name: "x-job-id".into()
-            }
-        );
-        assert_eq!(
-            Profile::resolve("header", None, Some("")),
-            Err(ProfileError::EmptyHeaderName)
-        );
-    }
-
-    #[test]
-    fn unknown_profile_is_refused() {
-        let err = Profile::resolve("bank", None, None).unwrap_err();
-        assert_eq!(
-            err,
-            ProfileError::UnknownProfile {
-                name: "bank".into()
-            }
-        );
-        assert!(err.to_string().starts_with("unknown profile `bank`"));
-    }
-
-    #[test]
-    fn settings_a_profile_would_ignore_are_refused() {
-        assert_eq!(
-            Profile::resolve("bank-txn", Some("a"), None),
-            Err(ProfileError::FieldsNotAllowed {
-                profile: "bank-txn".into()
-            })
-        );
-        assert_eq!(
-            Profile::resolve("payload", None, Some("x")),
-            Err(ProfileError::HeaderNotAllowed {
-                profile: "payload".into()
-            })
-        );
-        assert_eq!(
-            Profile::resolve("fields", None, None),
-            Err(ProfileError::FieldsRequired)
-        );
-    }
-
-    #[test]
-    fn bad_field_specs_are_refused_naming_the_spec() {
-        for (list, spec) in [
-            ("", ""),
-            ("a,,b", ""),
-            ("a,", ""),
-            (":decimal", ":decimal"),
-            ("a..b", "a..b"),
-            (".a", ".a"),
-            ("a b", "a b"),
-            ("x:round", "x:round"),
-            ("x:round:", "x:round:"),
-            ("x:round:-1", "x:round:-1"),
-            ("x:round:+6", "x:round:+6"),
-            ("x:round:29", "x:round:29"),
-            ("x:round:six", "x:round:six"),
-            ("x:decimal:2", "x:decimal:2"),
-            ("x:round:6:7", "x:round:6:7"),
-        ] {
-            match Profile::resolve("fields", Some(list), None) {
-                Err(ProfileError::BadFieldSpec { spec: named, .. }) => {
-                    assert_eq!(named, spec, "list {list:?}")
-                }
-                other => panic!("list {list:?}: expected BadFieldSpec, got {other:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn round_accepts_zero_to_twenty_eight_places() {
-        assert_eq!(
-            Profile::resolve("fields", Some("x:round:0,y:round:28"), None).unwrap(),
-            Profile::Fields(vec![
-                spec("x", Normaliser::Round(0)),
-                spec("y", Normaliser::Round(28))
-            ])
-        );
-    }
-
-    #[test]
-    fn unknown_normaliser_is_refused_naming_it() {
-        let err = Profile::resolve("fields", Some("amount:money"), None).unwrap_err();
-        assert_eq!(
-            err,
-            ProfileError::UnknownNormaliser {
-                spec: "amount:money".into(),
-                normaliser: "money".into()
-            }
-        );
-        assert!(err.to_string().contains("`money`"));
-    }
-
-    #[test]
-    fn a_field_listed_twice_is_refused() {
-        assert_eq!(
-            Profile::resolve("fields", Some("a:upper,b,a:lower"), None),
-            Err(ProfileError::DuplicateField { field: "a".into() })
-        );
-    }
 }

@@ -7,7 +7,11 @@ fn record<'a>(
     payload: Option<&'a [u8]>,
     headers: &'a [(&'a str, Option<&'a [u8]>)],
 ) -> RecordView<'a> {
-    RecordView { payload, headers }
+    RecordView {
+        key: None,
+        payload,
+        headers,
+    }
 }
 
 fn json_record(payload: &str) -> RecordView<'_> {
@@ -22,7 +26,12 @@ const LIMIT: usize = 1 << 20;
 
 #[test]
 fn hash_and_digest_display_as_lowercase_hex() {
-    let print = fingerprint(&Profile::Payload { raw: true }, LIMIT, &json_record("abc")).unwrap();
+    let print = fingerprint(
+        &Profile::from(Identity::Payload { raw: true }),
+        LIMIT,
+        &json_record("abc"),
+    )
+    .unwrap();
     let hash = print.hash.to_string();
     assert_eq!(hash.len(), 64);
     assert!(hash
@@ -35,7 +44,12 @@ fn hash_and_digest_display_as_lowercase_hex() {
 
 #[test]
 fn raw_payload_hash_is_sha256_of_tag_and_bytes() {
-    let print = fingerprint(&Profile::Payload { raw: true }, LIMIT, &json_record("abc")).unwrap();
+    let print = fingerprint(
+        &Profile::from(Identity::Payload { raw: true }),
+        LIMIT,
+        &json_record("abc"),
+    )
+    .unwrap();
     let expected: [u8; 32] = Sha256::digest(b"idemgate/v1/payload-raw\0abc").into();
     assert_eq!(print.hash, SourceHash(expected));
 }
@@ -55,7 +69,7 @@ fn fields_hash_is_sha256_of_tag_and_canonical_object() {
 
 #[test]
 fn digest_is_over_canonical_json_or_raw_bytes() {
-    let profile = Profile::Payload { raw: true };
+    let profile = Profile::from(Identity::Payload { raw: true });
     let spaced = fingerprint(&profile, LIMIT, &json_record(r#"{ "b":1, "a":2 }"#)).unwrap();
     let sorted = fingerprint(&profile, LIMIT, &json_record(r#"{"a":2,"b":1}"#)).unwrap();
     assert_ne!(spaced.hash, sorted.hash, "raw hash sees the bytes");
@@ -131,14 +145,14 @@ fn size_limit_is_checked_before_anything_else() {
             })
         );
     }
-    assert!(fingerprint(&Profile::Payload { raw: true }, 11, &view).is_ok());
+    assert!(fingerprint(&Profile::from(Identity::Payload { raw: true }), 11, &view).is_ok());
 }
 
 #[test]
 fn payload_profiles_refuse_empty_and_missing_payloads() {
     for profile in [
-        Profile::Payload { raw: true },
-        Profile::Payload { raw: false },
+        Profile::from(Identity::Payload { raw: true }),
+        Profile::from(Identity::Payload { raw: false }),
         fields("a"),
     ] {
         for payload in [None, Some(&b""[..])] {
@@ -154,7 +168,7 @@ fn payload_profiles_refuse_empty_and_missing_payloads() {
 #[test]
 fn payload_profile_refuses_non_json_with_the_reason() {
     match fingerprint(
-        &Profile::Payload { raw: false },
+        &Profile::from(Identity::Payload { raw: false }),
         LIMIT,
         &json_record("{nope"),
     ) {
@@ -177,7 +191,11 @@ fn fields_profile_needs_a_json_object() {
 #[test]
 fn fields_profile_without_fields_refuses_every_record() {
     assert_eq!(
-        fingerprint(&Profile::Fields(Vec::new()), LIMIT, &json_record("{}")),
+        fingerprint(
+            &Profile::from(Identity::Fields(Vec::new())),
+            LIMIT,
+            &json_record("{}")
+        ),
         Err(Invalid::NoFields)
     );
 }
@@ -248,8 +266,8 @@ fn profile_kinds_never_share_a_hash_for_the_same_bytes() {
     let view = record(Some(body.as_bytes()), headers);
     let hashes: Vec<_> = [
         Profile::resolve("header", None, None).unwrap(),
-        Profile::Payload { raw: false },
-        Profile::Payload { raw: true },
+        Profile::from(Identity::Payload { raw: false }),
+        Profile::from(Identity::Payload { raw: true }),
     ]
     .iter()
     .map(|profile| fingerprint(profile, LIMIT, &view).unwrap().hash)
@@ -267,7 +285,7 @@ proptest! {
         header in prop::option::of(prop::collection::vec(any::<u8>(), 0..8)),
     ) {
         let headers = [("x-idempotency-key", header.as_deref())];
-        let profiles = ["header", "payload", "payload-raw", "bank-txn", "spatial-job"]
+        let profiles = ["header", "record-key", "payload", "payload-raw", "bank-txn", "spatial-job"]
             .map(|name| Profile::resolve(name, None, None).unwrap());
         let list = Profile::resolve("fields", Some("a:decimal,b:timestamp,c:round:2,d.e:lower"), None);
         for payload in [&bytes[..], json.as_bytes()] {

@@ -12,7 +12,7 @@ use rdkafka::ClientConfig;
 
 use super::check::Finding;
 use super::kafka::{consumer, QuietContext, REQUEST_TIMEOUT};
-use crate::config::Config;
+use crate::config::{Client, Config};
 
 /// A topic as the brokers' metadata shows it: its partitions, or the error
 /// the broker gave for it.
@@ -20,8 +20,9 @@ type Seen = Result<usize, String>;
 
 pub(crate) fn probe(config: &Config) -> Vec<Finding> {
     let brokers = config.brokers().unwrap_or_default().to_string();
-    let properties = config.kafka.iter().map(|(k, v)| (k.as_str(), v.as_str()));
-    let client = match consumer(properties) {
+    // The consumer's properties: `[kafka]` under `[kafka.consumer]`.
+    let properties = config.client_properties(Client::Consumer);
+    let client = match consumer(properties.iter()) {
         Ok(client) => client,
         Err(error) => {
             return vec![Finding::fail(
@@ -158,7 +159,7 @@ fn output_limit(
 /// and the options of a request bounded by `REQUEST_TIMEOUT`.
 fn admin(config: &Config) -> Result<(AdminClient<QuietContext>, AdminOptions), String> {
     let mut client_config = ClientConfig::new();
-    for (key, value) in &config.kafka {
+    for (key, value) in config.client_properties(Client::Consumer).iter() {
         client_config.set(key, value);
     }
     let admin = client_config

@@ -29,6 +29,9 @@ pub struct CleanOutput<'a> {
     /// Its timestamp: the input's, which the output keeps.
     pub timestamp: Option<Millis>,
     pub headers: &'a [(String, Option<Vec<u8>>)],
+    /// Its key: the input's, which a clean output keeps (the
+    /// `record-key` profile hashes it).
+    pub key: Option<&'a [u8]>,
     pub payload: Option<&'a [u8]>,
 }
 
@@ -142,6 +145,7 @@ impl<'a> Rebuild<'a> {
             .map(|(n, v)| (n.as_str(), v.as_deref()))
             .collect();
         let record = RecordView {
+            key: output.key,
             payload: output.payload,
             headers: &headers,
         };

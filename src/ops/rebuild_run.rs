@@ -226,6 +226,7 @@ fn read_clean(config: &Config, clean: &str, plan: &mut Rebuild<'_>) -> Result<()
                 plan.add(&CleanOutput {
                     timestamp: message.timestamp().to_millis(),
                     headers: &headers,
+                    key: message.key(),
                     payload: message.payload(),
                 });
             }

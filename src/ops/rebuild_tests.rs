@@ -20,6 +20,7 @@ fn exact() -> Config {
 
 fn print_of(config: &Config, payload: &[u8]) -> Fingerprint {
     let record = RecordView {
+        key: None,
         payload: Some(payload),
         headers: &[],
     };
@@ -48,6 +49,7 @@ fn add(
     rebuild.add(&CleanOutput {
         timestamp: Some(at),
         headers,
+        key: None,
         payload: Some(payload),
     });
 }
@@ -129,6 +131,7 @@ fn outputs_that_held_no_live_claim_restore_nothing_and_are_counted() {
     rebuild.add(&CleanOutput {
         timestamp: None,
         headers: &headers("novel", &hash, "raw.bank/0/3"),
+        key: None,
         payload: Some(payload),
     });
     assert!(rebuild.claims().is_empty());
@@ -224,4 +227,45 @@ fn input_coordinates_are_read_from_the_right() {
     assert_eq!(parse_input("raw.bank/3"), None);
     assert_eq!(parse_input("/3/1"), None);
     assert_eq!(parse_input("raw/x/1"), None);
+}
+
+#[test]
+fn a_record_key_stream_restores_claims_from_the_keys_its_outputs_keep() {
+    let config = Config::parse(
+        "[kafka]\n\"bootstrap.servers\" = \"b:9092\"\n\n[[streams]]\nname = \"hooks\"\n\
+         inputs = [\"raw.hooks\"]\nclean = \"clean.hooks\"\naudit = \"audit.hooks\"\n\
+         profile = \"record-key\"\nignore = [\"attempt\"]\nmode = \"exact\"\n\
+         ttl = { explicit = \"1h\" }\n",
+    )
+    .expect("config");
+    let stream = &config.streams[0];
+    let payload = br#"{"id":7,"attempt":2}"#;
+    let keyed = RecordView {
+        key: Some(b"evt-7"),
+        payload: Some(payload),
+        headers: &[],
+    };
+    let print = fingerprint(&stream.profile, stream.max_record_bytes, &keyed).unwrap();
+    let mut rebuild = Rebuild::new(StreamId(0), stream, NOW);
+    let at = NOW - 10 * 60_000;
+    for (key, input) in [
+        (Some(&b"evt-7"[..]), "raw.hooks/0/3"),
+        (None, "raw.hooks/0/4"),
+    ] {
+        rebuild.add(&CleanOutput {
+            timestamp: Some(at),
+            headers: &headers("novel", &print.hash, input),
+            key,
+            payload: Some(payload),
+        });
+    }
+    let claims = rebuild.claims();
+    assert_eq!(claims.len(), 1, "{claims:?}");
+    assert_eq!(
+        (claims[0].hash, claims[0].digest),
+        (print.hash, print.digest)
+    );
+    assert_eq!(claims[0].holder.offset, 3);
+    // The keyless copy cannot give the hash it carries.
+    assert_eq!(rebuild.skipped, BTreeMap::from([(Skip::ProfileChanged, 1)]));
 }

@@ -27,7 +27,7 @@ const SCENARIOS: [&str; 7] = [
 #[command(group(clap::ArgGroup::new("scenario").required(true).args(SCENARIOS)))]
 pub struct ResetCli {
     /// The TOML configuration `run` reads (brokers, group, store).
-    #[arg(long)]
+    #[arg(long, env = crate::config::ENV_CONFIG)]
     pub config: PathBuf,
     /// The stream whose input topics are reset.
     #[arg(long)]

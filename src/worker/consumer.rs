@@ -88,7 +88,7 @@ impl Reader {
             }),
             Some(name) => Err(Invalid::HeaderNameNotUtf8 { name }),
             // Only the header profile reads headers.
-            None if matches!(profile, Profile::Header { .. }) => {
+            None if profile.header_name().is_some() => {
                 let view: Vec<(&str, Option<&[u8]>)> = headers
                     .iter()
                     .map(|(k, v)| (k.as_str(), v.as_deref()))
@@ -97,6 +97,7 @@ impl Reader {
                     profile,
                     *max_bytes,
                     &RecordView {
+                        key: message.key(),
                         payload: message.payload(),
                         headers: &view,
                     },
@@ -106,6 +107,7 @@ impl Reader {
                 profile,
                 *max_bytes,
                 &RecordView {
+                    key: message.key(),
                     payload: message.payload(),
                     headers: &[],
                 },

@@ -42,7 +42,7 @@ use anyhow::{Context, Result};
 use rdkafka::consumer::Consumer;
 use rdkafka::ClientConfig;
 
-use crate::config::{Config, GroupProtocol, Guarantee, StoreConfig, StreamConfig};
+use crate::config::{Client, Config, GroupProtocol, Guarantee, StoreConfig, StreamConfig};
 use crate::store::{ClaimStore, OwnerToken, TopicTag};
 use output::{OutputContext, OutputProducer, Reports};
 use poller::{Event, GroupConsumer, GroupContext, GroupState};
@@ -110,7 +110,7 @@ pub(crate) struct Worker {
 
 /// Consumer properties the protocol depends on; the config cannot change
 /// them.
-const CONSUMER_FIXED: [(&str, &str); 2] = [
+pub(crate) const CONSUMER_FIXED: [(&str, &str); 2] = [
     ("enable.auto.commit", "false"),
     ("enable.auto.offset.store", "false"),
 ];
@@ -141,8 +141,9 @@ pub const PRODUCER_DEFAULTS: [(&str, &str); 4] = [
 ];
 
 /// The consumer's and the producer's librdkafka configuration: the
-/// defaults above, then `[kafka]`, then the consumer's fixed properties.
-/// Common properties (bootstrap servers, TLS, SASL) go to both.
+/// defaults above, then `[kafka]`, then `[kafka.consumer]` or
+/// `[kafka.producer]`, then the consumer's fixed properties. Common
+/// properties (bootstrap servers, TLS, SASL) go to both.
 pub fn client_configs(config: &Config) -> (ClientConfig, ClientConfig) {
     let mut consumer = ClientConfig::new();
     for (key, value) in CONSUMER_DEFAULTS {
@@ -157,20 +158,21 @@ pub fn client_configs(config: &Config) -> (ClientConfig, ClientConfig) {
     for (key, value) in PRODUCER_DEFAULTS {
         producer.set(key, value);
     }
-    for (key, value) in &config.kafka {
-        // Consumer-only and producer-only properties are told apart by
-        // librdkafka itself only with warnings; the common ones go to both.
-        if !is_producer_only(key) {
-            consumer.set(key, value);
-        }
-        if !is_consumer_only(key) {
-            producer.set(key, value);
-        }
+    // `[kafka]` (the common properties to both clients: librdkafka tells
+    // consumer-only from producer-only ones only with warnings), then each
+    // client's own table over it (`config::kafka`).
+    for (key, value) in config.client_properties(Client::Consumer).iter() {
+        consumer.set(key, value);
+    }
+    let producer_properties = config.client_properties(Client::Producer);
+    for (key, value) in producer_properties.iter() {
+        producer.set(key, value);
     }
     for (key, value) in CONSUMER_FIXED {
         consumer.set(key, value);
     }
-    if config.guarantee == Guarantee::ExactlyOnce && !config.kafka.contains_key("transactional.id")
+    if config.guarantee == Guarantee::ExactlyOnce
+        && !producer_properties.contains_key("transactional.id")
     {
         let group = consumer.get("group.id").unwrap_or("idemgate").to_string();
         producer.set("transactional.id", default_transactional_id(&group));
@@ -283,36 +285,4 @@ impl Worker {
     pub(crate) fn store_lost(&self) -> Arc<AtomicBool> {
         self.store_lost.clone()
     }
-}
-
-fn is_producer_only(key: &str) -> bool {
-    key.starts_with("compression.")
-        || key.starts_with("queue.buffering.")
-        || key.starts_with("batch.")
-        || key.starts_with("transaction")
-        || matches!(
-            key,
-            "linger.ms"
-                | "acks"
-                | "request.required.acks"
-                | "enable.idempotence"
-                | "message.timeout.ms"
-                | "delivery.timeout.ms"
-                | "retries"
-                | "message.send.max.retries"
-                | "partitioner"
-        )
-}
-
-fn is_consumer_only(key: &str) -> bool {
-    key.starts_with("group.")
-        || key.starts_with("auto.")
-        || key.starts_with("fetch.")
-        || key.starts_with("session.")
-        || key.starts_with("heartbeat.")
-        || key.starts_with("partition.assignment")
-        || key.starts_with("max.poll")
-        || key == "isolation.level"
-        || key.starts_with("enable.auto")
-        || key == "check.crcs"
 }

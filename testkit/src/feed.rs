@@ -252,6 +252,7 @@ mod tests {
                 String::from_utf8_lossy(&payload)
             );
             let view = RecordView {
+                key: None,
                 payload: Some(&payload),
                 headers: &[],
             };

@@ -96,7 +96,8 @@ pub fn documented_metrics() -> std::collections::BTreeMap<String, String> {
     let readme = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     let mut metrics = std::collections::BTreeMap::new();
-    for line in readme.lines().filter(|l| l.starts_with("| `idemgate_")) {
+    let rows = |l: &&str| l.starts_with("| `idemgate_") || l.starts_with("| `process_");
+    for line in readme.lines().filter(rows) {
         let cells: Vec<&str> = line.split('|').map(str::trim).collect();
         let (names, kind) = (cells[1], cells[2]);
         for name in names.split(',') {

@@ -106,6 +106,7 @@ impl Telemetry {
         self.next_id += 1;
         let (vehicle, payload) = &self.readings[event];
         let view = RecordView {
+            key: None,
             payload: Some(payload),
             headers: &[],
         };

@@ -307,6 +307,7 @@ impl Bank {
     ) -> Planned {
         self.next_id += 1;
         let view = RecordView {
+            key: Some(&key),
             payload: payload.as_deref(),
             headers: &[],
         };
@@ -327,6 +328,7 @@ impl Bank {
 
     fn planned_hash(&self, payload: &str) -> Result<String, &'static str> {
         let view = RecordView {
+            key: None,
             payload: Some(payload.as_bytes()),
             headers: &[],
         };

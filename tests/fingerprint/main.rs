@@ -23,7 +23,15 @@ fn run_with(
     headers: &[(&str, Option<&[u8]>)],
 ) -> Result<Fingerprint, Invalid> {
     let payload = Some(payload);
-    fingerprint(profile, LIMIT, &RecordView { payload, headers })
+    fingerprint(
+        profile,
+        LIMIT,
+        &RecordView {
+            key: None,
+            payload,
+            headers,
+        },
+    )
 }
 
 fn hash(profile: &Profile, payload: &str) -> SourceHash {
@@ -267,6 +275,7 @@ fn a_copy_that_only_spells_listed_fields_differently_keeps_its_digest() {
     let profile = Profile::resolve("bank-txn", None, None).unwrap();
     let print = |payload: &str| {
         let view = RecordView {
+            key: None,
             payload: Some(payload.as_bytes()),
             headers: &[],
         };

@@ -128,6 +128,7 @@ fn ordinary_numbers_keep_the_hashes_and_digests_they_had() {
     for pin in PINS {
         let profile = Profile::resolve(pin.profile, pin.fields, None).unwrap();
         let view = RecordView {
+            key: None,
             payload: Some(pin.payload.as_bytes()),
             headers,
         };
@@ -314,7 +315,7 @@ proptest! {
         let record = format!(
             r#"{{"account_id":"A","bank_txn_id":"B","amount":{a},"currency":"eur","posted_at":"2026-01-01T00:00:00Z","bbox":[{a},{b}],"crs":"c","params":{{"p":{b}}},"x":[{b},{a}],"o":[{a}]}}"#
         );
-        let view = RecordView { payload: Some(record.as_bytes()), headers: &[] };
+        let view = RecordView { key: None, payload: Some(record.as_bytes()), headers: &[] };
         for profile in &profiles {
             prop_assert_eq!(
                 fingerprint(profile, LIMIT, &view),

@@ -288,6 +288,7 @@ pub fn run(count: usize, passes: usize) -> anyhow::Result<Vec<Row>> {
             .iter()
             .zip(&headers)
             .map(|(o, h)| RecordView {
+                key: None,
                 payload: Some(&o.payload),
                 headers: h,
             })

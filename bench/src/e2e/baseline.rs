@@ -148,6 +148,7 @@ async fn decide<'a>(
         .map(|h| h.iter().map(|h| (h.key, h.value)).collect())
         .unwrap_or_default();
     let view = RecordView {
+        key: message.key(),
         payload: message.payload(),
         headers: &headers,
     };

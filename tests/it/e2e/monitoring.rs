@@ -195,7 +195,8 @@ fn encode(text: &str) -> String {
 }
 
 /// (panel title, refId, expr) of every dashboard target, Grafana's
-/// interval variables replaced.
+/// interval variables replaced (`$instance` and `$stream` are left to
+/// [`narrowed`]).
 fn dashboard_exprs() -> Vec<(String, String, String)> {
     let path = repo().join("deploy/grafana/dashboard.json");
     let dashboard: Value =
@@ -222,6 +223,13 @@ fn dashboard_exprs() -> Vec<(String, String, String)> {
     walk(dashboard["panels"].as_array().expect("panels"), &mut out);
     assert!(out.len() >= 14, "{} dashboard exprs", out.len());
     out
+}
+
+/// `expr` with the dashboard's `$instance` and `$stream` as Grafana
+/// writes a selection into a query (a regex; "All" is `.*`).
+fn narrowed(expr: &str, instance: &str, stream: &str) -> String {
+    expr.replace("$instance", instance)
+        .replace("$stream", stream)
 }
 
 /// The alert names of alerts.yml.
@@ -396,17 +404,69 @@ fn prometheus_scrapes_the_gateway_and_every_panel_and_alert_works() {
         "/metrics and README.md's metric table differ"
     );
 
-    // Every panel's query answers with at least one series.
+    // Every panel's query answers with at least one series, with the
+    // dashboard's variables at "All" and at this gateway with both its
+    // streams picked, as Grafana writes each into the query.
     let mut empty = Vec::new();
     let exprs = dashboard_exprs();
+    let both = "(bank|telemetry)";
+    for (instance, stream) in [(".*", ".*"), (metrics.as_str(), both)] {
+        for (panel, ref_id, expr) in &exprs {
+            let expr = narrowed(expr, instance, stream);
+            let result = prometheus.query(&expr);
+            say(
+                TEST,
+                format!("{panel} / {ref_id}: {} series  {expr}", result.len()),
+            );
+            if result.is_empty() {
+                empty.push(format!("{panel} / {ref_id}: {expr}"));
+            }
+        }
+    }
+    // The process metrics are this gateway's: it started during the test,
+    // holds some memory and some file descriptors under its limit.
+    let process = |name: &str| -> f64 {
+        let got = prometheus.by_label(&format!("{name}{{job=\"idemgate\"}}"), "instance");
+        *got.get(metrics.as_str())
+            .unwrap_or_else(|| panic!("{name} of {metrics}: {got:?}"))
+    };
+    let wall = |at: std::time::SystemTime| {
+        at.duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_secs_f64()
+    };
+    let started = process("process_start_time_seconds");
+    let now = wall(std::time::SystemTime::now());
+    assert!(
+        started >= now - began.elapsed().as_secs_f64() - 2.0 && started <= now,
+        "process_start_time_seconds {started}, test began {}s before {now}",
+        began.elapsed().as_secs()
+    );
+    assert!(process("process_resident_memory_bytes") > 1e6);
+    assert!(process("process_virtual_memory_bytes") >= process("process_resident_memory_bytes"));
+    let (open, max) = (process("process_open_fds"), process("process_max_fds"));
+    assert!(open >= 3.0 && open < max, "open fds {open}, limit {max}");
+    assert!(process("process_threads") >= 2.0);
+    assert!(process("process_cpu_seconds_total") >= 0.0);
+
+    // And the variables narrow: another instance leaves every panel empty
+    // (but for a count's explicit zero), another stream every panel over
+    // a stream's series.
     for (panel, ref_id, expr) in &exprs {
-        let result = prometheus.query(expr);
-        say(
-            TEST,
-            format!("{panel} / {ref_id}: {} series  {expr}", result.len()),
-        );
-        if result.is_empty() {
-            empty.push(format!("{panel} / {ref_id}: {expr}"));
+        let elsewhere = narrowed(expr, "10.9.9.9:9464", both);
+        let other_stream = narrowed(expr, metrics.as_str(), "nope");
+        for (what, narrowed, expect_empty) in [
+            ("another instance", elsewhere, !expr.contains("vector(0)")),
+            ("another stream", other_stream, expr.contains("$stream")),
+        ] {
+            let result = prometheus.query(&narrowed);
+            if expect_empty {
+                assert!(
+                    result.is_empty(),
+                    "{panel} / {ref_id} with {what}: {} series from {narrowed}",
+                    result.len()
+                );
+            }
         }
     }
 
@@ -455,7 +515,7 @@ fn prometheus_scrapes_the_gateway_and_every_panel_and_alert_works() {
             .into_iter()
             .flatten()
             .filter_map(Value::as_str)
-            .filter(|name| name.starts_with("idemgate_"))
+            .filter(|name| name.starts_with("idemgate_") || name.starts_with("process_"))
             .collect();
         panic!(
             "{} of {} dashboard exprs returned no series:\n{}\nthe metrics Prometheus has scraped: {}",

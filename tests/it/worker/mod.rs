@@ -9,6 +9,7 @@ mod event_time;
 mod exactly_once;
 mod faults;
 mod group;
+mod keys;
 mod poison;
 mod protocol;
 mod shadow;

@@ -33,6 +33,7 @@ fn verdict(profile: &Profile, record: &Planned) -> Result<String, &'static str> 
         .map(|(name, value)| (name.as_str(), Some(value.as_slice())))
         .collect();
     let view = RecordView {
+        key: Some(&record.key),
         payload: record.payload.as_deref(),
         headers: &headers,
     };
