@@ -14,8 +14,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::info;
 
-use crate::config::Config;
-use crate::store::ClaimStore;
+use crate::config::{Config, StoreConfig};
+use crate::store::memory::MemoryStore;
+use crate::store::redis::RedisStore;
+use crate::store::{ClaimStore, StoreError, StreamSpec};
 use crate::worker::{Group, Worker};
 
 /// Runs one replica with the store its config names until `shutdown`
@@ -23,8 +25,20 @@ use crate::worker::{Group, Worker};
 /// the group.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<()> {
     refuse_what_the_brokers_rule_out(&config).await?;
-    let store = crate::store::open(&config).await?;
+    let store = open_store(&config).await?;
     run_with_store(&config, store, shutdown).await
+}
+
+/// Builds the store a config names, with its streams: the one place the
+/// config's store table becomes a `ClaimStore` (`run`, `reset`,
+/// `rebuild`, the bench).
+pub async fn open_store(config: &Config) -> Result<Arc<dyn ClaimStore>, StoreError> {
+    let streams: Vec<StreamSpec> = config.streams.iter().map(|s| s.spec.clone()).collect();
+    Ok(match &config.store {
+        StoreConfig::Memory { event_time: false } => Arc::new(MemoryStore::new(streams)),
+        StoreConfig::Memory { event_time: true } => Arc::new(MemoryStore::on_event_time(streams)),
+        StoreConfig::Redis(options) => Arc::new(RedisStore::connect(options, streams).await?),
+    })
 }
 
 /// Asks the brokers what `check` asks them, and refuses to start with an

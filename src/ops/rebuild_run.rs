@@ -77,7 +77,7 @@ pub async fn rebuild(config: &Config, args: RebuildArgs) -> Result<String, Rebui
         ));
     }
     let id = StreamId(index);
-    let store = crate::store::open(config).await?;
+    let store = crate::app::open_store(config).await?;
     if args.adopt {
         return adopt(&*store, id, stream).await;
     }

@@ -157,7 +157,7 @@ async fn run(config: &Config, args: ResetArgs) -> Result<(String, super::reset::
         .map_err(|e| ResetError::Kafka(e.to_string()))??
     };
 
-    let store = crate::store::open(config).await?;
+    let store = crate::app::open_store(config).await?;
     let answer = store
         .round(&Publish::default(), &[], &[StreamId(index)])
         .await?;

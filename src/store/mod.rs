@@ -545,21 +545,3 @@ pub(crate) fn spec(streams: &[StreamSpec], id: StreamId) -> Result<&StreamSpec, 
 pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
-
-/// Builds the store a config names, with its streams.
-pub async fn open(
-    config: &crate::config::Config,
-) -> Result<std::sync::Arc<dyn ClaimStore>, StoreError> {
-    let streams: Vec<StreamSpec> = config.streams.iter().map(|s| s.spec.clone()).collect();
-    Ok(match &config.store {
-        crate::config::StoreConfig::Memory { event_time: false } => {
-            std::sync::Arc::new(memory::MemoryStore::new(streams))
-        }
-        crate::config::StoreConfig::Memory { event_time: true } => {
-            std::sync::Arc::new(memory::MemoryStore::on_event_time(streams))
-        }
-        crate::config::StoreConfig::Redis(options) => {
-            std::sync::Arc::new(redis::RedisStore::connect(options, streams).await?)
-        }
-    })
-}

@@ -13,25 +13,9 @@ use std::time::Instant;
 use rdkafka::message::BorrowedMessage;
 use rdkafka::Message;
 
+pub(crate) use super::record::Input;
 use crate::config::StreamConfig;
 use crate::fingerprint::{fingerprint, Fingerprint, Invalid, Profile, RecordView};
-
-/// A polled record, owned so a batch outlives the poll that read it.
-#[derive(Clone, Debug)]
-pub(crate) struct Input {
-    /// Shared by every record of the topic.
-    pub(crate) topic: Arc<str>,
-    pub(crate) partition: i32,
-    pub(crate) offset: i64,
-    pub(crate) key: Option<Vec<u8>>,
-    pub(crate) payload: Option<Vec<u8>>,
-    pub(crate) headers: Vec<(String, Option<Vec<u8>>)>,
-    /// The record's timestamp (ms), the clock in event-time mode.
-    pub(crate) timestamp: Option<i64>,
-    /// When the poll that read it returned: where its decision latency
-    /// starts.
-    pub(crate) polled: Instant,
-}
 
 /// A record as read, with its stream and fingerprint.
 pub(crate) struct Arrival {

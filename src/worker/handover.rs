@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
-use tracing::{error, info, warn};
+use tracing::{error, warn};
 
 use super::flight::Tp;
 use super::metadata::{self, Metadata};
@@ -28,9 +28,7 @@ impl Worker {
     /// Exactly once, the open transaction commits first, whatever
     /// partitions go: it holds every partition's outputs.
     pub(super) async fn flush(&self, p: &mut Pipeline, partitions: &[Tp]) -> anyhow::Result<()> {
-        if self.transactional {
-            self.drain(p).await?;
-        }
+        self.before_handover(p).await?;
         let deadline = Instant::now() + FLUSH_PATIENCE;
         while p.round.is_some() || partitions.iter().any(|tp| p.flight.sending(tp)) {
             tokio::select! {
@@ -39,14 +37,7 @@ impl Worker {
                 _ = tokio::time::sleep_until(deadline.into()) => break,
             }
         }
-        if self.transactional {
-            let commits = self.seal(p).await?;
-            let offsets: Vec<String> = commits
-                .iter()
-                .map(|c| format!("{}/{}@{}", c.tp.0, c.tp.1, c.offset))
-                .collect();
-            info!(offsets = ?offsets, "handover: the open transaction committed");
-        }
+        self.after_deliveries(p).await?;
         let mut backoff = Duration::from_millis(20);
         // Until acknowledged, out of patience, or the breaker says the
         // store is down (the next owner settles what is left).
@@ -68,50 +59,53 @@ impl Worker {
                 backoff = (backoff * 2).min(Duration::from_secs(1));
             }
         }
-        if self.transactional {
-            // Committed with the transaction; what settled is dropped.
-            let _ = p.flight.commits(None);
-        } else {
-            // The handover's commit is the last word on these partitions:
-            // what it fails to say (a done range above a waiting record),
-            // the next owner decides again. It goes after the periodic one
-            // still in flight, if any (an older commit landing after it
-            // would put older offsets and done ranges back), and is retried
-            // while time is left.
-            if let Some((_, earlier)) = p.commit_in_flight.take() {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if tokio::time::timeout(left, earlier).await.is_err() {
-                    error!("a periodic commit did not finish before the handover's deadline: committing over it");
-                }
+        self.commit_handover(p, partitions, deadline).await;
+        Ok(())
+    }
+
+    /// At least once, a handover's commit of `partitions`: the last word
+    /// on them. What it fails to say (a done range above a waiting
+    /// record), the next owner decides again. It goes after the periodic
+    /// one still in flight, if any (an older commit landing after it would
+    /// put older offsets and done ranges back), and is retried while time
+    /// is left.
+    pub(super) async fn commit_partitions(
+        &self,
+        p: &mut Pipeline,
+        partitions: &[Tp],
+        deadline: Instant,
+    ) {
+        if let Some((_, earlier)) = p.commit_in_flight.take() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if tokio::time::timeout(left, earlier).await.is_err() {
+                error!("a periodic commit did not finish before the handover's deadline: committing over it");
             }
-            let list = self.commit_list(p, Some(partitions));
-            let mut backoff = Duration::from_millis(50);
-            loop {
-                let left = deadline.saturating_duration_since(Instant::now());
-                let result = match tokio::time::timeout(left, self.commit_off_loop(list.clone()))
-                    .await
-                {
-                    Ok(result) => result,
-                    Err(_) => {
-                        error!("handover commit unanswered at the deadline: the next owner decides the finished records above the last commit again");
-                        break;
-                    }
-                };
-                match result {
-                    Ok(()) => break,
-                    Err(error) if Instant::now() + backoff < deadline => {
-                        warn!(%error, "handover commit failed: retrying");
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(1));
-                    }
-                    Err(error) => {
-                        error!(%error, "handover commit failed: the next owner decides the finished records above the last commit again");
-                        break;
-                    }
+        }
+        let list = self.commit_list(p, Some(partitions));
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let result = match tokio::time::timeout(left, self.commit_off_loop(list.clone())).await
+            {
+                Ok(result) => result,
+                Err(_) => {
+                    error!("handover commit unanswered at the deadline: the next owner decides the finished records above the last commit again");
+                    break;
+                }
+            };
+            match result {
+                Ok(()) => break,
+                Err(error) if Instant::now() + backoff < deadline => {
+                    warn!(%error, "handover commit failed: retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                Err(error) => {
+                    error!(%error, "handover commit failed: the next owner decides the finished records above the last commit again");
+                    break;
                 }
             }
         }
-        Ok(())
     }
 
     /// Commits each partition's finished prefix, with idemgate's metadata,

@@ -5,9 +5,13 @@
 //!
 //! - `poller`: the polling thread, group membership, the rebalance protocol;
 //! - `consumer`: a record as read;
-//! - `flight`: every record in flight and every partition's offsets (pure);
+//! - `flight`: every record in flight and every partition's offsets (pure),
+//!   over `record`: a record as read, what an output carries, a failed
+//!   delivery;
 //! - `pipeline`: the loop, the I/O around `flight`;
-//! - `handover`: revokes, stops and commits;
+//! - `committer`: the one place where at least once and exactly once
+//!   differ, sending each hook to its implementation;
+//! - `handover`: revokes, stops and at-least-once commits;
 //! - `metadata`: what a commit says for the next owner;
 //! - `transaction`: exactly once, the transaction around a commit
 //!   interval's outputs and offsets;
@@ -21,6 +25,7 @@
 
 mod breaker;
 mod client_logs;
+mod committer;
 pub(crate) mod consumer;
 mod flight;
 mod handover;
@@ -30,6 +35,7 @@ mod pipeline;
 pub(crate) mod poller;
 mod pressure;
 mod progress;
+mod record;
 mod store_lost;
 mod transaction;
 mod watch;
@@ -73,9 +79,9 @@ pub(crate) struct Worker {
     store: Arc<dyn ClaimStore>,
     consumer: Arc<GroupConsumer>,
     producer: Arc<OutputProducer>,
-    /// Exactly once: outputs and offsets go in one transaction per commit
-    /// interval (`transaction.rs`).
-    transactional: bool,
+    /// At least once or exactly once: `committer.rs` is the one place
+    /// that asks.
+    guarantee: Guarantee,
     commit_interval: std::time::Duration,
     /// Where the producer's thread hands delivery reports over.
     reports: Arc<Reports>,
@@ -255,7 +261,7 @@ impl Worker {
             store,
             consumer: Arc::new(consumer),
             producer: Arc::new(producer),
-            transactional: config.guarantee == Guarantee::ExactlyOnce,
+            guarantee: config.guarantee,
             commit_interval: config.batch.commit_interval,
             reports,
             group,

@@ -7,6 +7,7 @@
 //! which knows the record by the slot. No future, box or channel per
 //! output.
 
+pub(crate) use super::record::{Carry, Failure};
 use std::sync::{Arc, Mutex};
 
 use rdkafka::config::RDKafkaLogLevel;
@@ -116,46 +117,6 @@ pub(crate) struct Output<'a> {
     pub(crate) decision_headers: crate::decision::Headers,
     /// What of the input goes out with it.
     pub(crate) carry: Carry,
-}
-
-/// How much of the input an output carries.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Carry {
-    /// Key, payload, headers and timestamp, as they came.
-    Whole,
-    /// All but the payload: the broker refused the whole record.
-    NoPayload,
-    /// Only the timestamp: even without its payload it was refused.
-    Bare,
-}
-
-impl Carry {
-    /// Bytes of the input this output carries (for the refusal's reason).
-    pub(crate) fn bytes(self, input: &Input) -> usize {
-        let key = input.key.as_ref().map_or(0, Vec::len);
-        let headers: usize = input
-            .headers
-            .iter()
-            .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
-            .sum();
-        let payload = input.payload.as_ref().map_or(0, Vec::len);
-        match self {
-            Carry::Whole => key + headers + payload,
-            Carry::NoPayload => key + headers,
-            Carry::Bare => 0,
-        }
-    }
-}
-
-/// What a failed delivery means for its record.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Failure {
-    /// Refused for its size or content: this output can never be written
-    /// as it is, and was certainly not persisted.
-    Refused(String),
-    /// Anything else, a timeout above all: it may have been persisted, so
-    /// the claim is kept and the output produced again.
-    Retry(String),
 }
 
 /// Pure: a producer error to what the loop does about it.

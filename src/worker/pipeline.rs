@@ -14,7 +14,6 @@ use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use rdkafka::consumer::Consumer;
 use tokio::task::JoinHandle;
 use tracing::{debug, error, info, warn};
 
@@ -163,21 +162,14 @@ impl Worker {
             .map(|s| StreamMetrics::new(&s.config.spec.name))
             .collect();
         let mut p = Pipeline::new(metrics);
-        p.flight.transactional = self.transactional;
-        if self.transactional {
-            self.init_transactions().await?;
-        }
+        self.start_committing(&mut p).await?;
         let mut stop = self.stop.clone();
         loop {
             if *stop.borrow() {
                 break;
             }
             self.turn(&mut p)?;
-            if self.transactional && p.committed_at.elapsed() >= self.commit_interval {
-                self.seal(&mut p).await?;
-                let _ = p.flight.commits(None);
-                p.committed_at = Instant::now();
-            }
+            self.commit_when_due(&mut p).await?;
             // Only instants still ahead: one already past is served by the
             // turn just taken, or waits for the round in flight (its answer
             // wakes the loop), never by waking at once for ever.
@@ -259,15 +251,11 @@ impl Worker {
             p.dirty = false;
         }
         let sends = p.flight.take_sends(now);
-        if self.transactional && !sends.is_empty() {
-            self.begin(p)?;
+        if !sends.is_empty() {
+            self.before_sends(p)?;
         }
         for (tp, offset) in sends {
             self.send(p, tp, offset);
-        }
-        if !self.transactional && now.duration_since(p.committed_at) >= self.commit_interval {
-            p.committed_at = now;
-            self.commit_periodic(p);
         }
         self.bound(p);
         if now.duration_since(p.gauges_at) >= Duration::from_secs(1) {
@@ -371,9 +359,7 @@ impl Worker {
             }
             Reported::Retry(error) => {
                 p.tally.produce_failed(stream);
-                if self.transactional {
-                    p.txn.failed.get_or_insert_with(|| error.clone());
-                }
+                self.undelivered(p, &error);
                 if let Some(held_back) = UNDELIVERED.allow() {
                     warn!(%error, topic = %tp.0, partition = tp.1, offset, held_back,
                         "output not delivered: the claim is kept and it is produced again");
@@ -381,9 +367,7 @@ impl Worker {
             }
             Reported::Refused(error) => {
                 p.tally.produce_failed(stream);
-                if self.transactional {
-                    p.txn.failed.get_or_insert_with(|| error.clone());
-                }
+                self.undelivered(p, &error);
                 warn!(%error, topic = %tp.0, partition = tp.1, offset,
                     "output refused: to audit without its payload");
             }
@@ -427,11 +411,7 @@ impl Worker {
                 }
             }
             Event::Revoke { partitions, ack } => {
-                if self.transactional && self.consumer.assignment_lost() {
-                    self.abandon(p).await?;
-                } else {
-                    self.flush(p, &partitions).await?;
-                }
+                self.partitions_go(p, &partitions).await?;
                 for tp in &partitions {
                     p.flight.revoke(tp);
                     p.paused.remove(tp);

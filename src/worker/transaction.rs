@@ -82,11 +82,7 @@ impl Worker {
         let until = Instant::now() + DRAIN;
         while Instant::now() < until && !p.flight.drained() {
             self.turn(p)?;
-            if p.committed_at.elapsed() >= self.commit_interval {
-                self.seal(p).await?;
-                let _ = p.flight.commits(None);
-                p.committed_at = Instant::now();
-            }
+            self.commit_when_due(p).await?;
             let soon = Instant::now() + Duration::from_millis(10);
             let wake = p.flight.next_due().map_or(soon, |at| at.min(soon));
             tokio::select! {

@@ -6,7 +6,7 @@ Each invocation runs, over the same raw topic, each with its own consumer group 
 topics and with Redis emptied before it:\n\n\
 - **clean runs**, one per mode and replica count: the figures of the mode. Each replica is a \
 child process running exactly what `idemgate run` runs (`idemgate::app::run_with_store` on the \
-plain `idemgate::store::open` store): its Redis connection goes straight to redis-server, its \
+plain `idemgate::app::open_store` store): its Redis connection goes straight to redis-server, its \
 metrics recorder is the product's own Prometheus recorder, installed by its /metrics listener. \
 Nothing of the bench sits in its path: the harness reads `/proc` (CPU, memory) and the group's \
 committed offsets from outside, scrapes the replica's /metrics every 10 ms only until its first \

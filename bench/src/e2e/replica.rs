@@ -3,7 +3,7 @@
 //! is its own (`/proc/<pid>/stat`).
 //!
 //! A clean worker replica is exactly `idemgate run`:
-//! `idemgate::app::run_with_store` on the plain `idemgate::store::open`
+//! `idemgate::app::run_with_store` on the plain `idemgate::app::open_store`
 //! store, connected straight to redis-server, with the Prometheus recorder
 //! the product's /metrics listener installs itself. Nothing of the bench is
 //! in its path; the harness reads its /metrics.
@@ -112,7 +112,7 @@ pub(crate) async fn wait_for(stdin: &mut Lines<BufReader<Stdin>>, word: &str) ->
 /// `idemgate run` on the plain store, until `stop`.
 async fn worker(config: &str, stdin: &mut Lines<BufReader<Stdin>>) -> Result<()> {
     let config = Config::parse(config).context("the replica's config")?;
-    let store = idemgate::store::open(&config).await?;
+    let store = idemgate::app::open_store(&config).await?;
     println!("{CONNECTED}");
     if !wait_for(stdin, GO).await? {
         bail!("the harness went away before go");
@@ -132,7 +132,7 @@ async fn counting(
 ) -> Result<(StoreTally, String, u64)> {
     let handle = super::recorder::install()?;
     let config = Config::parse(config).context("the replica's config")?;
-    let inner = idemgate::store::open(&config).await?;
+    let inner = idemgate::app::open_store(&config).await?;
     let store = Arc::new(
         CountingStore::new(inner).with_observer(Box::new(|call, start| {
             timeline::global().event(match (call, start) {

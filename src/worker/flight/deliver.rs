@@ -6,7 +6,7 @@ use std::time::Instant;
 use super::{Flight, Stage, Tp, MAX_BACKOFF};
 use crate::decision::Decision;
 use crate::fingerprint::Invalid;
-use crate::worker::output::{Carry, Failure};
+use crate::worker::record::{Carry, Failure};
 
 /// What a delivery report did to its record.
 #[derive(Debug, PartialEq)]

@@ -35,7 +35,7 @@ mod txn;
 #[cfg(test)]
 mod txn_tests;
 
-use super::consumer::Input;
+use super::record::Input;
 use crate::decision::Decision;
 use crate::fingerprint::{Fingerprint, Invalid};
 use crate::store::{Claim, Coordinates, Held, Millis, OwnerToken, Publish, StreamId, TopicTag};

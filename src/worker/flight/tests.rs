@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use super::*;
 use crate::fingerprint::{PayloadDigest, SourceHash};
 use crate::store::{ClaimOutcome, RoundAnswer, Tier, Watermark};
-use crate::worker::output::Failure;
+use crate::worker::record::Failure;
 
 pub(super) const TOKEN: OwnerToken = OwnerToken(0x0100);
 
