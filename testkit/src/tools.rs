@@ -71,6 +71,24 @@ pub fn consumer_groups(brokers: &str, args: &[&str]) -> Result<String> {
     run(&libs(), CONSUMER_GROUPS, &all)
 }
 
+/// Kafka's own reset: `kafka-consumer-groups --group <group> [--topic
+/// <topic>] --reset-offsets <args>` (`--dry-run` or `--execute`, the
+/// scenario, `--export`); its stdout, or its failure.
+pub fn reset_offsets(
+    brokers: &str,
+    group: &str,
+    topic: Option<&str>,
+    args: &[&str],
+) -> Result<String> {
+    let mut all = vec!["--group", group];
+    if let Some(topic) = topic {
+        all.extend(["--topic", topic]);
+    }
+    all.push("--reset-offsets");
+    all.extend_from_slice(args);
+    consumer_groups(brokers, &all)
+}
+
 /// `kafka-transactions --bootstrap-server <brokers> <args>`.
 pub fn transactions(brokers: &str, args: &[&str]) -> Result<String> {
     let mut all = vec!["--bootstrap-server", brokers];

@@ -22,7 +22,7 @@ use idemgate_testkit::kafka::{
 };
 use idemgate_testkit::process::scrape_metric;
 use idemgate_testkit::servers::{free_port, unsettled_claims};
-use idemgate_testkit::tools::{consumer_groups, reset_rows};
+use idemgate_testkit::tools::{reset_offsets, reset_rows};
 use idemgate_testkit::workload::{Bank, Planned};
 use idemgate_testkit::{env, kafka_brokers, say, BOUND};
 
@@ -91,17 +91,11 @@ fn a_replay_reset_with_kafkas_own_tool_repeats_no_output_and_decides_new_records
 
     // The operator's replay, with Kafka's own tool. It refuses a group
     // that still has members, so this also shows that both left.
-    let printed = consumer_groups(
+    let printed = reset_offsets(
         &kafka_brokers(),
-        &[
-            "--group",
-            &config.group,
-            "--topic",
-            &topics.input,
-            "--reset-offsets",
-            "--to-earliest",
-            "--execute",
-        ],
+        &config.group,
+        Some(&topics.input),
+        &["--to-earliest", "--execute"],
     )
     .expect("kafka-consumer-groups --reset-offsets --to-earliest --execute");
     let rows = reset_rows(&printed);
@@ -247,17 +241,11 @@ fn idemgate_reset_to_a_time_and_kafkas_reset_to_a_datetime_name_the_same_offsets
     let config = GateConfig::new(TEST, &topics, env("IDEMGATE_TEST_REDIS_URL"));
     // The group has read everything (committed at the ends, as Kafka's
     // tool commits them) and has no member.
-    let latest = consumer_groups(
+    let latest = reset_offsets(
         &kafka_brokers(),
-        &[
-            "--group",
-            &config.group,
-            "--topic",
-            &topics.input,
-            "--reset-offsets",
-            "--to-latest",
-            "--execute",
-        ],
+        &config.group,
+        Some(&topics.input),
+        &["--to-latest", "--execute"],
     )
     .expect("kafka-consumer-groups --reset-offsets --to-latest --execute");
     let at_ends: Vec<(String, i32, i64)> = input_ends
@@ -306,18 +294,11 @@ fn idemgate_reset_to_a_time_and_kafkas_reset_to_a_datetime_name_the_same_offsets
             "{}",
             run.stdout
         );
-        let printed = consumer_groups(
+        let printed = reset_offsets(
             &kafka_brokers(),
-            &[
-                "--group",
-                &config.group,
-                "--topic",
-                &topics.input,
-                "--reset-offsets",
-                "--to-datetime",
-                &theirs,
-                "--dry-run",
-            ],
+            &config.group,
+            Some(&topics.input),
+            &["--to-datetime", &theirs, "--dry-run"],
         )
         .unwrap_or_else(|e| panic!("kafka-consumer-groups --to-datetime {theirs}: {e}"));
         let (idemgate_rows, kafka_rows) = (idemgate_reset_rows(&run.stdout), reset_rows(&printed));

@@ -21,7 +21,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use idemgate::decision::REPLAY;
 use idemgate_testkit::kafka::{committed_offsets, Landed, Producer, Topics};
-use idemgate_testkit::tools::{consumer_groups, csv_lines, csv_rows, delete_records};
+use idemgate_testkit::tools::{
+    consumer_groups, csv_lines, csv_rows, delete_records, reset_offsets,
+};
 use idemgate_testkit::workload::{Bank, Planned};
 use idemgate_testkit::{env, kafka_brokers, say, unique, BOUND};
 
@@ -56,10 +58,8 @@ fn now_ms() -> i64 {
 /// `kafka-consumer-groups --group <group> --reset-offsets <args>`, which
 /// must succeed: its stdout.
 fn kafka_reset(config: &GateConfig, args: &[&str]) -> String {
-    let mut all = vec!["--group", config.group.as_str(), "--reset-offsets"];
-    all.extend_from_slice(args);
-    consumer_groups(&kafka_brokers(), &all)
-        .unwrap_or_else(|e| panic!("kafka-consumer-groups {all:?}: {e}"))
+    reset_offsets(&kafka_brokers(), &config.group, None, args)
+        .unwrap_or_else(|e| panic!("kafka-consumer-groups --reset-offsets {args:?}: {e}"))
 }
 
 /// `idemgate reset <args>`, which must succeed.
@@ -400,18 +400,11 @@ fn a_dry_run_plans_while_the_group_has_a_member_and_a_shift_back_re_emits_its_ra
     let run = idemgate_ok(&config, &["--shift-by", &shift, "--dry-run"]);
     assert!(run.stdout.contains("1 active member"), "{}", run.stdout);
     assert_eq!(idemgate_reset_rows(&run.stdout), back, "{}", run.stdout);
-    let theirs = consumer_groups(
+    let theirs = reset_offsets(
         &kafka_brokers(),
-        &[
-            "--group",
-            &config.group,
-            "--topic",
-            &topics.input,
-            "--reset-offsets",
-            "--shift-by",
-            &shift,
-            "--dry-run",
-        ],
+        &config.group,
+        Some(&topics.input),
+        &["--shift-by", &shift, "--dry-run"],
     )
     .unwrap_or_else(|e| e.to_string());
     assert!(theirs.contains("inactive"), "Kafka's dry run: {theirs}");
@@ -423,18 +416,11 @@ fn a_dry_run_plans_while_the_group_has_a_member_and_a_shift_back_re_emits_its_ra
         "{}",
         refused.stderr
     );
-    let theirs = consumer_groups(
+    let theirs = reset_offsets(
         &kafka_brokers(),
-        &[
-            "--group",
-            &config.group,
-            "--topic",
-            &topics.input,
-            "--reset-offsets",
-            "--shift-by",
-            &shift,
-            "--execute",
-        ],
+        &config.group,
+        Some(&topics.input),
+        &["--shift-by", &shift, "--execute"],
     )
     .unwrap_or_else(|e| e.to_string());
     assert!(theirs.contains("inactive"), "Kafka's reset: {theirs}");
