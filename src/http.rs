@@ -290,7 +290,7 @@ mod tests {
         );
         // The worker's own lag gauge is rendered after the recorder's.
         assert!(
-            answer.contains(&format!("# TYPE {} gauge", crate::metrics::LAG)),
+            answer.contains(&format!("# TYPE {} gauge", crate::metrics::LAG.name)),
             "{answer}"
         );
     }

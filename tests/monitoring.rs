@@ -8,7 +8,11 @@
 //!   a data source and a PromQL target, every expression valid PromQL (as a
 //!   recording rule for `promtool check rules`);
 //! - every metric the dashboard, the rules and their tests name is one that
-//!   idemgate exports, and every exported metric is on the dashboard.
+//!   idemgate exports, and every exported metric is on the dashboard;
+//! - README.md's metric table lists every metric with its type and labels.
+//!
+//! What idemgate exports is `idemgate::metrics::CATALOG`, where each metric
+//! is declared once; nothing here keeps a list of its own.
 //!
 //! promtool comes with Debian's `prometheus` package (scripts/install-deps.sh);
 //! without it these tests fail, they are never skipped. `IDEMGATE_PROMTOOL`
@@ -19,47 +23,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use idemgate::metrics::{of_series, Kind, CATALOG};
 use serde_json::Value;
 
+#[path = "monitoring/readme.rs"]
+mod readme;
 #[path = "monitoring/variables.rs"]
 mod variables;
-
-/// What idemgate exports (README.md, "Metrics"): the name and whether it is a
-/// histogram (exported as `_bucket`, `_sum` and `_count` series only).
-const METRICS: &[(&str, bool)] = &[
-    ("idemgate_records_total", false),
-    ("idemgate_tier_hits_total", false),
-    ("idemgate_claims_released_total", false),
-    ("idemgate_replayed_records_total", false),
-    ("idemgate_claim_waits_total", false),
-    ("idemgate_produce_failures_total", false),
-    ("idemgate_store_errors_total", false),
-    ("idemgate_decision_latency_seconds", true),
-    ("idemgate_store_latency_seconds", true),
-    ("idemgate_batch_records", true),
-    ("idemgate_breaker_open", false),
-    ("idemgate_filter_inserts", false),
-    ("idemgate_filter_capacity", false),
-    ("idemgate_store_evicted_keys", false),
-    ("idemgate_offset_commits_total", false),
-    ("idemgate_build_info", false),
-    ("idemgate_consumer_lag_records", false),
-    ("idemgate_waiting_records", false),
-    ("idemgate_oldest_wait_seconds", false),
-    ("idemgate_batches_in_flight", false),
-    ("idemgate_claims_taken_over_total", false),
-    ("idemgate_store_identity_lost", false),
-    ("idemgate_partitions_assigned", false),
-    ("idemgate_stream_input_partitions", false),
-    ("process_cpu_seconds_total", false),
-    ("process_resident_memory_bytes", false),
-    ("process_virtual_memory_bytes", false),
-    ("process_virtual_memory_max_bytes", false),
-    ("process_open_fds", false),
-    ("process_max_fds", false),
-    ("process_start_time_seconds", false),
-    ("process_threads", false),
-];
 
 /// The prefixes of the metrics idemgate exports: its own, and the process
 /// metrics under the names every Prometheus client library uses.
@@ -171,23 +141,15 @@ fn metric_names(text: &str) -> BTreeSet<String> {
 
 /// The exported metric a series name belongs to, or why it is none.
 fn exported(series: &str) -> Result<&'static str, String> {
-    for (name, histogram) in METRICS {
-        if *histogram {
-            for suffix in ["_bucket", "_sum", "_count"] {
-                if series.strip_suffix(suffix) == Some(name) {
-                    return Ok(name);
-                }
-            }
-            if series == *name {
-                return Err(format!(
-                    "{series} is a histogram: use {series}_bucket, _sum or _count"
-                ));
-            }
-        } else if series == *name {
-            return Ok(name);
-        }
+    if let Some(metric) = of_series(series) {
+        return Ok(metric.name);
     }
-    Err(format!("{series} is not a metric idemgate exports"))
+    match CATALOG.iter().find(|m| m.name == series) {
+        Some(metric) if metric.kind == Kind::Histogram => Err(format!(
+            "{series} is a histogram: use {series}_bucket, _sum or _count"
+        )),
+        _ => Err(format!("{series} is not a metric idemgate exports")),
+    }
 }
 
 fn dashboard() -> Value {
@@ -561,16 +523,17 @@ fn every_metric_named_is_exported_and_every_exported_one_is_on_the_dashboard() {
         ("alerts.test.yml", &rule_tests),
     ] {
         for name in metric_names(text) {
-            if exported(&name).is_err() && !METRICS.iter().any(|(m, _)| *m == name) {
+            if exported(&name).is_err() && !CATALOG.iter().any(|m| m.name == name) {
                 problems.push(format!("{what}: {name} is not a metric idemgate exports"));
             }
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
-    for (metric, _) in METRICS {
+    for metric in CATALOG {
         assert!(
-            on_dashboard.contains(metric),
-            "no dashboard panel queries {metric}"
+            on_dashboard.contains(metric.name),
+            "no dashboard panel queries {}",
+            metric.name
         );
     }
 }
@@ -594,35 +557,4 @@ fn metric_names_are_found_as_words_only() {
     assert!(exported("idemgate_nonsense").is_err());
     let folded = "      - alert: A\n        expr: >-\n          sum(x) > 1\n          and\n          y\n        for: 1m\n      - alert: B\n        expr: up == 0\n";
     assert_eq!(rule_exprs(folded), ["sum(x) > 1 and y", "up == 0"]);
-}
-
-#[test]
-fn the_readme_metric_table_is_the_list_checked_here() {
-    let documented = idemgate_testkit::documented_metrics();
-    let listed: BTreeMap<String, String> = METRICS
-        .iter()
-        .map(|(name, histogram)| {
-            let kind = if *histogram {
-                "histogram"
-            } else {
-                "counter or gauge"
-            };
-            (name.to_string(), kind.to_string())
-        })
-        .collect();
-    let documented: BTreeMap<String, String> = documented
-        .into_iter()
-        .map(|(name, kind)| {
-            let kind = if kind == "histogram" {
-                kind
-            } else {
-                "counter or gauge".into()
-            };
-            (name, kind)
-        })
-        .collect();
-    assert_eq!(
-        documented, listed,
-        "README.md's metric table and METRICS differ"
-    );
 }

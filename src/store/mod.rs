@@ -389,7 +389,7 @@ pub enum Tier {
 }
 
 impl Tier {
-    pub(crate) fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             Tier::Exact => "exact",
             Tier::Filter => "filter",

@@ -87,28 +87,3 @@ pub fn say(test: &str, line: impl std::fmt::Display) {
     let _ = writeln!(out, "[{test}] {line}");
     let _ = out.flush();
 }
-
-/// The metrics README.md's "Metrics" table documents: name to type
-/// (`counter`, `gauge`, `histogram`). Tests hold `/metrics`, the
-/// dashboard and the alert rules to it.
-pub fn documented_metrics() -> std::collections::BTreeMap<String, String> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
-    let readme = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    let mut metrics = std::collections::BTreeMap::new();
-    let rows = |l: &&str| l.starts_with("| `idemgate_") || l.starts_with("| `process_");
-    for line in readme.lines().filter(rows) {
-        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
-        let (names, kind) = (cells[1], cells[2]);
-        for name in names.split(',') {
-            let name = name.trim().trim_matches('`');
-            metrics.insert(name.to_string(), kind.to_string());
-        }
-    }
-    assert!(
-        metrics.len() >= 10,
-        "README.md's metric table not found ({} rows)",
-        metrics.len()
-    );
-    metrics
-}

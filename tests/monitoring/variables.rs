@@ -3,28 +3,17 @@
 
 use std::collections::BTreeSet;
 
-use super::{dashboard, exported, metric_names, panel_exprs, read, repo, selects_up, PREFIXES};
+use idemgate::metrics::CATALOG;
 
-/// Metrics README.md's table gives a `stream` label (its labels cell
-/// starts with it).
+use super::{dashboard, exported, metric_names, panel_exprs, selects_up};
+
+/// Metrics with a `stream` label, as the catalog declares them.
 fn streamed_metrics() -> BTreeSet<String> {
-    let readme = read(&repo().join("README.md"));
-    let mut streamed = BTreeSet::new();
-    for line in readme.lines() {
-        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
-        if cells.len() < 4
-            || !PREFIXES
-                .iter()
-                .any(|p| cells[1].starts_with(&format!("`{p}")))
-        {
-            continue;
-        }
-        if cells[3].starts_with("`stream`") {
-            for name in cells[1].split(',') {
-                streamed.insert(name.trim().trim_matches('`').to_string());
-            }
-        }
-    }
+    let streamed: BTreeSet<String> = CATALOG
+        .iter()
+        .filter(|m| m.label_names().any(|label| label == "stream"))
+        .map(|m| m.name.to_string())
+        .collect();
     assert!(streamed.len() >= 10, "streamed metrics: {streamed:?}");
     streamed
 }

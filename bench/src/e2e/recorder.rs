@@ -65,8 +65,8 @@ impl Recorder for Tapped {
     fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
         let inner = self.inner.register_counter(key, metadata);
         let event = match key.name() {
-            RECORDS => Event::Decided,
-            COMMITS => Event::Commit,
+            name if name == RECORDS.name => Event::Decided,
+            name if name == COMMITS.name => Event::Commit,
             _ => return inner,
         };
         Counter::from_arc(Arc::new(TapCounter { inner, event }))
@@ -78,7 +78,7 @@ impl Recorder for Tapped {
 
     fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
         let inner = self.inner.register_histogram(key, metadata);
-        if key.name() == BATCH_SIZE {
+        if key.name() == BATCH_SIZE.name {
             return Histogram::from_arc(Arc::new(TapHistogram { inner }));
         }
         inner

@@ -206,8 +206,8 @@ pub(crate) struct Scraped {
 impl Scraped {
     pub fn of(scrapes: &[Vec<Sample>]) -> Scraped {
         let all = || scrapes.iter().map(|s| s.as_slice());
-        let buckets = buckets(all(), DECISION_LATENCY);
-        let decided = |d: &str| total(all(), RECORDS, &[("decision", d)]) as u64;
+        let buckets = buckets(all(), DECISION_LATENCY.name);
+        let decided = |d: &str| total(all(), RECORDS.name, &[("decision", d)]) as u64;
         let tier = |t: &str| total(all(), "idemgate_tier_hits_total", &[("tier", t)]) as u64;
         Scraped {
             latency_p50_ms: quantile(&buckets, 0.5).map(|s| s * 1000.0),
@@ -225,7 +225,7 @@ impl Scraped {
             duplicate_exact: tier("exact"),
             duplicate_filter: tier("filter"),
             store_errors: total(all(), "idemgate_store_errors_total", &[]) as u64,
-            store_rounds: total(all(), &format!("{BATCH_SIZE}_count"), &[]) as u64,
+            store_rounds: total(all(), &format!("{}_count", BATCH_SIZE.name), &[]) as u64,
         }
     }
 }
@@ -248,7 +248,7 @@ idemgate_offset_commits_total 7\n";
     #[test]
     fn quantiles_interpolate_within_the_bucket_and_sum_over_replicas() {
         let one = parse(TEXT);
-        let buckets = buckets([one.as_slice(), one.as_slice()], DECISION_LATENCY);
+        let buckets = buckets([one.as_slice(), one.as_slice()], DECISION_LATENCY.name);
         assert_eq!(buckets.len(), 4);
         assert_eq!(buckets[3], (f64::INFINITY, 200.0));
         // Rank 100 of 200: the end of the 1-2 ms bucket.

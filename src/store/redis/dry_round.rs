@@ -100,7 +100,11 @@ async fn check_info(conn: &Conn) {
     let mut info = redis::cmd("INFO");
     info.arg("stats");
     if let Err(error) = conn.on_every_node(&info).await {
-        warn!(%error, "the store user may not run INFO: idemgate_store_evicted_keys stays 0, watch evictions on the server itself");
+        warn!(
+            %error,
+            metric = crate::metrics::EVICTED_KEYS.name,
+            "the store user may not run INFO: the metric stays 0, watch evictions on the server itself"
+        );
     }
 }
 
