@@ -84,32 +84,62 @@ pub fn parse_log(text: &str, numeric: Option<NumericTimes>) -> Result<Vec<Attemp
     Ok(attempts)
 }
 
-fn received_at_ms(value: &serde_json::Value, numeric: Option<NumericTimes>) -> Result<i64, String> {
+/// A time an operator gave (a flag, a log's `received_at`) that is not
+/// one.
+#[derive(Debug, thiserror::Error)]
+pub enum TimeError {
+    #[error("{text:?} is not an RFC 3339 time: {error}")]
+    NotRfc3339 {
+        text: String,
+        error: time::error::Parse,
+    },
+    #[error("{0}")]
+    OutOfRange(std::num::TryFromIntError),
+}
+
+/// Why a log line's `received_at` is refused.
+#[derive(Debug, thiserror::Error)]
+enum ReceivedAtError {
+    #[error(transparent)]
+    Time(#[from] TimeError),
+    #[error("an RFC 3339 string or a number")]
+    NotATime,
+    #[error("{0} is a number: say its unit with --numeric-times ms or --numeric-times s")]
+    NoUnit(serde_json::Value),
+    #[error("{0} is out of range")]
+    OutOfRange(serde_json::Value),
+}
+
+fn received_at_ms(
+    value: &serde_json::Value,
+    numeric: Option<NumericTimes>,
+) -> Result<i64, ReceivedAtError> {
     if let Some(text) = value.as_str() {
-        return rfc3339_ms(text);
+        return Ok(rfc3339_ms(text)?);
     }
     let Some(number) = value.as_f64() else {
-        return Err("an RFC 3339 string or a number".into());
+        return Err(ReceivedAtError::NotATime);
     };
-    let unit = numeric.ok_or_else(|| {
-        format!("{value} is a number: say its unit with --numeric-times ms or --numeric-times s")
-    })?;
+    let unit = numeric.ok_or_else(|| ReceivedAtError::NoUnit(value.clone()))?;
     let ms = match (unit, value.as_i64()) {
         (NumericTimes::Ms, Some(ms)) => return Ok(ms),
         (NumericTimes::Ms, None) => number,
         (NumericTimes::S, _) => number * 1000.0,
     };
     if !ms.is_finite() || ms.abs() > 9.0e15 {
-        return Err(format!("{value} is out of range"));
+        return Err(ReceivedAtError::OutOfRange(value.clone()));
     }
     Ok(ms.round() as i64)
 }
 
 /// An RFC 3339 time as milliseconds since the epoch.
-pub fn rfc3339_ms(text: &str) -> Result<i64, String> {
+pub fn rfc3339_ms(text: &str) -> Result<i64, TimeError> {
     let parsed = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
-        .map_err(|e| format!("{text:?} is not an RFC 3339 time: {e}"))?;
-    i64::try_from(parsed.unix_timestamp_nanos() / 1_000_000).map_err(|e| e.to_string())
+        .map_err(|error| TimeError::NotRfc3339 {
+            text: text.to_string(),
+            error,
+        })?;
+    i64::try_from(parsed.unix_timestamp_nanos() / 1_000_000).map_err(TimeError::OutOfRange)
 }
 
 /// Each sender's horizon; refuses a recording with no deliveries, naming

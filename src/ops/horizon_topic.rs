@@ -129,7 +129,7 @@ pub fn read_topic(source: &TopicSource) -> Result<Recording, HorizonError> {
         let at = message
             .timestamp()
             .to_millis()
-            .ok_or_else(|| record_error(&message, "no timestamp".into()))?;
+            .ok_or_else(|| record_error(&message, "no timestamp"))?;
         let before = source.from_ms.is_some_and(|from| at < from);
         let after = source.to_ms.is_some_and(|to| at >= to);
         if before || after {
@@ -194,20 +194,41 @@ fn start_offsets(
     Ok(start)
 }
 
-fn record_error(message: &BorrowedMessage<'_>, reason: String) -> HorizonError {
+fn record_error(message: &BorrowedMessage<'_>, reason: impl std::fmt::Display) -> HorizonError {
     HorizonError::Record {
         topic: message.topic().to_string(),
         partition: message.partition(),
         offset: message.offset(),
-        reason,
+        reason: reason.to_string(),
     }
+}
+
+/// Why a recorded record yields no delivery id or sender.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ValueError {
+    #[error("no header {0}")]
+    NoHeader(String),
+    #[error("header {0} has no value")]
+    HeaderWithoutValue(String),
+    #[error("header {0} is not UTF-8")]
+    HeaderNotUtf8(String),
+    #[error("no payload")]
+    NoPayload,
+    #[error("payload is not JSON: {0}")]
+    PayloadNotJson(serde_json::Error),
+    #[error("no field {0}")]
+    NoField(String),
+    #[error("field {0} is not a string or a number")]
+    NotStringOrNumber(String),
+    #[error("{0} is empty")]
+    Empty(String),
 }
 
 fn attempt_of(
     message: &BorrowedMessage<'_>,
     at: i64,
     source: &TopicSource,
-) -> Result<Attempt, String> {
+) -> Result<Attempt, ValueError> {
     let headers: Vec<(&str, Option<&[u8]>)> = message
         .headers()
         .map(|h| h.iter().map(|h| (h.key, h.value)).collect())
@@ -231,40 +252,42 @@ pub(crate) struct RecordParts<'a> {
 
 impl RecordParts<'_> {
     /// The value at `locator` as text: a string, or a number's JSON text.
-    pub(crate) fn value(&self, locator: &Locator) -> Result<String, String> {
+    pub(crate) fn value(&self, locator: &Locator) -> Result<String, ValueError> {
         match locator {
             Locator::Header(name) => {
                 let (_, value) = self
                     .headers
                     .iter()
                     .find(|(key, _)| key == name)
-                    .ok_or_else(|| format!("no header {name}"))?;
-                let value = value.ok_or_else(|| format!("header {name} has no value"))?;
+                    .ok_or_else(|| ValueError::NoHeader(name.clone()))?;
+                let value = value.ok_or_else(|| ValueError::HeaderWithoutValue(name.clone()))?;
                 let text = std::str::from_utf8(value)
-                    .map_err(|_| format!("header {name} is not UTF-8"))?;
+                    .map_err(|_| ValueError::HeaderNotUtf8(name.clone()))?;
                 non_empty(text.to_string(), name)
             }
             Locator::Field(path) => {
-                let payload = self.payload.ok_or("no payload")?;
-                let json: serde_json::Value = serde_json::from_slice(payload)
-                    .map_err(|e| format!("payload is not JSON: {e}"))?;
+                let payload = self.payload.ok_or(ValueError::NoPayload)?;
+                let json: serde_json::Value =
+                    serde_json::from_slice(payload).map_err(ValueError::PayloadNotJson)?;
                 let mut value = &json;
                 for part in path.split('.') {
-                    value = value.get(part).ok_or_else(|| format!("no field {path}"))?;
+                    value = value
+                        .get(part)
+                        .ok_or_else(|| ValueError::NoField(path.clone()))?;
                 }
                 match value {
                     serde_json::Value::String(text) => non_empty(text.clone(), path),
                     serde_json::Value::Number(number) => Ok(number.to_string()),
-                    _ => Err(format!("field {path} is not a string or a number")),
+                    _ => Err(ValueError::NotStringOrNumber(path.clone())),
                 }
             }
         }
     }
 }
 
-fn non_empty(text: String, name: &str) -> Result<String, String> {
+fn non_empty(text: String, name: &str) -> Result<String, ValueError> {
     if text.is_empty() {
-        Err(format!("{name} is empty"))
+        Err(ValueError::Empty(name.to_string()))
     } else {
         Ok(text)
     }
@@ -292,9 +315,9 @@ mod tests {
             "beta"
         );
         let missing = record.value(&Locator::Field("sender".into())).unwrap_err();
-        assert_eq!(missing, "no field sender");
+        assert_eq!(missing.to_string(), "no field sender");
         let missing = record.value(&Locator::Header("x-id".into())).unwrap_err();
-        assert_eq!(missing, "no header x-id");
+        assert_eq!(missing.to_string(), "no header x-id");
     }
 
     #[test]

@@ -49,6 +49,9 @@ pub enum ResetError {
     /// The request cannot be carried out as asked (named flag or field).
     #[error("{0}")]
     Refused(String),
+    /// The plan refused the request (named flag and partition).
+    #[error(transparent)]
+    Plan(#[from] super::reset::PlanError),
     #[error("kafka: {0}")]
     Kafka(String),
     #[error(transparent)]
@@ -177,7 +180,7 @@ async fn run(config: &Config, args: ResetArgs) -> Result<(String, super::reset::
         re_emit: args.re_emit,
         resume_at_end,
     };
-    let plan = plan(&request, &seen).map_err(ResetError::Refused)?;
+    let plan = plan(&request, &seen)?;
     let mut report = format!("group {group}\n");
     if members > 0 {
         report.push_str(&format!(
