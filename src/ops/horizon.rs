@@ -30,25 +30,44 @@ pub struct Attempt {
 #[derive(Debug, thiserror::Error)]
 pub enum HorizonError {
     /// A delivery-log line that cannot be read; 1-based.
-    #[error("line {line}: {reason}")]
-    Line { line: usize, reason: String },
+    #[error("line {line}: {problem}")]
+    Line { line: usize, problem: LineError },
     /// Nothing to measure.
     #[error("no deliveries in {0}: nothing to measure")]
     Empty(String),
     /// A flag's value that cannot be used.
     #[error("--{flag}: {reason}")]
-    Flag { flag: &'static str, reason: String },
+    Flag {
+        flag: &'static str,
+        reason: &'static str,
+    },
     /// A recorded record that has no delivery id, sender or time.
-    #[error("{topic}/{partition}/{offset}: {reason}")]
+    #[error("{topic}/{partition}/{offset}: {problem}")]
     Record {
         topic: String,
         partition: i32,
         offset: i64,
-        reason: String,
+        problem: crate::ops::horizon_topic::RecordError,
     },
     /// The brokers or the topic.
     #[error("kafka: {0}")]
-    Kafka(String),
+    Kafka(rdkafka::error::KafkaError),
+    #[error("kafka: {brokers}: no metadata: {error}")]
+    NoMetadata {
+        brokers: String,
+        error: rdkafka::error::KafkaError,
+    },
+    #[error("kafka: topic {topic} is not on the brokers {brokers}")]
+    TopicMissing { topic: String, brokers: String },
+}
+
+/// Why a delivery-log line is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum LineError {
+    #[error("{0}")]
+    Json(serde_json::Error),
+    #[error("received_at: {0}")]
+    ReceivedAt(ReceivedAtError),
 }
 
 #[derive(serde::Deserialize)]
@@ -67,14 +86,14 @@ pub fn parse_log(text: &str, numeric: Option<NumericTimes>) -> Result<Vec<Attemp
         if line.trim().is_empty() {
             continue;
         }
-        let at_line = |reason: String| HorizonError::Line {
+        let at_line = |problem: LineError| HorizonError::Line {
             line: index + 1,
-            reason,
+            problem,
         };
         let entry: LoggedDelivery =
-            serde_json::from_str(line).map_err(|e| at_line(e.to_string()))?;
+            serde_json::from_str(line).map_err(|e| at_line(LineError::Json(e)))?;
         let received_at_ms = received_at_ms(&entry.received_at, numeric)
-            .map_err(|reason| at_line(format!("received_at: {reason}")))?;
+            .map_err(|e| at_line(LineError::ReceivedAt(e)))?;
         attempts.push(Attempt {
             delivery_id: entry.delivery_id,
             sender: entry.sender,
@@ -99,7 +118,7 @@ pub enum TimeError {
 
 /// Why a log line's `received_at` is refused.
 #[derive(Debug, thiserror::Error)]
-enum ReceivedAtError {
+pub enum ReceivedAtError {
     #[error(transparent)]
     Time(#[from] TimeError),
     #[error("an RFC 3339 string or a number")]

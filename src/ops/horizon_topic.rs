@@ -69,14 +69,14 @@ impl TopicSource {
         if self.quiet.is_zero() || self.quiet > MAX_QUIET {
             return Err(HorizonError::Flag {
                 flag: "quiet",
-                reason: "must be above zero and at most 10m".into(),
+                reason: "must be above zero and at most 10m",
             });
         }
         if let (Some(from), Some(to)) = (self.from_ms, self.to_ms) {
             if from >= to {
                 return Err(HorizonError::Flag {
                     flag: "to",
-                    reason: "must be after --from".into(),
+                    reason: "must be after --from",
                 });
             }
         }
@@ -89,7 +89,7 @@ impl TopicSource {
 /// its coordinates: a recording with holes would understate a horizon.
 pub fn read_topic(source: &TopicSource) -> Result<Recording, HorizonError> {
     source.validate()?;
-    let kafka = |e: rdkafka::error::KafkaError| HorizonError::Kafka(e.to_string());
+    let kafka = HorizonError::Kafka;
     let properties = source
         .properties
         .iter()
@@ -98,7 +98,10 @@ pub fn read_topic(source: &TopicSource) -> Result<Recording, HorizonError> {
     let consumer = consumer(properties).map_err(kafka)?;
     let metadata = consumer
         .fetch_metadata(Some(&source.topic), REQUEST_TIMEOUT)
-        .map_err(|e| HorizonError::Kafka(format!("{}: no metadata: {e}", source.brokers)))?;
+        .map_err(|error| HorizonError::NoMetadata {
+            brokers: source.brokers.clone(),
+            error,
+        })?;
     let partitions: Vec<i32> = metadata
         .topics()
         .iter()
@@ -106,10 +109,10 @@ pub fn read_topic(source: &TopicSource) -> Result<Recording, HorizonError> {
         .map(|t| t.partitions().iter().map(|p| p.id()).collect())
         .unwrap_or_default();
     if partitions.is_empty() {
-        return Err(HorizonError::Kafka(format!(
-            "topic {} is not on the brokers {}",
-            source.topic, source.brokers
-        )));
+        return Err(HorizonError::TopicMissing {
+            topic: source.topic.clone(),
+            brokers: source.brokers.clone(),
+        });
     }
     let assignment = start_offsets(&consumer, source, &partitions)?;
     consumer.assign(&assignment).map_err(kafka)?;
@@ -129,15 +132,15 @@ pub fn read_topic(source: &TopicSource) -> Result<Recording, HorizonError> {
         let at = message
             .timestamp()
             .to_millis()
-            .ok_or_else(|| record_error(&message, "no timestamp"))?;
+            .ok_or_else(|| record_error(&message, RecordError::NoTimestamp))?;
         let before = source.from_ms.is_some_and(|from| at < from);
         let after = source.to_ms.is_some_and(|to| at >= to);
         if before || after {
             recording.outside += 1;
             continue;
         }
-        let attempt =
-            attempt_of(&message, at, source).map_err(|reason| record_error(&message, reason))?;
+        let attempt = attempt_of(&message, at, source)
+            .map_err(|problem| record_error(&message, RecordError::Value(problem)))?;
         recording.attempts.push(attempt);
     }
     Ok(recording)
@@ -156,7 +159,7 @@ fn start_offsets(
     for &partition in partitions {
         beginning
             .add_partition_offset(&source.topic, partition, Offset::Beginning)
-            .map_err(|e| HorizonError::Kafka(e.to_string()))?;
+            .map_err(HorizonError::Kafka)?;
     }
     let Some(from) = source.from_ms else {
         return Ok(beginning);
@@ -165,7 +168,7 @@ fn start_offsets(
     for &partition in partitions {
         by_time
             .add_partition_offset(&source.topic, partition, Offset::Offset(from))
-            .map_err(|e| HorizonError::Kafka(e.to_string()))?;
+            .map_err(HorizonError::Kafka)?;
     }
     let found = match consumer.offsets_for_times(by_time, REQUEST_TIMEOUT) {
         Ok(found) => found,
@@ -183,29 +186,38 @@ fn start_offsets(
             );
             start
                 .add_partition_offset(&source.topic, element.partition(), Offset::Beginning)
-                .map_err(|e| HorizonError::Kafka(e.to_string()))?;
+                .map_err(HorizonError::Kafka)?;
         } else if let Offset::Offset(offset) = element.offset() {
             start
                 .add_partition_offset(&source.topic, element.partition(), Offset::Offset(offset))
-                .map_err(|e| HorizonError::Kafka(e.to_string()))?;
+                .map_err(HorizonError::Kafka)?;
         }
         // Offset::End: nothing at or after --from in this partition.
     }
     Ok(start)
 }
 
-fn record_error(message: &BorrowedMessage<'_>, reason: impl std::fmt::Display) -> HorizonError {
+fn record_error(message: &BorrowedMessage<'_>, problem: RecordError) -> HorizonError {
     HorizonError::Record {
         topic: message.topic().to_string(),
         partition: message.partition(),
         offset: message.offset(),
-        reason: reason.to_string(),
+        problem,
     }
+}
+
+/// Why a recorded record cannot be measured.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("no timestamp")]
+    NoTimestamp,
+    #[error(transparent)]
+    Value(ValueError),
 }
 
 /// Why a recorded record yields no delivery id or sender.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ValueError {
+pub enum ValueError {
     #[error("no header {0}")]
     NoHeader(String),
     #[error("header {0} has no value")]

@@ -50,7 +50,7 @@ pub(crate) fn consumer<'a>(
 
 /// Why a group's member count is unknown.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum MembersError {
+pub enum MembersError {
     #[error("{0}")]
     GroupName(std::ffi::NulError),
     #[error("no answer in time")]

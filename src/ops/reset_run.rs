@@ -147,8 +147,12 @@ async fn run(config: &Config, args: ResetArgs) -> Result<(String, super::reset::
             // A dry run writes nothing, so members do not race it: it
             // plans from what they have committed so far.
             let members = if dry_run {
-                group_members(consumer.client(), &group, REQUEST_TIMEOUT)
-                    .map_err(|e| GroupError::Kafka(format!("describing group {group}: {e}")))?
+                group_members(consumer.client(), &group, REQUEST_TIMEOUT).map_err(|error| {
+                    GroupError::Describe {
+                        group: group.clone(),
+                        error,
+                    }
+                })?
             } else {
                 refuse_if_active(&consumer, &group)?;
                 0
