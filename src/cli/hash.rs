@@ -11,12 +11,19 @@ use crate::fingerprint::{fingerprint, Identity, Profile, RecordView};
 /// The profiles and presets a stream's `profile` names, spelled as there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ProfileName {
+    /// The idempotency header's value (--key; --header names it).
     Header,
+    /// The record's key (--key).
     RecordKey,
+    /// The payload fields --fields lists, each normalised.
     Fields,
+    /// The whole JSON payload, canonicalised.
     Payload,
+    /// The payload's bytes as they are.
     PayloadRaw,
+    /// Preset: a bank transaction's identifying fields.
     BankTxn,
+    /// Preset: a spatial job's identifying fields.
     SpatialJob,
 }
 

@@ -63,7 +63,10 @@ impl Target {
 /// `--skipped`: what the records a forward skip passes over count as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Skipped {
+    /// Their copies become duplicates (loss if they were not delivered).
     Delivered,
+    /// Their copies may take their claims over (a double if they were
+    /// delivered).
     Abandoned,
 }
 
