@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{HeaderValue, ALLOW as ALLOW_HEADER, CONTENT_TYPE};
@@ -81,18 +80,32 @@ const DRAIN: Duration = Duration::from_secs(1);
 /// The methods every path here answers; anything else is a 405 naming them.
 const ALLOW: &str = "GET, HEAD";
 
+/// Why /metrics is not served; `run` stops on it.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ServeError {
+    #[error("metrics.listen: cannot listen on {listen}")]
+    Listen {
+        listen: String,
+        #[source]
+        error: std::io::Error,
+    },
+}
+
 /// Binds `listen` and answers until `stop` changes.
 pub(crate) async fn serve(
     listen: &str,
     health: Health,
     stop: watch::Receiver<bool>,
-) -> Result<JoinHandle<()>> {
+) -> Result<JoinHandle<()>, ServeError> {
     // Installed before `serve` returns: the caller registers every series
     // at zero next, which needs the recorder in place.
     prometheus();
     let listener = TcpListener::bind(listen)
         .await
-        .with_context(|| format!("metrics.listen: cannot listen on {listen}"))?;
+        .map_err(|error| ServeError::Listen {
+            listen: listen.to_string(),
+            error,
+        })?;
     info!(address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving /metrics, /healthz, /readyz");
     Ok(tokio::spawn(serve_on(listener, health, stop)))
 }

@@ -27,10 +27,13 @@
 //!   `plan` memory, measure a `horizon` from a log or a recorded topic,
 //!   `reset` a stream's offsets (replay, re-emit, skip forward), `rebuild`
 //!   a stream's store that lost its state from the clean topic.
+//! - [`cli`]: the command line, a module per command (its arguments and
+//!   its `run`); the one place besides `app` that speaks `anyhow`.
 //! - [`metrics`], `http`: every metric declared once; /metrics, /healthz
 //!   and /readyz.
 
 pub mod app;
+pub mod cli;
 pub mod config;
 pub mod decision;
 pub mod demo;

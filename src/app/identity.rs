@@ -95,5 +95,5 @@ async fn group_has_commits(config: &Config, index: usize) -> Result<bool, GroupE
         Ok(group::has_idemgate_commits(&committed, &key_id))
     })
     .await
-    .map_err(|e| GroupError::Kafka(e.to_string()))?
+    .map_err(GroupError::Task)?
 }

@@ -8,6 +8,8 @@ use std::collections::HashMap;
 use futures::executor::block_on;
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::consumer::Consumer;
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 
 use super::check::Finding;
@@ -16,7 +18,30 @@ use crate::config::{Client, Config};
 
 /// A topic as the brokers' metadata shows it: its partitions, or the error
 /// the broker gave for it.
-type Seen = Result<usize, String>;
+type Seen = Result<usize, RDKafkaErrorCode>;
+
+/// Why a DescribeConfigs question went unanswered: `check` then warns
+/// instead of judging.
+#[derive(Debug, thiserror::Error)]
+enum DescribeError {
+    #[error("{0}")]
+    Kafka(KafkaError),
+    #[error("{topic}: DescribeConfigs: {code:?}")]
+    TopicRefused {
+        topic: String,
+        code: RDKafkaErrorCode,
+    },
+    #[error("{0}: no max.message.bytes in DescribeConfigs")]
+    NoTopicLimit(String),
+    #[error("no broker in the metadata")]
+    NoBroker,
+    #[error("no answer to DescribeConfigs")]
+    NoAnswer,
+    #[error("DescribeConfigs: {0:?}")]
+    BrokerRefused(RDKafkaErrorCode),
+    #[error("DescribeConfigs did not list auto.create.topics.enable")]
+    NoAutoCreate,
+}
 
 pub(crate) fn probe(config: &Config) -> Vec<Finding> {
     let brokers = config.brokers().unwrap_or_default().to_string();
@@ -62,13 +87,13 @@ pub(crate) fn probe(config: &Config) -> Vec<Finding> {
         .map(|t| {
             let seen = match t.error() {
                 None => Ok(t.partitions().len()),
-                Some(code) => Err(rdkafka::types::RDKafkaErrorCode::from(code).to_string()),
+                Some(code) => Err(RDKafkaErrorCode::from(code)),
             };
             (t.name(), seen)
         })
         .collect();
     // Asked once, and only if an output is missing.
-    let mut auto_create: Option<Result<bool, String>> = None;
+    let mut auto_create: Option<Result<bool, DescribeError>> = None;
     let broker_id = metadata.brokers().first().map(|b| b.id());
     for (index, stream) in config.streams.iter().enumerate() {
         let field = |name: &str| format!("streams[{index}].{name}");
@@ -157,14 +182,14 @@ fn output_limit(
 
 /// An admin client with the config's own properties (TLS, SASL), quiet,
 /// and the options of a request bounded by `REQUEST_TIMEOUT`.
-fn admin(config: &Config) -> Result<(AdminClient<QuietContext>, AdminOptions), String> {
+fn admin(config: &Config) -> Result<(AdminClient<QuietContext>, AdminOptions), DescribeError> {
     let mut client_config = ClientConfig::new();
     for (key, value) in config.client_properties(Client::Consumer).iter() {
         client_config.set(key, value);
     }
     let admin = client_config
         .create_with_context(QuietContext)
-        .map_err(|e| e.to_string())?;
+        .map_err(DescribeError::Kafka)?;
     Ok((
         admin,
         AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT)),
@@ -172,22 +197,25 @@ fn admin(config: &Config) -> Result<(AdminClient<QuietContext>, AdminOptions), S
 }
 
 /// Each topic's `max.message.bytes`, by DescribeConfigs.
-fn topic_limits(config: &Config, topics: &[&str]) -> Result<Vec<(String, usize)>, String> {
+fn topic_limits(config: &Config, topics: &[&str]) -> Result<Vec<(String, usize)>, DescribeError> {
     let (admin, options) = admin(config)?;
     let resources: Vec<ResourceSpecifier<'_>> =
         topics.iter().map(|t| ResourceSpecifier::Topic(t)).collect();
     let results =
-        block_on(admin.describe_configs(&resources, &options)).map_err(|e| e.to_string())?;
+        block_on(admin.describe_configs(&resources, &options)).map_err(DescribeError::Kafka)?;
     topics
         .iter()
         .zip(results)
         .map(|(topic, result)| {
-            let resource = result.map_err(|code| format!("{topic}: DescribeConfigs: {code:?}"))?;
+            let resource = result.map_err(|code| DescribeError::TopicRefused {
+                topic: topic.to_string(),
+                code,
+            })?;
             let limit = resource
                 .get("max.message.bytes")
                 .and_then(|entry| entry.value.as_deref())
                 .and_then(|value| value.parse::<usize>().ok())
-                .ok_or_else(|| format!("{topic}: no max.message.bytes in DescribeConfigs"))?;
+                .ok_or_else(|| DescribeError::NoTopicLimit(topic.to_string()))?;
             Ok((topic.to_string(), limit))
         })
         .collect()
@@ -217,7 +245,7 @@ fn partitions(n: usize) -> String {
 /// An output the metadata does not list: the producer's first record asks
 /// the broker for it, which creates it only with
 /// `auto.create.topics.enable`.
-fn missing_output(field: String, topic: &str, allowed: &Result<bool, String>) -> Finding {
+fn missing_output(field: String, topic: &str, allowed: &Result<bool, DescribeError>) -> Finding {
     let absent = format!("{topic}: not in the brokers' metadata");
     match allowed {
         Ok(true) => Finding::warn(
@@ -236,19 +264,19 @@ fn missing_output(field: String, topic: &str, allowed: &Result<bool, String>) ->
 }
 
 /// The broker's `auto.create.topics.enable`, by DescribeConfigs.
-fn auto_create_topics(config: &Config, broker: Option<i32>) -> Result<bool, String> {
-    let broker = broker.ok_or("no broker in the metadata")?;
+fn auto_create_topics(config: &Config, broker: Option<i32>) -> Result<bool, DescribeError> {
+    let broker = broker.ok_or(DescribeError::NoBroker)?;
     let (admin, options) = admin(config)?;
     let results = block_on(admin.describe_configs(&[ResourceSpecifier::Broker(broker)], &options))
-        .map_err(|e| e.to_string())?;
+        .map_err(DescribeError::Kafka)?;
     let resource = results
         .into_iter()
         .next()
-        .ok_or("no answer to DescribeConfigs")?
-        .map_err(|code| format!("DescribeConfigs: {code:?}"))?;
+        .ok_or(DescribeError::NoAnswer)?
+        .map_err(DescribeError::BrokerRefused)?;
     let value = resource
         .get("auto.create.topics.enable")
         .and_then(|entry| entry.value.clone())
-        .ok_or("DescribeConfigs did not list auto.create.topics.enable")?;
+        .ok_or(DescribeError::NoAutoCreate)?;
     Ok(value.eq_ignore_ascii_case("true"))
 }

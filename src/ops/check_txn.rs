@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -23,6 +24,40 @@ const TXN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What a broker that dropped the metadata is told.
 pub(crate) const DROPPED: &str = "the brokers dropped the metadata of a transactional offset commit: exactly once settles the claims a stopped replica left below its committed offset from that metadata alone, so on these brokers such claims stay unsettled and their copies pass once the claims expire (docs/design.md §7); run at least once on them, or use brokers that keep it (Apache Kafka does)";
+
+/// A partition read back at the offset written without the metadata
+/// written: the brokers dropped it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{DROPPED} ({partition} at offset {offset}: wrote {written:?}, read back {read:?})")]
+pub(crate) struct MetadataDropped {
+    partition: String,
+    offset: i64,
+    written: String,
+    read: String,
+}
+
+/// A step of the probe (or of reading a commit back) that failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ProbeError {
+    #[error("a consumer for the probe group: {0}")]
+    Consumer(KafkaError),
+    #[error("a transactional producer: {0}")]
+    Producer(KafkaError),
+    #[error("{0}")]
+    Partition(KafkaError),
+    #[error("no consumer group metadata for the probe group")]
+    NoGroupMetadata,
+    #[error("init_transactions: {0}")]
+    InitTransactions(KafkaError),
+    #[error("begin_transaction: {0}")]
+    BeginTransaction(KafkaError),
+    #[error("send_offsets_to_transaction: {0}")]
+    SendOffsets(KafkaError),
+    #[error("commit_transaction: {0}")]
+    CommitTransaction(KafkaError),
+    #[error("reading the committed offsets back: {0}")]
+    ReadBack(KafkaError),
+}
 
 /// A partition's commit as written and as read back.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,16 +72,18 @@ pub(crate) struct ReadBack {
 /// The rule: a partition read back at the offset written must carry the
 /// metadata written. One read back at another offset (a newer commit came
 /// between) says nothing; `None` where no partition said anything.
-pub(crate) fn verdict(read_back: &[ReadBack]) -> Option<Result<(), String>> {
+pub(crate) fn verdict(read_back: &[ReadBack]) -> Option<Result<(), MetadataDropped>> {
     let mut kept = None;
     for r in read_back {
         match &r.read {
             Some((offset, metadata)) if *offset == r.offset => {
                 if *metadata != r.written {
-                    return Some(Err(format!(
-                        "{DROPPED} ({} at offset {}: wrote {:?}, read back {:?})",
-                        r.partition, r.offset, r.written, metadata
-                    )));
+                    return Some(Err(MetadataDropped {
+                        partition: r.partition.clone(),
+                        offset: r.offset,
+                        written: r.written.clone(),
+                        read: metadata.clone(),
+                    }));
                 }
                 kept = Some(Ok(()));
             }
@@ -61,14 +98,14 @@ pub(crate) fn verdict(read_back: &[ReadBack]) -> Option<Result<(), String>> {
 pub(crate) fn read_back<C: rdkafka::consumer::ConsumerContext>(
     consumer: &BaseConsumer<C>,
     list: &TopicPartitionList,
-) -> Result<Vec<ReadBack>, String> {
+) -> Result<Vec<ReadBack>, ProbeError> {
     let mut ask = TopicPartitionList::new();
     for element in list.elements() {
         ask.add_partition(element.topic(), element.partition());
     }
     let answered = consumer
         .committed_offsets(ask, REQUEST_TIMEOUT)
-        .map_err(|e| format!("reading the committed offsets back: {e}"))?;
+        .map_err(ProbeError::ReadBack)?;
     Ok(list
         .elements()
         .iter()
@@ -112,35 +149,31 @@ pub(crate) fn probe(config: &Config) -> Option<Finding> {
     let (mut consumer_config, mut producer_config) = crate::worker::client_configs(config);
     consumer_config.set("group.id", &group);
     producer_config.set("transactional.id", format!("idemgate-check-{suffix}"));
-    let result = (|| -> Result<Vec<ReadBack>, String> {
-        let consumer: BaseConsumer = consumer_config
-            .create()
-            .map_err(|e| format!("a consumer for the probe group: {e}"))?;
-        let producer: BaseProducer = producer_config
-            .create()
-            .map_err(|e| format!("a transactional producer: {e}"))?;
+    let result = (|| -> Result<Vec<ReadBack>, ProbeError> {
+        let consumer: BaseConsumer = consumer_config.create().map_err(ProbeError::Consumer)?;
+        let producer: BaseProducer = producer_config.create().map_err(ProbeError::Producer)?;
         let mut list = TopicPartitionList::new();
         list.add_partition_offset(&topic, 0, Offset::Offset(0))
-            .map_err(|e| e.to_string())?;
+            .map_err(ProbeError::Partition)?;
         let written = format!("idemgate-check {suffix}");
         if let Some(mut element) = list.find_partition(&topic, 0) {
             element.set_metadata(written.as_str());
         }
         let metadata = consumer
             .group_metadata()
-            .ok_or("no consumer group metadata for the probe group")?;
+            .ok_or(ProbeError::NoGroupMetadata)?;
         producer
             .init_transactions(TXN_TIMEOUT)
-            .map_err(|e| format!("init_transactions: {e}"))?;
+            .map_err(ProbeError::InitTransactions)?;
         producer
             .begin_transaction()
-            .map_err(|e| format!("begin_transaction: {e}"))?;
+            .map_err(ProbeError::BeginTransaction)?;
         producer
             .send_offsets_to_transaction(&list, &metadata, TXN_TIMEOUT)
-            .map_err(|e| format!("send_offsets_to_transaction: {e}"))?;
+            .map_err(ProbeError::SendOffsets)?;
         producer
             .commit_transaction(TXN_TIMEOUT)
-            .map_err(|e| format!("commit_transaction: {e}"))?;
+            .map_err(ProbeError::CommitTransaction)?;
         read_back(&consumer, &list)
     })();
     delete_group(config, &group);
@@ -154,7 +187,7 @@ pub(crate) fn probe(config: &Config) -> Option<Finding> {
                 SUBJECT,
                 format!("a probe transaction's offset metadata read back as written (group {group}, deleted): exactly once can settle a stopped replica's claims"),
             ),
-            Some(Err(why)) => Finding::fail(SUBJECT, why),
+            Some(Err(why)) => Finding::fail(SUBJECT, why.to_string()),
             None => Finding::fail(
                 SUBJECT,
                 format!("a probe transaction's offset was not read back (group {group}): {read:?}"),
@@ -200,7 +233,8 @@ mod tests {
     fn metadata_missing_at_the_offset_written_is_a_refusal_that_says_why() {
         let why = verdict(&[back(7, "idemgate/2 g", Some((7, "")))])
             .expect("a verdict")
-            .expect_err("dropped");
+            .expect_err("dropped")
+            .to_string();
         assert!(
             why.contains("dropped the metadata") && why.contains("at least once"),
             "{why}"

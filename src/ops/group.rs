@@ -4,9 +4,10 @@
 //! committed offsets (with their metadata).
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::kafka::{group_members, QuietContext, REQUEST_TIMEOUT};
+use super::kafka::{group_members, MembersError, QuietContext, REQUEST_TIMEOUT};
 use crate::config::Config;
 
 #[derive(Debug, thiserror::Error)]
@@ -18,8 +19,19 @@ pub enum GroupError {
          sessions to end) first"
     )]
     Active { group: String, members: usize },
+    #[error("kafka: cannot make a client from [kafka]: {0}")]
+    Client(KafkaError),
+    #[error("kafka: describing group {group}: {error}")]
+    Describe { group: String, error: MembersError },
+    #[error("kafka: metadata of {topic}: {error}")]
+    Metadata { topic: String, error: KafkaError },
+    #[error("kafka: topic {0} is not there")]
+    TopicMissing(String),
+    #[error("kafka: committed offsets: {0}")]
+    Committed(KafkaError),
+    /// The blocking task that asked died (a panic, or the runtime going).
     #[error("kafka: {0}")]
-    Kafka(String),
+    Task(tokio::task::JoinError),
 }
 
 /// A client of the group `config` names, outside it, and the group's name.
@@ -31,7 +43,7 @@ pub(crate) fn client(config: &Config) -> Result<(BaseConsumer<QuietContext>, Str
         .to_string();
     let consumer = consumer_config
         .create_with_context(QuietContext)
-        .map_err(|e| GroupError::Kafka(format!("cannot make a client from [kafka]: {e}")))?;
+        .map_err(GroupError::Client)?;
     Ok((consumer, group))
 }
 
@@ -41,8 +53,12 @@ pub(crate) fn refuse_if_active(
     consumer: &BaseConsumer<QuietContext>,
     group: &str,
 ) -> Result<(), GroupError> {
-    let members = group_members(consumer.client(), group, REQUEST_TIMEOUT)
-        .map_err(|e| GroupError::Kafka(format!("describing group {group}: {e}")))?;
+    let members = group_members(consumer.client(), group, REQUEST_TIMEOUT).map_err(|error| {
+        GroupError::Describe {
+            group: group.to_string(),
+            error,
+        }
+    })?;
     if members > 0 {
         return Err(GroupError::Active {
             group: group.to_string(),
@@ -71,14 +87,17 @@ pub(crate) fn partitions(
     for topic in topics {
         let metadata = consumer
             .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
-            .map_err(|e| GroupError::Kafka(format!("metadata of {topic}: {e}")))?;
+            .map_err(|error| GroupError::Metadata {
+                topic: topic.clone(),
+                error,
+            })?;
         let count = metadata
             .topics()
             .iter()
             .find(|t| t.name() == topic && t.error().is_none())
             .map(|t| t.partitions().len())
             .filter(|n| *n > 0)
-            .ok_or_else(|| GroupError::Kafka(format!("topic {topic} is not there")))?;
+            .ok_or_else(|| GroupError::TopicMissing(topic.clone()))?;
         out.extend((0..count as i32).map(|p| (topic.clone(), p)));
     }
     Ok(out)
@@ -96,7 +115,7 @@ pub(crate) fn committed(
     }
     let found = consumer
         .committed_offsets(list, REQUEST_TIMEOUT)
-        .map_err(|e| GroupError::Kafka(format!("committed offsets: {e}")))?;
+        .map_err(GroupError::Committed)?;
     Ok(found
         .elements()
         .iter()

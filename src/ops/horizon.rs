@@ -30,25 +30,44 @@ pub struct Attempt {
 #[derive(Debug, thiserror::Error)]
 pub enum HorizonError {
     /// A delivery-log line that cannot be read; 1-based.
-    #[error("line {line}: {reason}")]
-    Line { line: usize, reason: String },
+    #[error("line {line}: {problem}")]
+    Line { line: usize, problem: LineError },
     /// Nothing to measure.
     #[error("no deliveries in {0}: nothing to measure")]
     Empty(String),
     /// A flag's value that cannot be used.
     #[error("--{flag}: {reason}")]
-    Flag { flag: &'static str, reason: String },
+    Flag {
+        flag: &'static str,
+        reason: &'static str,
+    },
     /// A recorded record that has no delivery id, sender or time.
-    #[error("{topic}/{partition}/{offset}: {reason}")]
+    #[error("{topic}/{partition}/{offset}: {problem}")]
     Record {
         topic: String,
         partition: i32,
         offset: i64,
-        reason: String,
+        problem: crate::ops::horizon_topic::RecordError,
     },
     /// The brokers or the topic.
     #[error("kafka: {0}")]
-    Kafka(String),
+    Kafka(rdkafka::error::KafkaError),
+    #[error("kafka: {brokers}: no metadata: {error}")]
+    NoMetadata {
+        brokers: String,
+        error: rdkafka::error::KafkaError,
+    },
+    #[error("kafka: topic {topic} is not on the brokers {brokers}")]
+    TopicMissing { topic: String, brokers: String },
+}
+
+/// Why a delivery-log line is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum LineError {
+    #[error("{0}")]
+    Json(serde_json::Error),
+    #[error("received_at: {0}")]
+    ReceivedAt(ReceivedAtError),
 }
 
 #[derive(serde::Deserialize)]
@@ -67,14 +86,14 @@ pub fn parse_log(text: &str, numeric: Option<NumericTimes>) -> Result<Vec<Attemp
         if line.trim().is_empty() {
             continue;
         }
-        let at_line = |reason: String| HorizonError::Line {
+        let at_line = |problem: LineError| HorizonError::Line {
             line: index + 1,
-            reason,
+            problem,
         };
         let entry: LoggedDelivery =
-            serde_json::from_str(line).map_err(|e| at_line(e.to_string()))?;
+            serde_json::from_str(line).map_err(|e| at_line(LineError::Json(e)))?;
         let received_at_ms = received_at_ms(&entry.received_at, numeric)
-            .map_err(|reason| at_line(format!("received_at: {reason}")))?;
+            .map_err(|e| at_line(LineError::ReceivedAt(e)))?;
         attempts.push(Attempt {
             delivery_id: entry.delivery_id,
             sender: entry.sender,
@@ -84,32 +103,62 @@ pub fn parse_log(text: &str, numeric: Option<NumericTimes>) -> Result<Vec<Attemp
     Ok(attempts)
 }
 
-fn received_at_ms(value: &serde_json::Value, numeric: Option<NumericTimes>) -> Result<i64, String> {
+/// A time an operator gave (a flag, a log's `received_at`) that is not
+/// one.
+#[derive(Debug, thiserror::Error)]
+pub enum TimeError {
+    #[error("{text:?} is not an RFC 3339 time: {error}")]
+    NotRfc3339 {
+        text: String,
+        error: time::error::Parse,
+    },
+    #[error("{0}")]
+    OutOfRange(std::num::TryFromIntError),
+}
+
+/// Why a log line's `received_at` is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ReceivedAtError {
+    #[error(transparent)]
+    Time(#[from] TimeError),
+    #[error("an RFC 3339 string or a number")]
+    NotATime,
+    #[error("{0} is a number: say its unit with --numeric-times ms or --numeric-times s")]
+    NoUnit(serde_json::Value),
+    #[error("{0} is out of range")]
+    OutOfRange(serde_json::Value),
+}
+
+fn received_at_ms(
+    value: &serde_json::Value,
+    numeric: Option<NumericTimes>,
+) -> Result<i64, ReceivedAtError> {
     if let Some(text) = value.as_str() {
-        return rfc3339_ms(text);
+        return Ok(rfc3339_ms(text)?);
     }
     let Some(number) = value.as_f64() else {
-        return Err("an RFC 3339 string or a number".into());
+        return Err(ReceivedAtError::NotATime);
     };
-    let unit = numeric.ok_or_else(|| {
-        format!("{value} is a number: say its unit with --numeric-times ms or --numeric-times s")
-    })?;
+    let unit = numeric.ok_or_else(|| ReceivedAtError::NoUnit(value.clone()))?;
     let ms = match (unit, value.as_i64()) {
         (NumericTimes::Ms, Some(ms)) => return Ok(ms),
         (NumericTimes::Ms, None) => number,
         (NumericTimes::S, _) => number * 1000.0,
     };
     if !ms.is_finite() || ms.abs() > 9.0e15 {
-        return Err(format!("{value} is out of range"));
+        return Err(ReceivedAtError::OutOfRange(value.clone()));
     }
     Ok(ms.round() as i64)
 }
 
 /// An RFC 3339 time as milliseconds since the epoch.
-pub fn rfc3339_ms(text: &str) -> Result<i64, String> {
+pub fn rfc3339_ms(text: &str) -> Result<i64, TimeError> {
     let parsed = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
-        .map_err(|e| format!("{text:?} is not an RFC 3339 time: {e}"))?;
-    i64::try_from(parsed.unix_timestamp_nanos() / 1_000_000).map_err(|e| e.to_string())
+        .map_err(|error| TimeError::NotRfc3339 {
+            text: text.to_string(),
+            error,
+        })?;
+    i64::try_from(parsed.unix_timestamp_nanos() / 1_000_000).map_err(TimeError::OutOfRange)
 }
 
 /// Each sender's horizon; refuses a recording with no deliveries, naming

@@ -69,14 +69,14 @@ impl TopicSource {
         if self.quiet.is_zero() || self.quiet > MAX_QUIET {
             return Err(HorizonError::Flag {
                 flag: "quiet",
-                reason: "must be above zero and at most 10m".into(),
+                reason: "must be above zero and at most 10m",
             });
         }
         if let (Some(from), Some(to)) = (self.from_ms, self.to_ms) {
             if from >= to {
                 return Err(HorizonError::Flag {
                     flag: "to",
-                    reason: "must be after --from".into(),
+                    reason: "must be after --from",
                 });
             }
         }
@@ -89,7 +89,7 @@ impl TopicSource {
 /// its coordinates: a recording with holes would understate a horizon.
 pub fn read_topic(source: &TopicSource) -> Result<Recording, HorizonError> {
     source.validate()?;
-    let kafka = |e: rdkafka::error::KafkaError| HorizonError::Kafka(e.to_string());
+    let kafka = HorizonError::Kafka;
     let properties = source
         .properties
         .iter()
@@ -98,7 +98,10 @@ pub fn read_topic(source: &TopicSource) -> Result<Recording, HorizonError> {
     let consumer = consumer(properties).map_err(kafka)?;
     let metadata = consumer
         .fetch_metadata(Some(&source.topic), REQUEST_TIMEOUT)
-        .map_err(|e| HorizonError::Kafka(format!("{}: no metadata: {e}", source.brokers)))?;
+        .map_err(|error| HorizonError::NoMetadata {
+            brokers: source.brokers.clone(),
+            error,
+        })?;
     let partitions: Vec<i32> = metadata
         .topics()
         .iter()
@@ -106,10 +109,10 @@ pub fn read_topic(source: &TopicSource) -> Result<Recording, HorizonError> {
         .map(|t| t.partitions().iter().map(|p| p.id()).collect())
         .unwrap_or_default();
     if partitions.is_empty() {
-        return Err(HorizonError::Kafka(format!(
-            "topic {} is not on the brokers {}",
-            source.topic, source.brokers
-        )));
+        return Err(HorizonError::TopicMissing {
+            topic: source.topic.clone(),
+            brokers: source.brokers.clone(),
+        });
     }
     let assignment = start_offsets(&consumer, source, &partitions)?;
     consumer.assign(&assignment).map_err(kafka)?;
@@ -129,15 +132,15 @@ pub fn read_topic(source: &TopicSource) -> Result<Recording, HorizonError> {
         let at = message
             .timestamp()
             .to_millis()
-            .ok_or_else(|| record_error(&message, "no timestamp".into()))?;
+            .ok_or_else(|| record_error(&message, RecordError::NoTimestamp))?;
         let before = source.from_ms.is_some_and(|from| at < from);
         let after = source.to_ms.is_some_and(|to| at >= to);
         if before || after {
             recording.outside += 1;
             continue;
         }
-        let attempt =
-            attempt_of(&message, at, source).map_err(|reason| record_error(&message, reason))?;
+        let attempt = attempt_of(&message, at, source)
+            .map_err(|problem| record_error(&message, RecordError::Value(problem)))?;
         recording.attempts.push(attempt);
     }
     Ok(recording)
@@ -156,7 +159,7 @@ fn start_offsets(
     for &partition in partitions {
         beginning
             .add_partition_offset(&source.topic, partition, Offset::Beginning)
-            .map_err(|e| HorizonError::Kafka(e.to_string()))?;
+            .map_err(HorizonError::Kafka)?;
     }
     let Some(from) = source.from_ms else {
         return Ok(beginning);
@@ -165,7 +168,7 @@ fn start_offsets(
     for &partition in partitions {
         by_time
             .add_partition_offset(&source.topic, partition, Offset::Offset(from))
-            .map_err(|e| HorizonError::Kafka(e.to_string()))?;
+            .map_err(HorizonError::Kafka)?;
     }
     let found = match consumer.offsets_for_times(by_time, REQUEST_TIMEOUT) {
         Ok(found) => found,
@@ -183,31 +186,61 @@ fn start_offsets(
             );
             start
                 .add_partition_offset(&source.topic, element.partition(), Offset::Beginning)
-                .map_err(|e| HorizonError::Kafka(e.to_string()))?;
+                .map_err(HorizonError::Kafka)?;
         } else if let Offset::Offset(offset) = element.offset() {
             start
                 .add_partition_offset(&source.topic, element.partition(), Offset::Offset(offset))
-                .map_err(|e| HorizonError::Kafka(e.to_string()))?;
+                .map_err(HorizonError::Kafka)?;
         }
         // Offset::End: nothing at or after --from in this partition.
     }
     Ok(start)
 }
 
-fn record_error(message: &BorrowedMessage<'_>, reason: String) -> HorizonError {
+fn record_error(message: &BorrowedMessage<'_>, problem: RecordError) -> HorizonError {
     HorizonError::Record {
         topic: message.topic().to_string(),
         partition: message.partition(),
         offset: message.offset(),
-        reason,
+        problem,
     }
+}
+
+/// Why a recorded record cannot be measured.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("no timestamp")]
+    NoTimestamp,
+    #[error(transparent)]
+    Value(ValueError),
+}
+
+/// Why a recorded record yields no delivery id or sender.
+#[derive(Debug, thiserror::Error)]
+pub enum ValueError {
+    #[error("no header {0}")]
+    NoHeader(String),
+    #[error("header {0} has no value")]
+    HeaderWithoutValue(String),
+    #[error("header {0} is not UTF-8")]
+    HeaderNotUtf8(String),
+    #[error("no payload")]
+    NoPayload,
+    #[error("payload is not JSON: {0}")]
+    PayloadNotJson(serde_json::Error),
+    #[error("no field {0}")]
+    NoField(String),
+    #[error("field {0} is not a string or a number")]
+    NotStringOrNumber(String),
+    #[error("{0} is empty")]
+    Empty(String),
 }
 
 fn attempt_of(
     message: &BorrowedMessage<'_>,
     at: i64,
     source: &TopicSource,
-) -> Result<Attempt, String> {
+) -> Result<Attempt, ValueError> {
     let headers: Vec<(&str, Option<&[u8]>)> = message
         .headers()
         .map(|h| h.iter().map(|h| (h.key, h.value)).collect())
@@ -231,40 +264,42 @@ pub(crate) struct RecordParts<'a> {
 
 impl RecordParts<'_> {
     /// The value at `locator` as text: a string, or a number's JSON text.
-    pub(crate) fn value(&self, locator: &Locator) -> Result<String, String> {
+    pub(crate) fn value(&self, locator: &Locator) -> Result<String, ValueError> {
         match locator {
             Locator::Header(name) => {
                 let (_, value) = self
                     .headers
                     .iter()
                     .find(|(key, _)| key == name)
-                    .ok_or_else(|| format!("no header {name}"))?;
-                let value = value.ok_or_else(|| format!("header {name} has no value"))?;
+                    .ok_or_else(|| ValueError::NoHeader(name.clone()))?;
+                let value = value.ok_or_else(|| ValueError::HeaderWithoutValue(name.clone()))?;
                 let text = std::str::from_utf8(value)
-                    .map_err(|_| format!("header {name} is not UTF-8"))?;
+                    .map_err(|_| ValueError::HeaderNotUtf8(name.clone()))?;
                 non_empty(text.to_string(), name)
             }
             Locator::Field(path) => {
-                let payload = self.payload.ok_or("no payload")?;
-                let json: serde_json::Value = serde_json::from_slice(payload)
-                    .map_err(|e| format!("payload is not JSON: {e}"))?;
+                let payload = self.payload.ok_or(ValueError::NoPayload)?;
+                let json: serde_json::Value =
+                    serde_json::from_slice(payload).map_err(ValueError::PayloadNotJson)?;
                 let mut value = &json;
                 for part in path.split('.') {
-                    value = value.get(part).ok_or_else(|| format!("no field {path}"))?;
+                    value = value
+                        .get(part)
+                        .ok_or_else(|| ValueError::NoField(path.clone()))?;
                 }
                 match value {
                     serde_json::Value::String(text) => non_empty(text.clone(), path),
                     serde_json::Value::Number(number) => Ok(number.to_string()),
-                    _ => Err(format!("field {path} is not a string or a number")),
+                    _ => Err(ValueError::NotStringOrNumber(path.clone())),
                 }
             }
         }
     }
 }
 
-fn non_empty(text: String, name: &str) -> Result<String, String> {
+fn non_empty(text: String, name: &str) -> Result<String, ValueError> {
     if text.is_empty() {
-        Err(format!("{name} is empty"))
+        Err(ValueError::Empty(name.to_string()))
     } else {
         Ok(text)
     }
@@ -292,9 +327,9 @@ mod tests {
             "beta"
         );
         let missing = record.value(&Locator::Field("sender".into())).unwrap_err();
-        assert_eq!(missing, "no field sender");
+        assert_eq!(missing.to_string(), "no field sender");
         let missing = record.value(&Locator::Header("x-id".into())).unwrap_err();
-        assert_eq!(missing, "no header x-id");
+        assert_eq!(missing.to_string(), "no header x-id");
     }
 
     #[test]

@@ -48,6 +48,22 @@ pub(crate) fn consumer<'a>(
         .create_with_context(QuietContext)
 }
 
+/// Why a group's member count is unknown.
+#[derive(Debug, thiserror::Error)]
+pub enum MembersError {
+    #[error("{0}")]
+    GroupName(std::ffi::NulError),
+    #[error("no answer in time")]
+    NoAnswer,
+    /// librdkafka's or the coordinator's error, as it words it.
+    #[error("{0}")]
+    Kafka(String),
+    #[error("not a DescribeConsumerGroups result")]
+    NotDescribeResult,
+    #[error("{0} groups described, not 1")]
+    GroupCount(usize),
+}
+
 /// How many members `group` has, as its coordinator tells it, through
 /// librdkafka's DescribeConsumerGroups: that asks with ConsumerGroupDescribe
 /// (the request of KIP-848 groups, `group.protocol = "consumer"`) and falls
@@ -58,9 +74,9 @@ pub(crate) fn group_members<C: ClientContext>(
     client: &rdkafka::client::Client<C>,
     group: &str,
     timeout: std::time::Duration,
-) -> Result<usize, String> {
+) -> Result<usize, MembersError> {
     use rdkafka::bindings as rd;
-    let group_c = std::ffi::CString::new(group).map_err(|e| e.to_string())?;
+    let group_c = std::ffi::CString::new(group).map_err(MembersError::GroupName)?;
     let mut groups = [group_c.as_ptr()];
     let timeout_ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
     // SAFETY: `rk` is the live client `client` holds; the options, queue
@@ -99,7 +115,9 @@ pub(crate) fn group_members<C: ClientContext>(
 /// # Safety
 /// `event` is null or a live event from the queue of a
 /// DescribeConsumerGroups request for one group.
-unsafe fn members_in(event: *mut rdkafka::bindings::rd_kafka_event_t) -> Result<usize, String> {
+unsafe fn members_in(
+    event: *mut rdkafka::bindings::rd_kafka_event_t,
+) -> Result<usize, MembersError> {
     use rdkafka::bindings as rd;
     let text = |s: *const std::ffi::c_char| {
         if s.is_null() {
@@ -109,19 +127,21 @@ unsafe fn members_in(event: *mut rdkafka::bindings::rd_kafka_event_t) -> Result<
         }
     };
     if event.is_null() {
-        return Err("no answer in time".into());
+        return Err(MembersError::NoAnswer);
     }
     if rd::rd_kafka_event_error(event) != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-        return Err(text(rd::rd_kafka_event_error_string(event)));
+        return Err(MembersError::Kafka(text(rd::rd_kafka_event_error_string(
+            event,
+        ))));
     }
     let result = rd::rd_kafka_event_DescribeConsumerGroups_result(event);
     if result.is_null() {
-        return Err("not a DescribeConsumerGroups result".into());
+        return Err(MembersError::NotDescribeResult);
     }
     let mut count = 0;
     let groups = rd::rd_kafka_DescribeConsumerGroups_result_groups(result, &mut count);
     if groups.is_null() || count != 1 {
-        return Err(format!("{count} groups described, not 1"));
+        return Err(MembersError::GroupCount(count));
     }
     let description = *groups;
     let error = rd::rd_kafka_ConsumerGroupDescription_error(description);
@@ -131,7 +151,7 @@ unsafe fn members_in(event: *mut rdkafka::bindings::rd_kafka_event_t) -> Result<
         {
             return Ok(0);
         }
-        return Err(text(rd::rd_kafka_error_string(error)));
+        return Err(MembersError::Kafka(text(rd::rd_kafka_error_string(error))));
     }
     Ok(rd::rd_kafka_ConsumerGroupDescription_member_count(
         description,

@@ -14,6 +14,36 @@ pub struct KafkaDuration {
     pub nanos: i128,
 }
 
+/// A `--by-duration` Kafka's tool would refuse too.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("`{text}` is not an ISO-8601 duration such as PT1H30M or P1DT12H ({problem})")]
+    NotIso8601 { text: String, problem: Problem },
+    #[error("out of range of a timestamp")]
+    OutOfRange,
+}
+
+/// What is wrong with a duration's text.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Problem {
+    #[error("it must start with P")]
+    NoP,
+    #[error("too large")]
+    TooLarge,
+    #[error("days")]
+    Days,
+    #[error("hours or minutes")]
+    HoursOrMinutes,
+    #[error("seconds")]
+    Seconds,
+    #[error("T must be followed by hours, minutes or seconds")]
+    EmptyTime,
+    #[error("`{0}` is left over")]
+    LeftOver(String),
+    #[error("no days, hours, minutes or seconds")]
+    Nothing,
+}
+
 /// Java's `Duration` holds seconds in a `long`.
 const MAX_SECONDS: i128 = i64::MAX as i128;
 
@@ -21,28 +51,32 @@ impl KafkaDuration {
     /// Parses `text` as Java's `Duration.parse` does (letters in either
     /// case, `.` or `,` before up to nine fraction digits of the seconds,
     /// a sign on the whole and on each field); refuses what it refuses.
-    pub fn parse(text: &str) -> Result<KafkaDuration, String> {
-        let bad = |why: &str| {
-            format!("`{text}` is not an ISO-8601 duration such as PT1H30M or P1DT12H ({why})")
+    pub fn parse(text: &str) -> Result<KafkaDuration, DurationError> {
+        let bad = |problem: Problem| DurationError::NotIso8601 {
+            text: text.to_string(),
+            problem,
         };
         let mut rest = text;
         let negated = take_sign(&mut rest);
         rest = rest
             .strip_prefix(['P', 'p'])
-            .ok_or_else(|| bad("it must start with P"))?;
+            .ok_or_else(|| bad(Problem::NoP))?;
         let mut total: i128 = 0;
         let mut any = false;
-        let mut add = |amount: i128, unit: i128| -> Result<(), String> {
+        let mut add = |amount: i128, unit: i128| -> Result<(), DurationError> {
             let nanos = amount
                 .checked_mul(unit)
                 .and_then(|n| total.checked_add(n))
                 .filter(|n| (n / 1_000_000_000).abs() <= MAX_SECONDS)
-                .ok_or_else(|| bad("too large"))?;
+                .ok_or_else(|| bad(Problem::TooLarge))?;
             total = nanos;
             Ok(())
         };
         if let Some((days, after)) = field(rest, &['D', 'd']) {
-            add(number(days).ok_or_else(|| bad("days"))?, 86_400 * NANOS)?;
+            add(
+                number(days).ok_or_else(|| bad(Problem::Days))?,
+                86_400 * NANOS,
+            )?;
             rest = after;
             any = true;
         }
@@ -51,26 +85,32 @@ impl KafkaDuration {
             let mut in_time = false;
             for (letters, unit) in [(['H', 'h'], 3_600 * NANOS), (['M', 'm'], 60 * NANOS)] {
                 if let Some((amount, after)) = field(rest, &letters) {
-                    add(number(amount).ok_or_else(|| bad("hours or minutes"))?, unit)?;
+                    add(
+                        number(amount).ok_or_else(|| bad(Problem::HoursOrMinutes))?,
+                        unit,
+                    )?;
                     rest = after;
                     in_time = true;
                 }
             }
             if let Some((seconds, after)) = field(rest, &['S', 's']) {
-                add(self::seconds(seconds).ok_or_else(|| bad("seconds"))?, 1)?;
+                add(
+                    self::seconds(seconds).ok_or_else(|| bad(Problem::Seconds))?,
+                    1,
+                )?;
                 rest = after;
                 in_time = true;
             }
             if !in_time {
-                return Err(bad("T must be followed by hours, minutes or seconds"));
+                return Err(bad(Problem::EmptyTime));
             }
             any = true;
         }
         if !rest.is_empty() {
-            return Err(bad(&format!("`{rest}` is left over")));
+            return Err(bad(Problem::LeftOver(rest.to_string())));
         }
         if !any {
-            return Err(bad("no days, hours, minutes or seconds"));
+            return Err(bad(Problem::Nothing));
         }
         Ok(KafkaDuration {
             nanos: if negated { -total } else { total },
@@ -80,9 +120,9 @@ impl KafkaDuration {
     /// The instant this long before `now_ms` (ms since the epoch), rounded
     /// down to the millisecond, as Kafka's tool computes
     /// `now.minus(duration).toEpochMilli()`.
-    pub fn before(self, now_ms: i64) -> Result<i64, String> {
+    pub fn before(self, now_ms: i64) -> Result<i64, DurationError> {
         let at = i128::from(now_ms) * 1_000_000 - self.nanos;
-        i64::try_from(at.div_euclid(1_000_000)).map_err(|_| "out of range of a timestamp".into())
+        i64::try_from(at.div_euclid(1_000_000)).map_err(|_| DurationError::OutOfRange)
     }
 }
 
@@ -200,7 +240,7 @@ mod tests {
             "P9999999999999999999D",
             "PT1.5M",
         ] {
-            let error = KafkaDuration::parse(bad).expect_err(bad);
+            let error = KafkaDuration::parse(bad).expect_err(bad).to_string();
             assert!(error.contains("ISO-8601"), "{bad}: {error}");
         }
     }

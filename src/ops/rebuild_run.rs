@@ -23,11 +23,39 @@ use crate::store::{at_start, AtStart, Publish, StoreError, StoreIdentity, Stream
 
 #[derive(Debug, thiserror::Error)]
 pub enum RebuildError {
-    /// The request cannot be carried out as asked (named flag or field).
-    #[error("{0}")]
-    Refused(String),
+    /// `--stream` names no stream of the config.
+    #[error("--stream: no stream named `{stream}` (the config has {})", names.join(", "))]
+    NoSuchStream { stream: String, names: Vec<String> },
+    #[error(
+        "store.kind = \"memory\": each replica's store starts empty and keeps its own \
+         identity; there is nothing to rebuild"
+    )]
+    MemoryStore,
+    /// `--adopt` where the store holds part of an identity, or two.
+    #[error(
+        "stream {stream}: {why}; --adopt vouches only for a store that holds no identity at \
+         all: rebuild it instead"
+    )]
+    NotAdoptable {
+        stream: String,
+        why: crate::store::Refusal,
+    },
     #[error("kafka: {0}")]
-    Kafka(String),
+    Kafka(KafkaError),
+    #[error("kafka: offsets of {clean} by time: {error}")]
+    OffsetsByTime { clean: String, error: KafkaError },
+    #[error(
+        "kafka: {clean} partitions {left:?} did not reach their end within {quiet_s}s (an open \
+         transaction holding them back?); run the rebuild again"
+    )]
+    NotAtEnd {
+        clean: String,
+        left: Vec<i32>,
+        quiet_s: u64,
+    },
+    /// The blocking task that talked to the brokers died.
+    #[error("kafka: {0}")]
+    Task(tokio::task::JoinError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -57,24 +85,12 @@ pub async fn rebuild(config: &Config, args: RebuildArgs) -> Result<String, Rebui
         .iter()
         .enumerate()
         .find(|(_, s)| s.spec.name == args.stream)
-        .ok_or_else(|| {
-            let names: Vec<&str> = config
-                .streams
-                .iter()
-                .map(|s| s.spec.name.as_str())
-                .collect();
-            RebuildError::Refused(format!(
-                "--stream: no stream named `{}` (the config has {})",
-                args.stream,
-                names.join(", ")
-            ))
+        .ok_or_else(|| RebuildError::NoSuchStream {
+            stream: args.stream.clone(),
+            names: config.streams.iter().map(|s| s.spec.name.clone()).collect(),
         })?;
     if matches!(config.store, StoreConfig::Memory { .. }) {
-        return Err(RebuildError::Refused(
-            "store.kind = \"memory\": each replica's store starts empty and keeps its own \
-             identity; there is nothing to rebuild"
-                .into(),
-        ));
+        return Err(RebuildError::MemoryStore);
     }
     let id = StreamId(index);
     let store = crate::app::open_store(config).await?;
@@ -92,7 +108,7 @@ pub async fn rebuild(config: &Config, args: RebuildArgs) -> Result<String, Rebui
             Ok((group, group::committed(&consumer, &partitions)?))
         })
         .await
-        .map_err(|e| RebuildError::Kafka(e.to_string()))??
+        .map_err(RebuildError::Task)??
     };
 
     let now = crate::worker::wall_ms();
@@ -145,11 +161,10 @@ async fn adopt(
             ))
         }
         AtStart::Refuse(why) => {
-            return Err(RebuildError::Refused(format!(
-                "stream {}: {why}; --adopt vouches only for a store that holds no identity at \
-                 all: rebuild it instead",
-                stream.spec.name
-            )))
+            return Err(RebuildError::NotAdoptable {
+                stream: stream.spec.name.clone(),
+                why,
+            })
         }
         AtStart::FirstOrLost => {}
     }
@@ -171,7 +186,7 @@ async fn adopt(
 /// Reads every partition of `clean` from the first offset at or after the
 /// plan's window start to its end, each output into the plan.
 fn read_clean(config: &Config, clean: &str, plan: &mut Rebuild<'_>) -> Result<(), RebuildError> {
-    let kafka = |e: KafkaError| RebuildError::Kafka(e.to_string());
+    let kafka = RebuildError::Kafka;
     let (mut client, _) = crate::worker::client_configs(config);
     client
         .set("group.id", "idemgate-rebuild")
@@ -189,7 +204,10 @@ fn read_clean(config: &Config, clean: &str, plan: &mut Rebuild<'_>) -> Result<()
     }
     let found = consumer
         .offsets_for_times(by_time, REQUEST_TIMEOUT)
-        .map_err(|e| RebuildError::Kafka(format!("offsets of {clean} by time: {e}")))?;
+        .map_err(|error| RebuildError::OffsetsByTime {
+            clean: clean.to_string(),
+            error,
+        })?;
     let mut assignment = TopicPartitionList::new();
     let mut open: HashSet<i32> = HashSet::new();
     for element in found.elements() {
@@ -210,11 +228,11 @@ fn read_clean(config: &Config, clean: &str, plan: &mut Rebuild<'_>) -> Result<()
         if last.elapsed() > QUIET {
             let mut left: Vec<i32> = open.iter().copied().collect();
             left.sort_unstable();
-            return Err(RebuildError::Kafka(format!(
-                "{clean} partitions {left:?} did not reach their end within {}s (an open \
-                 transaction holding them back?); run the rebuild again",
-                QUIET.as_secs()
-            )));
+            return Err(RebuildError::NotAtEnd {
+                clean: clean.to_string(),
+                left,
+                quiet_s: QUIET.as_secs(),
+            });
         }
         let Some(polled) = consumer.poll(Duration::from_millis(200)) else {
             continue;

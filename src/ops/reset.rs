@@ -17,6 +17,8 @@
 
 use std::collections::BTreeMap;
 
+use super::reset_csv::CsvError;
+
 /// Where the offsets go: the scenarios of Kafka's `kafka-consumer-groups
 /// --reset-offsets`, each computed as that tool computes it, except that an
 /// offset named explicitly (`--to-offset`, `--from-file`) must lie inside
@@ -59,23 +61,16 @@ impl Target {
 }
 
 /// `--skipped`: what the records a forward skip passes over count as.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Skipped {
+    /// Their copies become duplicates (loss if they were not delivered).
     Delivered,
+    /// Their copies may take their claims over (a double if they were
+    /// delivered).
     Abandoned,
 }
 
 impl Skipped {
-    pub fn parse(text: &str) -> Result<Skipped, String> {
-        match text {
-            "delivered" => Ok(Skipped::Delivered),
-            "abandoned" => Ok(Skipped::Abandoned),
-            other => Err(format!(
-                "--skipped: `{other}` is neither `delivered` nor `abandoned`"
-            )),
-        }
-    }
-
     /// What the choice risks, as the command prints it.
     pub fn risk(self) -> &'static str {
         match self {
@@ -93,18 +88,31 @@ impl Skipped {
     }
 }
 
+/// A `--to-offset` refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OffsetsError {
+    #[error("--to-offset: {0} is negative")]
+    Negative(i64),
+    #[error("--to-offset: `{0}` is not TOPIC:PARTITION=OFFSET")]
+    NotTopicPartitionOffset(String),
+    #[error("--to-offset: {topic}:{partition} is named twice")]
+    NamedTwice { topic: String, partition: i32 },
+    #[error("--to-offset: no offsets given")]
+    Empty,
+}
+
 /// Parses `--to-offset`: a single offset for every partition, or
 /// `TOPIC:PARTITION=OFFSET,...`.
-pub fn parse_offsets(text: &str) -> Result<Target, String> {
+pub fn parse_offsets(text: &str) -> Result<Target, OffsetsError> {
     if let Ok(offset) = text.trim().parse::<i64>() {
         if offset < 0 {
-            return Err(format!("--to-offset: {offset} is negative"));
+            return Err(OffsetsError::Negative(offset));
         }
         return Ok(Target::Offset(offset));
     }
     let mut out = BTreeMap::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let bad = || format!("--to-offset: `{part}` is not TOPIC:PARTITION=OFFSET");
+        let bad = || OffsetsError::NotTopicPartitionOffset(part.to_string());
         let (tp, offset) = part.split_once('=').ok_or_else(bad)?;
         let (topic, partition) = tp.rsplit_once(':').ok_or_else(bad)?;
         let partition: i32 = partition.parse().map_err(|_| bad())?;
@@ -113,11 +121,14 @@ pub fn parse_offsets(text: &str) -> Result<Target, String> {
             return Err(bad());
         }
         if out.insert((topic.to_string(), partition), offset).is_some() {
-            return Err(format!("--to-offset: {topic}:{partition} is named twice"));
+            return Err(OffsetsError::NamedTwice {
+                topic: topic.to_string(),
+                partition,
+            });
         }
     }
     if out.is_empty() {
-        return Err("--to-offset: no offsets given".into());
+        return Err(OffsetsError::Empty);
     }
     Ok(Target::Offsets(out))
 }
@@ -193,9 +204,51 @@ pub struct Request {
     pub resume_at_end: bool,
 }
 
+/// A reset that cannot be done as asked, naming the flag (`flag`) and the
+/// partition (`name`, `topic:partition`).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error(transparent)]
+    File(#[from] CsvError),
+    #[error("{flag}: {topic}:{partition} is not an input partition of stream {stream}")]
+    NotAnInput {
+        flag: &'static str,
+        topic: String,
+        partition: i32,
+        stream: String,
+    },
+    #[error("{flag}: {name} is not named (every input partition must be)")]
+    NotNamed { flag: &'static str, name: String },
+    #[error(
+        "{flag}: {name} has no committed offset to shift (Kafka's tool refuses it too); name \
+         its offset with --to-offset or --from-file"
+    )]
+    NoCommitToShift { flag: &'static str, name: String },
+    #[error(
+        "{flag}: {after} for {name} is outside its log [{low}, {high}] (Kafka's tool would \
+         move it to the nearer end; name that offset if it is what you want)"
+    )]
+    OutsideLog {
+        flag: &'static str,
+        after: i64,
+        name: String,
+        low: i64,
+        high: i64,
+    },
+    #[error(
+        "{name}: {before} -> {after} skips records forward; say what they were with \
+         --skipped delivered or --skipped abandoned"
+    )]
+    SkipUnsaid {
+        name: String,
+        before: i64,
+        after: i64,
+    },
+}
+
 /// Decides every partition's change; refuses what cannot be done, naming
 /// the flag.
-pub fn plan(request: &Request, seen: &[Seen]) -> Result<Plan, String> {
+pub fn plan(request: &Request, seen: &[Seen]) -> Result<Plan, PlanError> {
     let flag = request.target.flag();
     // Offsets named per partition (none for the other targets).
     let (named, other_groups) = match &request.target {
@@ -211,10 +264,12 @@ pub fn plan(request: &Request, seen: &[Seen]) -> Result<Plan, String> {
             .iter()
             .any(|s| &s.topic == topic && s.partition == *partition)
         {
-            return Err(format!(
-                "{flag}: {topic}:{partition} is not an input partition of stream {}",
-                request.stream
-            ));
+            return Err(PlanError::NotAnInput {
+                flag,
+                topic: topic.clone(),
+                partition: *partition,
+                stream: request.stream.clone(),
+            });
         }
     }
     let mut partitions = Vec::with_capacity(seen.len());
@@ -222,21 +277,20 @@ pub fn plan(request: &Request, seen: &[Seen]) -> Result<Plan, String> {
         let name = format!("{}:{}", s.topic, s.partition);
         let mut clamped_from = None;
         let after = match &request.target {
-            Target::Offsets(_) | Target::File(_) => {
-                *named.get(&(s.topic.clone(), s.partition)).ok_or_else(|| {
-                    format!("{flag}: {name} is not named (every input partition must be)")
-                })?
-            }
+            Target::Offsets(_) | Target::File(_) => *named
+                .get(&(s.topic.clone(), s.partition))
+                .ok_or_else(|| PlanError::NotNamed {
+                    flag,
+                    name: name.clone(),
+                })?,
             Target::Earliest => s.low,
             Target::Latest => s.high,
             Target::Time(_) => s.at_time.unwrap_or(s.high),
             Target::Offset(offset) => *offset,
             Target::ShiftBy(by) => {
-                let committed = s.committed.ok_or_else(|| {
-                    format!(
-                        "{flag}: {name} has no committed offset to shift (Kafka's tool refuses \
-                         it too); name its offset with --to-offset or --from-file"
-                    )
+                let committed = s.committed.ok_or_else(|| PlanError::NoCommitToShift {
+                    flag,
+                    name: name.clone(),
                 })?;
                 let wanted = committed.saturating_add(*by);
                 let kept = wanted.clamp(s.low, s.high);
@@ -247,11 +301,13 @@ pub fn plan(request: &Request, seen: &[Seen]) -> Result<Plan, String> {
             }
         };
         if after < s.low || after > s.high {
-            return Err(format!(
-                "{flag}: {after} for {name} is outside its log [{}, {}] (Kafka's tool would \
-                 move it to the nearer end; name that offset if it is what you want)",
-                s.low, s.high
-            ));
+            return Err(PlanError::OutsideLog {
+                flag,
+                after,
+                name,
+                low: s.low,
+                high: s.high,
+            });
         }
         let before = s
             .committed
@@ -265,10 +321,11 @@ pub fn plan(request: &Request, seen: &[Seen]) -> Result<Plan, String> {
         match change {
             Change::Forward => match request.skipped {
                 None => {
-                    return Err(format!(
-                        "{name}: {before} -> {after} skips records forward; say what they \
-                         were with --skipped delivered or --skipped abandoned"
-                    ))
+                    return Err(PlanError::SkipUnsaid {
+                        name,
+                        before,
+                        after,
+                    })
                 }
                 Some(Skipped::Delivered) => raise_to = Some(after),
                 Some(Skipped::Abandoned) => abandon = Some((before, after)),
@@ -345,16 +402,23 @@ mod tests {
         };
         assert_eq!(named.get(&("raw.bank".into(), 1)), Some(&7));
         for bad in ["-1", "raw:x=1", "raw=1", "raw:0=1,raw:0=2", ""] {
-            let error = parse_offsets(bad).unwrap_err();
+            let error = parse_offsets(bad).unwrap_err().to_string();
             assert!(error.starts_with("--to-offset"), "{bad}: {error}");
         }
-        assert!(Skipped::parse("lost").unwrap_err().contains("--skipped"));
+        use clap::ValueEnum;
+        assert_eq!(
+            Skipped::from_str("abandoned", false),
+            Ok(Skipped::Abandoned)
+        );
+        assert!(Skipped::from_str("lost", false).is_err());
     }
 
     #[test]
     fn a_forward_skip_needs_a_choice_and_records_it() {
         let parts = [seen(0, Some(10), Some(10)), seen(1, Some(60), Some(60))];
-        let error = plan(&request(Target::Offset(50), None, false), &parts).unwrap_err();
+        let error = plan(&request(Target::Offset(50), None, false), &parts)
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("--skipped"), "{error}");
         assert!(error.starts_with("raw:0"), "{error}");
         let p = plan(
@@ -397,15 +461,21 @@ mod tests {
     fn every_partition_must_be_named_and_inside_its_log() {
         let parts = [seen(0, Some(10), None), seen(1, Some(10), None)];
         let one = parse_offsets("raw:0=5").unwrap();
-        let error = plan(&request(one, None, false), &parts).unwrap_err();
+        let error = plan(&request(one, None, false), &parts)
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("raw:1 is not named"), "{error}");
         let other = parse_offsets("raw:0=5,raw:1=5,other:0=1").unwrap();
-        let error = plan(&request(other, None, false), &parts).unwrap_err();
+        let error = plan(&request(other, None, false), &parts)
+            .unwrap_err()
+            .to_string();
         assert!(
             error.contains("other:0 is not an input partition"),
             "{error}"
         );
-        let error = plan(&request(Target::Offset(101), None, false), &parts).unwrap_err();
+        let error = plan(&request(Target::Offset(101), None, false), &parts)
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("outside its log"), "{error}");
     }
 
@@ -435,7 +505,8 @@ mod tests {
             &request(Target::ShiftBy(1), None, false),
             &[seen(0, None, None)],
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(
             error.starts_with("--shift-by: raw:0 has no committed"),
             "{error}"
@@ -445,7 +516,9 @@ mod tests {
     #[test]
     fn latest_is_a_forward_skip_that_needs_a_choice() {
         let parts = [seen(0, Some(60), Some(60)), seen(1, None, None)];
-        let error = plan(&request(Target::Latest, None, false), &parts).unwrap_err();
+        let error = plan(&request(Target::Latest, None, false), &parts)
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("--skipped"), "{error}");
         let p = plan(
             &request(Target::Latest, Some(Skipped::Delivered), false),
@@ -477,13 +550,17 @@ mod tests {
         assert_eq!(p.other_groups, vec!["other".to_string()]);
         assert!(text(&p, true).contains("rows of other groups were left alone (other)"));
         let one = Rows::parse("f.csv", "raw,0,10\n").unwrap();
-        let error = plan(&request(Target::File(one), None, false), &parts).unwrap_err();
+        let error = plan(&request(Target::File(one), None, false), &parts)
+            .unwrap_err()
+            .to_string();
         assert!(
             error.starts_with("--from-file: raw:1 is not named"),
             "{error}"
         );
         let outside = Rows::parse("f.csv", "raw,0,10\nraw,1,101\n").unwrap();
-        let error = plan(&request(Target::File(outside), None, false), &parts).unwrap_err();
+        let error = plan(&request(Target::File(outside), None, false), &parts)
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("outside its log"), "{error}");
     }
 }

@@ -45,6 +45,44 @@ pub struct ForGroup {
     pub other_groups: Vec<String>,
 }
 
+/// A `--from-file` refused, naming the file (and the line).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CsvError {
+    #[error("--from-file {file}: line {line}: {problem}")]
+    Line {
+        file: String,
+        line: usize,
+        problem: LineProblem,
+    },
+    #[error("--from-file {file}: no offsets in it")]
+    Empty { file: String },
+    #[error("--from-file {file}: {topic}:{partition} is named twice")]
+    NamedTwice {
+        file: String,
+        topic: String,
+        partition: i32,
+    },
+    #[error("--from-file {file}: no rows for group {group} (it has rows for {})", others.join(", "))]
+    NoRowsForGroup {
+        file: String,
+        group: String,
+        others: Vec<String>,
+    },
+}
+
+/// What is wrong with one line of the file.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LineProblem {
+    #[error("`{0}` is not topic,partition,offset (or group,topic,partition,offset on every line)")]
+    Columns(String),
+    #[error("partition `{0}` is not a partition number")]
+    Partition(String),
+    #[error("offset `{0}` is not an offset")]
+    Offset(String),
+    #[error("an empty topic or group")]
+    Empty,
+}
+
 /// The plan's new offsets as Kafka's tool exports them for one group.
 pub fn export(plan: &Plan) -> String {
     let mut out = String::new();
@@ -75,7 +113,7 @@ impl Rows {
     /// Reads Kafka's reset CSV: every line three cells, or every line
     /// four (the first line decides, as for Kafka's reader); blank lines
     /// and a `\r` before a line's end are ignored.
-    pub fn parse(source: &str, text: &str) -> Result<Rows, String> {
+    pub fn parse(source: &str, text: &str) -> Result<Rows, CsvError> {
         let mut rows = Vec::new();
         let mut columns = None;
         for (number, line) in text.lines().enumerate() {
@@ -83,31 +121,33 @@ impl Rows {
             if line.trim().is_empty() {
                 continue;
             }
-            let at = |why: String| format!("--from-file {source}: line {}: {why}", number + 1);
+            let at = |problem: LineProblem| CsvError::Line {
+                file: source.to_string(),
+                line: number + 1,
+                problem,
+            };
             let cells: Vec<&str> = line.split(',').map(cell).collect();
             let expected = *columns.get_or_insert(cells.len());
             if cells.len() != expected || !(3..=4).contains(&cells.len()) {
-                return Err(at(format!(
-                    "`{line}` is not topic,partition,offset (or group,topic,partition,offset \
-                     on every line)"
-                )));
+                return Err(at(LineProblem::Columns(line.to_string())));
             }
             let (group, rest) = if cells.len() == 4 {
                 (Some(cells[0].to_string()), &cells[1..])
             } else {
                 (None, &cells[..])
             };
-            let partition: i32 =
-                rest[1].parse().ok().filter(|p| *p >= 0).ok_or_else(|| {
-                    at(format!("partition `{}` is not a partition number", rest[1]))
-                })?;
+            let partition: i32 = rest[1]
+                .parse()
+                .ok()
+                .filter(|p| *p >= 0)
+                .ok_or_else(|| at(LineProblem::Partition(rest[1].to_string())))?;
             let offset: i64 = rest[2]
                 .parse()
                 .ok()
                 .filter(|o| *o >= 0)
-                .ok_or_else(|| at(format!("offset `{}` is not an offset", rest[2])))?;
+                .ok_or_else(|| at(LineProblem::Offset(rest[2].to_string())))?;
             if rest[0].is_empty() || group.as_deref() == Some("") {
-                return Err(at("an empty topic or group".into()));
+                return Err(at(LineProblem::Empty));
             }
             rows.push(Row {
                 group,
@@ -117,7 +157,9 @@ impl Rows {
             });
         }
         if rows.is_empty() {
-            return Err(format!("--from-file {source}: no offsets in it"));
+            return Err(CsvError::Empty {
+                file: source.to_string(),
+            });
         }
         Ok(Rows {
             source: source.to_string(),
@@ -127,7 +169,7 @@ impl Rows {
 
     /// The offsets for `group`: every row of a three-column file, or the
     /// rows naming `group`. A partition named twice for it is refused.
-    pub fn for_group(&self, group: &str) -> Result<ForGroup, String> {
+    pub fn for_group(&self, group: &str) -> Result<ForGroup, CsvError> {
         let mut named = BTreeMap::new();
         let mut others: Vec<String> = Vec::new();
         for row in &self.rows {
@@ -144,18 +186,19 @@ impl Rows {
                 .insert((row.topic.clone(), row.partition), row.offset)
                 .is_some()
             {
-                return Err(format!(
-                    "--from-file {}: {}:{} is named twice",
-                    self.source, row.topic, row.partition
-                ));
+                return Err(CsvError::NamedTwice {
+                    file: self.source.clone(),
+                    topic: row.topic.clone(),
+                    partition: row.partition,
+                });
             }
         }
         if named.is_empty() {
-            return Err(format!(
-                "--from-file {}: no rows for group {group} (it has rows for {})",
-                self.source,
-                others.join(", ")
-            ));
+            return Err(CsvError::NoRowsForGroup {
+                file: self.source.clone(),
+                group: group.to_string(),
+                others,
+            });
         }
         others.sort();
         Ok(ForGroup {
@@ -241,7 +284,7 @@ mod tests {
             vec![(("raw".to_string(), 0), 5), (("raw".to_string(), 1), 6)]
         );
         assert_eq!(mine.other_groups, vec!["g2".to_string()]);
-        let error = rows.for_group("g3").unwrap_err();
+        let error = rows.for_group("g3").unwrap_err().to_string();
         assert!(error.contains("no rows for group g3"), "{error}");
         assert!(error.contains("g1, g2"), "{error}");
     }
@@ -257,11 +300,12 @@ mod tests {
             (",0,1\n", "empty topic"),
             ("topic,partition,offset\n", "partition `partition`"),
         ] {
-            let error = Rows::parse("p.csv", text).unwrap_err();
+            let error = Rows::parse("p.csv", text).unwrap_err().to_string();
             assert!(error.starts_with("--from-file p.csv"), "{text:?}: {error}");
             assert!(error.contains(says), "{text:?}: {error}");
         }
         let twice = Rows::parse("p.csv", "raw,0,1\nraw,0,2\n").unwrap();
-        assert!(twice.for_group("g").unwrap_err().contains("named twice"));
+        let error = twice.for_group("g").unwrap_err().to_string();
+        assert!(error.contains("named twice"), "{error}");
     }
 }

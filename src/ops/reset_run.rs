@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::group::{refuse_if_active, GroupError};
@@ -46,11 +47,51 @@ pub(crate) fn commit_metadata(key_id: &str, old: Option<&str>, after: i64) -> St
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResetError {
-    /// The request cannot be carried out as asked (named flag or field).
-    #[error("{0}")]
-    Refused(String),
+    /// `--stream` names no stream of the config.
+    #[error("--stream: no stream named `{stream}` (the config has {})", names.join(", "))]
+    NoSuchStream { stream: String, names: Vec<String> },
+    #[error(
+        "store.kind = \"memory\": claims and watermarks live inside each replica, where no \
+         reset can record anything; reset with Kafka's own tool (a restarted memory store \
+         remembers nothing anyway)"
+    )]
+    MemoryStore,
+    /// The plan refused the request (named flag and partition).
+    #[error(transparent)]
+    Plan(#[from] super::reset::PlanError),
+    #[error("kafka: cannot make a client from [kafka]: {0}")]
+    Client(KafkaError),
+    #[error("kafka: metadata of {topic}: {error}")]
+    Metadata { topic: String, error: KafkaError },
+    #[error("kafka: input topic {0} is not there")]
+    InputMissing(String),
+    #[error("kafka: bounds of {topic}/{partition}: {error}")]
+    Bounds {
+        topic: String,
+        partition: i32,
+        error: KafkaError,
+    },
+    #[error("kafka: committed offsets: {0}")]
+    Committed(KafkaError),
+    #[error("kafka: offsets for --to-time: {0}")]
+    OffsetsForTime(KafkaError),
+    /// A partition list librdkafka refused to build.
     #[error("kafka: {0}")]
-    Kafka(String),
+    Kafka(KafkaError),
+    #[error("kafka: committing the new offsets: {0} (the store is updated; run the reset again)")]
+    Commit(KafkaError),
+    #[error("kafka: reading the commit back: {0}")]
+    ReadBack(KafkaError),
+    #[error("kafka: {topic}/{partition}: committed {now:?}, not {offset}")]
+    CommitNotKept {
+        topic: String,
+        partition: i32,
+        now: Option<Offset>,
+        offset: i64,
+    },
+    /// The blocking task that talked to the brokers died.
+    #[error("kafka: {0}")]
+    Task(tokio::task::JoinError),
     #[error(transparent)]
     Store(#[from] StoreError),
     /// The group has members, or the brokers did not answer about it.
@@ -101,25 +142,12 @@ async fn run(config: &Config, args: ResetArgs) -> Result<(String, super::reset::
         .iter()
         .enumerate()
         .find(|(_, s)| s.spec.name == args.stream)
-        .ok_or_else(|| {
-            let names: Vec<&str> = config
-                .streams
-                .iter()
-                .map(|s| s.spec.name.as_str())
-                .collect();
-            ResetError::Refused(format!(
-                "--stream: no stream named `{}` (the config has {})",
-                args.stream,
-                names.join(", ")
-            ))
+        .ok_or_else(|| ResetError::NoSuchStream {
+            stream: args.stream.clone(),
+            names: config.streams.iter().map(|s| s.spec.name.clone()).collect(),
         })?;
     if matches!(config.store, crate::config::StoreConfig::Memory { .. }) {
-        return Err(ResetError::Refused(
-            "store.kind = \"memory\": claims and watermarks live inside each replica, where \
-             no reset can record anything; reset with Kafka's own tool (a restarted memory \
-             store remembers nothing anyway)"
-                .into(),
-        ));
+        return Err(ResetError::MemoryStore);
     }
     let (consumer_config, _) = crate::worker::client_configs(config);
     let group = consumer_config
@@ -138,14 +166,16 @@ async fn run(config: &Config, args: ResetArgs) -> Result<(String, super::reset::
         tokio::task::spawn_blocking(move || -> Result<_, ResetError> {
             let consumer: BaseConsumer<QuietContext> = consumer_config
                 .create_with_context(QuietContext)
-                .map_err(|e| {
-                    ResetError::Kafka(format!("cannot make a client from [kafka]: {e}"))
-                })?;
+                .map_err(ResetError::Client)?;
             // A dry run writes nothing, so members do not race it: it
             // plans from what they have committed so far.
             let members = if dry_run {
-                group_members(consumer.client(), &group, REQUEST_TIMEOUT)
-                    .map_err(|e| GroupError::Kafka(format!("describing group {group}: {e}")))?
+                group_members(consumer.client(), &group, REQUEST_TIMEOUT).map_err(|error| {
+                    GroupError::Describe {
+                        group: group.clone(),
+                        error,
+                    }
+                })?
             } else {
                 refuse_if_active(&consumer, &group)?;
                 0
@@ -154,7 +184,7 @@ async fn run(config: &Config, args: ResetArgs) -> Result<(String, super::reset::
             Ok((consumer, members, (seen, metadata)))
         })
         .await
-        .map_err(|e| ResetError::Kafka(e.to_string()))??
+        .map_err(ResetError::Task)??
     };
 
     let store = crate::app::open_store(config).await?;
@@ -177,7 +207,7 @@ async fn run(config: &Config, args: ResetArgs) -> Result<(String, super::reset::
         re_emit: args.re_emit,
         resume_at_end,
     };
-    let plan = plan(&request, &seen).map_err(ResetError::Refused)?;
+    let plan = plan(&request, &seen)?;
     let mut report = format!("group {group}\n");
     if members > 0 {
         report.push_str(&format!(
@@ -225,7 +255,7 @@ async fn run(config: &Config, args: ResetArgs) -> Result<(String, super::reset::
         Ok(commits.len())
     })
     .await
-    .map_err(|e| ResetError::Kafka(e.to_string()))??;
+    .map_err(ResetError::Task)??;
     report.push_str(&format!(
         "store updated; {committed} partition offset(s) committed for group {group_name}\n"
     ));
@@ -246,18 +276,25 @@ fn look(
     for topic in inputs {
         let metadata = consumer
             .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
-            .map_err(|e| ResetError::Kafka(format!("metadata of {topic}: {e}")))?;
+            .map_err(|error| ResetError::Metadata {
+                topic: topic.clone(),
+                error,
+            })?;
         let partitions = metadata
             .topics()
             .iter()
             .find(|t| t.name() == topic && t.error().is_none())
             .map(|t| t.partitions().len())
             .filter(|n| *n > 0)
-            .ok_or_else(|| ResetError::Kafka(format!("input topic {topic} is not there")))?;
+            .ok_or_else(|| ResetError::InputMissing(topic.clone()))?;
         for partition in 0..partitions as i32 {
             let (low, high) = consumer
                 .fetch_watermarks(topic, partition, REQUEST_TIMEOUT)
-                .map_err(|e| ResetError::Kafka(format!("bounds of {topic}/{partition}: {e}")))?;
+                .map_err(|error| ResetError::Bounds {
+                    topic: topic.clone(),
+                    partition,
+                    error,
+                })?;
             seen.push(Seen {
                 topic: topic.clone(),
                 partition,
@@ -275,7 +312,7 @@ fn look(
     }
     let committed = consumer
         .committed_offsets(list, REQUEST_TIMEOUT)
-        .map_err(|e| ResetError::Kafka(format!("committed offsets: {e}")))?;
+        .map_err(ResetError::Committed)?;
     let mut metadata = Committed::new();
     for s in &mut seen {
         if let Some(element) = committed.find_partition(&s.topic, s.partition) {
@@ -292,11 +329,11 @@ fn look(
         let mut list = TopicPartitionList::new();
         for s in &seen {
             list.add_partition_offset(&s.topic, s.partition, Offset::Offset(*at))
-                .map_err(|e| ResetError::Kafka(e.to_string()))?;
+                .map_err(ResetError::Kafka)?;
         }
         let found = consumer
             .offsets_for_times(list, REQUEST_TIMEOUT)
-            .map_err(|e| ResetError::Kafka(format!("offsets for --to-time: {e}")))?;
+            .map_err(ResetError::OffsetsForTime)?;
         for s in &mut seen {
             if let Some(Offset::Offset(o)) = found
                 .find_partition(&s.topic, s.partition)
@@ -319,16 +356,14 @@ fn commit(
     let mut list = TopicPartitionList::new();
     for (topic, partition, offset, metadata) in commits {
         list.add_partition_offset(topic, *partition, Offset::Offset(*offset))
-            .map_err(|e| ResetError::Kafka(e.to_string()))?;
+            .map_err(ResetError::Kafka)?;
         if let Some(mut element) = list.find_partition(topic, *partition) {
             element.set_metadata(metadata);
         }
     }
-    consumer.commit(&list, CommitMode::Sync).map_err(|e| {
-        ResetError::Kafka(format!(
-            "committing the new offsets: {e} (the store is updated; run the reset again)"
-        ))
-    })?;
+    consumer
+        .commit(&list, CommitMode::Sync)
+        .map_err(ResetError::Commit)?;
     // Read back: the broker said yes to what it holds now.
     let mut check = TopicPartitionList::new();
     for (topic, partition, _, _) in commits {
@@ -336,13 +371,16 @@ fn commit(
     }
     let back = consumer
         .committed_offsets(check, Duration::from_secs(10))
-        .map_err(|e| ResetError::Kafka(format!("reading the commit back: {e}")))?;
+        .map_err(ResetError::ReadBack)?;
     for (topic, partition, offset, _) in commits {
         let now = back.find_partition(topic, *partition).map(|e| e.offset());
         if now != Some(Offset::Offset(*offset)) {
-            return Err(ResetError::Kafka(format!(
-                "{topic}/{partition}: committed {now:?}, not {offset}"
-            )));
+            return Err(ResetError::CommitNotKept {
+                topic: topic.clone(),
+                partition: *partition,
+                now,
+                offset: *offset,
+            });
         }
     }
     Ok(())

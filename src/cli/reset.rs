@@ -7,10 +7,12 @@
 
 use std::path::PathBuf;
 
-use super::kafka_duration::KafkaDuration;
-use super::reset::{parse_offsets, Skipped, Target};
-use super::reset_csv::Rows;
-use super::reset_run::ResetArgs;
+use crate::config::Config;
+use crate::ops::horizon::{rfc3339_ms, TimeError};
+use crate::ops::kafka_duration::{DurationError, KafkaDuration};
+use crate::ops::reset::{parse_offsets, OffsetsError, Skipped, Target};
+use crate::ops::reset_csv::{CsvError, Rows};
+use crate::ops::reset_run::{self, ResetArgs};
 
 /// The scenarios; clap refuses two of them together, naming both.
 const SCENARIOS: [&str; 7] = [
@@ -63,8 +65,8 @@ pub struct ResetCli {
     /// (their copies become duplicates: loss if they were not) or
     /// `abandoned` (their copies may take their claims over: a double if
     /// they were delivered). Required for a forward skip.
-    #[arg(long)]
-    pub skipped: Option<String>,
+    #[arg(long, value_enum)]
+    pub skipped: Option<Skipped>,
     /// Records of the replayed range that were delivered before as their
     /// claim's holder go to clean again, marked `idemgate-replay: true`.
     #[arg(long)]
@@ -79,10 +81,45 @@ pub struct ResetCli {
     pub export: bool,
 }
 
+/// A scenario's value refused before anything is contacted, naming its
+/// flag.
+#[derive(Debug, thiserror::Error)]
+pub enum ArgsError {
+    #[error(transparent)]
+    ToOffset(#[from] OffsetsError),
+    #[error("--to-time: {0}")]
+    ToTime(TimeError),
+    #[error("--by-duration: {0}")]
+    ByDurationSyntax(DurationError),
+    #[error("--by-duration {text}: {error}")]
+    ByDurationRange { text: String, error: DurationError },
+    #[error("--from-file {file}: cannot read it: {error}")]
+    FromFileUnreadable { file: String, error: std::io::Error },
+    #[error(transparent)]
+    FromFile(#[from] CsvError),
+    #[error("give one of --{}", SCENARIOS.map(|s| s.replace('_', "-")).join(", --"))]
+    NoScenario,
+}
+
 impl ResetCli {
+    /// Resolves the scenario now, loads the config, and resets.
+    pub fn run(self) -> anyhow::Result<()> {
+        let now_ms = i64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_millis(),
+        )?;
+        let args = self.args(now_ms)?;
+        let config = Config::load(&self.config)?;
+        let printed = super::runtime()?.block_on(reset_run::reset(&config, args))?;
+        print!("{}", printed.stdout);
+        eprint!("{}", printed.stderr);
+        Ok(())
+    }
+
     /// The run's arguments: the scenario resolved (`--by-duration` against
     /// `now_ms`, `--from-file` read), or a refusal naming the flag.
-    pub fn args(&self, now_ms: i64) -> Result<ResetArgs, String> {
+    pub fn args(&self, now_ms: i64) -> Result<ResetArgs, ArgsError> {
         let target = if self.to_earliest {
             Target::Earliest
         } else if self.to_latest {
@@ -90,32 +127,34 @@ impl ResetCli {
         } else if let Some(offsets) = &self.to_offset {
             parse_offsets(offsets)?
         } else if let Some(time) = &self.to_time {
-            Target::Time(super::horizon::rfc3339_ms(time).map_err(|e| format!("--to-time: {e}"))?)
+            Target::Time(rfc3339_ms(time).map_err(ArgsError::ToTime)?)
         } else if let Some(by) = self.shift_by {
             Target::ShiftBy(by)
         } else if let Some(text) = &self.by_duration {
-            let duration = KafkaDuration::parse(text).map_err(|e| format!("--by-duration: {e}"))?;
+            let duration = KafkaDuration::parse(text).map_err(ArgsError::ByDurationSyntax)?;
             Target::Time(
                 duration
                     .before(now_ms)
-                    .map_err(|e| format!("--by-duration {text}: {e}"))?,
+                    .map_err(|error| ArgsError::ByDurationRange {
+                        text: text.clone(),
+                        error,
+                    })?,
             )
         } else if let Some(path) = &self.from_file {
-            let source = path.display().to_string();
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("--from-file {source}: cannot read it: {e}"))?;
-            Target::File(Rows::parse(&source, &text)?)
+            let file = path.display().to_string();
+            let text =
+                std::fs::read_to_string(path).map_err(|error| ArgsError::FromFileUnreadable {
+                    file: file.clone(),
+                    error,
+                })?;
+            Target::File(Rows::parse(&file, &text)?)
         } else {
-            return Err(format!(
-                "give one of --{}",
-                SCENARIOS.map(|s| s.replace('_', "-")).join(", --")
-            ));
+            return Err(ArgsError::NoScenario);
         };
-        let skipped = self.skipped.as_deref().map(Skipped::parse).transpose()?;
         Ok(ResetArgs {
             stream: self.stream.clone(),
             target,
-            skipped,
+            skipped: self.skipped,
             re_emit: self.re_emit,
             dry_run: self.dry_run,
             export: self.export,
@@ -135,12 +174,15 @@ mod tests {
         reset: ResetCli,
     }
 
-    fn parse(args: &[&str]) -> Result<ResetCli, String> {
+    fn parse(args: &[&str]) -> Result<ResetCli, clap::Error> {
         let mut all = vec!["reset", "--config", "c.toml", "--stream", "bank"];
         all.extend_from_slice(args);
-        Cli::try_parse_from(all)
-            .map(|c| c.reset)
-            .map_err(|e| e.to_string())
+        Cli::try_parse_from(all).map(|c| c.reset)
+    }
+
+    /// What clap says refusing `args`.
+    fn clap_refusal(args: &[&str]) -> String {
+        parse(args).expect_err("refused by clap").to_string()
     }
 
     const NOW: i64 = 1_772_355_600_000;
@@ -184,17 +226,17 @@ mod tests {
             ["--from-file=x.csv", "--to-offset=3"],
             ["--to-time=2026-01-01T00:00:00Z", "--by-duration=PT1H"],
         ] {
-            let error = parse(&pair).unwrap_err();
+            let error = clap_refusal(&pair);
             assert!(error.contains("cannot be used with"), "{pair:?}: {error}");
         }
-        let error = parse(&["--dry-run"]).unwrap_err();
+        let error = clap_refusal(&["--dry-run"]);
         assert!(error.contains("--to-earliest"), "{error}");
         assert!(error.contains("--from-file"), "{error}");
     }
 
     #[test]
     fn bad_values_are_refused_naming_the_flag() {
-        let refused = |args: &[&str]| parse(args).unwrap().args(NOW).unwrap_err();
+        let refused = |args: &[&str]| parse(args).unwrap().args(NOW).unwrap_err().to_string();
         assert!(refused(&["--by-duration", "1h"]).starts_with("--by-duration"));
         assert!(refused(&["--by-duration", "P1Y"]).contains("ISO-8601"));
         let missing = refused(&["--from-file", "/nonexistent/plan.csv"]);
@@ -203,9 +245,11 @@ mod tests {
             "{missing}"
         );
         assert!(refused(&["--to-time", "yesterday"]).starts_with("--to-time"));
-        assert!(refused(&["--to-earliest", "--skipped", "lost"]).contains("--skipped"));
-        assert!(parse(&["--shift-by", "one"])
-            .unwrap_err()
-            .contains("--shift-by"));
+        let lost = clap_refusal(&["--to-earliest", "--skipped", "lost"]);
+        assert!(
+            lost.contains("--skipped") && lost.contains("lost"),
+            "{lost}"
+        );
+        assert!(clap_refusal(&["--shift-by", "one"]).contains("--shift-by"));
     }
 }
