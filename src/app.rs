@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::info;
 
+use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, StoreConfig};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::RedisStore;
@@ -114,11 +115,22 @@ impl Replica {
     /// Creates the worker (its consumer joins the group), binds the metrics
     /// listener of `metrics.listen` and starts watching the store.
     pub async fn start(config: &Config, store: Arc<dyn ClaimStore>) -> Result<Replica> {
+        Replica::start_on(config, store, Arc::new(SystemClock)).await
+    }
+
+    /// As [`Replica::start`], on a clock of the caller's: a test's
+    /// [`ManualClock`](crate::clock::ManualClock) says "nine hours later"
+    /// by moving it.
+    pub async fn start_on(
+        config: &Config,
+        store: Arc<dyn ClaimStore>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Replica> {
         // Before the consumer exists: a stream whose store lost its state
         // never joins the group (docs/design.md §8.2).
         identity::establish(config, &*store).await?;
         let (stop, stop_rx) = watch::channel(false);
-        let worker = Worker::new(config, store.clone(), stop_rx.clone()).await?;
+        let worker = Worker::new(config, store.clone(), stop_rx.clone(), clock).await?;
         let group = worker.group();
         let health = crate::http::Health::new(group.clone(), worker.store_lost());
         let server =

@@ -16,7 +16,8 @@
 //! - [`decision`]: a claim outcome turned into a decision, a route (clean or
 //!   audit) and the headers that say why.
 //! - [`worker`]: the pipelined consumer-group loop: poll, fingerprint,
-//!   claim, route, produce, publish, commit, several batches in flight.
+//!   claim, route, produce, publish, commit, several batches in flight;
+//!   it reads time only through [`clock`] (the machine's, or a test's).
 //! - [`app`]: the one place a replica is wired (each stream's store
 //!   identity settled first, then store, worker, /metrics, store watcher)
 //!   and run until shutdown.
@@ -34,6 +35,7 @@
 
 pub mod app;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod decision;
 pub mod demo;

@@ -45,7 +45,7 @@ impl Worker {
     /// Every `commit_interval`: the periodic commit (at least once, off the
     /// loop) or the transaction's (exactly once, on it).
     pub(super) async fn commit_when_due(&self, p: &mut Pipeline) -> Result<()> {
-        let now = Instant::now();
+        let now = self.clock.now();
         if now.duration_since(p.committed_at) < self.commit_interval {
             return Ok(());
         }
@@ -57,7 +57,7 @@ impl Worker {
             Guarantee::ExactlyOnce => {
                 self.seal(p).await?;
                 let _ = p.flight.commits(None);
-                p.committed_at = Instant::now();
+                p.committed_at = self.clock.now();
             }
         }
         Ok(())

@@ -29,27 +29,27 @@ impl Worker {
     /// partitions go: it holds every partition's outputs.
     pub(super) async fn flush(&self, p: &mut Pipeline, partitions: &[Tp]) -> anyhow::Result<()> {
         self.before_handover(p).await?;
-        let deadline = Instant::now() + FLUSH_PATIENCE;
+        let deadline = self.clock.now() + FLUSH_PATIENCE;
         while p.round.is_some() || partitions.iter().any(|tp| p.flight.sending(tp)) {
             tokio::select! {
                 result = answer(&mut p.round) => self.on_answer(p, result),
                 _ = self.reports.ready() => self.on_reports(p),
-                _ = tokio::time::sleep_until(deadline.into()) => break,
+                _ = tokio::time::sleep_until(self.clock.deadline(deadline)) => break,
             }
         }
         self.after_deliveries(p).await?;
         let mut backoff = Duration::from_millis(20);
         // Until acknowledged, out of patience, or the breaker says the
         // store is down (the next owner settles what is left).
-        while Instant::now() < deadline && p.breaker.allows(Instant::now()) {
-            let Some(round) = p.flight.take_round(Instant::now(), 0, self.token) else {
+        while self.clock.now() < deadline && p.breaker.allows(self.clock.now()) {
+            let Some(round) = p.flight.take_round(self.clock.now(), 0, self.token) else {
                 break;
             };
             if round.publish.is_empty() {
                 p.flight.failed(round, |_| false);
                 break;
             }
-            let now = Instant::now();
+            let now = self.clock.now();
             self.start_round(p, round, now);
             let result = answer(&mut p.round).await;
             let failed = result.is_err();
@@ -76,7 +76,7 @@ impl Worker {
         deadline: Instant,
     ) {
         if let Some((_, earlier)) = p.commit_in_flight.take() {
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = deadline.saturating_duration_since(self.clock.now());
             if tokio::time::timeout(left, earlier).await.is_err() {
                 error!("a periodic commit did not finish before the handover's deadline: committing over it");
             }
@@ -84,7 +84,7 @@ impl Worker {
         let list = self.commit_list(p, Some(partitions));
         let mut backoff = Duration::from_millis(50);
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = deadline.saturating_duration_since(self.clock.now());
             let result = match tokio::time::timeout(left, self.commit_off_loop(list.clone())).await
             {
                 Ok(result) => result,
@@ -95,7 +95,7 @@ impl Worker {
             };
             match result {
                 Ok(()) => break,
-                Err(error) if Instant::now() + backoff < deadline => {
+                Err(error) if self.clock.now() + backoff < deadline => {
                     warn!(%error, "handover commit failed: retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(1));
@@ -118,7 +118,7 @@ impl Worker {
     pub(super) fn commit_periodic(&self, p: &mut Pipeline) {
         if let Some((since, earlier)) = &p.commit_in_flight {
             if !earlier.is_finished() {
-                let waited = since.elapsed();
+                let waited = self.clock.now().duration_since(*since);
                 if waited >= FLUSH_PATIENCE && COMMIT_STUCK.allow().is_some() {
                     warn!(
                         waited_s = waited.as_secs(),
@@ -135,7 +135,7 @@ impl Worker {
         }
         let committing = self.commit_off_loop(list);
         p.commit_in_flight = Some((
-            Instant::now(),
+            self.clock.now(),
             tokio::spawn(async move {
                 if let Err(error) = committing.await {
                     warn!(%error, "commit failed");

@@ -48,13 +48,14 @@ use anyhow::{Context, Result};
 use rdkafka::consumer::Consumer;
 use rdkafka::ClientConfig;
 
+use crate::clock::Clock;
 use crate::config::{Client, Config, GroupProtocol, Guarantee, StoreConfig, StreamConfig};
 use crate::store::{ClaimStore, OwnerToken, TopicTag};
 use output::{OutputContext, OutputProducer, Reports};
 use poller::{Event, GroupConsumer, GroupContext, GroupState};
 
+pub use crate::clock::wall_ms;
 pub use consumer::read_headers;
-pub use pipeline::now_ms as wall_ms;
 pub use poller::GroupState as Group;
 
 /// A stream as the loop sees it.
@@ -82,6 +83,9 @@ pub(crate) struct Worker {
     /// At least once or exactly once: `committer.rs` is the one place
     /// that asks.
     guarantee: Guarantee,
+    /// Where the loop, the poller and the handover read time
+    /// (`crate::clock`): the machine's, or a test's.
+    clock: Arc<dyn Clock>,
     commit_interval: std::time::Duration,
     /// Where the producer's thread hands delivery reports over.
     reports: Arc<Reports>,
@@ -205,6 +209,7 @@ impl Worker {
         config: &Config,
         store: Arc<dyn ClaimStore>,
         stop: tokio::sync::watch::Receiver<bool>,
+        clock: Arc<dyn Clock>,
     ) -> Result<Worker> {
         let group = Arc::new(GroupState::default());
         let (sender, events) = tokio::sync::mpsc::channel(16);
@@ -221,6 +226,7 @@ impl Worker {
                 events: sender.clone(),
                 closing: closing.clone(),
                 revoked: std::sync::Mutex::new(Vec::new()),
+                clock: clock.clone(),
             })
             .context("creating the kafka consumer")?;
         let reports = Arc::new(Reports::default());
@@ -262,6 +268,7 @@ impl Worker {
             consumer: Arc::new(consumer),
             producer: Arc::new(producer),
             guarantee: config.guarantee,
+            clock,
             commit_interval: config.batch.commit_interval,
             reports,
             group,

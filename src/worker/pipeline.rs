@@ -30,7 +30,7 @@ use crate::decision::{headers, Decision, Route};
 use crate::fingerprint::Invalid;
 use crate::logging::RateLimit;
 use crate::metrics::{StreamMetrics, Tally};
-use crate::store::{Claim, Millis, Publish, RoundAnswer, StoreError, StreamId};
+use crate::store::{Claim, Publish, RoundAnswer, StoreError, StreamId};
 
 /// A store round slower than this counts as a failure: a hung server must
 /// trip the breaker in seconds, not minutes.
@@ -66,13 +66,6 @@ pub(super) fn store_failed(error: &StoreError) {
             }
         }
     }
-}
-
-/// Milliseconds since the Unix epoch on this machine's clock.
-pub fn now_ms() -> Millis {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// A delivery report: the record's partition, offset and assignment.
@@ -115,7 +108,7 @@ pub(crate) struct Pipeline {
 }
 
 impl Pipeline {
-    pub(crate) fn new(metrics: Vec<StreamMetrics>) -> Pipeline {
+    pub(crate) fn new(metrics: Vec<StreamMetrics>, now: Instant) -> Pipeline {
         Pipeline {
             metrics,
             tally: Tally::default(),
@@ -124,10 +117,10 @@ impl Pipeline {
             sent: Sent::default(),
             breaker: Breaker::new(),
             paused: HashSet::new(),
-            progress: Progress::new(Instant::now()),
-            gauges_at: Instant::now(),
+            progress: Progress::new(now),
+            gauges_at: now,
             dirty: true,
-            committed_at: Instant::now(),
+            committed_at: now,
             txn: Default::default(),
             commit_in_flight: None,
         }
@@ -161,7 +154,7 @@ impl Worker {
             .iter()
             .map(|s| StreamMetrics::new(&s.config.spec.name))
             .collect();
-        let mut p = Pipeline::new(metrics);
+        let mut p = Pipeline::new(metrics, self.clock.now());
         self.start_committing(&mut p).await?;
         let mut stop = self.stop.clone();
         loop {
@@ -173,7 +166,7 @@ impl Worker {
             // Only instants still ahead: one already past is served by the
             // turn just taken, or waits for the round in flight (its answer
             // wakes the loop), never by waking at once for ever.
-            let now = Instant::now();
+            let now = self.clock.now();
             let idle = now + Duration::from_secs(1);
             let commit = p.committed_at + self.commit_interval;
             let wake = [p.flight.next_due(), p.breaker.next_trial(), Some(commit)]
@@ -189,12 +182,12 @@ impl Worker {
                 },
                 result = answer(&mut p.round) => self.on_answer(&mut p, result),
                 _ = self.reports.ready() => self.on_reports(&mut p),
-                _ = tokio::time::sleep_until(wake.into()) => {}
+                _ = tokio::time::sleep_until(self.clock.deadline(wake)) => {}
             }
         }
         let assigned: Vec<Tp> = p.flight.partitions().map(|(tp, _)| tp.clone()).collect();
         self.flush(&mut p, &assigned).await?;
-        for line in p.progress.flush(Instant::now()) {
+        for line in p.progress.flush(self.clock.now()) {
             line.log();
         }
         // The poller leaves the group with its callbacks quiet; a revoke it
@@ -206,7 +199,10 @@ impl Worker {
         drop(self.consumer);
         let _ = tokio::task::spawn_blocking(move || poller.join()).await;
         let _ = rdkafka::producer::Producer::flush(&*self.producer, Duration::from_secs(10));
-        info!(at = now_ms(), "worker stopped: finished work committed");
+        info!(
+            at = self.clock.wall_ms(),
+            "worker stopped: finished work committed"
+        );
         Ok(())
     }
 
@@ -222,6 +218,7 @@ impl Worker {
             linger: self.linger,
             read_ahead: self.read_ahead,
             unfinished: self.unfinished.clone(),
+            clock: self.clock.clone(),
         };
         let configs: Vec<_> = self.streams.iter().map(|s| s.config.clone()).collect();
         let reader = Reader::new(&configs);
@@ -231,6 +228,7 @@ impl Worker {
                 .iter()
                 .map(|s| (s.spec.name.clone(), s.inputs.clone()))
                 .collect(),
+            self.clock.now(),
         );
         Ok(std::thread::Builder::new()
             .name("idemgate-poll".into())
@@ -239,7 +237,7 @@ impl Worker {
 
     /// One turn: the next round, the sends, the commits, the bounds.
     pub(super) fn turn(&self, p: &mut Pipeline) -> Result<()> {
-        let now = Instant::now();
+        let now = self.clock.now();
         // A new round when something changed, a waiting record fell due,
         // or the breaker is open (its trial, once the cool-down is over).
         if p.round.is_none() && (p.dirty || p.flight.wait_due(now) || p.breaker.is_open()) {
@@ -294,7 +292,7 @@ impl Worker {
             return;
         };
         p.dirty = true;
-        let now = Instant::now();
+        let now = self.clock.now();
         crate::metrics::store_call("round", now.duration_since(started), result.as_ref().err());
         match result {
             Ok(answer) => {
@@ -330,7 +328,7 @@ impl Worker {
     }
 
     pub(super) fn on_report(&self, p: &mut Pipeline, (tp, offset, epoch, result): Report) {
-        let now = Instant::now();
+        let now = self.clock.now();
         p.dirty = true;
         let stream = self.by_topic.get(&*tp.0).copied().unwrap_or_default();
         let name = &self.streams[stream].config.spec.name;
@@ -431,7 +429,7 @@ impl Worker {
         } = arrival;
         let at = match (self.event_time, input.timestamp) {
             (true, Some(at)) => at,
-            _ => now_ms(),
+            _ => self.clock.wall_ms(),
         };
         p.flight.arrive(input, stream, print, at);
     }

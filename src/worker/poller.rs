@@ -21,6 +21,7 @@
 //! consumer owns after either is asked of librdkafka, never inferred from
 //! the list.
 
+use crate::clock::Clock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc as sync_mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -69,6 +70,8 @@ pub(crate) struct GroupContext {
     /// read before the revoke and has not handed over yet belong to the old
     /// assignment (the next one fetches them again from the commit).
     pub(crate) revoked: std::sync::Mutex<Vec<Tp>>,
+    /// The worker's clock (`crate::clock`).
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 impl ClientContext for GroupContext {
@@ -132,12 +135,12 @@ impl ConsumerContext for GroupContext {
         {
             return;
         }
-        let started = Instant::now();
+        let started = self.clock.now();
         match acked.recv_timeout(REVOKE_PATIENCE) {
             Ok(()) => info!(
                 partitions = count,
                 kept,
-                took_ms = started.elapsed().as_millis() as u64,
+                took_ms = self.clock.now().duration_since(started).as_millis() as u64,
                 "revoked: partitions handed over (what finished is published and committed, unless the commit failed above)"
             ),
             Err(_) => warn!(
@@ -153,7 +156,7 @@ impl ConsumerContext for GroupContext {
                 if self.closing.load(Ordering::SeqCst) {
                     return;
                 }
-                let committed = committed_with_metadata(consumer, list);
+                let committed = committed_with_metadata(consumer, list, &*self.clock);
                 let partitions =
                     partitions_of(list)
                         .into_iter()
@@ -196,12 +199,13 @@ impl ConsumerContext for GroupContext {
 fn committed_with_metadata(
     consumer: &BaseConsumer<GroupContext>,
     list: &TopicPartitionList,
+    clock: &dyn Clock,
 ) -> TopicPartitionList {
-    let until = Instant::now() + COMMITTED_PATIENCE;
+    let until = clock.now() + COMMITTED_PATIENCE;
     loop {
         match consumer.committed_offsets(list.clone(), Duration::from_secs(10)) {
             Ok(committed) => return committed,
-            Err(error) if Instant::now() < until => {
+            Err(error) if clock.now() < until => {
                 warn!(%error, "cannot read committed offsets yet: retrying");
                 // A coordinator that is moving or loading answers soon.
                 std::thread::sleep(Duration::from_millis(500));
@@ -236,15 +240,17 @@ pub(crate) struct Batching {
     pub(crate) read_ahead: usize,
     /// Records read and not finished, as the loop last counted them.
     pub(crate) unfinished: Arc<std::sync::atomic::AtomicUsize>,
+    /// The worker's clock (`crate::clock`).
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 impl Batching {
     /// Waits while the loop holds `read_ahead` batches or more, for
     /// `HOLD_OFF` at most.
     fn hold_off(&self, stop: &AtomicBool) {
-        let until = Instant::now() + HOLD_OFF;
+        let until = self.clock.now() + HOLD_OFF;
         while self.unfinished.load(Ordering::Relaxed) >= self.read_ahead * self.max
-            && Instant::now() < until
+            && self.clock.now() < until
             && !stop.load(Ordering::SeqCst)
         {
             std::thread::sleep(Duration::from_millis(1));
@@ -264,8 +270,9 @@ pub(crate) fn poll(
     mut watch: super::watch::Watch,
 ) {
     let (max, linger) = (batching.max, batching.linger);
+    let clock = batching.clock.clone();
     while !stop.load(Ordering::SeqCst) {
-        watch.tick(&consumer, Instant::now());
+        watch.tick(&consumer, clock.now());
         batching.hold_off(&stop);
         let mut batch: Vec<Arrival> = Vec::with_capacity(max);
         let mut deadline = None;
@@ -274,7 +281,7 @@ pub(crate) fn poll(
             let wait = match deadline {
                 None => Duration::from_millis(100),
                 Some(until) => {
-                    let left = Instant::saturating_duration_since(&until, Instant::now());
+                    let left = Instant::saturating_duration_since(&until, clock.now());
                     if left.is_zero() {
                         break;
                     }
@@ -283,7 +290,7 @@ pub(crate) fn poll(
             };
             match consumer.poll(wait) {
                 Some(Ok(message)) => {
-                    let polled = Instant::now();
+                    let polled = clock.now();
                     match reader.read(&message, polled) {
                         Some(arrival) => batch.push(arrival),
                         None => warn!(
@@ -316,8 +323,8 @@ pub(crate) fn poll(
     stop.store(true, Ordering::SeqCst);
     consumer.unsubscribe();
     // Serve the leave's rebalance with the callbacks quiet.
-    let until = Instant::now() + Duration::from_millis(500);
-    while Instant::now() < until {
+    let until = clock.now() + Duration::from_millis(500);
+    while clock.now() < until {
         if consumer.poll(Duration::from_millis(50)).is_none() {
             break;
         }

@@ -68,7 +68,7 @@ impl Worker {
             self.producer
                 .begin_transaction()
                 .context("beginning a transaction")?;
-            p.txn.open_since = Some(Instant::now());
+            p.txn.open_since = Some(self.clock.now());
         }
         Ok(())
     }
@@ -79,16 +79,16 @@ impl Worker {
     /// delivered in its offsets alone, not only in its metadata (a broker
     /// that dropped transactional offset metadata would lose it).
     pub(super) async fn drain(&self, p: &mut Pipeline) -> Result<()> {
-        let until = Instant::now() + DRAIN;
-        while Instant::now() < until && !p.flight.drained() {
+        let until = self.clock.now() + DRAIN;
+        while self.clock.now() < until && !p.flight.drained() {
             self.turn(p)?;
             self.commit_when_due(p).await?;
-            let soon = Instant::now() + Duration::from_millis(10);
+            let soon = self.clock.now() + Duration::from_millis(10);
             let wake = p.flight.next_due().map_or(soon, |at| at.min(soon));
             tokio::select! {
                 result = answer(&mut p.round) => self.on_answer(p, result),
                 _ = self.reports.ready() => self.on_reports(p),
-                _ = tokio::time::sleep_until(wake.into()) => {}
+                _ = tokio::time::sleep_until(self.clock.deadline(wake)) => {}
             }
         }
         Ok(())
@@ -99,7 +99,7 @@ impl Worker {
     /// the offsets with the group's metadata and commits. The settlements
     /// follow in the next rounds. An error is the end of this worker.
     pub(super) async fn seal(&self, p: &mut Pipeline) -> Result<Vec<Commit>> {
-        let deadline = Instant::now() + FLUSH_PATIENCE;
+        let deadline = self.clock.now() + FLUSH_PATIENCE;
         while p.flight.any_sending() {
             tokio::select! {
                 result = answer(&mut p.round) => {
@@ -107,7 +107,7 @@ impl Worker {
                     self.claim_meanwhile(p);
                 }
                 _ = self.reports.ready() => self.on_reports(p),
-                _ = tokio::time::sleep_until(deadline.into()) => {
+                _ = tokio::time::sleep_until(self.clock.deadline(deadline)) => {
                     bail!("outputs of the open transaction undelivered after {FLUSH_PATIENCE:?}")
                 }
             }
@@ -216,7 +216,7 @@ impl Worker {
     /// While a transaction is sealed: the next store round, if none is in
     /// flight. Its decisions are sent in the next transaction.
     fn claim_meanwhile(&self, p: &mut Pipeline) {
-        let now = Instant::now();
+        let now = self.clock.now();
         if p.round.is_none() && p.breaker.allows(now) {
             if let Some(round) = p.flight.take_round(now, self.max_records, self.token) {
                 self.start_round(p, round, now);
@@ -243,7 +243,7 @@ impl Worker {
                     .unwrap_or_else(|_| Err(StoreError::Unavailable("round timed out".into())));
             match result {
                 Ok(_) => return Ok(()),
-                Err(error) if Instant::now() + backoff < deadline => {
+                Err(error) if self.clock.now() + backoff < deadline => {
                     crate::metrics::store_failed("round", &error);
                     super::pipeline::store_failed(&error);
                     tokio::time::sleep(backoff).await;

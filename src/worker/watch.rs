@@ -55,13 +55,13 @@ impl Waiting {
 }
 
 impl Watch {
-    pub(crate) fn new(group: String, streams: Vec<(String, Vec<String>)>) -> Watch {
+    pub(crate) fn new(group: String, streams: Vec<(String, Vec<String>)>, now: Instant) -> Watch {
         Watch {
             group,
             streams,
-            next_count: Instant::now(),
+            next_count: now,
             waiting: Waiting {
-                since: Some(Instant::now()),
+                since: Some(now),
                 next_warning: None,
             },
         }

@@ -1,6 +1,6 @@
 //! The worker in-process on librdkafka's mock cluster: failed deliveries,
 //! brokers down, delivery timeouts, poison records, rebalances, restarts,
-//! event time, and the demo. Each test has its own mock cluster, topics,
+//! event time, the injected clock, and the demo. Each test has its own mock cluster, topics,
 //! group and key prefix; workloads, the readers and the exactly-once check
 //! are the test kit's.
 
@@ -15,3 +15,4 @@ mod protocol;
 mod shadow;
 mod support;
 mod timeouts;
+mod wall_clock;
