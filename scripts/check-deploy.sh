@@ -183,7 +183,8 @@ EOF
   >"$out/readme.yaml" 2> >(quiet_link)
 validator=$(validator_path)
 modules=$(crd_modules)
-PYTHONPATH=$validator python3 scripts/deploy-check/validate.py \
+# The Python that installed the validator runs it (its compiled dependencies are its own).
+PYTHONPATH=$validator "$(python_with_pip)" scripts/deploy-check/validate.py \
   --modules "$modules" --alerts deploy/prometheus/alerts.yml --configs "$out" \
   "default=$out/default.yaml:ConfigMap,Deployment,PodDisruptionBudget" \
   "all-on=$out/all-on.yaml:ConfigMap,Deployment,PodDisruptionBudget,PodMonitor,PrometheusRule,ScaledObject" \

@@ -59,6 +59,31 @@ pub(crate) enum ProbeError {
     ReadBack(KafkaError),
 }
 
+impl ProbeError {
+    /// The brokers' ACLs refused the probe (its group, its transactional
+    /// id or the topic), not the transaction itself.
+    fn is_authorization(&self) -> bool {
+        use rdkafka::types::RDKafkaErrorCode as Code;
+        let code = match self {
+            ProbeError::InitTransactions(e)
+            | ProbeError::BeginTransaction(e)
+            | ProbeError::SendOffsets(e)
+            | ProbeError::CommitTransaction(e)
+            | ProbeError::ReadBack(e) => e.rdkafka_error_code(),
+            _ => None,
+        };
+        matches!(
+            code,
+            Some(
+                Code::TransactionalIdAuthorizationFailed
+                    | Code::GroupAuthorizationFailed
+                    | Code::TopicAuthorizationFailed
+                    | Code::ClusterAuthorizationFailed
+            )
+        )
+    }
+}
+
 /// A partition's commit as written and as read back.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct ReadBack {
@@ -145,10 +170,21 @@ pub(crate) fn probe(config: &Config) -> Option<Finding> {
             std::process::id()
         )
     );
-    let group = format!("idemgate-check-{suffix}");
+    // Named after the replicas' own group and transactional id, so the
+    // prefixed ACLs a deployment grants its replicas cover the probe too.
     let (mut consumer_config, mut producer_config) = crate::worker::client_configs(config);
+    let group = format!(
+        "{}-check-{suffix}",
+        consumer_config.get("group.id").unwrap_or("idemgate")
+    );
+    let transactional_id = format!(
+        "{}-check-{suffix}",
+        producer_config
+            .get("transactional.id")
+            .unwrap_or("idemgate")
+    );
     consumer_config.set("group.id", &group);
-    producer_config.set("transactional.id", format!("idemgate-check-{suffix}"));
+    producer_config.set("transactional.id", &transactional_id);
     let result = (|| -> Result<Vec<ReadBack>, ProbeError> {
         let consumer: BaseConsumer = consumer_config.create().map_err(ProbeError::Consumer)?;
         let producer: BaseProducer = producer_config.create().map_err(ProbeError::Producer)?;
@@ -178,6 +214,10 @@ pub(crate) fn probe(config: &Config) -> Option<Finding> {
     })();
     delete_group(config, &group);
     Some(match result {
+        Err(why) if why.is_authorization() => Finding::warn(
+            SUBJECT,
+            format!("a probe transaction was not authorized ({why}): the probe needs the replicas' rights on group {group} and transactional id {transactional_id} (prefixed ACLs on the group.id and transactional.id cover them); whether the brokers keep transactional offset metadata is not known, each replica reads back its first commit"),
+        ),
         Err(why) => Finding::fail(
             SUBJECT,
             format!("a probe transaction on group {group} failed: {why}: exactly once needs transactions on these brokers"),

@@ -179,8 +179,9 @@ pub fn at_start(found: &IdentityFound) -> AtStart {
 /// No identity anywhere, or only in part of the places (`judged`): the
 /// stream's first start on this store when its group has no idemgate
 /// commits for it (write one; a part already there is another replica
-/// starting at the same moment, midway through its own write, and the
-/// write completes it with what is there), a lost store when it has
+/// starting at the same moment, midway through its own write, which
+/// writes the first place first: the write completes the others with
+/// what that place holds), a lost store when it has
 /// (refused: what the commits cover is not in the store any more).
 pub fn first_or_lost(judged: &AtStart, group_has_commits: bool) -> Result<(), Refusal> {
     match (judged, group_has_commits) {

@@ -161,6 +161,19 @@ pub(crate) fn reply_error(what: &str, error: RedisError) -> StoreError {
     }
 }
 
+/// As [`reply_error`], for an error answer inside a value (a pipeline's
+/// nested reply).
+pub(crate) fn server_error(what: &str, error: &redis::ServerError) -> StoreError {
+    let text = format!("{} {}", error.code(), error.details().unwrap_or_default());
+    match RejectionCause::of_reply(Some(error.code()), &text) {
+        Some(cause) => StoreError::Rejected(Rejection {
+            cause,
+            detail: format!("{what}: {text}"),
+        }),
+        None => StoreError::Protocol(format!("{what}: {text}")),
+    }
+}
+
 /// `ERR unknown command 'CONFIG'` (a renamed or disabled command).
 fn is_refused_command(error: &RedisError) -> bool {
     let text = error.to_string();

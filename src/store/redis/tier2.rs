@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use redis::{RedisResult, Value};
 
-use super::conn::{reply_error, Keyed};
+use super::conn::{reply_error, server_error, Keyed};
 use crate::fingerprint::SourceHash;
 use crate::store::{GenerationPlan, Millis, StoreError};
 
@@ -319,24 +319,20 @@ pub(crate) fn refused(
         Err(e) if e.detail().is_some_and(|d| d.contains(FULL)) => {
             return Ok(Some(write.hashes.clone()))
         }
-        Ok(Value::ServerError(e)) => {
-            return Err(StoreError::Protocol(format!("filter insert: {e:?}")))
-        }
+        Ok(Value::ServerError(e)) => return Err(server_error("filter insert", &e)),
         Ok(other) => {
             return Err(StoreError::Protocol(format!(
                 "filter insert gave {other:?}"
             )))
         }
-        Err(e) => return Err(StoreError::Protocol(format!("filter insert: {e}"))),
+        Err(e) => return Err(reply_error("filter insert", e)),
     };
     for (taken, value) in values.iter().enumerate() {
         match value {
             Value::ServerError(e) if is_full(e) => {
                 return Ok(Some(write.hashes[taken.min(write.hashes.len())..].to_vec()))
             }
-            Value::ServerError(e) => {
-                return Err(StoreError::Protocol(format!("filter insert: {e:?}")))
-            }
+            Value::ServerError(e) => return Err(server_error("filter insert", e)),
             _ => {}
         }
     }
@@ -371,15 +367,16 @@ pub(crate) fn overflow(write: &BloomWrite, hashes: &[SourceHash]) -> Vec<Keyed> 
 /// covered by a watermark.
 pub(crate) fn check(answer: RedisResult<Value>) -> Result<(), StoreError> {
     match answer {
-        Ok(Value::ServerError(e)) => Err(StoreError::Protocol(format!("filter insert: {e:?}"))),
-        Ok(Value::Array(values)) => {
-            match values.iter().find(|v| matches!(v, Value::ServerError(_))) {
-                Some(e) => Err(StoreError::Protocol(format!("filter insert: {e:?}"))),
-                None => Ok(()),
-            }
-        }
+        Ok(Value::ServerError(e)) => Err(server_error("filter insert", &e)),
+        Ok(Value::Array(values)) => match values.iter().find_map(|v| match v {
+            Value::ServerError(e) => Some(e),
+            _ => None,
+        }) {
+            Some(e) => Err(server_error("filter insert", e)),
+            None => Ok(()),
+        },
         Ok(_) => Ok(()),
-        Err(e) => Err(StoreError::Protocol(format!("filter insert: {e}"))),
+        Err(e) => Err(reply_error("filter insert", e)),
     }
 }
 

@@ -121,6 +121,14 @@ async fn the_user_readme_documents_can_run_every_round() {
     full_round(&store, &salt, 0)
         .await
         .expect("every round runs");
+    // Without +info the evicted-keys gauge stays 0, and the figures the
+    // store watcher reads (its reachability: /readyz) still come.
+    let stats = store
+        .stats(T0)
+        .await
+        .expect("stats for a user without INFO");
+    assert_eq!(stats.evicted_keys, 0);
+    assert_eq!(stats.filters.len(), 3, "the tiered streams' fill");
 }
 
 #[tokio::test]
@@ -268,6 +276,16 @@ async fn during_a_run_each_lasting_refusal_is_a_rejection_with_its_cause() {
         .expect("CONFIG SET maxmemory");
     let cause = rejection(store.claim(&[claim(EXACT, hash(&salt, 42), 42, T0)]).await);
     assert_eq!(cause, RejectionCause::Oom);
+    // ... and a tiered stream's tier-2 insert, which goes first.
+    let insert = Publish {
+        inserts: vec![idemgate::store::Insert {
+            stream: TIERED,
+            hash: hash(&salt, 44),
+            at: T0,
+        }],
+        ..Publish::default()
+    };
+    assert_eq!(rejection(store.publish(&insert).await), RejectionCause::Oom);
     redis::cmd("CONFIG")
         .arg("SET")
         .arg("maxmemory")
