@@ -2,20 +2,9 @@
 //! gets what, and every refusal `[kafka]` meets met in the overrides too,
 //! naming the table.
 
-use super::tests::brokers;
+use super::tests::{brokers, STREAM};
 use super::*;
 use crate::worker::client_configs;
-
-const STREAM: &str = r#"
-[[streams]]
-name = "bank"
-inputs = ["raw.bank"]
-clean = "clean.bank"
-audit = "audit.bank"
-profile = "bank-txn"
-mode = "exact"
-ttl = { explicit = "1h" }
-"#;
 
 fn parse(tables: &str) -> Result<Config, ConfigError> {
     Config::parse_with_vars(&format!("{tables}\n{STREAM}"), brokers)

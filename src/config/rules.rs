@@ -288,18 +288,8 @@ pub(super) fn check_group_protocol(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::tests::STREAM;
     use crate::config::Config;
-
-    const STREAM: &str = r#"
-[[streams]]
-name = "bank"
-inputs = ["raw.bank"]
-clean = "clean.bank"
-audit = "audit.bank"
-profile = "bank-txn"
-mode = "exact"
-ttl = { explicit = "1h" }
-"#;
 
     fn with_kafka(lines: &str) -> Result<Config, ConfigError> {
         Config::parse_with_vars(

@@ -11,6 +11,18 @@ mode = "exact"
 ttl = { retention_years = 7 }
 "#;
 
+/// One bank stream with a one-hour TTL, for tests about other tables.
+pub(super) const STREAM: &str = r#"
+[[streams]]
+name = "bank"
+inputs = ["raw.bank"]
+clean = "clean.bank"
+audit = "audit.bank"
+profile = "bank-txn"
+mode = "exact"
+ttl = { explicit = "1h" }
+"#;
+
 /// Brokers as `IDEMGATE_KAFKA_BROKERS` gives them, and no other variable:
 /// most tests are about something else, and a config without brokers is
 /// refused.

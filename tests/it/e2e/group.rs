@@ -91,6 +91,8 @@ pub fn stop_with_pending_claims(
             Instant::now() < until,
             "the events were not all claimed within {BOUND:?}"
         );
+        // Redis's claim keys and the gateway's log, read again: its rounds
+        // and refused produces land on their own time.
         std::thread::sleep(Duration::from_millis(200));
     }
     // A graceful stop: the failed outputs keep their claims (never
