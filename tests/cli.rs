@@ -238,6 +238,8 @@ fn plan_puts_exact_and_tiered_side_by_side() {
         "tier-2 memory - 6.2 GB (2 generations)"
     );
     assert_eq!(row("total"), "total 281.7 GB 53.2 GB");
+    // 1,728,000,000 claims at 137 B on PostgreSQL's disk; tiered needs Redis.
+    assert_eq!(row("or postgres disk"), "or postgres disk 236.7 GB -");
 
     let exact = ok(
         &[

@@ -1,6 +1,7 @@
-//! What a stream costs in Redis before it runs: tier-1 keys and bytes,
-//! tier-2 generations, exact and tiered side by side. Pure arithmetic over
-//! plain numbers; `plan_text` writes it out.
+//! What a stream costs before it runs: tier-1 keys and their bytes in
+//! Redis (or, exact, on PostgreSQL's disk), tier-2 generations, exact and
+//! tiered side by side. Pure arithmetic over plain numbers; `plan_text`
+//! writes it out.
 
 use std::time::Duration;
 
@@ -16,6 +17,14 @@ use crate::store::{FilterSizing, Mode};
 /// hash tables' share. A prefix longer than 6 bytes costs a size class more;
 /// another value layout or Redis version needs a new run.
 pub const TIER1_BYTES_PER_KEY: u64 = 163;
+
+/// Bytes one claim costs on PostgreSQL's disk: 137, measured, not computed.
+///
+/// Heap row and primary-key index entry of one claim in a stream's claims
+/// table (`pg_total_relation_size` over the row count, PostgreSQL 15, one
+/// statement per 1000 claims; docs/design.md §6). Dead rows the janitor
+/// deleted and autovacuum has not yet reclaimed come on top.
+pub const POSTGRES_BYTES_PER_CLAIM: u64 = 137;
 
 /// What a plan is computed from.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -46,7 +55,10 @@ pub enum PlanMode {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ExactPlan {
     pub keys: u64,
+    /// In Redis's memory.
     pub bytes: u64,
+    /// Or on PostgreSQL's disk (`store.kind = "postgres"`, exact only).
+    pub disk_bytes: u64,
 }
 
 /// Exact keys for the tier-1 TTL, Bloom generations for the horizon.
@@ -123,7 +135,11 @@ fn keys(rate: u64, span: Duration, flag: &'static str) -> Result<u64, PlanError>
 }
 
 fn bytes(keys: u64, flag: &'static str) -> Result<u64, PlanError> {
-    keys.checked_mul(TIER1_BYTES_PER_KEY)
+    bytes_at(keys, TIER1_BYTES_PER_KEY, flag)
+}
+
+fn bytes_at(keys: u64, each: u64, flag: &'static str) -> Result<u64, PlanError> {
+    keys.checked_mul(each)
         .ok_or_else(|| invalid(flag, "too many keys to count their bytes"))
 }
 
@@ -144,6 +160,7 @@ pub fn plan(input: PlanInput, mode: PlanMode) -> Result<Plan, PlanError> {
             Some(ExactPlan {
                 keys,
                 bytes: bytes(keys, "horizon")?,
+                disk_bytes: bytes_at(keys, POSTGRES_BYTES_PER_CLAIM, "horizon")?,
             })
         }
     };
@@ -275,6 +292,23 @@ mod tests {
         assert_eq!(exact.keys, 1_728_000_000);
         assert_eq!(exact.bytes, 1_728_000_000 * 163);
         assert_eq!(exact.bytes, 281_664_000_000);
+        assert_eq!(exact.disk_bytes, 1_728_000_000 * 137);
+    }
+
+    #[test]
+    fn seven_years_of_a_ten_a_second_bank_feed_is_302_gb_on_postgres_disk() {
+        // `ttl --retention-years 7`: 7 x 365.25 days.
+        let input = PlanInput {
+            rate: 10,
+            horizon: Duration::from_secs(220_903_200),
+            tier1_ttl: None,
+            fp_rate: 0.0,
+            slots: 0,
+        };
+        let exact = plan(input, PlanMode::Exact).unwrap().exact.unwrap();
+        assert_eq!(exact.keys, 2_209_032_000);
+        assert_eq!(exact.disk_bytes, 302_637_384_000);
+        assert_eq!(exact.bytes, 360_072_216_000);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use super::plan::{Plan, RateSource, StreamPlan, TIER1_BYTES_PER_KEY};
+use super::plan::{Plan, RateSource, StreamPlan, POSTGRES_BYTES_PER_CLAIM, TIER1_BYTES_PER_KEY};
 use crate::store::Mode;
 use crate::ttl::format_duration;
 
@@ -82,6 +82,7 @@ fn table(plan: &Plan) -> String {
                 dash(),
                 dash(),
                 human_bytes(exact.bytes),
+                human_bytes(exact.disk_bytes),
             ],
         ));
     }
@@ -103,6 +104,8 @@ fn table(plan: &Plan) -> String {
                     tiered.slots
                 ),
                 human_bytes(tiered.total_bytes),
+                // Tiered streams need Redis (docs/design.md §6).
+                dash(),
             ],
         ));
     }
@@ -113,6 +116,7 @@ fn table(plan: &Plan) -> String {
         "tier-2 generation",
         "tier-2 memory",
         "total",
+        "or postgres disk",
     ];
     let widths: Vec<usize> = columns
         .iter()
@@ -134,16 +138,23 @@ fn table(plan: &Plan) -> String {
         if plan.tiered.is_none() && (2..5).contains(&row) {
             continue;
         }
+        if plan.exact.is_none() && row == 6 {
+            continue;
+        }
         let _ = write!(out, "{label:<20}");
         for ((_, cells), width) in columns.iter().zip(&widths) {
             let _ = write!(out, "  {:>width$}", cells[row]);
         }
         out.push('\n');
     }
-    let _ = write!(
-        out,
-        "(tier 1 at {TIER1_BYTES_PER_KEY} B a key, as measured in BENCHMARKS.md"
-    );
+    let _ = write!(out, "(tier 1 at {TIER1_BYTES_PER_KEY} B a key in Redis");
+    if plan.exact.is_some() {
+        let _ = write!(
+            out,
+            ", {POSTGRES_BYTES_PER_CLAIM} B a claim on PostgreSQL's disk"
+        );
+    }
+    out.push_str(", as measured in BENCHMARKS.md");
     if plan.tiered.is_some() {
         out.push_str("; each generation sized as the store sizes it, rate x horizon keys");
     }
