@@ -41,6 +41,8 @@ pub struct FaultyStore {
     budget: AtomicU64,
     /// Rounds that met a fault.
     faulted: AtomicU64,
+    /// Rounds with claims that the inner store answered.
+    claimed: AtomicU64,
     /// The claims `DownAfterClaims` let through and the worker won.
     won_before_down: std::sync::Mutex<Vec<Coordinates>>,
     /// Rounds refused while down that would have settled one of those
@@ -56,6 +58,7 @@ impl FaultyStore {
             fault: AtomicU8::new(Fault::None as u8),
             budget: AtomicU64::new(0),
             faulted: AtomicU64::new(0),
+            claimed: AtomicU64::new(0),
             won_before_down: std::sync::Mutex::new(Vec::new()),
             refused_settlements: AtomicU64::new(0),
         }
@@ -87,6 +90,12 @@ impl FaultyStore {
     /// Rounds that met a fault so far: the evidence it was injected.
     pub fn faulted(&self) -> u64 {
         self.faulted.load(Ordering::SeqCst)
+    }
+
+    /// Rounds with claims the inner store answered so far: the evidence
+    /// that the worker is deciding records.
+    pub fn claimed(&self) -> u64 {
+        self.claimed.load(Ordering::SeqCst)
     }
 
     /// Rounds refused while down that would have settled a claim won in
@@ -133,6 +142,46 @@ impl ClaimStore for FaultyStore {
         claims: &[Claim],
         read: &[StreamId],
     ) -> Result<RoundAnswer, StoreError> {
+        let answer = self.faulted_round(publish, claims, read).await;
+        if answer.is_ok() && !claims.is_empty() {
+            self.claimed.fetch_add(1, Ordering::SeqCst);
+        }
+        answer
+    }
+
+    async fn find_identity(&self, stream: StreamId) -> Result<IdentityFound, StoreError> {
+        self.inner.find_identity(stream).await
+    }
+
+    async fn write_identity(
+        &self,
+        stream: StreamId,
+        identity: StoreIdentity,
+        replace: bool,
+    ) -> Result<IdentityFound, StoreError> {
+        self.inner.write_identity(stream, identity, replace).await
+    }
+
+    fn adopt_identity(&self, stream: StreamId, identity: StoreIdentity) {
+        self.inner.adopt_identity(stream, identity);
+    }
+
+    async fn stats(&self, at: Millis) -> Result<StoreStats, StoreError> {
+        match self.fault() {
+            Fault::Down => Err(StoreError::Unavailable("injected: store down".into())),
+            _ => self.inner.stats(at).await,
+        }
+    }
+}
+
+impl FaultyStore {
+    /// The round as the fault in force makes it.
+    async fn faulted_round(
+        &self,
+        publish: &Publish,
+        claims: &[Claim],
+        read: &[StreamId],
+    ) -> Result<RoundAnswer, StoreError> {
         match self.fault() {
             Fault::None => self.inner.round(publish, claims, read).await,
             Fault::Down => {
@@ -168,30 +217,6 @@ impl ClaimStore for FaultyStore {
             Fault::LosePublishAnswers | Fault::RefusePublishes | Fault::DownAfterClaims => {
                 self.inner.round(publish, claims, read).await
             }
-        }
-    }
-
-    async fn find_identity(&self, stream: StreamId) -> Result<IdentityFound, StoreError> {
-        self.inner.find_identity(stream).await
-    }
-
-    async fn write_identity(
-        &self,
-        stream: StreamId,
-        identity: StoreIdentity,
-        replace: bool,
-    ) -> Result<IdentityFound, StoreError> {
-        self.inner.write_identity(stream, identity, replace).await
-    }
-
-    fn adopt_identity(&self, stream: StreamId, identity: StoreIdentity) {
-        self.inner.adopt_identity(stream, identity);
-    }
-
-    async fn stats(&self, at: Millis) -> Result<StoreStats, StoreError> {
-        match self.fault() {
-            Fault::Down => Err(StoreError::Unavailable("injected: store down".into())),
-            _ => self.inner.stats(at).await,
         }
     }
 }

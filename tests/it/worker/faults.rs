@@ -149,7 +149,10 @@ async fn all_brokers_down_then_up_the_worker_resumes() -> anyhow::Result<()> {
     for broker in 1..=3 {
         cluster.broker_down(broker)?;
     }
-    // Records sent during the outage wait in the producer's queue.
+    // Records sent during the outage wait in the producer's queue. The
+    // outage is three seconds of the brokers' and librdkafka's real time
+    // (their timers do not run on the worker's clock), longer than the
+    // 2 s session: a wait on the brokers.
     let late = setup.produce(&setup.topics.input, &rest, rest.len(), Duration::ZERO);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let finalized_during_outage = store.settled();

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idemgate::app::Replica;
+use idemgate::clock::ManualClock;
 use idemgate::store::memory::MemoryStore;
 use idemgate::store::ClaimStore;
 use idemgate_testkit::check::{check, Expect};
@@ -16,7 +17,7 @@ use idemgate_testkit::kafka::{Out, Reader, Topics};
 use idemgate_testkit::say;
 use idemgate_testkit::workload::Planned;
 
-use super::support::{bank, count, stop, wait_until, Options, Setup};
+use super::support::{bank, count, stop, wait_committed, wait_until, Options, Setup};
 
 /// Longer than every timer of the worker: the store call's 2 s timeout,
 /// the breaker's 5 s cool-down, the 1 s backoff (and the 30-60 s lease of
@@ -142,7 +143,7 @@ async fn a_stop_during_a_store_outage_then_later_copies_lose_and_double_no_event
     let mut bank = spread(TEST);
     let before = bank.phase(200, 0, 0);
     let producing = setup.produce(&setup.topics.input, &before, 10, Duration::from_millis(100));
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    wait_until("the replica is deciding the feed", || store.claimed() > 0).await;
     // The store goes away right after a round of claims: those records are
     // delivered and their publish cannot land.
     store.set(Fault::DownAfterClaims);
@@ -313,6 +314,9 @@ async fn a_revoke_with_outputs_in_flight_hands_over_without_loss_or_double() -> 
         .await?;
     let cluster = setup.kafka.cluster()?;
     cluster.broker_round_trip_time(-1, Duration::from_millis(500))?;
+    // A wait on the brokers, not on the worker's clock: the mock cluster
+    // applies the new round-trip time to requests sent from now on, so the
+    // outputs sent in this spell are the ones in flight at the revoke.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let revocations = first
         .group()
@@ -341,9 +345,11 @@ async fn a_revoke_with_outputs_in_flight_hands_over_without_loss_or_double() -> 
 /// A tiered stream whose tier 1 lasts two seconds. The first publishes
 /// after the deliveries are lost after they landed (answers lost: every
 /// write is sent again and must be idempotent), then the store is away
-/// while copies arrive (nothing settles, the copies wait); once it is back,
-/// tier 1 is left to expire, and later copies meet only the filter: each a
-/// duplicate of tier `filter`, none in clean.
+/// while copies arrive (nothing settles, the copies wait); once it is back
+/// and everything is committed, the replica's clock moves past tier 1
+/// (three seconds later, on the injected clock: the memory store ages
+/// claims on the times the worker gives it), and later copies meet only
+/// the filter: each a duplicate of tier `filter`, none in clean.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn publishes_lost_after_the_acks_and_an_outage_then_copies_past_tier1_meet_the_filter(
 ) -> anyhow::Result<()> {
@@ -357,7 +363,8 @@ async fn publishes_lost_after_the_acks_and_an_outage_then_copies_past_tier1_meet
     });
     let store = faulty(&config);
     store.set_for(Fault::LosePublishAnswers, 5);
-    let replica = start(&config, &store).await;
+    let clock = Arc::new(ManualClock::new());
+    let replica = Replica::start_on(&config, store.clone(), clock.clone()).await?;
     wait_until("the replica has partitions", || replica.assigned()).await;
     let mut telemetry = idemgate_testkit::telemetry::Telemetry::new(TEST, 4);
     let first = telemetry.round(20, 0.0);
@@ -367,16 +374,25 @@ async fn publishes_lost_after_the_acks_and_an_outage_then_copies_past_tier1_meet
     setup.read(&setup.topics, first.len()).await?;
     wait_until("publishes were lost after landing", || store.faulted() >= 5).await;
     store.set(Fault::Down);
+    let refused = store.faulted();
     let soon = telemetry.resend_earlier(20);
     landed.extend(
         setup
             .produce(&setup.topics.input, &soon, soon.len(), Duration::ZERO)
             .await?,
     );
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The outage lasts until rounds sent after the copies landed were
+    // refused: they met it.
+    wait_until("rounds refused after the copies landed", || {
+        store.faulted() >= refused + 2
+    })
+    .await;
     store.set(Fault::None);
-    // Past tier 1 (2 s) once the publishes went through.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    setup.read(&setup.topics, first.len() + soon.len()).await?;
+    // Every publish went through before its offsets were committed (tier-2
+    // inserts included); then tier 1 (2 s) expires on the worker's clock.
+    wait_committed(&setup, &landed).await?;
+    clock.advance(Duration::from_secs(3));
     let late = telemetry.resend_earlier(20);
     landed.extend(
         setup

@@ -281,6 +281,7 @@ pub async fn wait_until(what: &str, ready: impl Fn() -> bool) {
             Instant::now() < deadline,
             "timed out after {BOUND:?}: {what}"
         );
+        // The poll of a bounded wait on a condition, not a wait for time.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -302,6 +303,7 @@ pub async fn wait_committed(setup: &Setup, landed: &HashMap<String, Landed>) -> 
             Instant::now() < deadline,
             "partitions {behind:?} not committed within {BOUND:?}"
         );
+        // The poll of a bounded wait on the broker's committed offsets.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

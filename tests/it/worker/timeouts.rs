@@ -125,6 +125,9 @@ async fn delivery_timeouts_of_persisted_outputs_keep_their_claims_and_let_no_eve
             slow_from.elapsed()
         ),
     );
+    // A wait on the brokers, not on the worker's clock: librdkafka times
+    // its deliveries out on its own clock, so the slow spell lasts two
+    // slow round trips of real time for the retries to time out too.
     tokio::time::sleep(SLOW * 2).await;
     cluster.broker_round_trip_time(-1, Duration::ZERO)?;
     say(TEST, format!("brokers slow for {:?}", slow_from.elapsed()));
