@@ -57,13 +57,10 @@ fn the_bank_example_keeps_every_transaction_seven_years_in_exact_keys() {
     assert_eq!(bank.spec.tier1_ttl, Duration::from_secs(220_903_200));
     assert_eq!(bank.fail_mode, FailMode::Closed);
     assert_eq!(config.kafka.common["sasl.password"], "test-KAFKA_PASSWORD");
-    let StoreConfig::Redis(options) = &config.store else {
-        panic!("not redis")
+    let StoreConfig::Postgres(options) = &config.store else {
+        panic!("not postgres: {:?}", config.store)
     };
-    assert_eq!(
-        options.auth.password.as_deref(),
-        Some("test-REDIS_PASSWORD")
-    );
+    assert_eq!(options.password.as_deref(), Some("test-PG_PASSWORD"));
     assert!(options.tls.is_some());
 }
 
