@@ -101,7 +101,7 @@ pub async fn run_with_store(
         }
         ended = &mut replica.worker => {
             stop_serving(&replica.stop, replica.serving).await;
-            ended.context("worker task")?
+            Ok(ended.context("worker task")??)
         }
     }
 }
@@ -110,7 +110,7 @@ pub async fn run_with_store(
 /// worker running until the runtime ends.
 pub struct Replica {
     stop: watch::Sender<bool>,
-    worker: JoinHandle<Result<()>>,
+    worker: JoinHandle<Result<(), crate::worker::WorkerError>>,
     /// The /metrics listener and the store watcher: they end with `stop`.
     serving: Vec<JoinHandle<()>>,
     group: Arc<Group>,
@@ -186,7 +186,7 @@ impl Replica {
         let _ = self.stop.send(true);
         let result = self.worker.await.context("worker task")?;
         stop_serving(&self.stop, self.serving).await;
-        result
+        Ok(result?)
     }
 }
 

@@ -11,13 +11,16 @@
 //!   years, job policies, and horizons measured from delivery logs.
 //! - [`config`]: the stream and store settings, parsed then validated.
 //! - [`store`]: the `ClaimStore` contract (one round: publish what was
-//!   delivered, claim what arrived, compare the stream's store identity) and its backends: `memory` (injectable clock, fastbloom generations) and
-//!   `redis` (standalone or cluster; tier 2 on RedisBloom or bitmaps).
+//!   delivered, claim what arrived, compare the stream's store identity)
+//!   and its backends: `memory` (injectable clock, fastbloom generations),
+//!   `redis` (standalone or cluster; tier 2 on RedisBloom or bitmaps) and
+//!   `postgres` (exact claims on disk, for multi-year horizons).
 //! - [`decision`]: a claim outcome turned into a decision, a route (clean or
 //!   audit) and the headers that say why.
 //! - [`worker`]: the pipelined consumer-group loop: poll, fingerprint,
 //!   claim, route, produce, publish, commit, several batches in flight;
-//!   it reads time only through [`clock`] (the machine's, or a test's).
+//!   it reads time only through [`clock`] (the machine's, or a test's),
+//!   and ends only with a `WorkerError` that says why.
 //! - [`app`]: the one place a replica is wired (each stream's store
 //!   identity settled first, then store, worker, /metrics, store watcher)
 //!   and run until shutdown.
@@ -29,7 +32,9 @@
 //!   `reset` a stream's offsets (replay, re-emit, skip forward), `rebuild`
 //!   a stream's store that lost its state from the clean topic.
 //! - [`cli`]: the command line, a module per command (its arguments and
-//!   its `run`); the one place besides `app` that speaks `anyhow`.
+//!   its `run`). `anyhow` is spoken only at this top: here, in `app` and
+//!   in `demo` (an application of `app`); below them errors are typed
+//!   (`worker::WorkerError`, `store::StoreError`, `config::ConfigError`).
 //! - [`metrics`], `http`: every metric declared once; /metrics, /healthz
 //!   and /readyz.
 

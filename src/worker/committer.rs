@@ -13,10 +13,10 @@
 
 use std::time::Instant;
 
-use anyhow::Result;
 use rdkafka::consumer::Consumer;
 use tracing::info;
 
+use super::error::WorkerError;
 use super::flight::Tp;
 use super::pipeline::Pipeline;
 use super::Worker;
@@ -25,7 +25,7 @@ use crate::config::Guarantee;
 impl Worker {
     /// Before the first record: the transactional producer registers
     /// (fencing an older incarnation with the same id).
-    pub(super) async fn start_committing(&self, p: &mut Pipeline) -> Result<()> {
+    pub(super) async fn start_committing(&self, p: &mut Pipeline) -> Result<(), WorkerError> {
         p.flight.transactional = self.guarantee == Guarantee::ExactlyOnce;
         match self.guarantee {
             Guarantee::AtLeastOnce => Ok(()),
@@ -35,7 +35,7 @@ impl Worker {
 
     /// Before outputs go to the producer: exactly once, inside a
     /// transaction.
-    pub(super) fn before_sends(&self, p: &mut Pipeline) -> Result<()> {
+    pub(super) fn before_sends(&self, p: &mut Pipeline) -> Result<(), WorkerError> {
         match self.guarantee {
             Guarantee::AtLeastOnce => Ok(()),
             Guarantee::ExactlyOnce => self.begin(p),
@@ -44,7 +44,7 @@ impl Worker {
 
     /// Every `commit_interval`: the periodic commit (at least once, off the
     /// loop) or the transaction's (exactly once, on it).
-    pub(super) async fn commit_when_due(&self, p: &mut Pipeline) -> Result<()> {
+    pub(super) async fn commit_when_due(&self, p: &mut Pipeline) -> Result<(), WorkerError> {
         let now = self.clock.now();
         if now.duration_since(p.committed_at) < self.commit_interval {
             return Ok(());
@@ -75,7 +75,11 @@ impl Worker {
     /// out: this replica is a zombie) aborts the open transaction and
     /// leaves everything to the new owner; otherwise their work is handed
     /// over (`flush`).
-    pub(super) async fn partitions_go(&self, p: &mut Pipeline, partitions: &[Tp]) -> Result<()> {
+    pub(super) async fn partitions_go(
+        &self,
+        p: &mut Pipeline,
+        partitions: &[Tp],
+    ) -> Result<(), WorkerError> {
         if self.guarantee == Guarantee::ExactlyOnce && self.consumer.assignment_lost() {
             self.abandon(p).await
         } else {
@@ -86,7 +90,7 @@ impl Worker {
     /// A handover's first step, before the deliveries are awaited: exactly
     /// once lets the records read finish, so that the commit covers what
     /// was delivered in its offsets alone.
-    pub(super) async fn before_handover(&self, p: &mut Pipeline) -> Result<()> {
+    pub(super) async fn before_handover(&self, p: &mut Pipeline) -> Result<(), WorkerError> {
         match self.guarantee {
             Guarantee::AtLeastOnce => Ok(()),
             Guarantee::ExactlyOnce => self.drain(p).await,
@@ -96,7 +100,7 @@ impl Worker {
     /// Once the deliveries are in, before the publish: exactly once
     /// commits the open transaction (it holds every partition's outputs,
     /// whatever partitions go).
-    pub(super) async fn after_deliveries(&self, p: &mut Pipeline) -> Result<()> {
+    pub(super) async fn after_deliveries(&self, p: &mut Pipeline) -> Result<(), WorkerError> {
         if self.guarantee == Guarantee::ExactlyOnce {
             let commits = self.seal(p).await?;
             let offsets: Vec<String> = commits

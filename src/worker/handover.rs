@@ -27,7 +27,11 @@ impl Worker {
     /// (docs/design.md §4.6).
     /// Exactly once, the open transaction commits first, whatever
     /// partitions go: it holds every partition's outputs.
-    pub(super) async fn flush(&self, p: &mut Pipeline, partitions: &[Tp]) -> anyhow::Result<()> {
+    pub(super) async fn flush(
+        &self,
+        p: &mut Pipeline,
+        partitions: &[Tp],
+    ) -> Result<(), super::WorkerError> {
         self.before_handover(p).await?;
         let deadline = self.clock.now() + FLUSH_PATIENCE;
         while p.round.is_some() || partitions.iter().any(|tp| p.flight.sending(tp)) {

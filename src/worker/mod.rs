@@ -27,6 +27,7 @@ mod breaker;
 mod client_logs;
 mod committer;
 pub(crate) mod consumer;
+mod error;
 mod flight;
 mod handover;
 pub(crate) mod metadata;
@@ -44,13 +45,14 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
 use rdkafka::consumer::Consumer;
 use rdkafka::ClientConfig;
 
 use crate::clock::Clock;
 use crate::config::{Client, Config, GroupProtocol, Guarantee, StoreConfig, StreamConfig};
 use crate::store::{ClaimStore, OwnerToken, TopicTag};
+use error::Doing;
+pub(crate) use error::WorkerError;
 use output::{OutputContext, OutputProducer, Reports};
 use poller::{Event, GroupConsumer, GroupContext, GroupState};
 
@@ -210,7 +212,7 @@ impl Worker {
         store: Arc<dyn ClaimStore>,
         stop: tokio::sync::watch::Receiver<bool>,
         clock: Arc<dyn Clock>,
-    ) -> Result<Worker> {
+    ) -> Result<Worker, WorkerError> {
         let group = Arc::new(GroupState::default());
         let (sender, events) = tokio::sync::mpsc::channel(16);
         let closing = Arc::new(AtomicBool::new(false));
@@ -228,14 +230,14 @@ impl Worker {
                 revoked: std::sync::Mutex::new(Vec::new()),
                 clock: clock.clone(),
             })
-            .context("creating the kafka consumer")?;
+            .doing("creating the kafka consumer")?;
         let reports = Arc::new(Reports::default());
         let producer: OutputProducer = producer_config
             .create_with_context(OutputContext {
                 logs: client_logs::ClientLogs::default(),
                 reports: reports.clone(),
             })
-            .context("creating the kafka producer")?;
+            .doing("creating the kafka producer")?;
 
         let mut by_topic = rustc_hash::FxHashMap::default();
         let mut streams = Vec::new();
@@ -255,7 +257,7 @@ impl Worker {
         let topics: Vec<&str> = by_topic.keys().map(String::as_str).collect();
         consumer
             .subscribe(&topics)
-            .context("subscribing to the input topics")?;
+            .doing("subscribing to the input topics")?;
         let incarnation = std::hash::BuildHasher::hash_one(
             &std::collections::hash_map::RandomState::new(),
             std::process::id(),

@@ -13,12 +13,12 @@ use std::collections::HashSet;
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
 use tokio::task::JoinHandle;
 use tracing::{debug, error, info, warn};
 
 use super::breaker::Breaker;
 use super::consumer::{Arrival, Input, Reader};
+use super::error::WorkerError;
 use super::flight::{Flight, Reported, Resume, Round, Tp};
 use super::metadata;
 use super::output::{send, Carry, Failure, Output, Sent};
@@ -146,7 +146,7 @@ pub(super) async fn answer(round: &mut Option<InFlight>) -> RoundAnswerOf {
 impl Worker {
     /// Runs until `stop` turns true; then flushes, publishes and commits
     /// what is finished and leaves the group.
-    pub(crate) async fn run(mut self) -> Result<()> {
+    pub(crate) async fn run(mut self) -> Result<(), WorkerError> {
         let poller = self.start_poller()?;
         // After the metrics listener installed the recorder.
         let metrics = self
@@ -206,12 +206,9 @@ impl Worker {
         Ok(())
     }
 
-    fn start_poller(&mut self) -> Result<std::thread::JoinHandle<()>> {
+    fn start_poller(&mut self) -> Result<std::thread::JoinHandle<()>, WorkerError> {
         let consumer = self.consumer.clone();
-        let events = self
-            .poll_events
-            .take()
-            .ok_or_else(|| anyhow::anyhow!("worker started twice"))?;
+        let events = self.poll_events.take().ok_or(WorkerError::StartedTwice)?;
         let closing = self.closing.clone();
         let batch = poller::Batching {
             max: self.max_records,
@@ -230,13 +227,14 @@ impl Worker {
                 .collect(),
             self.clock.now(),
         );
-        Ok(std::thread::Builder::new()
+        std::thread::Builder::new()
             .name("idemgate-poll".into())
-            .spawn(move || poller::poll(consumer, events, closing, reader, batch, watch))?)
+            .spawn(move || poller::poll(consumer, events, closing, reader, batch, watch))
+            .map_err(WorkerError::Thread)
     }
 
     /// One turn: the next round, the sends, the commits, the bounds.
-    pub(super) fn turn(&self, p: &mut Pipeline) -> Result<()> {
+    pub(super) fn turn(&self, p: &mut Pipeline) -> Result<(), WorkerError> {
         let now = self.clock.now();
         // A new round when something changed, a waiting record fell due,
         // or the breaker is open (its trial, once the cool-down is over).
@@ -378,7 +376,7 @@ impl Worker {
         }
     }
 
-    async fn on_event(&mut self, p: &mut Pipeline, event: Event) -> Result<()> {
+    async fn on_event(&mut self, p: &mut Pipeline, event: Event) -> Result<(), WorkerError> {
         p.dirty = true;
         match event {
             Event::Records(arrivals) => {

@@ -13,12 +13,12 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
 use rdkafka::consumer::Consumer;
 use rdkafka::producer::Producer;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{info, warn};
 
+use super::error::{Doing, WorkerError};
 use super::flight::Commit;
 use super::metadata::{self, Metadata};
 use super::pipeline::{answer, Pipeline, FLUSH_PATIENCE};
@@ -53,21 +53,22 @@ const READ_BACKS: u8 = 3;
 impl Worker {
     /// Registers this replica's transactional id with the brokers, fencing
     /// any earlier producer with the same id (a zombie of this replica).
-    pub(super) async fn init_transactions(&self) -> Result<()> {
+    pub(super) async fn init_transactions(&self) -> Result<(), WorkerError> {
         let producer = self.producer.clone();
         tokio::task::spawn_blocking(move || producer.init_transactions(TXN_TIMEOUT))
-            .await?
-            .context("initialising the transactional producer (transactional.id)")?;
+            .await
+            .doing("initialising the transactional producer (transactional.id)")?
+            .doing("initialising the transactional producer (transactional.id)")?;
         info!("exactly once: transactional producer ready");
         Ok(())
     }
 
     /// Opens a transaction if none is: outputs are sent only inside one.
-    pub(super) fn begin(&self, p: &mut Pipeline) -> Result<()> {
+    pub(super) fn begin(&self, p: &mut Pipeline) -> Result<(), WorkerError> {
         if p.txn.open_since.is_none() {
             self.producer
                 .begin_transaction()
-                .context("beginning a transaction")?;
+                .doing("beginning a transaction")?;
             p.txn.open_since = Some(self.clock.now());
         }
         Ok(())
@@ -78,7 +79,7 @@ impl Worker {
     /// elsewhere, or `DRAIN` passes. The commit then covers everything
     /// delivered in its offsets alone, not only in its metadata (a broker
     /// that dropped transactional offset metadata would lose it).
-    pub(super) async fn drain(&self, p: &mut Pipeline) -> Result<()> {
+    pub(super) async fn drain(&self, p: &mut Pipeline) -> Result<(), WorkerError> {
         let until = self.clock.now() + DRAIN;
         while self.clock.now() < until && !p.flight.drained() {
             self.turn(p)?;
@@ -98,7 +99,7 @@ impl Worker {
     /// moved): waits for every delivery report, inserts into tier 2, sends
     /// the offsets with the group's metadata and commits. The settlements
     /// follow in the next rounds. An error is the end of this worker.
-    pub(super) async fn seal(&self, p: &mut Pipeline) -> Result<Vec<Commit>> {
+    pub(super) async fn seal(&self, p: &mut Pipeline) -> Result<Vec<Commit>, WorkerError> {
         let deadline = self.clock.now() + FLUSH_PATIENCE;
         while p.flight.any_sending() {
             tokio::select! {
@@ -108,13 +109,13 @@ impl Worker {
                 }
                 _ = self.reports.ready() => self.on_reports(p),
                 _ = tokio::time::sleep_until(self.clock.deadline(deadline)) => {
-                    bail!("outputs of the open transaction undelivered after {FLUSH_PATIENCE:?}")
+                    return Err(WorkerError::Undelivered(FLUSH_PATIENCE));
                 }
             }
         }
         if let Some(error) = p.txn.failed.take() {
             let _ = self.abort().await;
-            bail!("an output of the transaction was not delivered ({error}): aborted; the replay produces it again");
+            return Err(WorkerError::OutputFailed(error));
         }
         self.insert_before_commit(p, deadline).await?;
         let commits = p.flight.txn_offsets(p.txn.open_since.is_some());
@@ -127,7 +128,7 @@ impl Worker {
                 continue;
             };
             list.add_partition_offset(&c.tp.0, c.tp.1, Offset::Offset(c.offset))
-                .context("listing offsets")?;
+                .doing("listing offsets")?;
             if let Some(mut element) = list.find_partition(&c.tp.0, c.tp.1) {
                 element.set_metadata(metadata::write(
                     &self.streams[stream].config.spec.key_id,
@@ -142,7 +143,7 @@ impl Worker {
         let group = self
             .consumer
             .group_metadata()
-            .ok_or_else(|| anyhow!("no consumer group metadata for the transaction"))?;
+            .ok_or(WorkerError::NoGroupMetadata)?;
         let producer = self.producer.clone();
         let written = (!p.txn.metadata_kept && p.txn.read_backs < READ_BACKS && list.count() > 0)
             .then(|| list.clone());
@@ -156,7 +157,7 @@ impl Worker {
         // earlier transactions); what they decide waits for the next one.
         let result = loop {
             tokio::select! {
-                result = &mut commit => break result?,
+                result = &mut commit => break result.doing("committing the transaction")?,
                 result = answer(&mut p.round) => {
                     self.on_answer(p, result);
                     self.claim_meanwhile(p);
@@ -182,7 +183,7 @@ impl Worker {
             Err(error) => {
                 p.flight.txn_offsets_lost();
                 let _ = self.abort().await;
-                Err(error).context("committing the transaction (a fenced zombie, or the broker aborted it): aborted; the partitions' next owner replays")
+                Err(error).doing("committing the transaction (a fenced zombie, or the broker aborted it): aborted; the partitions' next owner replays")
             }
         }
     }
@@ -191,12 +192,13 @@ impl Worker {
     /// answers at the offset written): a broker that dropped its metadata
     /// is the end of this worker, with why (docs/design.md §7). `true`
     /// once the metadata was seen kept.
-    async fn metadata_read_back(&self, written: TopicPartitionList) -> Result<bool> {
+    async fn metadata_read_back(&self, written: TopicPartitionList) -> Result<bool, WorkerError> {
         let consumer = self.consumer.clone();
         let read = tokio::task::spawn_blocking(move || {
             crate::ops::check_txn::read_back(&consumer, &written)
         })
-        .await?;
+        .await
+        .doing("reading the first transactional commit back")?;
         match read {
             Err(why) => {
                 warn!(%why, "the first transactional commit could not be read back: read again after the next one");
@@ -207,7 +209,7 @@ impl Worker {
                     info!("exactly once: the brokers keep transactional offset metadata (this replica's first commit read back)");
                     Ok(true)
                 }
-                Some(Err(why)) => bail!("{why}"),
+                Some(Err(why)) => Err(why.into()),
                 None => Ok(false),
             },
         }
@@ -226,7 +228,11 @@ impl Worker {
 
     /// The transaction's tier-2 inserts, acknowledged before it commits:
     /// once its offsets are committed no replay inserts them again.
-    async fn insert_before_commit(&self, p: &mut Pipeline, deadline: Instant) -> Result<()> {
+    async fn insert_before_commit(
+        &self,
+        p: &mut Pipeline,
+        deadline: Instant,
+    ) -> Result<(), WorkerError> {
         let inserts = p.flight.take_txn_inserts();
         if inserts.is_empty() {
             return Ok(());
@@ -251,7 +257,10 @@ impl Worker {
                 }
                 Err(error) => {
                     let _ = self.abort().await;
-                    bail!("tier-2 inserts before the transaction commits failed until {FLUSH_PATIENCE:?} ran out ({error}): aborted");
+                    return Err(WorkerError::Inserts {
+                        patience: FLUSH_PATIENCE,
+                        source: error,
+                    });
                 }
             }
         }
@@ -261,20 +270,21 @@ impl Worker {
     /// a zombie, its partitions have another owner): the open transaction
     /// is aborted, not committed, and everything in flight is left to the
     /// new owner, who meets the claims as its own.
-    pub(super) async fn abandon(&self, p: &mut Pipeline) -> Result<()> {
+    pub(super) async fn abandon(&self, p: &mut Pipeline) -> Result<(), WorkerError> {
         if p.txn.open_since.take().is_some() {
             warn!("assignment lost (the session timed out): the open transaction is aborted, its records left to their new owner");
-            self.abort()
-                .await
-                .context("aborting the transaction of a lost assignment")?;
+            self.abort().await?;
         }
         p.txn.failed = None;
         Ok(())
     }
 
-    async fn abort(&self) -> Result<()> {
+    async fn abort(&self) -> Result<(), WorkerError> {
         let producer = self.producer.clone();
-        tokio::task::spawn_blocking(move || producer.abort_transaction(TXN_TIMEOUT)).await??;
+        tokio::task::spawn_blocking(move || producer.abort_transaction(TXN_TIMEOUT))
+            .await
+            .doing("aborting the transaction")?
+            .doing("aborting the transaction")?;
         Ok(())
     }
 }

@@ -1,0 +1,69 @@
+//! Why a worker ended. Each of these is the end of the replica (`app`
+//! logs it and exits non-zero); its partitions go to the group's other
+//! members, who meet its claims as their own. Typed here, `anyhow` only in
+//! `app` and the commands above it.
+
+use std::time::Duration;
+
+use rdkafka::error::KafkaError;
+
+use crate::ops::check_txn::MetadataDropped;
+use crate::store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WorkerError {
+    /// A Kafka client call failed: what the worker was doing, and why.
+    #[error("{doing}: {source}")]
+    Kafka {
+        doing: &'static str,
+        #[source]
+        source: KafkaError,
+    },
+    /// A client call on a blocking thread never came back (the thread
+    /// panicked or the runtime is shutting down).
+    #[error("{doing}: {source}")]
+    Task {
+        doing: &'static str,
+        #[source]
+        source: tokio::task::JoinError,
+    },
+    #[error("starting the polling thread: {0}")]
+    Thread(#[source] std::io::Error),
+    #[error("worker started twice")]
+    StartedTwice,
+    #[error("no consumer group metadata for the transaction")]
+    NoGroupMetadata,
+    #[error("outputs of the open transaction undelivered after {0:?}")]
+    Undelivered(Duration),
+    /// Exactly once: an output of the open transaction failed, so it was
+    /// aborted.
+    #[error("an output of the transaction was not delivered ({0}): aborted; the replay produces it again")]
+    OutputFailed(String),
+    /// Exactly once: the brokers dropped the transactional commit's
+    /// offset metadata (docs/design.md §7).
+    #[error(transparent)]
+    MetadataDropped(#[from] MetadataDropped),
+    #[error("tier-2 inserts before the transaction commits failed until {patience:?} ran out ({source}): aborted")]
+    Inserts {
+        patience: Duration,
+        #[source]
+        source: StoreError,
+    },
+}
+
+/// `result.doing("what")`: a Kafka error with what the worker was doing.
+pub(super) trait Doing<T> {
+    fn doing(self, doing: &'static str) -> Result<T, WorkerError>;
+}
+
+impl<T> Doing<T> for Result<T, KafkaError> {
+    fn doing(self, doing: &'static str) -> Result<T, WorkerError> {
+        self.map_err(|source| WorkerError::Kafka { doing, source })
+    }
+}
+
+impl<T> Doing<T> for Result<T, tokio::task::JoinError> {
+    fn doing(self, doing: &'static str) -> Result<T, WorkerError> {
+        self.map_err(|source| WorkerError::Task { doing, source })
+    }
+}
