@@ -171,6 +171,10 @@ pub const DECISION_BUCKETS: [f64; 22] = [
     0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 30.0,
 ];
 
+/// The steps of an exactly-once commit, as the `step` label names them,
+/// in the order they run.
+pub(crate) const TXN_STEPS: [&str; 4] = ["reports", "inserts", "offsets", "commit"];
+
 pub const RECORDS: Metric = counter(
     "idemgate_records_total",
     "records decided, by stream and decision",
@@ -226,6 +230,16 @@ pub const DECISION_LATENCY: Metric = histogram(
     "from a record's poll to its output's delivery report, by stream",
     &[STREAM],
     &DECISION_BUCKETS,
+);
+pub(crate) const TXN_STEP: Metric = histogram(
+    "idemgate_transaction_step_seconds",
+    Unit::Seconds,
+    "exactly once: how long each step of a transaction's commit took: waiting for its outputs' delivery reports, its tier-2 inserts, sending its offsets, committing it",
+    &[Label {
+        name: "step",
+        values: Values::Fixed(&TXN_STEPS),
+    }],
+    &LATENCY_BUCKETS,
 );
 pub(crate) const STORE_ERRORS: Metric = counter(
     "idemgate_store_errors_total",
@@ -346,6 +360,7 @@ pub const CATALOG: &[Metric] = &[
     STORE_ERRORS,
     DECISION_LATENCY,
     STORE_LATENCY,
+    TXN_STEP,
     BATCH_SIZE,
     BREAKER_OPEN,
     FILTER_INSERTS,

@@ -300,6 +300,12 @@ pub(crate) fn render_lags(out: &mut String) {
     }
 }
 
+/// Exactly once: how long one step of a transaction's commit took
+/// (`catalog::TXN_STEPS`).
+pub(crate) fn transaction_step(step: &'static str, took: Duration) {
+    histogram!(TXN_STEP.name, "step" => step).record(took.as_secs_f64());
+}
+
 pub(crate) fn committed() {
     counter!(COMMITS.name).increment(1);
 }

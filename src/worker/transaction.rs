@@ -100,7 +100,8 @@ impl Worker {
     /// the offsets with the group's metadata and commits. The settlements
     /// follow in the next rounds. An error is the end of this worker.
     pub(super) async fn seal(&self, p: &mut Pipeline) -> Result<Vec<Commit>, WorkerError> {
-        let deadline = self.clock.now() + FLUSH_PATIENCE;
+        let sealing = self.clock.now();
+        let deadline = sealing + FLUSH_PATIENCE;
         while p.flight.any_sending() {
             tokio::select! {
                 result = answer(&mut p.round) => {
@@ -117,11 +118,15 @@ impl Worker {
             let _ = self.abort().await;
             return Err(WorkerError::OutputFailed(error));
         }
+        let reported = self.clock.now();
         self.insert_before_commit(p, deadline).await?;
+        let inserted = self.clock.now();
         let commits = p.flight.txn_offsets(p.txn.open_since.is_some());
         if commits.is_empty() && p.txn.open_since.is_none() {
             return Ok(commits);
         }
+        crate::metrics::transaction_step("reports", reported - sealing);
+        crate::metrics::transaction_step("inserts", inserted - reported);
         let mut list = TopicPartitionList::new();
         for c in &commits {
             let Some(&stream) = self.by_topic.get(&*c.tp.0) else {
@@ -147,11 +152,17 @@ impl Worker {
         let producer = self.producer.clone();
         let written = (!p.txn.metadata_kept && p.txn.read_backs < READ_BACKS && list.count() > 0)
             .then(|| list.clone());
+        let clock = self.clock.clone();
         let mut commit = tokio::task::spawn_blocking(move || {
+            let offsets = clock.now();
             if list.count() > 0 {
                 producer.send_offsets_to_transaction(&list, &group, TXN_TIMEOUT)?;
             }
-            producer.commit_transaction(TXN_TIMEOUT)
+            let committing = clock.now();
+            crate::metrics::transaction_step("offsets", committing - offsets);
+            producer.commit_transaction(TXN_TIMEOUT)?;
+            crate::metrics::transaction_step("commit", clock.now() - committing);
+            Ok::<(), rdkafka::error::KafkaError>(())
         });
         // The store rounds go on meanwhile (claims, and the settlements of
         // earlier transactions); what they decide waits for the next one.
