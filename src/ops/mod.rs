@@ -3,7 +3,9 @@
 //!
 //! - [`check`]: the config loaded as `run` loads it, then the brokers
 //!   (`check_kafka`: topics and partitions) and the store (`check_redis`:
-//!   credentials, eviction policy, filter module, cluster state) and, for
+//!   credentials, eviction policy, filter module, cluster state;
+//!   `check_postgres`: server version, tables, the role's rights, bloat)
+//!   and, for
 //!   exactly once, a probe transaction (`check_txn`: is its offset metadata
 //!   kept); a report
 //!   of `ok`/`warn`/`FAIL` findings with each stream's TTLs and plan.
@@ -29,6 +31,7 @@
 
 pub mod check;
 pub(crate) mod check_kafka;
+mod check_postgres;
 mod check_redis;
 pub(crate) mod check_txn;
 pub mod group;

@@ -17,6 +17,8 @@
 //! - [`counting`]: a `ClaimStore` decorator that counts what a worker asks.
 //! - [`faulty`]: a `ClaimStore` decorator that injects store faults.
 //! - [`process`]: a child process with its log, killed on drop.
+//! - [`postgres`]: the PostgreSQL store's claims and watermarks read from
+//!   outside (through `psql`), and which claims are unsettled.
 //! - [`servers`]: guards that start and stop a redis-server or an Apache
 //!   Kafka broker of one's own; SCAN (never KEYS) under a prefix.
 //! - [`tools`]: Kafka's own command-line tools (`kafka-consumer-groups`,
@@ -31,6 +33,7 @@ pub mod counting;
 pub mod faulty;
 pub mod feed;
 pub mod kafka;
+pub mod postgres;
 pub mod process;
 pub mod servers;
 pub mod telemetry;

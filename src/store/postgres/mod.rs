@@ -7,11 +7,12 @@
 //! By role: `options` (the config's side), `connect` (pool, TLS, errors),
 //! `schema` (tables), `sql` (statements), `round` and `followup` (the
 //! claim protocol), `identity` (identities, restores, resets), `janitor`
-//! (expired rows).
+//! (expired rows), `inspect` (what `check` asks).
 
 mod connect;
 mod followup;
 mod identity;
+mod inspect;
 mod janitor;
 mod options;
 mod round;
@@ -26,6 +27,7 @@ use async_trait::async_trait;
 use deadpool_postgres::Pool;
 use tokio::task::JoinHandle;
 
+pub use inspect::{inspect, ServerFacts, TableFacts, RIGHTS};
 pub use options::{
     redact, split_sslmode, JanitorOptions, PostgresOptions, SslMode, DEFAULT_JANITOR_BATCH_ROWS,
     DEFAULT_JANITOR_INTERVAL, DEFAULT_POOL_SIZE, DEFAULT_SCHEMA,

@@ -95,7 +95,7 @@ impl Tables {
 
     /// What an administrator runs for a role that may not create the
     /// tables itself.
-    fn for_an_administrator(&self, streams: &[StreamSpec], user: &str) -> String {
+    pub(super) fn for_an_administrator(&self, streams: &[StreamSpec], user: &str) -> String {
         let mut sql: Vec<String> = self.ddl(streams);
         sql.push(format!(
             "GRANT USAGE ON SCHEMA \"{}\" TO \"{user}\"",

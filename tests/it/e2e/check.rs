@@ -101,6 +101,70 @@ fn a_good_config_passes_and_names_every_topic_with_its_partitions() {
     assert!(report.contains("3.1 GB (1,728,000,000 keys)"), "{report}");
 }
 
+/// A PostgreSQL store, as an operator meets it: before the first start
+/// the tables are missing, a warning where the role may create them; a
+/// role without CREATE is refused with the SQL an administrator runs; once
+/// the administrator ran it, that role passes, the tables there and every
+/// right the worker needs granted.
+#[test]
+fn a_postgres_store_is_checked_for_its_version_tables_and_rights() {
+    const TEST: &str = "check-pg";
+    let topics = Topics::create(&kafka_brokers(), TEST, 1, 1);
+    let config = GateConfig::new(TEST, &topics, String::new()).on_postgres();
+    let (out, report) = check(TEST, &config.toml(), &[]);
+    assert!(out.status.success(), "{report}");
+    assert!(failures(&report).is_empty(), "{report}");
+    let server = line(&report, "PostgreSQL 15");
+    assert!(
+        server.starts_with("ok") && server.contains("store.url"),
+        "{server}"
+    );
+    let tables = line(&report, "store.url tables");
+    assert!(
+        tables.starts_with("warn") && tables.contains("created at the first start"),
+        "{tables}"
+    );
+
+    let mut restricted = config.clone();
+    restricted.postgres_url = env("IDEMGATE_TEST_POSTGRES_NOCREATE_URL");
+    let (out, report) = check(TEST, &restricted.toml(), &[]);
+    assert!(!out.status.success(), "{report}");
+    let refused = failures(&report);
+    assert_eq!(refused.len(), 1, "{report}");
+    assert!(
+        refused[0].contains("store.url tables") && refused[0].contains("may not create them"),
+        "{report}"
+    );
+    // The SQL is printed whole, a statement a line: an administrator runs
+    // it as it is.
+    let sql: String = report
+        .lines()
+        .filter(|l| l.ends_with(';'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(
+        sql.contains("CREATE TABLE") && sql.contains("GRANT"),
+        "{report}"
+    );
+    idemgate_testkit::postgres::psql(&config.postgres_url, &sql);
+
+    let (out, report) = check(TEST, &restricted.toml(), &[]);
+    assert!(out.status.success(), "{report}");
+    assert!(
+        line(&report, "store.url tables").starts_with("ok"),
+        "{report}"
+    );
+    let rights = line(&report, "store.url rights");
+    assert!(
+        rights.starts_with("ok") && rights.contains("SELECT, INSERT, UPDATE and DELETE"),
+        "{rights}"
+    );
+    assert!(
+        line(&report, "streams.bank claims table").starts_with("ok"),
+        "{report}"
+    );
+}
+
 #[test]
 fn a_redis_that_evicts_keys_is_refused_naming_maxmemory_policy() {
     const TEST: &str = "check-lru";

@@ -5,7 +5,6 @@ use std::time::{Duration, Instant};
 
 use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{read_inputs_as_delivered, Producer, Reader, Topics};
-use idemgate_testkit::servers::{claim_ttls, unsettled_claims};
 
 use super::process::{Gate, GateConfig};
 use idemgate_testkit::workload::{Bank, Planned};
@@ -13,10 +12,15 @@ use idemgate_testkit::{env, kafka_brokers, say, BOUND};
 
 #[test]
 fn binary_against_apache_kafka_and_redis_counts_exactly() {
-    const TEST: &str = "exact";
+    counts_exactly("exact", |config| config);
+}
+
+/// The run of `binary_against_apache_kafka_and_redis_counts_exactly`, on
+/// the store `on` puts the config on (Redis as it is, or PostgreSQL).
+pub fn counts_exactly(test: &'static str, on: fn(GateConfig) -> GateConfig) {
     let began = Instant::now();
-    let topics = Topics::create(&kafka_brokers(), TEST, 3, 2);
-    let mut bank = Bank::new(TEST, 24);
+    let topics = Topics::create(&kafka_brokers(), test, 3, 2);
+    let mut bank = Bank::new(test, 24);
     bank.conflict_rate = 0.03;
     // Half is waiting when the gateway starts, half arrives while it runs;
     // the second half redelivers some events of the first.
@@ -25,20 +29,23 @@ fn binary_against_apache_kafka_and_redis_counts_exactly() {
     let producer = Producer::new(&kafka_brokers());
     let mut delivered = producer.send(&topics.input, &first, 100, Duration::ZERO);
     say(
-        TEST,
+        test,
         format!(
             "topics created, first half produced at {:?}",
             began.elapsed()
         ),
     );
 
-    let redis_url = env("IDEMGATE_TEST_REDIS_URL");
-    let config = GateConfig::new(TEST, &topics, redis_url.clone());
-    let mut gate = Gate::start(TEST, &config);
+    let config = on(GateConfig::new(
+        test,
+        &topics,
+        env("IDEMGATE_TEST_REDIS_URL"),
+    ));
+    let mut gate = Gate::start(test, &config);
     delivered.extend(producer.send(&topics.input, &second, 50, Duration::from_millis(20)));
     let plan: Vec<Planned> = first.into_iter().chain(second).collect();
     say(
-        TEST,
+        test,
         format!(
             "all {} inputs produced at {:?}",
             plan.len(),
@@ -50,11 +57,11 @@ fn binary_against_apache_kafka_and_redis_counts_exactly() {
     // settle time after that.
     let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
     reader.read_every_input(plan.len(), BOUND, "", || gate.assert_alive());
-    say(TEST, format!("all outputs read at {:?}", began.elapsed()));
+    say(test, format!("all outputs read at {:?}", began.elapsed()));
 
     let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
     let summary = check(&plan, &landed, &topics, &reader.records, Expect::Exact);
-    say(TEST, &summary);
+    say(test, &summary);
     // Every output keeps its input's timestamp (the event's time, not the
     // gateway's).
     let mut inputs = Reader::new(
@@ -81,17 +88,16 @@ fn binary_against_apache_kafka_and_redis_counts_exactly() {
 
     // One claim per event, every one settled (below its partition's
     // watermark or flagged done), the replayed ones too.
-    let ttls = claim_ttls(&redis_url, &config.key_prefix);
-    assert_eq!(ttls.len(), bank.events(), "claim keys, one per event");
-    let unsettled = unsettled_claims(&redis_url, &config.key_prefix);
+    let (claims, unsettled) = config.claims();
+    assert_eq!(claims, bank.events(), "claims, one per event");
     assert!(unsettled.is_empty(), "claims left unsettled: {unsettled:?}");
 
     let stopping = Instant::now();
     let status = gate.terminate(Duration::from_secs(20));
     say(
-        TEST,
+        test,
         format!("exited {status} {:?} after SIGTERM", stopping.elapsed()),
     );
     assert!(status.success(), "idemgate exited with {status} on SIGTERM");
-    say(TEST, format!("took {:?}", began.elapsed()));
+    say(test, format!("took {:?}", began.elapsed()));
 }

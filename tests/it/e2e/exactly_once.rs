@@ -25,7 +25,7 @@ use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{
     committed_metadata, read_inputs_as_delivered, Producer, Reader, Topics,
 };
-use idemgate_testkit::servers::{claim_ttls, unsettled_claims};
+use idemgate_testkit::servers::unsettled_claims;
 use idemgate_testkit::workload::{Bank, Planned};
 use idemgate_testkit::{env, kafka_brokers, say, unique, BOUND};
 
@@ -129,22 +129,30 @@ fn exactly_once_a_sigterm_and_restart_mid_stream_repeat_no_output() {
 /// prefix.
 #[test]
 fn exactly_once_a_replica_killed_mid_transaction_loses_nothing_and_settles_every_claim() {
-    const TEST: &str = "eos-kill";
+    killed_mid_transaction("eos-kill", |config| config);
+}
+
+/// The run of `exactly_once_a_replica_killed_mid_transaction_...`, on the
+/// store `on` puts the config on (Redis as it is, or PostgreSQL).
+pub fn killed_mid_transaction(test: &'static str, on: fn(GateConfig) -> GateConfig) {
     let partitions = 4;
-    let topics = Topics::create(&kafka_brokers(), TEST, partitions, 2);
-    let mut bank = Bank::new(TEST, 64);
+    let topics = Topics::create(&kafka_brokers(), test, partitions, 2);
+    let mut bank = Bank::new(test, 64);
     bank.copy_rate = (0.30, 0.08);
     bank.copies_share_key = false;
     let burst = bank.phase(2_400, 0, 30);
     let tail = bank.phase(400, 1_400, 10);
     let plan: Vec<Planned> = burst.iter().chain(&tail).cloned().collect();
-    let redis_url = env("IDEMGATE_TEST_REDIS_URL");
-    let mut config = GateConfig::new(TEST, &topics, redis_url.clone());
+    let mut config = on(GateConfig::new(
+        test,
+        &topics,
+        env("IDEMGATE_TEST_REDIS_URL"),
+    ));
     config.max_records = 500;
     let doomed_config = config.clone().exactly_once(&unique("eos-doomed"));
     let survivor_config = config.clone().exactly_once(&unique("eos-survivor"));
-    let mut doomed = Gate::start(&format!("{TEST}-doomed"), &doomed_config);
-    let mut survivor = Gate::start(&format!("{TEST}-survivor"), &survivor_config);
+    let mut doomed = Gate::start(&format!("{test}-doomed"), &doomed_config);
+    let mut survivor = Gate::start(&format!("{test}-survivor"), &survivor_config);
     wait_split(
         &mut doomed,
         &mut survivor,
@@ -169,12 +177,12 @@ fn exactly_once_a_replica_killed_mid_transaction_loses_nothing_and_settles_every
     );
     let aimed = doomed.kill_after_next_log_line(Duration::from_secs(5));
     assert!(!producing.is_finished(), "the kill came after the stream");
-    say(TEST, format!("SIGKILL (aimed after a delivery: {aimed})"));
+    say(test, format!("SIGKILL (aimed after a delivery: {aimed})"));
     // Its supervisor restarts it with its transactional id: the restart
     // fences the dead incarnation and aborts its open transaction (which
     // would otherwise hold read_committed readers of clean back until the
     // broker's transaction timeout).
-    let mut restarted = Gate::start(&format!("{TEST}-restarted"), &doomed_config);
+    let mut restarted = Gate::start(&format!("{test}-restarted"), &doomed_config);
     reader.read_every_input(plan.len(), BOUND, "of the kill", || {
         survivor.assert_alive();
         restarted.assert_alive();
@@ -182,10 +190,9 @@ fn exactly_once_a_replica_killed_mid_transaction_loses_nothing_and_settles_every
     let delivered = producing.join().expect("producer thread");
     let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
     let summary = check(&plan, &landed, &topics, &reader.records, Expect::Exact);
-    say(TEST, &summary);
-    let ttls = claim_ttls(&redis_url, &config.key_prefix);
-    assert_eq!(ttls.len(), bank.events(), "claim keys, one per event");
-    let unsettled = unsettled_claims(&redis_url, &config.key_prefix);
+    say(test, &summary);
+    let (claims, unsettled) = config.claims();
+    assert_eq!(claims, bank.events(), "claims, one per event");
     assert!(unsettled.is_empty(), "claims left unsettled: {unsettled:?}");
     wait_committed(
         &survivor_config,

@@ -5,7 +5,8 @@
 //!
 //! - `process`: the gateway binary as a guard;
 //! - `exact`, `restart`, `failover`, `outage`, `lost_store`, `zombie`,
-//!   `resets`, `cluster`: the scenarios, on the test kit's workload, Kafka
+//!   `resets`, `cluster`, `postgres` (the exact ones on PostgreSQL): the
+//!   scenarios, on the test kit's workload, Kafka
 //!   readers, exactly-once check and server guards;
 //! - `check`, `horizon`: the operator's commands against the same servers;
 //!   `reset_command`, `reset_kafka`: `idemgate reset`, the latter beside
@@ -33,6 +34,7 @@ mod horizon;
 mod lost_store;
 mod monitoring;
 mod outage;
+mod postgres;
 mod process;
 mod protocols;
 mod replay;

@@ -7,8 +7,9 @@ use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use idemgate_testkit::kafka::{Reader, Topics};
+use idemgate_testkit::postgres;
 use idemgate_testkit::process::Logged;
-use idemgate_testkit::servers::signal;
+use idemgate_testkit::servers::{claim_ttls, signal, unsettled_claims};
 use idemgate_testkit::{env, kafka_brokers, unique, BOUND};
 
 /// What one gateway process is told, as the TOML file `idemgate run` reads.
@@ -41,6 +42,11 @@ pub struct GateConfig {
     pub more_streams: String,
     /// Top-level lines, before `[kafka]` (`guarantee = "exactly-once"`).
     pub top: String,
+    /// The store on the test services' PostgreSQL, in this schema of the
+    /// test's own (`redis_url` and `key_prefix` are then not used).
+    pub postgres_schema: Option<String>,
+    /// With `postgres_schema`: the server's URL (role and password in it).
+    pub postgres_url: String,
 }
 
 impl GateConfig {
@@ -69,7 +75,21 @@ impl GateConfig {
             metrics_listen: "127.0.0.1:0".into(),
             more_streams: String::new(),
             top: String::new(),
+            postgres_schema: None,
+            postgres_url: String::new(),
         }
+    }
+
+    /// The store on the test services' PostgreSQL over TLS (`verify-full`
+    /// against their CA), in a schema of this test's own.
+    pub fn on_postgres(mut self) -> GateConfig {
+        self.postgres_schema = Some(postgres_schema(&self.key_prefix));
+        self.postgres_url = env("IDEMGATE_TEST_POSTGRES_URL");
+        self.store = format!(
+            "[store.tls]\nca_file = \"{}\"\n",
+            env("IDEMGATE_TEST_POSTGRES_CA")
+        );
+        self
     }
 
     /// `guarantee = "exactly-once"`, with this replica's transactional id.
@@ -97,6 +117,27 @@ impl GateConfig {
     pub fn on_cluster(mut self, nodes: Vec<String>) -> GateConfig {
         self.redis_nodes = nodes;
         self
+    }
+
+    /// How many claims the stream holds in the store, and those not
+    /// settled (neither done nor below their partition's watermark): read
+    /// from Redis's keys (each checked to carry an expiry) or from
+    /// PostgreSQL's claims table.
+    pub fn claims(&self) -> (usize, Vec<String>) {
+        match &self.postgres_schema {
+            Some(schema) => {
+                let url = &self.postgres_url;
+                let key_id = idemgate::store::key_id("bank");
+                (
+                    postgres::claims(url, schema, &key_id).len(),
+                    postgres::unsettled_claims(url, schema, &key_id),
+                )
+            }
+            None => (
+                claim_ttls(&self.redis_url, &self.key_prefix).len(),
+                unsettled_claims(&self.redis_url, &self.key_prefix),
+            ),
+        }
     }
 
     pub fn toml(&self) -> String {
@@ -129,10 +170,15 @@ clean = "{clean}"
 audit = "{audit}"
 {stream}
 {more_streams}"#,
-            target = if self.redis_nodes.is_empty() {
-                format!("kind = \"redis\"\nurl = \"{}\"", self.redis_url)
-            } else {
-                format!("kind = \"cluster\"\nnodes = {:?}", self.redis_nodes)
+            target = match &self.postgres_schema {
+                Some(schema) => format!(
+                    "kind = \"postgres\"\nurl = \"{}\"\nschema = \"{schema}\"",
+                    self.postgres_url
+                ),
+                None if self.redis_nodes.is_empty() => {
+                    format!("kind = \"redis\"\nurl = \"{}\"", self.redis_url)
+                }
+                None => format!("kind = \"cluster\"\nnodes = {:?}", self.redis_nodes),
             },
             top = self.top,
             listen = self.metrics_listen,
@@ -149,6 +195,25 @@ audit = "{audit}"
             )),
         )
     }
+}
+
+/// A PostgreSQL schema name of the test's own from its key prefix:
+/// lowercase letters, digits and `_`, at most 63 bytes.
+pub fn postgres_schema(prefix: &str) -> String {
+    let name: String = prefix
+        .trim_end_matches(':')
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    // The unique suffix is at the end: keep it.
+    let tail = name.len().saturating_sub(58);
+    format!("e2e_{}", &name[tail..])
 }
 
 /// What the gateways log: info, and each decision (a debug line of the
