@@ -1,4 +1,4 @@
-//! One round on PostgreSQL (docs/design.md §4.10): one transaction, its
+//! One round on PostgreSQL (docs/design.md §6.1): one transaction, its
 //! statements pipelined on one connection in the contract's order (raises;
 //! done flags and releases; the watermark, reset-range and identity reads;
 //! the claims), so a warm round is one round trip. What the claims met is
@@ -17,8 +17,8 @@ use super::{PostgresStore, Session};
 use crate::store::judge::{judge_reset, ResetMarks, Verdict};
 use crate::store::value::{encode_owner, ClaimValue};
 use crate::store::{
-    check_identity, millis, spec, Claim, Held, PartitionRanges, Publish, RoundAnswer, StoreError,
-    StreamId, StreamLost, TopicTag, Watermark,
+    millis, spec, Claim, Held, PartitionRanges, Publish, RoundAnswer, StoreError, StreamId,
+    TopicTag,
 };
 
 pub(super) type Key = (usize, TopicTag, i32);
@@ -88,12 +88,14 @@ pub(super) fn boxed<T: ToSql + Sync + Send + 'static>(value: T) -> Box<dyn ToSql
     Box::new(value)
 }
 
-/// Per stream, the indices of the requests (done flags or releases) and
+/// One stream's done flags or releases: the stream, the requests' indices,
 /// their hashes and owner bytes.
-fn by_stream(
-    held: &[Held],
-) -> Result<Vec<(usize, Vec<usize>, Vec<Vec<u8>>, Vec<Vec<u8>>)>, StoreError> {
-    let mut groups: HashMap<usize, (Vec<usize>, Vec<Vec<u8>>, Vec<Vec<u8>>)> = HashMap::new();
+type HeldGroup = (usize, Vec<usize>, Vec<Vec<u8>>, Vec<Vec<u8>>);
+
+/// Per stream, the requests (done flags or releases) grouped.
+fn by_stream(held: &[Held]) -> Result<Vec<HeldGroup>, StoreError> {
+    type Requests = (Vec<usize>, Vec<Vec<u8>>, Vec<Vec<u8>>);
+    let mut groups: HashMap<usize, Requests> = HashMap::new();
     for (index, h) in held.iter().enumerate() {
         let (indices, hashes, owners) = groups.entry(h.stream.0).or_default();
         indices.push(index);
@@ -362,91 +364,6 @@ impl PostgresStore {
             };
         }
         Ok(())
-    }
-
-    pub(super) fn parse_marks(&self, rows: Vec<Row>) -> Result<Vec<Watermark>, StoreError> {
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            let parse = || -> Result<_, tokio_postgres::Error> {
-                Ok((
-                    row.try_get::<_, String>(0)?,
-                    row.try_get::<_, i32>(1)?,
-                    row.try_get::<_, i32>(2)?,
-                    row.try_get::<_, i64>(3)?,
-                ))
-            };
-            let (key_id, topic, partition, below) =
-                parse().map_err(|e| store_error("watermarks", e))?;
-            if let Some(stream) = self.stream_of(&key_id) {
-                out.push(Watermark {
-                    stream,
-                    topic: TopicTag(topic as u32),
-                    partition,
-                    below,
-                });
-            }
-        }
-        out.sort_by_key(|w| (w.stream, w.topic, w.partition));
-        Ok(out)
-    }
-
-    pub(super) fn parse_ranges(&self, rows: Vec<Row>) -> Result<Vec<PartitionRanges>, StoreError> {
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            let parse = || -> Result<_, tokio_postgres::Error> {
-                Ok((
-                    row.try_get::<_, String>(0)?,
-                    row.try_get::<_, i32>(1)?,
-                    row.try_get::<_, i32>(2)?,
-                    row.try_get::<_, Vec<i64>>(3)?,
-                    row.try_get::<_, Option<i64>>(4)?,
-                    row.try_get::<_, Option<i64>>(5)?,
-                ))
-            };
-            let (key_id, topic, partition, flat, from, to) =
-                parse().map_err(|e| store_error("reset ranges", e))?;
-            let Some(stream) = self.stream_of(&key_id) else {
-                continue;
-            };
-            out.push(PartitionRanges {
-                stream,
-                topic: TopicTag(topic as u32),
-                partition,
-                abandoned: flat.chunks_exact(2).map(|p| (p[0], p[1])).collect(),
-                replay: from.zip(to),
-            });
-        }
-        out.sort_by_key(|r| (r.stream, r.topic, r.partition));
-        Ok(out)
-    }
-
-    /// The streams whose adopted identity the table no longer holds.
-    fn lost(
-        &self,
-        rows: Vec<Row>,
-        checked: &[usize],
-        adopted: &HashMap<usize, crate::store::StoreIdentity>,
-    ) -> Result<Vec<StreamLost>, StoreError> {
-        let mut held: HashMap<String, String> = HashMap::new();
-        for row in rows {
-            let pair = (row.try_get(0), row.try_get(1));
-            let (Ok(key_id), Ok(identity)) = pair else {
-                return Err(StoreError::Protocol("identity row".into()));
-            };
-            held.insert(key_id, identity);
-        }
-        Ok(checked
-            .iter()
-            .filter_map(|&stream| {
-                let identity = adopted.get(&stream)?;
-                let found = held.get(&self.streams[stream].key_id);
-                let how = check_identity(identity, [found.map(|s| s.as_bytes())]);
-                how.lost().then_some(StreamLost {
-                    stream: StreamId(stream),
-                    how,
-                })
-            })
-            .collect())
     }
 }
 

@@ -18,7 +18,7 @@ pub(super) struct ClaimSql {
     /// hash asked, whether this statement wrote it and the value and
     /// expiry the statement's snapshot held.
     ///
-    /// Why this is `SET NX GET` (docs/design.md §4.10): the `INSERT` writes
+    /// Why this is `SET NX GET` (docs/design.md §6.1): the `INSERT` writes
     /// a hash that holds no row, or whose row expired at the claim's own
     /// time (`expires_at <= at`, with `at = expires_at - ttl` of the row
     /// proposed), and answers what it wrote. The `SELECT` of the same

@@ -309,10 +309,13 @@ async fn a_claim_costs_about_140_bytes_on_disk_and_the_table_does_not_grow() {
         );
         sizes.push(settled);
     }
-    // The heap swings as VACUUM truncates its empty tail or cannot; the
-    // later generations stay within the band of the first two.
+    // Each generation holds 100,000 rows and a dead version of each (its
+    // done flag), in the space the last one left: where nothing were
+    // reused, generation n would take n + 1 times the first's bytes. The
+    // heap swings (VACUUM truncates its empty tail, or cannot while
+    // another transaction runs), within twice the first generation.
     assert!(
-        sizes[2].max(sizes[3]) < 1.1 * sizes[0].max(sizes[1]),
+        sizes.iter().all(|&s| s < 2.0 * sizes[0]),
         "the table kept growing: {sizes:?} bytes per claim"
     );
 }
