@@ -241,6 +241,11 @@ pub(crate) const TXN_STEP: Metric = histogram(
     }],
     &LATENCY_BUCKETS,
 );
+pub(crate) const RANGES_DROPPED: Metric = counter(
+    "idemgate_commit_ranges_dropped_total",
+    "finished ranges above a committed offset left out of the commit's metadata (past its size limit), by stream: their records are decided again by the next owner, a second output each under exactly once",
+    &[STREAM],
+);
 pub(crate) const STORE_ERRORS: Metric = counter(
     "idemgate_store_errors_total",
     "claim store calls that failed, by op and cause: unavailable (an outage), protocol, or a rejection that lasts until an operator acts (noperm, wrongtype, oom, readonly, diskfull)",
@@ -374,6 +379,7 @@ pub const CATALOG: &[Metric] = &[
     DECISION_LATENCY,
     STORE_LATENCY,
     TXN_STEP,
+    RANGES_DROPPED,
     BATCH_SIZE,
     BREAKER_OPEN,
     FILTER_INSERTS,

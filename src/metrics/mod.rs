@@ -306,6 +306,11 @@ pub(crate) fn transaction_step(step: &'static str, took: Duration) {
     histogram!(TXN_STEP.name, "step" => step).record(took.as_secs_f64());
 }
 
+/// Finished ranges left out of a commit's metadata.
+pub(crate) fn ranges_dropped(stream: &str, dropped: usize) {
+    counter!(RANGES_DROPPED.name, "stream" => stream.to_string()).increment(dropped as u64);
+}
+
 pub(crate) fn committed() {
     counter!(COMMITS.name).increment(1);
 }

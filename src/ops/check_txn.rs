@@ -191,7 +191,11 @@ pub(crate) fn probe(config: &Config) -> Option<Finding> {
         let mut list = TopicPartitionList::new();
         list.add_partition_offset(&topic, 0, Offset::Offset(0))
             .map_err(ProbeError::Partition)?;
-        let written = format!("idemgate-check {suffix}");
+        // As long as the longest metadata a replica writes: brokers whose
+        // `offset.metadata.max.bytes` is lower refuse it here.
+        let mut written = format!("idemgate-check {suffix} ");
+        let pad = crate::worker::metadata::MAX_LEN.saturating_sub(written.len());
+        written.extend(std::iter::repeat_n('.', pad));
         if let Some(mut element) = list.find_partition(&topic, 0) {
             element.set_metadata(written.as_str());
         }
@@ -220,7 +224,7 @@ pub(crate) fn probe(config: &Config) -> Option<Finding> {
         ),
         Err(why) => Finding::fail(
             SUBJECT,
-            format!("a probe transaction on group {group} failed: {why}: exactly once needs transactions on these brokers"),
+            format!("a probe transaction on group {group} failed: {why}: exactly once needs transactions on these brokers, and offset metadata of {} bytes (offset.metadata.max.bytes, Kafka's default 4096)", crate::worker::metadata::MAX_LEN),
         ),
         Ok(read) => match verdict(&read) {
             Some(Ok(())) => Finding::ok(

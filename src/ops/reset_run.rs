@@ -43,6 +43,7 @@ pub(crate) fn commit_metadata(key_id: &str, old: Option<&str>, after: i64) -> St
             done,
         },
     )
+    .text
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -16,10 +16,28 @@ use super::pipeline::{answer, Pipeline, FLUSH_PATIENCE};
 use super::poller;
 use super::Worker;
 
+static RANGES_DROPPED: LazyLock<crate::logging::RateLimit> =
+    LazyLock::new(|| crate::logging::RateLimit::new(Duration::from_secs(30)));
 static COMMIT_STUCK: LazyLock<crate::logging::RateLimit> =
     LazyLock::new(|| crate::logging::RateLimit::new(Duration::from_secs(30)));
 
 impl Worker {
+    /// A commit's metadata for `tp` of `stream`; finished ranges that do
+    /// not fit are counted and said (docs/design.md §7): the next owner
+    /// decides their records again.
+    pub(super) fn metadata_text(&self, stream: usize, tp: &Tp, metadata: &Metadata) -> String {
+        let name = &self.streams[stream].config.spec.name;
+        let written = metadata::write(&self.streams[stream].config.spec.key_id, metadata);
+        if written.dropped > 0 {
+            crate::metrics::ranges_dropped(name, written.dropped);
+            if let Some(held_back) = RANGES_DROPPED.allow() {
+                warn!(stream = %name, topic = %tp.0, partition = tp.1, dropped = written.dropped, held_back,
+                    "finished ranges above the committed offset did not fit in the commit's metadata: the next owner decides their records again (under exactly once, a second output each)");
+            }
+        }
+        written.text
+    }
+
     /// Waits for the round in flight and the deliveries of `partitions`,
     /// publishes what is delivered (retried until acknowledged or out of
     /// patience) and commits their finished prefixes synchronously. What
@@ -200,10 +218,7 @@ impl Worker {
                     gap_free: c.gap_free,
                     done: c.done.clone(),
                 };
-                element.set_metadata(metadata::write(
-                    &self.streams[stream].config.spec.key_id,
-                    &written,
-                ));
+                element.set_metadata(self.metadata_text(stream, &c.tp, &written));
             }
         }
         list

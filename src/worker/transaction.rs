@@ -20,7 +20,7 @@ use tracing::{info, warn};
 
 use super::error::{Doing, WorkerError};
 use super::flight::Commit;
-use super::metadata::{self, Metadata};
+use super::metadata::Metadata;
 use super::pipeline::{answer, Pipeline, FLUSH_PATIENCE};
 use super::Worker;
 use crate::store::{Publish, StoreError};
@@ -135,8 +135,9 @@ impl Worker {
             list.add_partition_offset(&c.tp.0, c.tp.1, Offset::Offset(c.offset))
                 .doing("listing offsets")?;
             if let Some(mut element) = list.find_partition(&c.tp.0, c.tp.1) {
-                element.set_metadata(metadata::write(
-                    &self.streams[stream].config.spec.key_id,
+                element.set_metadata(self.metadata_text(
+                    stream,
+                    &c.tp,
                     &Metadata {
                         gap_free: c.gap_free,
                         done: c.done.clone(),
