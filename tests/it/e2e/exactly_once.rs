@@ -26,11 +26,11 @@ use idemgate_testkit::kafka::{
     committed_metadata, read_inputs_as_delivered, Producer, Reader, Topics,
 };
 use idemgate_testkit::servers::unsettled_claims;
-use idemgate_testkit::workload::{Bank, Planned};
+use idemgate_testkit::workload::Bank;
 use idemgate_testkit::{env, kafka_brokers, say, unique, BOUND};
 
 use super::group::{ends, wait_committed};
-use super::process::{read_part_before, wait_split, Gate, GateConfig};
+use super::process::{read_part_before, wait_split, BurstAndTail, Gate, GateConfig};
 
 /// No fault: every input one output, every event once in clean, and the
 /// offsets committed through the transactions reach the end of the input.
@@ -136,13 +136,8 @@ fn exactly_once_a_replica_killed_mid_transaction_loses_nothing_and_settles_every
 /// store `on` puts the config on (Redis as it is, or PostgreSQL).
 pub fn killed_mid_transaction(test: &'static str, on: fn(GateConfig) -> GateConfig) {
     let partitions = 4;
-    let topics = Topics::create(&kafka_brokers(), test, partitions, 2);
-    let mut bank = Bank::new(test, 64);
-    bank.copy_rate = (0.30, 0.08);
-    bank.copies_share_key = false;
-    let burst = bank.phase(2_400, 0, 30);
-    let tail = bank.phase(400, 1_400, 10);
-    let plan: Vec<Planned> = burst.iter().chain(&tail).cloned().collect();
+    let workload = BurstAndTail::new(test, partitions, false, 400);
+    let (topics, bank, plan) = (&workload.topics, &workload.bank, workload.plan());
     let mut config = on(GateConfig::new(
         test,
         &topics,
@@ -159,15 +154,7 @@ pub fn killed_mid_transaction(test: &'static str, on: fn(GateConfig) -> GateConf
         partitions as usize,
         Duration::from_secs(30),
     );
-    let producing = {
-        let topic = topics.input.clone();
-        std::thread::spawn(move || {
-            let producer = Producer::new(&kafka_brokers());
-            let mut landed = producer.send(&topic, &burst, 250, Duration::from_millis(10));
-            landed.extend(producer.send(&topic, &tail, 50, Duration::from_millis(100)));
-            landed
-        })
-    };
+    let producing = workload.produce(50, Duration::from_millis(100));
     let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
     read_part_before(
         &mut reader,
@@ -276,13 +263,8 @@ const STALL: Duration = Duration::from_secs(14);
 fn exactly_once_a_zombie_thawed_after_its_partitions_moved_lets_no_event_through_twice() {
     const TEST: &str = "eos-zombie";
     let partitions = 4;
-    let topics = Topics::create(&kafka_brokers(), TEST, partitions, 2);
-    let mut bank = Bank::new(TEST, 64);
-    bank.copy_rate = (0.30, 0.08);
-    bank.copies_share_key = false;
-    let burst = bank.phase(2_400, 0, 30);
-    let tail = bank.phase(600, 1_400, 10);
-    let plan: Vec<Planned> = burst.iter().chain(&tail).cloned().collect();
+    let workload = BurstAndTail::new(TEST, partitions, false, 600);
+    let (topics, plan) = (&workload.topics, workload.plan());
     let redis_url = env("IDEMGATE_TEST_REDIS_URL");
     let mut config = GateConfig::new(TEST, &topics, redis_url.clone());
     config.max_records = 500;
@@ -296,15 +278,7 @@ fn exactly_once_a_zombie_thawed_after_its_partitions_moved_lets_no_event_through
         partitions as usize,
         Duration::from_secs(30),
     );
-    let producing = {
-        let topic = topics.input.clone();
-        std::thread::spawn(move || {
-            let producer = Producer::new(&kafka_brokers());
-            let mut landed = producer.send(&topic, &burst, 250, Duration::from_millis(10));
-            landed.extend(producer.send(&topic, &tail, 20, Duration::from_millis(500)));
-            landed
-        })
-    };
+    let producing = workload.produce(20, Duration::from_millis(500));
     let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
     read_part_before(
         &mut reader,

@@ -24,7 +24,7 @@ use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{read_inputs_as_delivered, Producer, Reader, Topics};
 use idemgate_testkit::servers::{claim_ttls, unsettled_claims, RedisServer, ServerOptions};
 
-use super::process::{read_part_before, wait_split, Gate, GateConfig};
+use super::process::{read_part_before, wait_split, BurstAndTail, Gate, GateConfig};
 use idemgate_testkit::workload::{Bank, Planned};
 use idemgate_testkit::{env, kafka_brokers, say, BOUND};
 
@@ -41,17 +41,12 @@ fn two_workers_one_killed_with_copies_across_partitions_double_nothing() {
 fn failover(test: &str, copies_share_key: bool) {
     let began = Instant::now();
     let partitions = 4;
-    let topics = Topics::create(&kafka_brokers(), test, partitions, 2);
-    let mut bank = Bank::new(test, 64);
-    bank.copy_rate = (0.30, 0.08);
-    bank.copies_share_key = copies_share_key;
     // A burst the replicas work through as a backlog (so the kill lands
     // inside a batch), then a paced tail that still flows after the kill:
     // new events, and redeliveries of burst events, some of them of records
     // the killed replica delivered but never finalized.
-    let burst = bank.phase(2_400, 0, 30);
-    let tail = bank.phase(400, 1_400, 10);
-    let plan: Vec<Planned> = burst.iter().chain(&tail).cloned().collect();
+    let workload = BurstAndTail::new(test, partitions, copies_share_key, 400);
+    let (topics, bank, plan) = (&workload.topics, &workload.bank, workload.plan());
     let redis_url = env("IDEMGATE_TEST_REDIS_URL");
     let mut config = GateConfig::new(test, &topics, redis_url.clone());
     config.max_records = 500;
@@ -74,15 +69,7 @@ fn failover(test: &str, copies_share_key: bool) {
     );
     say(test, format!("assigned {split:?} at {:?}", began.elapsed()));
 
-    let producing = {
-        let topic = topics.input.clone();
-        std::thread::spawn(move || {
-            let producer = Producer::new(&kafka_brokers());
-            let mut landed = producer.send(&topic, &burst, 250, Duration::from_millis(10));
-            landed.extend(producer.send(&topic, &tail, 50, Duration::from_millis(100)));
-            landed
-        })
-    };
+    let producing = workload.produce(50, Duration::from_millis(100));
     let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
     let part = plan.len() * 3 / 10;
     read_part_before(

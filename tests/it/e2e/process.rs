@@ -6,10 +6,13 @@ use std::path::PathBuf;
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-use idemgate_testkit::kafka::{Reader, Topics};
+use std::collections::HashMap;
+
+use idemgate_testkit::kafka::{Landed, Producer, Reader, Topics};
 use idemgate_testkit::postgres;
 use idemgate_testkit::process::Logged;
 use idemgate_testkit::servers::{claim_ttls, signal, unsettled_claims};
+use idemgate_testkit::workload::{Bank, Planned};
 use idemgate_testkit::{env, kafka_brokers, unique, BOUND};
 
 /// What one gateway process is told, as the TOML file `idemgate run` reads.
@@ -194,6 +197,61 @@ audit = "{audit}"
                 self.fail_mode
             )),
         )
+    }
+}
+
+/// The fault tests' workload on two replicas: a burst of 2,400 bank
+/// records the replicas work through as a backlog (so a fault lands inside
+/// a batch), then a paced tail of `tail` that flows on after it: new events
+/// and redeliveries of burst events. Copies share their event's key (and
+/// partition) only with `copies_share_key`; across partitions waiting
+/// copies leave holes above which delivered records settle by done flags.
+pub struct BurstAndTail {
+    pub topics: Topics,
+    pub bank: Bank,
+    pub burst: Vec<Planned>,
+    pub tail: Vec<Planned>,
+}
+
+impl BurstAndTail {
+    pub fn new(test: &str, partitions: i32, copies_share_key: bool, tail: usize) -> BurstAndTail {
+        let topics = Topics::create(&kafka_brokers(), test, partitions, 2);
+        let mut bank = Bank::new(test, 64);
+        bank.copy_rate = (0.30, 0.08);
+        bank.copies_share_key = copies_share_key;
+        let burst = bank.phase(2_400, 0, 30);
+        let tail = bank.phase(tail, 1_400, 10);
+        BurstAndTail {
+            topics,
+            bank,
+            burst,
+            tail,
+        }
+    }
+
+    /// Every record, burst then tail.
+    pub fn plan(&self) -> Vec<Planned> {
+        self.burst.iter().chain(&self.tail).cloned().collect()
+    }
+
+    /// Produces the burst at once, then the tail `chunk` records every
+    /// `pause`, on a thread; it yields where each record landed.
+    pub fn produce(
+        &self,
+        chunk: usize,
+        pause: Duration,
+    ) -> std::thread::JoinHandle<HashMap<String, Landed>> {
+        let (topic, burst, tail) = (
+            self.topics.input.clone(),
+            self.burst.clone(),
+            self.tail.clone(),
+        );
+        std::thread::spawn(move || {
+            let producer = Producer::new(&kafka_brokers());
+            let mut landed = producer.send(&topic, &burst, 250, Duration::from_millis(10));
+            landed.extend(producer.send(&topic, &tail, chunk, pause));
+            landed
+        })
     }
 }
 

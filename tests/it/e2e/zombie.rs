@@ -12,12 +12,11 @@
 use std::time::{Duration, Instant};
 
 use idemgate_testkit::check::{check, Expect};
-use idemgate_testkit::kafka::{read_inputs_as_delivered, Producer, Reader, Topics};
+use idemgate_testkit::kafka::{read_inputs_as_delivered, Reader};
 use idemgate_testkit::servers::{claim_ttls, unsettled_claims};
-use idemgate_testkit::workload::{Bank, Planned};
 use idemgate_testkit::{env, kafka_brokers, say, BOUND};
 
-use super::process::{read_part_before, wait_split, Gate, GateConfig};
+use super::process::{read_part_before, wait_split, BurstAndTail, Gate, GateConfig};
 
 /// Longer than the 6 s session timeout, with the rebalance after it.
 const STALL: Duration = Duration::from_secs(14);
@@ -39,15 +38,10 @@ fn a_zombie_thawed_after_its_partitions_moved_lets_no_event_through_twice() {
     const TEST: &str = "zombie";
     let began = Instant::now();
     let partitions = 4;
-    let topics = Topics::create(&kafka_brokers(), TEST, partitions, 2);
-    let mut bank = Bank::new(TEST, 64);
-    bank.copy_rate = (0.30, 0.08);
     // Copies on other partitions: waiting copies leave holes above which
     // delivered records settle by done flags, the zombie's among them.
-    bank.copies_share_key = false;
-    let burst = bank.phase(2_400, 0, 30);
-    let tail = bank.phase(600, 1_400, 10);
-    let plan: Vec<Planned> = burst.iter().chain(&tail).cloned().collect();
+    let workload = BurstAndTail::new(TEST, partitions, false, 600);
+    let (topics, bank, plan) = (&workload.topics, &workload.bank, workload.plan());
     let redis_url = env("IDEMGATE_TEST_REDIS_URL");
     let mut config = GateConfig::new(TEST, &topics, redis_url.clone());
     config.max_records = 500;
@@ -64,15 +58,7 @@ fn a_zombie_thawed_after_its_partitions_moved_lets_no_event_through_twice() {
 
     // A burst worked through as a backlog (so the stop lands inside a
     // batch), then a paced tail that flows through the stall and the thaw.
-    let producing = {
-        let topic = topics.input.clone();
-        std::thread::spawn(move || {
-            let producer = Producer::new(&kafka_brokers());
-            let mut landed = producer.send(&topic, &burst, 250, Duration::from_millis(10));
-            landed.extend(producer.send(&topic, &tail, 20, Duration::from_millis(500)));
-            landed
-        })
-    };
+    let producing = workload.produce(20, Duration::from_millis(500));
     let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
     let part = plan.len() * 3 / 10;
     read_part_before(
