@@ -368,3 +368,59 @@ async fn a_tiered_stream_is_refused_and_a_dead_server_is_unavailable() {
         .expect("a closed port answered");
     assert_eq!(error.cause(), "unavailable", "{error}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_naming_postgres_opens_this_store() {
+    let pg = Postgres::new("config").await;
+    let text = format!(
+        r#"
+[kafka]
+"bootstrap.servers" = "127.0.0.1:9"
+[store]
+kind = "postgres"
+url = "{url}"
+schema = "{schema}"
+pool_size = 2
+[store.tls]
+ca_file = "{ca}"
+[store.janitor]
+interval = "1h"
+batch_rows = 500
+[[streams]]
+name = "bank"
+inputs = ["raw.bank"]
+clean = "clean.bank"
+audit = "audit.bank"
+profile = "bank-txn"
+mode = "exact"
+ttl = {{ explicit = "1h" }}
+"#,
+        url = env("IDEMGATE_TEST_POSTGRES_URL"),
+        schema = pg.schema,
+        ca = env("IDEMGATE_TEST_POSTGRES_CA"),
+    );
+    let config = idemgate::config::Config::parse(&text).expect("config");
+    let store = idemgate::app::open_store(&config).await.expect("open");
+    let record = claim_on(StreamId(0), hash(pg.salt(), 1), on(0, 1), T0);
+    let again = claim_on(StreamId(0), hash(pg.salt(), 1), on(0, 2), T0 + MINUTE);
+    assert_eq!(
+        store.claim(&[record, again]).await.unwrap(),
+        vec![
+            idemgate::store::ClaimOutcome::Won { fresh: true },
+            idemgate::store::ClaimOutcome::Held { holder: on(0, 1) },
+        ]
+    );
+    let tables: i64 = admin()
+        .await
+        .query_one(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = $1",
+            &[&pg.schema],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        tables, 4,
+        "claims_<key id>, watermarks, reset_ranges, identities"
+    );
+}
