@@ -1,7 +1,8 @@
-//! One round on PostgreSQL (docs/design.md §6.1): one transaction, its
-//! statements pipelined on one connection in the contract's order (raises;
-//! done flags and releases; the watermark, reset-range and identity reads;
-//! the claims), so a warm round is one round trip. What the claims met is
+//! One round on PostgreSQL (docs/design.md §6.1): two transactions, the
+//! publish (raises, done flags, releases) and then the reads (watermarks,
+//! reset ranges, identities) with the claims, their statements pipelined
+//! on one connection in the contract's order, so a warm round is one round
+//! trip. What the claims met is
 //! judged by `judge.rs` against the watermarks the same transaction read;
 //! the rare follow-ups (re-stamps and take-overs by compare and set, a
 //! claim that raced another transaction) run after it, as Redis's do.
@@ -41,15 +42,28 @@ impl Step {
     }
 }
 
-/// Runs steps in one transaction, pipelined, and answers each one's rows.
-async fn transaction(session: &Session, steps: Vec<Step>) -> Result<Vec<Vec<Row>>, StoreError> {
-    let mut all = vec![Step::new("BEGIN", vec![])];
-    all.extend(steps);
-    all.push(Step::new("COMMIT", vec![]));
-    let mut answers = pipeline(session, &all).await?;
-    answers.pop();
-    answers.remove(0);
-    Ok(answers)
+/// Runs each group of steps as a transaction of its own (an empty group
+/// as none), every group in one pipeline, and answers each step's rows.
+async fn transactions(
+    session: &Session,
+    groups: Vec<Vec<Step>>,
+) -> Result<Vec<Vec<Row>>, StoreError> {
+    let mut all = Vec::new();
+    let mut mine = Vec::new();
+    for group in groups.into_iter().filter(|g| !g.is_empty()) {
+        all.push(Step::new("BEGIN", vec![]));
+        mine.push(false);
+        mine.extend(group.iter().map(|_| true));
+        all.extend(group);
+        all.push(Step::new("COMMIT", vec![]));
+        mine.push(false);
+    }
+    let answers = pipeline(session, &all).await?;
+    Ok(answers
+        .into_iter()
+        .zip(mine)
+        .filter_map(|(rows, mine)| mine.then_some(rows))
+        .collect())
 }
 
 /// Prepares (once per connection) and sends every step before reading any
@@ -163,6 +177,11 @@ impl PostgresStore {
             .iter()
             .map(|&s| Ok(spec(&self.streams, StreamId(s))?.key_id.clone()))
             .collect::<Result<Vec<String>, StoreError>>()?;
+        // The publish commits before the reads and claims begin: a
+        // transaction that set done flags and then waited on another's
+        // claims (an insert waits on the writer of a row it meets) while
+        // that one did the same the other way round would deadlock.
+        let publish_steps = std::mem::take(&mut steps);
         steps.push(Step::new(&self.sql.marks, vec![boxed(key_ids.clone())]));
         steps.push(Step::new(&self.sql.ranges, vec![boxed(key_ids)]));
         let mut claimed: Vec<usize> = claims.iter().map(|c| c.stream.0).collect();
@@ -184,7 +203,9 @@ impl PostgresStore {
             steps.push(self.claim_step(batch, claims, &adopted)?);
         }
 
-        let mut answers = transaction(session, steps).await?.into_iter();
+        let mut answers = transactions(session, vec![publish_steps, steps])
+            .await?
+            .into_iter();
         let mut next = || answers.next().unwrap_or_default();
         let mut answer = RoundAnswer::default();
         for _ in &publish.raises {
@@ -275,18 +296,28 @@ impl PostgresStore {
     ) -> Result<Step, StoreError> {
         let spec = spec(&self.streams, StreamId(batch.stream))?;
         let ttl = millis(spec.tier1_ttl).max(1);
-        let mut expiries = Vec::with_capacity(batch.first.len());
-        let mut hashes = Vec::with_capacity(batch.first.len());
-        let mut values = Vec::with_capacity(batch.first.len());
-        for &i in &batch.first {
-            let c = &claims[i];
-            expiries.push(c.at.saturating_add(ttl));
-            hashes.push(c.hash.0[..16].to_vec());
-            values.push(
-                ClaimValue::pending(c.holder, c.token, c.digest, c.at)
-                    .encode()?
-                    .to_vec(),
-            );
+        // In hash order: concurrent rounds insert shared hashes in one order.
+        let mut rows = batch
+            .first
+            .iter()
+            .map(|&i| {
+                let c = &claims[i];
+                let value = ClaimValue::pending(c.holder, c.token, c.digest, c.at).encode()?;
+                Ok((
+                    c.hash.0[..16].to_vec(),
+                    c.at.saturating_add(ttl),
+                    value.to_vec(),
+                ))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut expiries = Vec::with_capacity(rows.len());
+        let mut hashes = Vec::with_capacity(rows.len());
+        let mut values = Vec::with_capacity(rows.len());
+        for (hash, expiry, value) in rows {
+            hashes.push(hash);
+            expiries.push(expiry);
+            values.push(value);
         }
         Ok(Step::new(
             &self.sql.claims[batch.stream].claim,
