@@ -811,7 +811,7 @@ all_healthy() {
 
 need_tools() {
   local c
-  for c in redis-server redis-cli timeout flock setsid od pgrep; do
+  for c in redis-server redis-cli timeout flock setsid od pgrep runuser sha256sum; do
     command -v "$c" >/dev/null 2>&1 \
       || die "'$c' not found (apt-get install redis-server redis-tools coreutils util-linux procps)"
   done

@@ -74,15 +74,12 @@ pub(super) async fn pipeline(
     steps: &[Step],
 ) -> Result<Vec<Vec<Row>>, StoreError> {
     let client = &session.client;
-    let mut statements = Vec::with_capacity(steps.len());
-    for step in steps {
-        statements.push(
-            client
-                .prepare_cached(&step.sql)
-                .await
-                .map_err(|e| store_error("prepare", e))?,
-        );
-    }
+    // A connection's first round prepares its statements, all in one trip.
+    let statements = join_all(steps.iter().map(|step| client.prepare_cached(&step.sql)))
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| store_error("prepare", e))?;
     let queries = steps.iter().zip(&statements).map(|(step, statement)| {
         let params: Vec<&(dyn ToSql + Sync)> = step
             .params
