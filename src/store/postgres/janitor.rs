@@ -72,10 +72,19 @@ impl Janitor {
         let mut total = 0;
         for swept in &self.tables {
             let table = &swept.table;
+            // `SKIP LOCKED`: a row a round holds is left for the next pass,
+            // never waited on (expiry never blocks a round). The outer
+            // `expires_at` is the recheck that matters: where a round's
+            // claim rewrote an expired row after the subselect picked it,
+            // the DELETE follows the row to its new version and rechecks
+            // only the outer conditions, and PostgreSQL's recheck of a
+            // `ctid` condition passes whatever the version (up to 17 at
+            // least): without it the janitor would delete the fresh claim.
             let delete = client
                 .prepare_cached(&format!(
                     "DELETE FROM {table} WHERE ctid IN \
-                     (SELECT ctid FROM {table} WHERE expires_at <= $1 LIMIT $2)"
+                     (SELECT ctid FROM {table} WHERE expires_at <= $1 LIMIT $2 \
+                      FOR UPDATE SKIP LOCKED) AND expires_at <= $1"
                 ))
                 .await
                 .map_err(|e| store_error("janitor", e))?;
