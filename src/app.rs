@@ -39,6 +39,11 @@ pub async fn open_store(config: &Config) -> Result<Arc<dyn ClaimStore>, StoreErr
         StoreConfig::Memory { event_time: false } => Arc::new(MemoryStore::new(streams)),
         StoreConfig::Memory { event_time: true } => Arc::new(MemoryStore::on_event_time(streams)),
         StoreConfig::Redis(options) => Arc::new(RedisStore::connect(options, streams).await?),
+        StoreConfig::Postgres(_) => {
+            return Err(StoreError::Refused(
+                "the postgres store is not built yet".into(),
+            ))
+        }
     })
 }
 

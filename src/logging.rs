@@ -51,6 +51,9 @@ pub fn log_settings(config: &crate::config::Config) {
             String::new(),
         ),
         StoreConfig::Redis(options) => ("redis", options.target.to_string()),
+        StoreConfig::Postgres(options) => {
+            ("postgres", crate::store::postgres::redact(&options.url))
+        }
     };
     let streams: Vec<&str> = config
         .streams

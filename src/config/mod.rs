@@ -28,6 +28,7 @@ pub(crate) use substitute::substitute;
 pub use substitute::SubstituteError;
 
 use crate::fingerprint::Profile;
+use crate::store::postgres::{JanitorOptions, PostgresOptions};
 use crate::store::redis::{Auth, FilterBackend, RedisOptions, RedisTarget, TlsFiles};
 use crate::store::{FilterSizing, GenerationPlan, Mode, StreamSpec};
 
@@ -131,8 +132,12 @@ pub(crate) const ENV_REDIS_NODES: &str = "IDEMGATE_REDIS_NODES";
 
 #[derive(Clone, Debug)]
 pub enum StoreConfig {
-    Memory { event_time: bool },
+    Memory {
+        event_time: bool,
+    },
     Redis(RedisOptions),
+    /// Exact streams only (the config refuses a tiered stream on it).
+    Postgres(PostgresOptions),
 }
 
 #[derive(Clone, Debug)]
@@ -264,6 +269,9 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     rules::check_topics(&streams)?;
     rules::check_sendable(&producer, &streams)?;
     rules::check_key_ids(&streams)?;
+    if matches!(store, StoreConfig::Postgres(_)) {
+        exact_only(&streams)?;
+    }
     rules::check_guarantee(raw.guarantee, &consumer, &producer)?;
     let group_protocol = rules::check_group_protocol(&consumer)?;
     if raw.batch.max_in_flight_records.get() < raw.batch.max_records.get() {
@@ -291,6 +299,15 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
 }
 
 fn validate_store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
+    for (set, name) in [
+        (raw.schema.is_some(), "store.schema"),
+        (raw.pool_size.is_some(), "store.pool_size"),
+        (raw.janitor.is_some(), "store.janitor"),
+    ] {
+        if set && raw.kind != StoreKind::Postgres {
+            return Err(invalid(name, "only for kind = \"postgres\""));
+        }
+    }
     if !is_plain_name(&raw.key_prefix, ":") {
         return Err(invalid(
             "store.key_prefix",
@@ -305,6 +322,7 @@ fn validate_store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
     let event_time = raw.clock == Clock::Event;
     let target = match raw.kind {
         StoreKind::Memory => return Ok(StoreConfig::Memory { event_time }),
+        StoreKind::Postgres => return validate_postgres(raw),
         StoreKind::Redis => RedisTarget::Standalone(
             raw.url
                 .clone()
@@ -335,6 +353,107 @@ fn validate_store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
         tls: validate_tls(&raw.tls, &target)?,
         ..RedisOptions::new(target, raw.key_prefix.clone())
     }))
+}
+
+/// `kind = "postgres"`: a `postgres://` URL whose `sslmode` idemgate
+/// knows, a plain schema name, and what the Redis store alone reads left
+/// unset.
+fn validate_postgres(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
+    use crate::store::postgres::{split_sslmode, SslMode};
+    let url = raw
+        .url
+        .clone()
+        .ok_or_else(|| invalid("store.url", "kind = \"postgres\" needs a url"))?;
+    let (_, sslmode) = split_sslmode(&url).map_err(|e| invalid("store.url", e.to_string()))?;
+    if raw.username.is_some() {
+        return Err(invalid(
+            "store.username",
+            "kind = \"postgres\" takes the user from the url (postgres://user@host/db)",
+        ));
+    }
+    for (set, name) in [
+        (!raw.nodes.is_empty(), "store.nodes"),
+        (raw.filter != FilterChoice::Auto, "store.filter"),
+        (raw.allow_eviction, "store.allow_eviction"),
+        (raw.require_eviction_check, "store.require_eviction_check"),
+    ] {
+        if set {
+            return Err(invalid(name, "only for a redis store"));
+        }
+    }
+    if raw.clock == Clock::Event {
+        return Err(invalid("store.clock", "event time needs the memory store"));
+    }
+    let mut options = PostgresOptions::new(url);
+    options.password = raw.password.clone();
+    if let Some(schema) = &raw.schema {
+        let plain = schema.len() <= 63
+            && schema.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+            && schema
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !plain {
+            return Err(invalid(
+                "store.schema",
+                "lowercase letters, digits and '_', starting with a letter or '_', at most 63",
+            ));
+        }
+        options.schema = schema.clone();
+    }
+    if let Some(size) = raw.pool_size {
+        options.pool_size = size.get();
+    }
+    if let Some(janitor) = &raw.janitor {
+        let defaults = JanitorOptions::default();
+        options.janitor = JanitorOptions {
+            interval: janitor.interval.unwrap_or(defaults.interval),
+            batch_rows: janitor.batch_rows.map_or(defaults.batch_rows, |n| n.get()),
+        };
+        if options.janitor.interval.is_zero() {
+            return Err(invalid("store.janitor.interval", "must be above zero"));
+        }
+    }
+    let files = TlsFiles {
+        ca_file: raw.tls.ca_file.clone(),
+        cert_file: raw.tls.cert_file.clone(),
+        key_file: raw.tls.key_file.clone(),
+    };
+    if files != TlsFiles::default() {
+        if raw.tls.cert_file.is_some() != raw.tls.key_file.is_some() {
+            return Err(invalid(
+                "store.tls",
+                "cert_file and key_file go together (a client certificate and its key)",
+            ));
+        }
+        if sslmode == SslMode::Disable {
+            return Err(invalid(
+                "store.tls",
+                "the url says sslmode=disable: TLS files need a TLS connection",
+            ));
+        }
+        options.tls = Some(files);
+    }
+    Ok(StoreConfig::Postgres(options))
+}
+
+/// The PostgreSQL store keeps exact claims only: a tiered stream on it is
+/// refused, named.
+fn exact_only(streams: &[StreamConfig]) -> Result<(), ConfigError> {
+    match streams
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.spec.mode == Mode::Tiered)
+    {
+        Some((index, stream)) => Err(invalid(
+            format!("streams[{index}].mode"),
+            format!(
+                "stream {:?} is tiered, and the postgres store keeps exact claims only: \
+                 use mode = \"exact\" or a redis store",
+                stream.spec.name
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// TLS files only make sense with `rediss://`, and a client certificate
@@ -509,6 +628,8 @@ fn filter_plan(
 mod example_tests;
 #[cfg(test)]
 mod kafka_tests;
+#[cfg(test)]
+mod postgres_tests;
 #[cfg(test)]
 mod profile_tests;
 #[cfg(test)]

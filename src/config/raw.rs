@@ -76,7 +76,7 @@ impl From<String> for KafkaValue {
     }
 }
 
-/// PEM files for a Redis over TLS.
+/// PEM files for a Redis or a PostgreSQL over TLS.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawTls {
@@ -95,7 +95,9 @@ pub(crate) struct RawStore {
     /// Which store holds the claims. Default `memory`.
     #[serde(default)]
     pub(crate) kind: StoreKind,
-    /// `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS.
+    /// `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS;
+    /// for `kind = "postgres"`, `postgres://user@host:port/db?sslmode=...`
+    /// (or `postgresql://`).
     pub(crate) url: Option<String>,
     /// Seed nodes of a Redis Cluster, as URLs.
     #[serde(default)]
@@ -121,9 +123,16 @@ pub(crate) struct RawStore {
     /// Password (of the ACL user, or `requirepass`), where it is not in the
     /// URL: `password = "${REDIS_PASSWORD}"` keeps it out of the file.
     pub(crate) password: Option<String>,
-    /// TLS for `rediss://` URLs: files beyond the system's trust store.
+    /// TLS for `rediss://` URLs (and PostgreSQL's `sslmode`): files beyond
+    /// the system's trust store.
     #[serde(default)]
     pub(crate) tls: RawTls,
+    /// PostgreSQL: the schema every table lives in. Default `idemgate`.
+    pub(crate) schema: Option<String>,
+    /// PostgreSQL: connections in the pool. Default 4.
+    pub(crate) pool_size: Option<NonZeroUsize>,
+    /// PostgreSQL: the janitor that deletes expired claims.
+    pub(crate) janitor: Option<RawJanitor>,
     /// What time a claim is made at. `event` needs the memory store: Redis
     /// expires keys on its own wall clock. Default `wall`.
     #[serde(default)]
@@ -141,6 +150,20 @@ pub(crate) enum StoreKind {
     Redis,
     /// A Redis Cluster, reached through the seed `store.nodes`.
     Cluster,
+    /// A PostgreSQL database at `store.url`: exact streams only.
+    Postgres,
+}
+
+/// The PostgreSQL store's janitor (`[store.janitor]`): how often it
+/// deletes expired claims, and how many rows one `DELETE` takes.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawJanitor {
+    /// Default 1m.
+    #[serde(default, with = "crate::ttl::serde_duration_opt")]
+    pub(crate) interval: Option<Duration>,
+    /// Default 10000.
+    pub(crate) batch_rows: Option<NonZeroU32>,
 }
 
 /// Which structure holds tier-2 filter generations (`store.filter`).
@@ -198,6 +221,9 @@ impl Default for RawStore {
             username: None,
             password: None,
             tls: RawTls::default(),
+            schema: None,
+            pool_size: None,
+            janitor: None,
             clock: Clock::default(),
         }
     }

@@ -161,9 +161,9 @@ fn an_unknown_fail_mode_is_refused_naming_the_field() {
 #[test]
 fn an_unknown_store_kind_is_refused_naming_the_field() {
     refused_by_the_parser(
-        &format!("[store]\nkind = \"postgres\"\n{BASE}"),
+        &format!("[store]\nkind = \"mysql\"\n{BASE}"),
         "kind",
-        "unknown variant `postgres`, expected one of `memory`, `redis`, `cluster`",
+        "unknown variant `mysql`, expected one of `memory`, `redis`, `cluster`, `postgres`",
     );
 }
 

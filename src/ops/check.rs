@@ -169,6 +169,9 @@ fn offline_findings(path: &Path, config: &Config) -> Vec<Finding> {
     let store = match &config.store {
         StoreConfig::Memory { .. } => "memory".to_string(),
         StoreConfig::Redis(options) => format!("redis {}", options.target),
+        StoreConfig::Postgres(options) => {
+            format!("postgres {}", crate::store::postgres::redact(&options.url))
+        }
     };
     let streams: Vec<&str> = config
         .streams

@@ -26,6 +26,10 @@ pub(super) async fn probe(config: &Config) -> Vec<Finding> {
             "memory: claims live in this one process and die with it (one replica only); nothing to reach",
         )],
         StoreConfig::Redis(options) => redis(config, options).await,
+        StoreConfig::Postgres(_) => vec![Finding::warn(
+            "store",
+            "postgres: `check` does not probe a postgres store yet; `run` checks its tables at start",
+        )],
     }
 }
 

@@ -15,6 +15,7 @@ mod generations;
 mod identity;
 mod judge;
 pub mod memory;
+pub mod postgres;
 pub mod redis;
 mod value;
 
