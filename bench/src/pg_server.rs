@@ -129,7 +129,10 @@ impl PgServer {
             ],
         )?;
         server.start_again()?;
-        server.psql_on("postgres", &format!("CREATE DATABASE {DATABASE} OWNER {USER}"))?;
+        server.psql_on(
+            "postgres",
+            &format!("CREATE DATABASE {DATABASE} OWNER {USER}"),
+        )?;
         server.version = server.query("SELECT version()")?;
         Ok(server)
     }
@@ -195,7 +198,10 @@ impl PgServer {
         self.thaw();
         let began = Instant::now();
         let data = self.data.display().to_string();
-        self.tool("pg_ctl", &["stop", "-m", "fast", "-w", "-t", "120", "-D", &data])?;
+        self.tool(
+            "pg_ctl",
+            &["stop", "-m", "fast", "-w", "-t", "120", "-D", &data],
+        )?;
         self.running = false;
         Ok(began.elapsed())
     }
@@ -290,7 +296,18 @@ impl PgServer {
             .or_else(|| crate::e2e::on_path("psql"))
             .context("no psql (PostgreSQL's client): install postgresql-client")?;
         let out = Command::new(psql)
-            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", &url, "-c", sql])
+            .args([
+                "-X",
+                "-q",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-d",
+                &url,
+                "-c",
+                sql,
+            ])
             .output()
             .context("running psql")?;
         if !out.status.success() {
@@ -329,10 +346,6 @@ impl PgServer {
             .filter_map(|l| l.split_once('|'))
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect())
-    }
-
-    pub fn log(&self) -> PathBuf {
-        self.root.join("postgres.log")
     }
 }
 
@@ -373,14 +386,21 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("idemgate-pg-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut server = PgServer::start(&bin, &dir).expect("a server");
-        assert!(server.version.starts_with("PostgreSQL"), "{}", server.version);
+        assert!(
+            server.version.starts_with("PostgreSQL"),
+            "{}",
+            server.version
+        );
         server
             .query("CREATE TABLE t (n bigint primary key); INSERT INTO t SELECT generate_series(1, 50000)")
             .unwrap();
         assert!(server.cpu_seconds() > 0.0);
         assert!(!server.children().is_empty());
         let settings = server.settings().unwrap();
-        assert!(settings.contains(&("fsync".into(), "on".into())), "{settings:?}");
+        assert!(
+            settings.contains(&("fsync".into(), "on".into())),
+            "{settings:?}"
+        );
 
         server.freeze();
         let url = server.url.clone();
