@@ -205,6 +205,56 @@ pub(crate) fn write(report: &Report, out_dir: &Path) -> Result<()> {
 mod tests {
     use super::*;
 
+    /// Needs PostgreSQL's server binaries. Claims written as the store
+    /// writes them: one flagged done, one below its partition's watermark,
+    /// one above it, one on a partition without a watermark, one unsettled
+    /// but expired; the two live unsettled ones are found.
+    #[test]
+    fn unsettled_claims_are_live_not_done_and_at_or_above_the_watermark() {
+        let bin = crate::pg_server::bin_dir(None).expect("PostgreSQL's binaries");
+        let dir = std::env::temp_dir().join(format!("idemgate-pgsettled-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pg = PgServer::start(&bin, &dir).expect("a server");
+        // Holder: topic tag 0x0a0b0c, partition, offset (48 bits); then
+        // token, digest; byte 24's high bit the done flag.
+        let value = |partition: u32, offset: u64, done: bool| {
+            let mut v = vec![0x0a, 0x0b, 0x0c];
+            v.extend_from_slice(&partition.to_be_bytes()[1..]);
+            v.extend_from_slice(&offset.to_be_bytes()[2..]);
+            v.extend_from_slice(&[7; 12]);
+            v.extend_from_slice(&[if done { 0x80 } else { 0 }, 0, 0, 1]);
+            assert_eq!(v.len(), 28);
+            format!("'\\x{}'::bytea", hex::encode(v))
+        };
+        let live = "(extract(epoch FROM now()) * 1000)::bigint + 600000";
+        pg.query(&format!(
+            "CREATE SCHEMA {DEFAULT_SCHEMA}; \
+             CREATE TABLE {DEFAULT_SCHEMA}.claims_k1 (expires_at bigint NOT NULL, hash bytea PRIMARY KEY, value bytea NOT NULL); \
+             CREATE TABLE {DEFAULT_SCHEMA}.watermarks (stream text, topic integer, partition integer, below bigint); \
+             INSERT INTO {DEFAULT_SCHEMA}.watermarks VALUES ('k1', {tag}, 1, 500), ('other', {tag}, 2, 900); \
+             INSERT INTO {DEFAULT_SCHEMA}.claims_k1 VALUES \
+               ({live}, '\\x01', {done}), ({live}, '\\x02', {below}), ({live}, '\\x03', {above}), \
+               ({live}, '\\x04', {elsewhere}), (1000, '\\x05', {expired})",
+            tag = 0x0a0b0c,
+            done = value(1, 700, true),
+            below = value(1, 499, false),
+            above = value(1, 500, false),
+            elsewhere = value(2, 3, false),
+            expired = value(1, 800, false),
+        ))
+        .unwrap();
+        let found = unsettled_claims(&pg).unwrap();
+        assert_eq!(
+            found,
+            vec![
+                "claims_k1: a0b0c/1/500 (watermark 500)".to_string(),
+                "claims_k1: a0b0c/2/3 (watermark none)".to_string(),
+            ]
+        );
+        drop(pg);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     const REDIS: &str = "# idemgate: fault soak\n\nGenerated ...\n\n## Conditions\n\n- a\n\n## at-least-once\n\nfigures\n\n## This file's run\n\nnote\n\n## What this machine cannot show\n\n- b\n";
 
     #[test]
