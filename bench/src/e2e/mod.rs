@@ -31,7 +31,7 @@
 //! `children` (the child processes and their line protocol), `runs` (what
 //! the runs share), `run_workers` (clean and counting runs), `run_others`
 //! (passthrough and baseline runs), `passthrough` and `baseline` (those
-//! children), `scrape` (a replica's /metrics), `idemgate_testkit::counting`
+//! children), `mode` (the modes), `scrape` (a replica's /metrics), `idemgate_testkit::counting`
 //! (the store decorator), `postgres` (the PostgreSQL runs' reset, disk
 //! figures and report parts), `recorder` (the metrics tap) and `timeline`
 //! (phases of a round), `proxy` (round trips on the wire), `memory`,
@@ -44,6 +44,7 @@ mod definitions;
 mod histogram;
 mod kafka;
 mod memory;
+mod mode;
 mod passthrough;
 mod postgres;
 mod profile;

@@ -144,6 +144,9 @@ loopback port over TCP, `trust` authentication, one superuser `idemgate` owning 
 `synchronous_commit` on: a commit waits for its WAL flush to disk); the versions table lists \
 them. The store's schema is dropped before each PostgreSQL run, as Redis is emptied.";
 
+/// What the main table says under it of the PostgreSQL rows.
+pub(crate) const TABLE_NOTE: &str = "\nPostgreSQL rows: exact mode on `store.kind = \"postgres\"`, against the bench's own PostgreSQL server (every setting at its default, `fsync` and `synchronous_commit` on). Their round-trip, command and store-round columns are empty: the counting runs count Redis round trips through a RESP proxy, which a PostgreSQL connection does not pass. *PostgreSQL CPU* is the server's processes (the postmaster and all its children, reaped ones included), idle in the other runs; *bytes / claim on disk* is the claims table with its indexes and TOAST over its rows, after the run (see PostgreSQL on disk).\n";
+
 /// The main table's last two cells: the server's CPU per million records
 /// (wherever a server ran), and bytes per claim on disk (PostgreSQL runs).
 pub(crate) fn cells(r: &RunResult) -> (String, String) {

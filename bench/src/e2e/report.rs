@@ -376,7 +376,7 @@ impl Report {
         }
         out.push_str("\nRecords/s, latency and CPU: clean runs, nothing of the bench in the worker's path; latency read from the worker's own idemgate_decision_latency_seconds histogram (/metrics). Round trips, commands and store rounds per batch (a store round with claims): the mode's counting run, through the proxy and the counting store.\n");
         if self.postgres {
-            out.push_str("\nPostgreSQL rows: exact mode on `store.kind = \"postgres\"`, against the bench's own PostgreSQL server (every setting at its default, `fsync` and `synchronous_commit` on). Their round-trip, command and store-round columns are empty: the counting runs count Redis round trips through a RESP proxy, which a PostgreSQL connection does not pass. *PostgreSQL CPU* is the server's processes (the postmaster and all its children, reaped ones included), idle in the other runs; *bytes / claim on disk* is the claims table with its indexes and TOAST over its rows, after the run (see PostgreSQL on disk).\n");
+            out.push_str(super::postgres::TABLE_NOTE);
         }
         if let Some(p) = &self.passthrough {
             let _ = writeln!(

@@ -12,8 +12,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use anyhow::{bail, Result};
 use serde::Serialize;
+
+pub(crate) use super::mode::Mode;
 
 use super::baseline::BaselineReport;
 use super::children::ChildProcess;
@@ -38,60 +39,8 @@ pub(crate) const HORIZON_S: u64 = 86_400;
 /// `[batch] linger` of every replica (and the passthrough's).
 pub(crate) const LINGER_MS: u64 = 20;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum Mode {
-    Exact,
-    /// Exact mode with `guarantee = "exactly-once"`.
-    ExactlyOnce,
-    RedisBloom,
-    Bitmap,
-    /// Exact mode on the PostgreSQL store (`store.kind = "postgres"`).
-    Postgres,
-}
-
 /// Where a replica's config names the replica (its transactional id).
 pub(crate) const REPLICA: &str = "@REPLICA@";
-
-impl Mode {
-    pub fn parse(text: &str) -> Result<Mode> {
-        Ok(match text {
-            "exact" => Mode::Exact,
-            "exactly-once" | "eos" => Mode::ExactlyOnce,
-            "redisbloom" | "bloom" => Mode::RedisBloom,
-            "bitmap" | "bitmaps" => Mode::Bitmap,
-            "postgres" | "postgresql" | "pg" => Mode::Postgres,
-            other => {
-                bail!("--modes: {other} is not exact, exactly-once, redisbloom, bitmap or postgres")
-            }
-        })
-    }
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Mode::Exact => "exact",
-            Mode::ExactlyOnce => "exact, exactly once",
-            Mode::RedisBloom => "tiered, RedisBloom",
-            Mode::Bitmap => "tiered, bitmaps",
-            Mode::Postgres => "exact, PostgreSQL",
-        }
-    }
-
-    /// Exact claims, no tier 2: every event novel exactly once.
-    pub fn is_exact(self) -> bool {
-        matches!(self, Mode::Exact | Mode::ExactlyOnce | Mode::Postgres)
-    }
-
-    pub fn short(self) -> &'static str {
-        match self {
-            Mode::Exact => "exact",
-            Mode::ExactlyOnce => "eos",
-            Mode::RedisBloom => "bloom",
-            Mode::Bitmap => "bitmap",
-            Mode::Postgres => "pg",
-        }
-    }
-}
 
 /// What every run shares: the servers, the proxy, where files go.
 pub(crate) struct Setup {
