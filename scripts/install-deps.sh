@@ -30,10 +30,12 @@ build_pkgs=(build-essential cmake pkg-config libssl-dev zlib1g-dev libsasl2-dev
 # procps: pgrep, with which scripts/test-services.sh finds brokers of its own.
 # docker-compose: only to validate docker-compose.yml (`config` needs no Docker engine).
 # openssl: the test services make the TLS Redis's certificates with it at every start.
+# postgresql: Debian's PostgreSQL 15 server binaries (/usr/lib/postgresql/15/bin), for the
+#   cluster of the tests' own that scripts/test-services.sh initdb's and starts.
 # prometheus: `promtool` (tests/monitoring.rs checks and unit-tests deploy/prometheus/) and
 #   the `prometheus` server the e2e monitoring test starts on a port of its own.
 test_pkgs=(redis-server redis-tools docker-compose openssl prometheus openjdk-17-jre-headless
-  maven procps)
+  maven procps postgresql)
 
 case "${1:-}" in
   --build) pkgs=("${build_pkgs[@]}") ;;
@@ -89,3 +91,14 @@ for pkg in $new; do
     done
   fi
 done
+
+# PostgreSQL's package also creates a cluster (15/main) and starts it through
+# postgresql@15-main, a template instance the loop above does not reach: stop every
+# cluster the new packages made, and keep it from starting at boot.
+if grep -qx postgresql-common <<<"$new" && command -v pg_lsclusters >/dev/null 2>&1; then
+  pg_lsclusters -h 2>/dev/null | while read -r version cluster _; do
+    echo "stopping PostgreSQL cluster $version/$cluster (created with postgresql-common) and setting it to manual start"
+    $SUDO pg_ctlcluster "$version" "$cluster" stop 2>/dev/null || true
+    echo manual | $SUDO tee "/etc/postgresql/$version/$cluster/start.conf" >/dev/null
+  done
+fi

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# scripts/test-services.sh — the Redis servers and the Kafka broker idemgate's tests talk to.
+# scripts/test-services.sh — the Redis servers, the PostgreSQL cluster and the Kafka broker
+# idemgate's tests talk to.
 #
 #   scripts/test-services.sh start    start (or reuse) the servers, write the env file
 #   scripts/test-services.sh stop     stop what `start` started (Kafka's log is kept)
@@ -20,6 +21,12 @@
 #                                  IDEMGATE_TEST_REDIS_TLS_USER/_PASSWORD an ACL user with every
 #                                  command, IDEMGATE_TEST_REDIS_MANAGED_USER/_PASSWORD one without
 #                                  CONFIG (as managed services)
+#   IDEMGATE_TEST_POSTGRES_URL     postgres:// URL (sslmode=verify-full, scram-sha-256 password in
+#                                  it) of a PostgreSQL 15 cluster of our own, as a role that owns
+#                                  its database; IDEMGATE_TEST_POSTGRES_CA the CA of its server
+#                                  certificate (made with openssl at start);
+#                                  IDEMGATE_TEST_POSTGRES_NOCREATE_URL a role that may connect but
+#                                  create nothing (no CREATE on the database)
 #
 # Why this shape:
 #   * Nothing runs before a session or CI: every server here is ours, started on a free
@@ -54,6 +61,7 @@
 #   IDEMGATE_KAFKA_HEAP         the broker JVM's heap flags                  [-Xms512m -Xmx1g]
 #   IDEMGATE_TLS_PORT           first port tried for the TLS Redis (plain admin port, then
 #                               its tls-port above it)                       [6396]
+#   IDEMGATE_PG_PORT            first port tried for the PostgreSQL cluster  [15432]
 #   IDEMGATE_SERVICES_TIMEOUT   seconds to wait for each server / the cluster [30]
 set -euo pipefail
 
@@ -96,6 +104,13 @@ TLS_USER=idemgate
 TLS_PASSWORD=idemgate-test-password
 MANAGED_USER=managed
 MANAGED_PASSWORD=managed-test-password
+PG_PORT_FROM=${IDEMGATE_PG_PORT:-15432}
+# PostgreSQL: Debian's server binaries, and its roles (test secrets, not secrets).
+PG_BIN=/usr/lib/postgresql/15/bin
+PG_USER=idemgate
+PG_PASSWORD=idemgate-test-password
+PG_NOCREATE_USER=nocreate
+PG_NOCREATE_PASSWORD=nocreate-test-password
 TIMEOUT=${IDEMGATE_SERVICES_TIMEOUT:-30}
 CLUSTER_SIZE=3
 PORT_SCAN_RANGE=200       # how far past the default port we look for a free one
@@ -661,8 +676,91 @@ kafka_java() {
 }
 
 # ---------------------------------------------------------------------------------------
+# A PostgreSQL 15 cluster of our own: initdb'd under the state dir at every start, run as
+# the `postgres` system user when we are root (postgres refuses to run as root), on a free
+# loopback port, TLS on with a server certificate made here by openssl, scram-sha-256
+# passwords over TCP. Its Unix socket lives in its own data dir (0700), where only the
+# cluster's owner reaches it: this script's psql connects there as the superuser, with
+# trust, and nobody else can. "Ours" is a postmaster.pid in our data dir whose pid is a
+# live postgres.
+PG_DIR=$DATA_DIR/postgres
+PG_DATA=$PG_DIR/data
+PG_TLS=$PG_DIR/tls
+
+# Runs a command as the cluster's owner: `postgres` when we are root, else ourselves.
+as_pg() {
+  if ((EUID == 0)); then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+pg_pid() { [[ -s $PG_DATA/postmaster.pid ]] && sed -n 1p "$PG_DATA/postmaster.pid" | tr -dc '0-9' || true; }
+
+pg_is_ours() {
+  local pid
+  pid=$(pg_pid)
+  pid_alive "$pid" && grep -q postgres "/proc/$pid/cmdline" 2>/dev/null
+}
+
+psql_admin() {
+  as_pg timeout 20 "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$PG_DATA" \
+    -p "$(cat "$RUN_DIR/postgres.port")" -U postgres "$@"
+}
+
+postgres_healthy() {
+  local port
+  port=$(cat "$RUN_DIR/postgres.port" 2>/dev/null) || return 1
+  pg_is_ours && as_pg "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$port" -t 5 </dev/null \
+    && [[ -s $PG_TLS/ca.pem ]]
+}
+
+stop_postgres() {
+  [[ -d $PG_DIR ]] || { rm -f "$RUN_DIR/postgres.port"; return 0; }
+  if pg_is_ours; then
+    log "stopping PostgreSQL (port $(cat "$RUN_DIR/postgres.port" 2>/dev/null || echo '?'))"
+    as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" -m fast -w -t 20 stop >/dev/null 2>&1 || {
+      local pid
+      pid=$(pg_pid)
+      log "pg_ctl stop failed; killing postgres pid $pid"
+      [[ -z $pid ]] || kill -KILL "$pid" 2>/dev/null || true
+    }
+  fi
+  rm -f "$RUN_DIR/postgres.port"
+  rm -rf "$PG_DIR"
+}
+
+start_postgres() {
+  [[ -x $PG_BIN/postgres ]] || die "$PG_BIN/postgres not found (apt-get install postgresql)"
+  command -v openssl >/dev/null 2>&1 || die "'openssl' not found (apt-get install openssl)"
+  local port logf=$LOG_DIR/postgres.log
+  rm -rf "$PG_DIR"
+  mkdir -p "$PG_DIR"
+  make_certs "$PG_TLS"
+  ((EUID != 0)) || chown -R postgres: "$PG_DIR"
+  port=$(pick_port "$PG_PORT_FROM" 0)
+  : >"$logf"
+  ((EUID != 0)) || chown postgres: "$logf"
+  log "starting PostgreSQL on 127.0.0.1:$port"
+  as_pg "$PG_BIN/initdb" -D "$PG_DATA" -U postgres --auth-local=trust \
+    --auth-host=scram-sha-256 -E UTF8 --locale=C.UTF-8 >>"$logf" 2>&1 \
+    || { show_log "$logf"; die "initdb failed"; }
+  # TCP needs a password (scram-sha-256); the socket, in the 0700 data dir, is the
+  # superuser's only way in.
+  printf 'local all postgres trust\nhostssl all all 127.0.0.1/32 scram-sha-256\nhost all all 127.0.0.1/32 scram-sha-256\n' \
+    | as_pg tee "$PG_DATA/pg_hba.conf" >/dev/null
+  echo "$port" >"$RUN_DIR/postgres.port"
+  as_pg "$PG_BIN/pg_ctl" 9>&- -D "$PG_DATA" -l "$logf" -w -t "$TIMEOUT" -o \
+    "-c port=$port -c listen_addresses=127.0.0.1 -c unix_socket_directories=$PG_DATA -c ssl=on -c ssl_cert_file=$PG_TLS/server.pem -c ssl_key_file=$PG_TLS/server.key -c fsync=off -c max_connections=200" \
+    start >/dev/null || { show_log "$logf"; die "PostgreSQL did not start"; }
+  psql_admin -d postgres <<SQL || { show_log "$logf"; die "could not create the test roles"; }
+CREATE ROLE $PG_USER LOGIN PASSWORD '$PG_PASSWORD';
+CREATE DATABASE idemgate OWNER $PG_USER;
+CREATE ROLE $PG_NOCREATE_USER LOGIN PASSWORD '$PG_NOCREATE_PASSWORD';
+REVOKE CREATE ON DATABASE idemgate FROM PUBLIC;
+SQL
+}
+
+# ---------------------------------------------------------------------------------------
 write_env() {
-  local bloom_port kafka_port ports p urls=()
+  local bloom_port kafka_port ports p urls=() pg
   bloom_port=$(cat "$RUN_DIR/bloom.port")
   kafka_port=$(cat "$RUN_DIR/kafka.port")
   read -r -a ports <<<"$(cluster_ports)"
@@ -681,12 +779,17 @@ write_env() {
     echo "IDEMGATE_TEST_REDIS_TLS_PASSWORD=$TLS_PASSWORD"
     echo "IDEMGATE_TEST_REDIS_MANAGED_USER=$MANAGED_USER"
     echo "IDEMGATE_TEST_REDIS_MANAGED_PASSWORD=$MANAGED_PASSWORD"
+    pg=127.0.0.1:$(cat "$RUN_DIR/postgres.port")/idemgate?sslmode=verify-full
+    echo "IDEMGATE_TEST_POSTGRES_URL=postgres://$PG_USER:$PG_PASSWORD@$pg"
+    echo "IDEMGATE_TEST_POSTGRES_NOCREATE_URL=postgres://$PG_NOCREATE_USER:$PG_NOCREATE_PASSWORD@$pg"
+    echo "IDEMGATE_TEST_POSTGRES_CA=$PG_TLS/ca.pem"
   } >"$ENV_FILE.tmp"
   mv -f "$ENV_FILE.tmp" "$ENV_FILE"
 }
 
 all_healthy() {
-  plain_healthy && bloom_healthy && cluster_healthy && tls_healthy && kafka_healthy \
+  plain_healthy && bloom_healthy && cluster_healthy && tls_healthy && postgres_healthy \
+    && kafka_healthy \
     && [[ -s $ENV_FILE ]]
 }
 
@@ -735,6 +838,12 @@ cmd_start() {
     stop_tls
     start_tls
   fi
+  if postgres_healthy; then
+    log "PostgreSQL on port $(cat "$RUN_DIR/postgres.port") is up; reusing it"
+  else
+    stop_postgres
+    start_postgres
+  fi
   reap_kafka_orphans
   if kafka_healthy; then
     log "Kafka broker on port $(cat "$RUN_DIR/kafka.port") is up; reusing it"
@@ -754,6 +863,7 @@ cmd_stop() {
   stop_bloom
   stop_cluster
   stop_tls
+  stop_postgres
   stop_kafka
   reap_orphans
   reap_kafka_orphans
@@ -777,6 +887,8 @@ cmd_status() {
   else log "Redis Cluster: not running or not healthy"; ok=1; fi
   if tls_healthy; then log "TLS Redis: up on $(cat "$RUN_DIR/tls.tlsport")"
   else log "TLS Redis: not running"; ok=1; fi
+  if postgres_healthy; then log "PostgreSQL: up on $(cat "$RUN_DIR/postgres.port")"
+  else log "PostgreSQL: not running"; ok=1; fi
   if kafka_healthy; then log "Apache Kafka: up on $(cat "$RUN_DIR/kafka.port")"
   else log "Apache Kafka: not running"; ok=1; fi
   if [[ -s $ENV_FILE ]]; then log "env file: $ENV_FILE"

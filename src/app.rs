@@ -17,6 +17,7 @@ use tracing::info;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, StoreConfig};
 use crate::store::memory::MemoryStore;
+use crate::store::postgres::PostgresStore;
 use crate::store::redis::RedisStore;
 use crate::store::{ClaimStore, StoreError, StreamSpec};
 use crate::worker::{Group, Worker};
@@ -39,11 +40,7 @@ pub async fn open_store(config: &Config) -> Result<Arc<dyn ClaimStore>, StoreErr
         StoreConfig::Memory { event_time: false } => Arc::new(MemoryStore::new(streams)),
         StoreConfig::Memory { event_time: true } => Arc::new(MemoryStore::on_event_time(streams)),
         StoreConfig::Redis(options) => Arc::new(RedisStore::connect(options, streams).await?),
-        StoreConfig::Postgres(_) => {
-            return Err(StoreError::Refused(
-                "the postgres store is not built yet".into(),
-            ))
-        }
+        StoreConfig::Postgres(options) => Arc::new(PostgresStore::connect(options, streams).await?),
     })
 }
 

@@ -229,7 +229,7 @@ pub const DECISION_LATENCY: Metric = histogram(
 );
 pub(crate) const STORE_ERRORS: Metric = counter(
     "idemgate_store_errors_total",
-    "claim store calls that failed, by op and cause: unavailable (an outage), protocol, or a rejection that lasts until an operator acts (noperm, wrongtype, oom, readonly)",
+    "claim store calls that failed, by op and cause: unavailable (an outage), protocol, or a rejection that lasts until an operator acts (noperm, wrongtype, oom, readonly, diskfull)",
     &[
         OP,
         Label {
@@ -265,6 +265,19 @@ pub(crate) const EVICTED_KEYS: Metric = gauge(
     "keys the store server evicted: must stay 0",
     &[],
 );
+pub(crate) const JANITOR_DELETED: Metric = counter(
+    "idemgate_store_janitor_deleted_total",
+    "expired claims the postgres store's janitor deleted, by stream (stays 0 on the other stores, whose claims expire by themselves)",
+    &[STREAM],
+);
+pub(crate) const TABLE_BYTES: Metric = Metric {
+    unit: Unit::Bytes,
+    ..gauge(
+        "idemgate_store_table_bytes",
+        "bytes of the stream's postgres claims table with its indexes (pg_total_relation_size), as the janitor last read it (0 on the other stores)",
+        &[STREAM],
+    )
+};
 pub const COMMITS: Metric = counter("idemgate_offset_commits_total", "offset commits", &[]);
 pub(crate) const BUILD_INFO: Metric = Metric {
     start: 1.0,
@@ -351,6 +364,8 @@ pub const CATALOG: &[Metric] = &[
     FILTER_INSERTS,
     FILTER_CAPACITY,
     EVICTED_KEYS,
+    JANITOR_DELETED,
+    TABLE_BYTES,
     COMMITS,
     BUILD_INFO,
     LAG,

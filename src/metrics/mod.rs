@@ -311,3 +311,12 @@ pub(crate) fn store_stats(stats: &StoreStats) {
         gauge!(FILTER_CAPACITY.name, "stream" => fill.stream.clone()).set(fill.capacity as f64);
     }
 }
+
+/// What one janitor pass of the postgres store did to a stream's claims
+/// table: rows deleted, and the table's size after.
+pub(crate) fn janitor_swept(stream: &str, deleted: u64, table_bytes: Option<i64>) {
+    counter!(JANITOR_DELETED.name, "stream" => stream.to_string()).increment(deleted);
+    if let Some(bytes) = table_bytes {
+        gauge!(TABLE_BYTES.name, "stream" => stream.to_string()).set(bytes as f64);
+    }
+}

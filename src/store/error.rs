@@ -29,13 +29,14 @@ pub enum StoreError {
 
 impl StoreError {
     /// Every `cause` label, for the series created at zero.
-    pub const CAUSES: [&'static str; 6] = [
+    pub const CAUSES: [&'static str; 7] = [
         "unavailable",
         "protocol",
         "noperm",
         "wrongtype",
         "oom",
         "readonly",
+        "diskfull",
     ];
 
     /// The `cause` label of `idemgate_store_errors_total`.
@@ -62,14 +63,17 @@ pub enum RejectionCause {
     Oom,
     /// The connection reached a read-only replica.
     ReadOnly,
+    /// PostgreSQL's disk (or a quota) is full: no claim can be written.
+    DiskFull,
 }
 
 impl RejectionCause {
-    pub const ALL: [RejectionCause; 4] = [
+    pub const ALL: [RejectionCause; 5] = [
         RejectionCause::NoPerm,
         RejectionCause::WrongType,
         RejectionCause::Oom,
         RejectionCause::ReadOnly,
+        RejectionCause::DiskFull,
     ];
 
     pub fn label(self) -> &'static str {
@@ -78,6 +82,7 @@ impl RejectionCause {
             RejectionCause::WrongType => "wrongtype",
             RejectionCause::Oom => "oom",
             RejectionCause::ReadOnly => "readonly",
+            RejectionCause::DiskFull => "diskfull",
         }
     }
 
@@ -85,16 +90,19 @@ impl RejectionCause {
     pub fn remedy(self) -> &'static str {
         match self {
             RejectionCause::NoPerm => {
-                "grant the store user the command (ACL SETUSER <user> +<command>) and keys under store.key_prefix"
+                "grant the store user the command (ACL SETUSER <user> +<command>) and keys under store.key_prefix (postgres: GRANT the role USAGE on store.schema and SELECT, INSERT, UPDATE, DELETE on its tables)"
             }
             RejectionCause::WrongType => {
-                "a key under store.key_prefix holds another type: another program writes there; give idemgate a prefix of its own"
+                "a key under store.key_prefix holds another type: another program writes there; give idemgate a prefix of its own (postgres: a table of store.schema was dropped or altered; give idemgate a schema of its own)"
             }
             RejectionCause::Oom => {
                 "redis reached maxmemory: raise it, or shorten the ttls the plan sized it for (`idemgate plan`)"
             }
             RejectionCause::ReadOnly => {
                 "the url reaches a read-only replica: point store.url at the primary (or the cluster's seeds)"
+            }
+            RejectionCause::DiskFull => {
+                "postgres ran out of disk: free space or grow the volume (and check that the janitor deletes expired claims: idemgate_store_janitor_deleted_total)"
             }
         }
     }

@@ -1,10 +1,11 @@
 //! The claim-store conformance suite against every backend: memory, Redis
-//! with bitmaps, Redis with RedisBloom, a three-master Redis Cluster, and
-//! Redis over TLS with an ACL user.
+//! with bitmaps, Redis with RedisBloom, a three-master Redis Cluster, Redis
+//! over TLS with an ACL user, and PostgreSQL over TLS (exact streams only).
 
 mod conformance;
 mod deployments;
 mod permissions;
+mod postgres_only;
 
 use std::sync::{Arc, Mutex};
 
@@ -30,7 +31,8 @@ pub trait Harness: Send + Sync {
     async fn tier1_expired(&self, stream: StreamId, hash: &SourceHash);
     /// The store loses everything it held, as a server restarted without
     /// persistence (docs/design.md §8.2): the memory store forgets, Redis
-    /// loses every key under the test's prefix.
+    /// loses every key under the test's prefix, PostgreSQL every row of
+    /// the test's schema.
     async fn lose_state(&self);
 }
 
@@ -249,10 +251,17 @@ pub async fn ttls(redis: &Redis) -> Vec<(Vec<u8>, i64)> {
     out
 }
 
-/// Runs every test of `all` on every backend, and those of `redis` (which
-/// look at the server itself) on every Redis backend.
+/// Runs every test of `exact` on every backend; those of `tiered` (which
+/// need tier 2, the filter) on every backend that has one, so not on
+/// PostgreSQL, which keeps exact claims only: no such test is generated
+/// for it, rather than skipped at run time. Those of `redis` (which look at
+/// the server itself) run on every Redis backend.
 macro_rules! conformance {
-    (all: [$($test:ident),* $(,)?], redis: [$($only:ident),* $(,)?] $(,)?) => {
+    (
+        exact: [$($test:ident),* $(,)?],
+        tiered: [$($tiered:ident),* $(,)?],
+        redis: [$($only:ident),* $(,)?] $(,)?
+    ) => {
         mod memory {
             $(
                 #[tokio::test]
@@ -264,11 +273,31 @@ macro_rules! conformance {
                     super::conformance::$test(&harness).await;
                 }
             )*
+            $(
+                #[tokio::test]
+                async fn $tiered() {
+                    let harness = super::Memory {
+                        salt: super::unique(stringify!($tiered)),
+                        store: Default::default(),
+                    };
+                    super::conformance::$tiered(&harness).await;
+                }
+            )*
         }
-        conformance!(@redis redis_bitmap, "bitmap", [$($test),*], [$($only),*]);
-        conformance!(@redis redis_bloom, "bloom", [$($test),*], [$($only),*]);
-        conformance!(@redis redis_cluster, "cluster", [$($test),*], [$($only),*]);
-        conformance!(@redis redis_tls, "tls", [$($test),*], [$($only),*]);
+        conformance!(@redis redis_bitmap, "bitmap", [$($test,)* $($tiered),*], [$($only),*]);
+        conformance!(@redis redis_bloom, "bloom", [$($test,)* $($tiered),*], [$($only),*]);
+        conformance!(@redis redis_cluster, "cluster", [$($test,)* $($tiered),*], [$($only),*]);
+        conformance!(@redis redis_tls, "tls", [$($test,)* $($tiered),*], [$($only),*]);
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    let harness = super::postgres_only::Postgres::new(stringify!($test)).await;
+                    super::conformance::$test(&harness).await;
+                    harness.no_expired_row_outlives_a_sweep().await;
+                }
+            )*
+        }
     };
     (@redis $module:ident, $kind:literal, [$($test:ident),*], [$($only:ident),*]) => {
         mod $module {
@@ -313,7 +342,7 @@ async fn every_key_carries_an_expiry(redis: &Redis) {
 }
 
 conformance!(
-    all: [
+    exact: [
         a_record_below_its_watermark_is_replayed_even_after_its_key_expired,
         a_watermark_is_raised_only_from_a_prefix_at_or_below_it,
         a_watermark_never_goes_down,
@@ -322,8 +351,6 @@ conformance!(
         a_done_flag_or_release_with_another_token_is_refused,
         a_record_meeting_its_own_unsettled_claim_restamps_it,
         a_retried_round_meets_its_own_claim_as_fresh,
-        a_filter_hit_keeps_its_tier1_claim_and_its_copies_wait_on_it,
-        its_own_claim_overrides_a_filter_hit,
         a_released_claim_is_won_by_the_next_record,
         a_done_claim_is_never_released,
         no_claim_is_taken_over_however_long_it_waits,
@@ -333,6 +360,17 @@ conformance!(
         a_replay_re_emits_inside_its_range_only_what_held_its_own_claim,
         another_records_pending_claim_is_held_not_duplicate,
         a_reused_key_with_another_payload_is_a_conflict,
+        streams_are_separate_namespaces,
+        two_connections_claiming_one_hash_at_once_give_exactly_one_winner,
+        a_streams_identity_is_written_once_and_found_everywhere,
+        a_round_on_a_store_that_lost_its_state_judges_none_of_the_streams_claims,
+        a_round_on_a_store_rebuilt_under_the_replica_answers_changed,
+        a_restored_claim_is_settled_and_its_copies_are_duplicates,
+        a_late_copy_after_its_claim_expired_is_novel,
+    ],
+    tiered: [
+        a_filter_hit_keeps_its_tier1_claim_and_its_copies_wait_on_it,
+        its_own_claim_overrides_a_filter_hit,
         a_round_applies_inserts_and_raises_before_it_reads_and_claims,
         a_full_filter_generation_never_drops_an_insert,
         a_publish_sent_twice_is_harmless,
@@ -340,13 +378,7 @@ conformance!(
         a_key_written_a_minute_before_a_rotation_is_found_a_minute_after,
         a_repeat_three_horizons_later_is_admitted,
         a_retry_ladder_out_to_nine_hours_is_suppressed_and_measured,
-        streams_are_separate_namespaces,
-        two_connections_claiming_one_hash_at_once_give_exactly_one_winner,
         filter_inserts_are_counted_against_capacity,
-        a_streams_identity_is_written_once_and_found_everywhere,
-        a_round_on_a_store_that_lost_its_state_judges_none_of_the_streams_claims,
-        a_round_on_a_store_rebuilt_under_the_replica_answers_changed,
-        a_restored_claim_is_settled_and_its_copies_are_duplicates,
     ],
     redis: [
         a_tag_that_lost_its_identity_is_seen_by_the_claims_in_it,

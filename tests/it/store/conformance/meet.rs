@@ -158,6 +158,25 @@ pub async fn no_claim_is_taken_over_however_long_it_waits(h: &dyn Harness) {
     }
 }
 
+/// A claim lives its TTL and no longer: a copy after it expired is novel,
+/// on the copy's own time.
+pub async fn a_late_copy_after_its_claim_expired_is_novel(h: &dyn Harness) {
+    let store = h.open(streams()).await;
+    let key = hash(h.salt(), 1);
+    deliver(&*store, claim(EXACT, key, 1, T0)).await;
+    let within = claim_on(EXACT, key, on(4, 1), T0 + 12 * HOUR - MINUTE);
+    assert_eq!(one(&*store, within).await, exact_duplicate_of(at(1)));
+    h.tier1_expired(EXACT, &key).await;
+    let late = claim_on(EXACT, key, on(4, 2), T0 + 12 * HOUR + MINUTE);
+    assert_eq!(one(&*store, late).await, WON);
+    // The late copy holds the claim now.
+    let after = claim_on(EXACT, key, on(4, 3), T0 + 12 * HOUR + 2 * MINUTE);
+    assert_eq!(
+        one(&*store, after).await,
+        ClaimOutcome::Held { holder: on(4, 2) }
+    );
+}
+
 pub async fn another_records_pending_claim_is_held_not_duplicate(h: &dyn Harness) {
     let store = h.open(streams()).await;
     let key = hash(h.salt(), 1);

@@ -1,0 +1,477 @@
+//! One round on PostgreSQL (docs/design.md §4.10): one transaction, its
+//! statements pipelined on one connection in the contract's order (raises;
+//! done flags and releases; the watermark, reset-range and identity reads;
+//! the claims), so a warm round is one round trip. What the claims met is
+//! judged by `judge.rs` against the watermarks the same transaction read;
+//! the rare follow-ups (re-stamps and take-overs by compare and set, a
+//! claim that raced another transaction) run after it, as Redis's do.
+
+use std::collections::HashMap;
+
+use futures::future::join_all;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
+
+use super::connect::store_error;
+use super::{PostgresStore, Session};
+use crate::store::judge::{judge_reset, ResetMarks, Verdict};
+use crate::store::value::{encode_owner, ClaimValue};
+use crate::store::{
+    check_identity, millis, spec, Claim, Held, PartitionRanges, Publish, RoundAnswer, StoreError,
+    StreamId, StreamLost, TopicTag, Watermark,
+};
+
+pub(super) type Key = (usize, TopicTag, i32);
+
+/// What a claim met: `None` where it wrote its row.
+pub(super) type Met = Option<ClaimValue>;
+
+/// One statement of a trip: its SQL and its parameters.
+pub(super) struct Step {
+    sql: String,
+    params: Vec<Box<dyn ToSql + Sync + Send>>,
+}
+
+impl Step {
+    pub(super) fn new(sql: &str, params: Vec<Box<dyn ToSql + Sync + Send>>) -> Step {
+        Step {
+            sql: sql.to_string(),
+            params,
+        }
+    }
+}
+
+/// Runs steps in one transaction, pipelined, and answers each one's rows.
+async fn transaction(session: &Session, steps: Vec<Step>) -> Result<Vec<Vec<Row>>, StoreError> {
+    let mut all = vec![Step::new("BEGIN", vec![])];
+    all.extend(steps);
+    all.push(Step::new("COMMIT", vec![]));
+    let mut answers = pipeline(session, &all).await?;
+    answers.pop();
+    answers.remove(0);
+    Ok(answers)
+}
+
+/// Prepares (once per connection) and sends every step before reading any
+/// answer: tokio-postgres sends each request as its future is first
+/// polled, and `join_all` polls them in order.
+pub(super) async fn pipeline(
+    session: &Session,
+    steps: &[Step],
+) -> Result<Vec<Vec<Row>>, StoreError> {
+    let client = &session.client;
+    let mut statements = Vec::with_capacity(steps.len());
+    for step in steps {
+        statements.push(
+            client
+                .prepare_cached(&step.sql)
+                .await
+                .map_err(|e| store_error("prepare", e))?,
+        );
+    }
+    let queries = steps.iter().zip(&statements).map(|(step, statement)| {
+        let params: Vec<&(dyn ToSql + Sync)> = step
+            .params
+            .iter()
+            .map(|p| &**p as &(dyn ToSql + Sync))
+            .collect();
+        async move { client.query(statement, &params).await }
+    });
+    join_all(queries)
+        .await
+        .into_iter()
+        .map(|r| r.map_err(|e| store_error("round", e)))
+        .collect()
+}
+
+pub(super) fn boxed<T: ToSql + Sync + Send + 'static>(value: T) -> Box<dyn ToSql + Sync + Send> {
+    Box::new(value)
+}
+
+/// Per stream, the indices of the requests (done flags or releases) and
+/// their hashes and owner bytes.
+fn by_stream(
+    held: &[Held],
+) -> Result<Vec<(usize, Vec<usize>, Vec<Vec<u8>>, Vec<Vec<u8>>)>, StoreError> {
+    let mut groups: HashMap<usize, (Vec<usize>, Vec<Vec<u8>>, Vec<Vec<u8>>)> = HashMap::new();
+    for (index, h) in held.iter().enumerate() {
+        let (indices, hashes, owners) = groups.entry(h.stream.0).or_default();
+        indices.push(index);
+        hashes.push(h.hash.0[..16].to_vec());
+        owners.push(encode_owner(&h.holder, h.token)?.to_vec());
+    }
+    let mut out: Vec<_> = groups
+        .into_iter()
+        .map(|(s, (i, h, o))| (s, i, h, o))
+        .collect();
+    out.sort_by_key(|g| g.0);
+    Ok(out)
+}
+
+/// The distinct hashes of one stream's claims, first claim first.
+pub(super) struct Batch {
+    stream: usize,
+    /// Per distinct hash, the index of the claim that represents it.
+    first: Vec<usize>,
+}
+
+impl PostgresStore {
+    pub(super) async fn run_round(
+        &self,
+        session: &Session,
+        publish: &Publish,
+        claims: &[Claim],
+        read: &[StreamId],
+    ) -> Result<RoundAnswer, StoreError> {
+        let adopted = self.adopted();
+        let mut steps = Vec::new();
+        for r in &publish.raises {
+            let key_id = &spec(&self.streams, r.stream)?.key_id;
+            steps.push(Step::new(
+                &self.sql.raise,
+                vec![
+                    boxed(key_id.clone()),
+                    boxed(r.topic.0 as i32),
+                    boxed(r.partition),
+                    boxed(r.start),
+                    boxed(r.end),
+                ],
+            ));
+        }
+        let done = by_stream(&publish.done)?;
+        let releases = by_stream(&publish.releases)?;
+        for (groups, release) in [(&done, false), (&releases, true)] {
+            for (stream, _, hashes, owners) in groups {
+                let sql = &self.sql.claims[*stream];
+                let text = if release { &sql.release } else { &sql.done };
+                steps.push(Step::new(
+                    text,
+                    vec![boxed(hashes.clone()), boxed(owners.clone())],
+                ));
+            }
+        }
+        let mut streams: Vec<usize> = read
+            .iter()
+            .chain(claims.iter().map(|c| &c.stream))
+            .map(|s| s.0)
+            .collect();
+        streams.sort_unstable();
+        streams.dedup();
+        let key_ids = streams
+            .iter()
+            .map(|&s| Ok(spec(&self.streams, StreamId(s))?.key_id.clone()))
+            .collect::<Result<Vec<String>, StoreError>>()?;
+        steps.push(Step::new(&self.sql.marks, vec![boxed(key_ids.clone())]));
+        steps.push(Step::new(&self.sql.ranges, vec![boxed(key_ids)]));
+        let mut claimed: Vec<usize> = claims.iter().map(|c| c.stream.0).collect();
+        claimed.sort_unstable();
+        claimed.dedup();
+        let checked: Vec<usize> = claimed
+            .iter()
+            .copied()
+            .filter(|s| adopted.contains_key(s))
+            .collect();
+        let checked_ids = checked
+            .iter()
+            .map(|&s| self.streams[s].key_id.clone())
+            .collect::<Vec<_>>();
+        steps.push(Step::new(&self.sql.identities, vec![boxed(checked_ids)]));
+        let everyone: Vec<usize> = (0..claims.len()).collect();
+        let batches = self.batches_of(claims, &everyone);
+        for batch in &batches {
+            steps.push(self.claim_step(batch, claims, &adopted)?);
+        }
+
+        let mut answers = transaction(session, steps).await?.into_iter();
+        let mut next = || answers.next().unwrap_or_default();
+        let mut answer = RoundAnswer::default();
+        for _ in &publish.raises {
+            let rows = next();
+            let row = rows.first().ok_or_else(|| {
+                StoreError::Unavailable("a watermark raise raced another transaction".into())
+            })?;
+            answer
+                .raised
+                .push(row.try_get(0).map_err(|e| store_error("raise", e))?);
+        }
+        answer.done = vec![false; publish.done.len()];
+        answer.released = vec![false; publish.releases.len()];
+        for (groups, release) in [(&done, false), (&releases, true)] {
+            for (_, indices, hashes, owners) in groups {
+                let mut set: Vec<(Vec<u8>, Vec<u8>)> = next()
+                    .iter()
+                    .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+                    .collect::<Result<_, tokio_postgres::Error>>()
+                    .map_err(|e| store_error("done flags", e))?;
+                for (k, &index) in indices.iter().enumerate() {
+                    let pair = (hashes[k].clone(), owners[k].clone());
+                    let Some(at) = set.iter().position(|p| *p == pair) else {
+                        continue;
+                    };
+                    // A release frees a claim once; a done flag set before
+                    // counts as set.
+                    if release {
+                        set.swap_remove(at);
+                        answer.released[index] = true;
+                    } else {
+                        answer.done[index] = true;
+                    }
+                }
+            }
+        }
+        answer.watermarks = self.parse_marks(next())?;
+        answer.ranges = self.parse_ranges(next())?;
+        answer.lost = self.lost(next(), &checked, &adopted)?;
+        let mut met: Vec<Option<Met>> = vec![None; claims.len()];
+        for batch in &batches {
+            self.parse_claims(batch, claims, next(), &mut met)?;
+        }
+        let marks: HashMap<Key, i64> = answer
+            .watermarks
+            .iter()
+            .map(|w| ((w.stream.0, w.topic, w.partition), w.below))
+            .collect();
+        let ranges: HashMap<Key, PartitionRanges> = answer
+            .ranges
+            .iter()
+            .map(|r| ((r.stream.0, r.topic, r.partition), r.clone()))
+            .collect();
+        let judged = Judged {
+            marks: &marks,
+            ranges: &ranges,
+        };
+        (answer.outcomes, answer.taken_over) = self
+            .judge_claims(session, claims, met, &answer.lost, judged, &adopted)
+            .await?;
+        Ok(answer)
+    }
+
+    /// The claims at `indices`, by stream, each hash once.
+    pub(super) fn batches_of(&self, claims: &[Claim], indices: &[usize]) -> Vec<Batch> {
+        let mut streams: Vec<usize> = indices.iter().map(|&i| claims[i].stream.0).collect();
+        streams.sort_unstable();
+        streams.dedup();
+        streams
+            .into_iter()
+            .map(|stream| {
+                let mut seen = std::collections::HashSet::new();
+                let first = indices
+                    .iter()
+                    .copied()
+                    .filter(|&i| claims[i].stream.0 == stream && seen.insert(claims[i].hash))
+                    .collect();
+                Batch { stream, first }
+            })
+            .collect()
+    }
+
+    pub(super) fn claim_step(
+        &self,
+        batch: &Batch,
+        claims: &[Claim],
+        adopted: &HashMap<usize, crate::store::StoreIdentity>,
+    ) -> Result<Step, StoreError> {
+        let spec = spec(&self.streams, StreamId(batch.stream))?;
+        let ttl = millis(spec.tier1_ttl).max(1);
+        let mut expiries = Vec::with_capacity(batch.first.len());
+        let mut hashes = Vec::with_capacity(batch.first.len());
+        let mut values = Vec::with_capacity(batch.first.len());
+        for &i in &batch.first {
+            let c = &claims[i];
+            expiries.push(c.at.saturating_add(ttl));
+            hashes.push(c.hash.0[..16].to_vec());
+            values.push(
+                ClaimValue::pending(c.holder, c.token, c.digest, c.at)
+                    .encode()?
+                    .to_vec(),
+            );
+        }
+        Ok(Step::new(
+            &self.sql.claims[batch.stream].claim,
+            vec![
+                boxed(expiries),
+                boxed(hashes),
+                boxed(values),
+                boxed(ttl),
+                boxed(adopted.get(&batch.stream).map(|i| i.to_hex())),
+                boxed(spec.key_id.clone()),
+            ],
+        ))
+    }
+
+    /// Per claim, what it met; `None` where the statement could not tell
+    /// (it raced another transaction): claimed again.
+    pub(super) fn parse_claims(
+        &self,
+        batch: &Batch,
+        claims: &[Claim],
+        rows: Vec<Row>,
+        met: &mut [Option<Met>],
+    ) -> Result<(), StoreError> {
+        let mut by_hash: HashMap<Vec<u8>, Option<Met>> = HashMap::new();
+        for row in rows {
+            let parse = || -> Result<_, tokio_postgres::Error> {
+                let hash: Vec<u8> = row.try_get(0)?;
+                let written: bool = row.try_get(1)?;
+                let value: Option<Vec<u8>> = row.try_get(2)?;
+                let expires_at: Option<i64> = row.try_get(3)?;
+                Ok((hash, written, value, expires_at))
+            };
+            let (hash, written, value, expires_at) =
+                parse().map_err(|e| store_error("claim", e))?;
+            let index = batch
+                .first
+                .iter()
+                .copied()
+                .find(|&i| claims[i].hash.0[..16] == hash[..])
+                .ok_or_else(|| StoreError::Protocol("a claim answered another hash".into()))?;
+            let at = claims[index].at;
+            let found = if written {
+                Some(None)
+            } else {
+                match (value, expires_at) {
+                    (Some(value), Some(expires_at)) if expires_at > at => {
+                        Some(Some(ClaimValue::decode(&value)?))
+                    }
+                    _ => None,
+                }
+            };
+            by_hash.insert(hash, found);
+        }
+        for (i, claim) in claims.iter().enumerate() {
+            if claim.stream.0 != batch.stream {
+                continue;
+            }
+            let Some(found) = by_hash.get(&claim.hash.0[..16]) else {
+                continue;
+            };
+            met[i] = match found {
+                // A later claim on a hash an earlier one of the round
+                // wrote meets that one's claim, as `SET NX GET` would.
+                Some(None) if !batch.first.contains(&i) => {
+                    let first = batch
+                        .first
+                        .iter()
+                        .copied()
+                        .find(|&f| claims[f].hash == claim.hash)
+                        .unwrap_or(i);
+                    let c = &claims[first];
+                    Some(Some(ClaimValue::pending(c.holder, c.token, c.digest, c.at)))
+                }
+                other => *other,
+            };
+        }
+        Ok(())
+    }
+
+    pub(super) fn parse_marks(&self, rows: Vec<Row>) -> Result<Vec<Watermark>, StoreError> {
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let parse = || -> Result<_, tokio_postgres::Error> {
+                Ok((
+                    row.try_get::<_, String>(0)?,
+                    row.try_get::<_, i32>(1)?,
+                    row.try_get::<_, i32>(2)?,
+                    row.try_get::<_, i64>(3)?,
+                ))
+            };
+            let (key_id, topic, partition, below) =
+                parse().map_err(|e| store_error("watermarks", e))?;
+            if let Some(stream) = self.stream_of(&key_id) {
+                out.push(Watermark {
+                    stream,
+                    topic: TopicTag(topic as u32),
+                    partition,
+                    below,
+                });
+            }
+        }
+        out.sort_by_key(|w| (w.stream, w.topic, w.partition));
+        Ok(out)
+    }
+
+    pub(super) fn parse_ranges(&self, rows: Vec<Row>) -> Result<Vec<PartitionRanges>, StoreError> {
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let parse = || -> Result<_, tokio_postgres::Error> {
+                Ok((
+                    row.try_get::<_, String>(0)?,
+                    row.try_get::<_, i32>(1)?,
+                    row.try_get::<_, i32>(2)?,
+                    row.try_get::<_, Vec<i64>>(3)?,
+                    row.try_get::<_, Option<i64>>(4)?,
+                    row.try_get::<_, Option<i64>>(5)?,
+                ))
+            };
+            let (key_id, topic, partition, flat, from, to) =
+                parse().map_err(|e| store_error("reset ranges", e))?;
+            let Some(stream) = self.stream_of(&key_id) else {
+                continue;
+            };
+            out.push(PartitionRanges {
+                stream,
+                topic: TopicTag(topic as u32),
+                partition,
+                abandoned: flat.chunks_exact(2).map(|p| (p[0], p[1])).collect(),
+                replay: from.zip(to),
+            });
+        }
+        out.sort_by_key(|r| (r.stream, r.topic, r.partition));
+        Ok(out)
+    }
+
+    /// The streams whose adopted identity the table no longer holds.
+    fn lost(
+        &self,
+        rows: Vec<Row>,
+        checked: &[usize],
+        adopted: &HashMap<usize, crate::store::StoreIdentity>,
+    ) -> Result<Vec<StreamLost>, StoreError> {
+        let mut held: HashMap<String, String> = HashMap::new();
+        for row in rows {
+            let pair = (row.try_get(0), row.try_get(1));
+            let (Ok(key_id), Ok(identity)) = pair else {
+                return Err(StoreError::Protocol("identity row".into()));
+            };
+            held.insert(key_id, identity);
+        }
+        Ok(checked
+            .iter()
+            .filter_map(|&stream| {
+                let identity = adopted.get(&stream)?;
+                let found = held.get(&self.streams[stream].key_id);
+                let how = check_identity(identity, [found.map(|s| s.as_bytes())]);
+                how.lost().then_some(StreamLost {
+                    stream: StreamId(stream),
+                    how,
+                })
+            })
+            .collect())
+    }
+}
+
+/// What a round's claims are judged against.
+pub(super) struct Judged<'a> {
+    pub(super) marks: &'a HashMap<Key, i64>,
+    pub(super) ranges: &'a HashMap<Key, PartitionRanges>,
+}
+
+impl Judged<'_> {
+    /// The pure judgement with the round's watermarks and reset ranges.
+    pub(super) fn verdict(&self, claim: &Claim, existing: Option<&ClaimValue>) -> Verdict {
+        let s = claim.stream.0;
+        let below = |t: TopicTag, p: i32| self.marks.get(&(s, t, p)).copied();
+        let ranges = |t: TopicTag, p: i32| self.ranges.get(&(s, t, p));
+        let own = below(claim.holder.topic, claim.holder.partition);
+        let holder = existing.and_then(|v| below(v.holder.topic, v.holder.partition));
+        let marks = ResetMarks {
+            replay: ranges(claim.holder.topic, claim.holder.partition)
+                .is_some_and(|r| r.in_replay(claim.holder.offset)),
+            holder_abandoned: existing.is_some_and(|v| {
+                ranges(v.holder.topic, v.holder.partition)
+                    .is_some_and(|r| r.in_abandoned(v.holder.offset))
+            }),
+        };
+        judge_reset(claim, existing, own, holder, false, marks)
+    }
+}

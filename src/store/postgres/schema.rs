@@ -1,0 +1,177 @@
+//! The store's tables, all in `store.schema`, created at the first start
+//! where the role may (docs/design.md §4.10):
+//!
+//! - `claims_<key_id>`, one per stream: the 16 first bytes of the source
+//!   hash (the key, as on Redis), the 28-byte claim value of `value.rs`
+//!   (holder, owner token, payload digest, claim time and done flag, so a
+//!   compare and set compares its first 16 bytes and the done flag is one
+//!   bit), and when the claim expires, in the store's milliseconds. A BRIN
+//!   index on the expiry costs next to nothing (claims are written in
+//!   roughly the order they expire) and lets the janitor find what expired
+//!   without reading the table.
+//! - `watermarks`: a partition's delivered watermark, per stream (its key
+//!   id), topic tag and partition.
+//! - `reset_ranges`: what operators' resets recorded per partition.
+//! - `identities`: one stream identity per stream.
+//!
+//! Where the role may not create them, the start is refused with the SQL an
+//! administrator runs.
+
+use deadpool_postgres::Pool;
+use tokio_postgres::error::SqlState;
+
+use super::connect::{client, store_error};
+use crate::store::{StoreError, StreamSpec};
+
+/// Room each heap page of a claims table keeps free: a done flag or a
+/// re-stamp writes a new version of its row, and where it fits in the same
+/// page the update is HOT (no new index entry, the old version pruned in
+/// place) instead of a second copy of the row elsewhere.
+const FILLFACTOR: u32 = 100;
+
+/// Names of one schema's tables, quoted: a key id is case-sensitive
+/// (`Ab` and `ab` are two streams), so every name is.
+#[derive(Clone, Debug)]
+pub(super) struct Tables {
+    schema: String,
+    pub(super) watermarks: String,
+    pub(super) ranges: String,
+    pub(super) identities: String,
+    /// Per stream, in stream order.
+    pub(super) claims: Vec<String>,
+}
+
+impl Tables {
+    pub(super) fn new(schema: &str, streams: &[StreamSpec]) -> Tables {
+        let name = |table: &str| format!("\"{schema}\".\"{table}\"");
+        Tables {
+            schema: schema.to_string(),
+            watermarks: name("watermarks"),
+            ranges: name("reset_ranges"),
+            identities: name("identities"),
+            claims: streams
+                .iter()
+                .map(|s| name(&format!("claims_{}", s.key_id)))
+                .collect(),
+        }
+    }
+
+    /// Every statement that makes the schema, each idempotent.
+    pub(super) fn ddl(&self, streams: &[StreamSpec]) -> Vec<String> {
+        let mut out = vec![
+            format!("CREATE SCHEMA IF NOT EXISTS \"{}\"", self.schema),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (stream text NOT NULL, topic integer NOT NULL, \
+                 partition integer NOT NULL, below bigint NOT NULL, \
+                 PRIMARY KEY (stream, topic, partition))",
+                self.watermarks
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (stream text NOT NULL, topic integer NOT NULL, \
+                 partition integer NOT NULL, abandoned bigint[] NOT NULL DEFAULT '{{}}', \
+                 replay_from bigint, replay_to bigint, PRIMARY KEY (stream, topic, partition))",
+                self.ranges
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (stream text PRIMARY KEY, identity text NOT NULL)",
+                self.identities
+            ),
+        ];
+        for (table, spec) in self.claims.iter().zip(streams) {
+            // The expiry first: an 8-byte column right after the row
+            // header needs no padding.
+            out.push(format!(
+                "CREATE TABLE IF NOT EXISTS {table} (expires_at bigint NOT NULL, \
+                 hash bytea PRIMARY KEY, value bytea NOT NULL) WITH (fillfactor = {FILLFACTOR})"
+            ));
+            out.push(format!(
+                "CREATE INDEX IF NOT EXISTS \"claims_{}_expires_at\" ON {table} \
+                 USING brin (expires_at)",
+                spec.key_id
+            ));
+        }
+        out
+    }
+
+    /// What an administrator runs for a role that may not create the
+    /// tables itself.
+    fn for_an_administrator(&self, streams: &[StreamSpec], user: &str) -> String {
+        let mut sql: Vec<String> = self.ddl(streams);
+        sql.push(format!(
+            "GRANT USAGE ON SCHEMA \"{}\" TO \"{user}\"",
+            self.schema
+        ));
+        sql.push(format!(
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA \"{}\" TO \"{user}\"",
+            self.schema
+        ));
+        sql.iter().map(|s| format!("{s};\n")).collect()
+    }
+
+    /// Every table, qualified and quoted.
+    pub(super) fn all(&self) -> impl Iterator<Item = &str> {
+        [&self.watermarks, &self.ranges, &self.identities]
+            .into_iter()
+            .chain(&self.claims)
+            .map(String::as_str)
+    }
+}
+
+/// Creates what is missing. Only where something is: `CREATE SCHEMA IF
+/// NOT EXISTS` checks the role's CREATE right before it looks, so a role
+/// without it starts on tables an administrator made. Two replicas
+/// creating at once may collide on the catalog; the loser tries again.
+pub(super) async fn ensure(
+    pool: &Pool,
+    tables: &Tables,
+    streams: &[StreamSpec],
+    user: &str,
+) -> Result<(), StoreError> {
+    let client = client(pool).await?;
+    let names: Vec<&str> = tables.all().collect();
+    let mut attempt = 0;
+    loop {
+        let row = client
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1), \
+                 (SELECT count(*) FROM unnest($2::text[]) AS t(name) \
+                  WHERE to_regclass(t.name) IS NULL)",
+                &[&tables.schema, &names],
+            )
+            .await
+            .map_err(|e| store_error("schema check", e))?;
+        let (schema_exists, missing): (bool, i64) = (row.get(0), row.get(1));
+        if schema_exists && missing == 0 {
+            return Ok(());
+        }
+        let mut failed = None;
+        for statement in tables.ddl(streams) {
+            if let Err(error) = client.batch_execute(&statement).await {
+                failed = Some(error);
+                break;
+            }
+        }
+        let Some(error) = failed else {
+            return Ok(());
+        };
+        let code = error.code().cloned();
+        if code == Some(SqlState::INSUFFICIENT_PRIVILEGE) {
+            return Err(StoreError::Refused(format!(
+                "the postgres role {user:?} may not create idemgate's tables in schema {:?} \
+                 ({}); have an administrator run:\n{}",
+                tables.schema,
+                error
+                    .as_db_error()
+                    .map_or_else(|| error.to_string(), |db| db.message().to_string()),
+                tables.for_an_administrator(streams, user)
+            )));
+        }
+        let collided = code == Some(SqlState::UNIQUE_VIOLATION)
+            || code == Some(SqlState::DUPLICATE_TABLE)
+            || code == Some(SqlState::DUPLICATE_SCHEMA);
+        attempt += 1;
+        if !collided || attempt >= 3 {
+            return Err(store_error("schema", error));
+        }
+    }
+}
