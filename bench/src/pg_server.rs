@@ -339,7 +339,7 @@ impl PgServer {
             .collect::<Vec<_>>()
             .join(",");
         let rows = self.query(&format!(
-            "SELECT name, setting || coalesce(unit, '') FROM pg_settings WHERE name IN ({list}) ORDER BY name"
+            "SELECT name, current_setting(name) FROM pg_settings WHERE name IN ({list}) ORDER BY name"
         ))?;
         Ok(rows
             .lines()

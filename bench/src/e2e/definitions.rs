@@ -97,8 +97,8 @@ USAGE` of single keys (which leaves out the expiry entry and the table buckets) 
 it.\n\
 - **PostgreSQL bytes per claim on disk** (PostgreSQL runs): `pg_total_relation_size` of the \
 stream's claims table (heap, free-space and visibility maps, TOAST, every index) after the run, \
-over its rows. It holds the dead row versions the done flags' updates left (vacuum makes their \
-space reusable, it does not give it back), as a table does in service; the WAL, and the \
+over its rows. It holds the dead row versions that done flags and re-stamps (`UPDATE`s) left \
+(vacuum makes their space reusable, it does not give it back), as a table does in service; the WAL, and the \
 watermark, identity and range tables, are not in it (the whole schema is given apart).\n\
 - **tier-2 bits per key** (clean runs): `MEMORY USAGE` of the generation keys (RedisBloom \
 filter, or bitmap shards, plus the insert counter) x 8 / the generation's capacity (peak rate \

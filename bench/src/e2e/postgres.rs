@@ -8,8 +8,8 @@
 //! - After the run, once the replicas have stopped: the stream's claims
 //!   table on disk (`pg_total_relation_size`: heap, free-space and
 //!   visibility maps, TOAST, every index), over its rows. Dead row versions
-//!   (a claim's done flag is an `UPDATE`) are on disk until vacuum reuses
-//!   their space, so they are in the figure, and counted beside it.
+//!   (a done flag or a re-stamp is an `UPDATE`) are on disk until vacuum
+//!   reuses their space, so they are in the figure, and counted beside it.
 //! - The report's parts: the version and the settings that decide what a
 //!   commit costs, the disk table, the cells of the main table.
 
@@ -168,8 +168,8 @@ pub(crate) fn disk_section(runs: &[RunResult], md: &mut String) {
     if rows.is_empty() {
         return;
     }
-    md.push_str("\n### PostgreSQL on disk (clean runs)\n\n");
-    md.push_str("Read once the replicas have stopped: `pg_total_relation_size` of the stream's claims table (heap with its free-space and visibility maps, TOAST, and every index: the primary key on the claim's hash and any other) over its rows (`count(*)`), as the files stand, before any vacuum of the runner's own. A claim is one row (hash, value, expiry); its done flag is an `UPDATE`, whose old row version stays on disk until vacuum marks its space free for reuse: the dead versions the statistics counted are listed, and their space is in the figure. The whole schema (claims, watermarks, identities, reset ranges) is given beside it.\n\n");
+    md.push_str("### PostgreSQL on disk (clean runs)\n\n");
+    md.push_str("Read once the replicas have stopped: `pg_total_relation_size` of the stream's claims table (heap with its free-space and visibility maps, TOAST, and every index: the primary key on the claim's hash and any other) over its rows (`count(*)`), as the files stand, before any vacuum of the runner's own. A claim is one row (hash, value, expiry); a done flag (set where no watermark raise covers the record) and a re-stamp are `UPDATE`s, whose old row versions stay on disk until vacuum marks their space free for reuse: the dead versions the statistics counted are listed, and their space is in the figure. The whole schema (claims, watermarks, identities, reset ranges) is given beside it.\n\n");
     md.push_str("| run | table | claims (rows) | dead row versions | heap | indexes | TOAST | total | bytes / claim | whole schema |\n");
     md.push_str("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n");
     for (r, d) in rows {
@@ -188,6 +188,7 @@ pub(crate) fn disk_section(runs: &[RunResult], md: &mut String) {
             bytes(d.schema_bytes as i64),
         );
     }
+    md.push('\n');
 }
 
 #[cfg(test)]
