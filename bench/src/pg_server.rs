@@ -37,6 +37,9 @@ pub(crate) struct PgServer {
     data: PathBuf,
     /// The `postgres` system user's uid and gid, when the bench is root.
     owner: Option<(u32, u32)>,
+    /// The directory is a temporary one (see [`PgServer::start`]): removed
+    /// with the server.
+    temporary: bool,
     running: bool,
     /// Processes stopped by [`PgServer::freeze`], to continue.
     frozen: Vec<u32>,
@@ -91,17 +94,25 @@ fn is_root() -> bool {
 
 impl PgServer {
     /// `initdb` in `<dir>/postgres-<port>/data`, a start, and the database.
+    /// As root, where the `postgres` user cannot reach `dir` (a folder on
+    /// its way is closed to others, as `/root` is), the cluster goes to a
+    /// temporary directory instead, removed with the server.
     pub fn start(bin: &Path, dir: &Path) -> Result<PgServer> {
         let port = free_port();
-        let root = dir.join(format!("postgres-{port}"));
-        std::fs::create_dir_all(&root)?;
-        let owner = if is_root() {
-            let (uid, gid) = postgres_user()?;
-            std::os::unix::fs::chown(&root, Some(uid), Some(gid))?;
-            Some((uid, gid))
-        } else {
-            None
+        let owner = match is_root() {
+            true => Some(postgres_user()?),
+            false => None,
         };
+        let dir = std::path::absolute(dir)?;
+        let temporary = owner.is_some() && !open_to_others(&dir);
+        let root = match temporary {
+            true => std::env::temp_dir().join(format!("idemgate-postgres-{port}")),
+            false => dir.join(format!("postgres-{port}")),
+        };
+        std::fs::create_dir_all(&root)?;
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::chown(&root, Some(uid), Some(gid))?;
+        }
         let mut server = PgServer {
             port,
             url: format!("postgres://{USER}@127.0.0.1:{port}/{DATABASE}?sslmode=disable"),
@@ -110,6 +121,7 @@ impl PgServer {
             data: root.join("data"),
             root,
             owner,
+            temporary,
             running: false,
             frozen: Vec::new(),
         };
@@ -319,6 +331,24 @@ impl PgServer {
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     }
 
+    /// Where the cluster's data is, and the file system holding it (from
+    /// /proc/mounts: the mount point that is the longest prefix of it).
+    pub fn data_dir(&self) -> String {
+        let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+        let fs = mounts
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                Some((*f.get(1)?, *f.first()?, *f.get(2)?))
+            })
+            .filter(|(at, _, _)| self.data.starts_with(at))
+            .max_by_key(|(at, _, _)| at.len())
+            .map_or("file system unknown".to_string(), |(at, dev, kind)| {
+                format!("{kind} on {dev}, mounted at {at}")
+            });
+        format!("{} ({fs})", self.data.display())
+    }
+
     /// The settings that decide what a commit costs and what the disk
     /// holds, as the server reports them.
     pub fn settings(&self) -> Result<Vec<(String, String)>> {
@@ -363,7 +393,18 @@ impl Drop for PgServer {
                 }
             }
         }
+        if self.temporary {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
     }
+}
+
+/// Whether every folder from `/` to `dir` lets others through (`o+x`).
+fn open_to_others(dir: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    dir.ancestors()
+        .filter(|p| p.exists())
+        .all(|p| std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
 }
 
 /// The fields of `/proc/<pid>/stat` after the command name (state first).
@@ -417,11 +458,33 @@ mod tests {
         let (waited, ok) = blocked.join().unwrap();
         assert!(ok && waited >= Duration::from_millis(1500), "{waited:?}");
 
+        assert!(server.data_dir().contains(" on "), "{}", server.data_dir());
         server.stop_fast().unwrap();
         assert!(server.query("SELECT 1").is_err());
         server.start_again().unwrap();
         assert_eq!(server.query("SELECT count(*) FROM t").unwrap(), "50000");
         drop(server);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// As root, a run directory the `postgres` user cannot reach (a folder
+    /// closed to others on its way) puts the cluster in a temporary
+    /// directory, removed with the server; as another user the cluster is
+    /// that user's and stays where asked.
+    #[test]
+    fn a_folder_closed_to_others_still_gets_a_cluster() {
+        use std::os::unix::fs::PermissionsExt;
+        let bin = bin_dir(None).expect("PostgreSQL's binaries");
+        let closed =
+            std::env::temp_dir().join(format!("idemgate-pg-closed-{}", std::process::id()));
+        std::fs::create_dir_all(closed.join("run")).unwrap();
+        std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let server = PgServer::start(&bin, &closed.join("run")).expect("a server");
+        assert_eq!(server.query("SELECT 1").unwrap(), "1");
+        let root = server.root.clone();
+        assert_eq!(root.starts_with(&closed), !is_root(), "{}", root.display());
+        drop(server);
+        assert_eq!(root.exists(), !is_root(), "{}", root.display());
+        let _ = std::fs::remove_dir_all(&closed);
     }
 }

@@ -129,8 +129,9 @@ pub(crate) fn version_row(pg: &PgServer) -> (String, String) {
     (
         "PostgreSQL".into(),
         format!(
-            "{} (a cluster of the bench's own, every setting at its default: {settings})",
-            pg.version
+            "{} (a cluster of the bench's own, every setting at its default: {settings}; data in {})",
+            pg.version,
+            pg.data_dir()
         ),
     )
 }
@@ -138,7 +139,8 @@ pub(crate) fn version_row(pg: &PgServer) -> (String, String) {
 /// What the Machine-and-versions paragraph says of the server.
 pub(crate) const CONDITIONS: &str = "The PostgreSQL runs use a PostgreSQL cluster the bench \
 creates for itself (`initdb` as the `postgres` system user when the bench runs as root; its \
-data directory under the run's directory, on the same local disk as Kafka's log), on a spare \
+data directory under the run's directory, or a temporary one where the `postgres` user cannot \
+reach that: the versions table says where, and on which file system), on a spare \
 loopback port over TCP, `trust` authentication, one superuser `idemgate` owning the database \
 `idemgate`. Every server setting is PostgreSQL's default, durability included (`fsync` on, \
 `synchronous_commit` on: a commit waits for its WAL flush to disk); the versions table lists \

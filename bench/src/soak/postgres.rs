@@ -85,9 +85,10 @@ pub(crate) fn conditions(report: &Report, run: &RunResult) -> Vec<String> {
             report.seed
         ),
         format!(
-            "- Store: {}, a cluster of the soak's own per guarantee (`initdb`, as the `postgres` system user when the soak runs as root; its data directory under the run's directory, on local disk; one loopback port over TCP, `trust` authentication), every setting at its default: {}. Both streams on `store.kind = \"postgres\"` with the store's defaults (schema `{DEFAULT_SCHEMA}`, its connection pool and janitor).",
+            "- Store: {}, a cluster of the soak's own per guarantee (`initdb`, as the `postgres` system user when the soak runs as root; its data directory under the run's directory, or a temporary one where the `postgres` user cannot reach that; one loopback port over TCP, `trust` authentication), every setting at its default: {}; data in {}. Both streams on `store.kind = \"postgres\"` with the store's defaults (schema `{DEFAULT_SCHEMA}`, its connection pool and janitor).",
             run.store_version,
-            settings.join(", ")
+            settings.join(", "),
+            run.store_data
         ),
         format!(
             "- Telemetry: exact, not tiered (tiered keeps its filter on Redis; the PostgreSQL store keeps exact claims only), `fail_mode = \"open\"`, its TTL the tier-1 TTL of the Redis run, {} s, as its whole horizon. The late re-sends (a twentieth of the stream, written at the end) may outlive it: one decided `novel` found its event's claim expired, which is correct past the horizon, and is counted apart (*late re-sends claimed anew*); its event is then twice in clean (counted: fail-open), and a later copy naming it as the holder is counted with the copies naming a re-claim. Any other copy decided `novel` is a disagreement.",

@@ -43,6 +43,8 @@ pub(crate) struct RunResult {
     pub store_version: String,
     /// The server settings the report names (PostgreSQL's).
     pub store_settings: Vec<(String, String)>,
+    /// Where the server keeps its data, on which file system (PostgreSQL).
+    pub store_data: String,
     pub read_committed: bool,
     pub faults: Vec<Applied>,
     pub unexpected_exits: Vec<String>,
@@ -253,6 +255,7 @@ pub(crate) fn run(s: &Setup<'_>) -> Result<RunResult> {
         broker_version: broker.version.clone(),
         store_version: store.version(),
         store_settings: store.settings(),
+        store_data: store.data_dir(),
         read_committed,
         faults: applied,
         unexpected_exits,

@@ -120,6 +120,14 @@ impl SoakStore {
         }
     }
 
+    /// Where a PostgreSQL server keeps its data (Redis: empty).
+    pub fn data_dir(&self) -> String {
+        match self {
+            SoakStore::Redis { .. } => String::new(),
+            SoakStore::Postgres(pg) => pg.data_dir(),
+        }
+    }
+
     pub fn freeze(&mut self) {
         match self {
             SoakStore::Redis { server, .. } => server.freeze(),
