@@ -683,20 +683,31 @@ kafka_java() {
 # cluster's owner reaches it: this script's psql connects there as the superuser, with
 # trust, and nobody else can. "Ours" is a postmaster.pid in our data dir whose pid is a
 # live postgres.
-PG_DIR=$DATA_DIR/postgres
+# As root the cluster runs as `postgres`, which may not reach the work tree (a clone under
+# /root): its directory is then under /tmp, named after the state dir so that every
+# command of this script finds the same one. Its server log is copied to $LOG_DIR at stop.
+if ((EUID == 0)); then
+  PG_DIR=/tmp/idemgate-test-postgres-$(printf '%s' "$STATE_DIR" | sha256sum | cut -c1-12)
+else
+  PG_DIR=$DATA_DIR/postgres
+fi
 PG_DATA=$PG_DIR/data
 PG_TLS=$PG_DIR/tls
+PG_LOG=$PG_DIR/postgres.log
 
 # Runs a command as the cluster's owner: `postgres` when we are root, else ourselves.
 as_pg() {
   if ((EUID == 0)); then runuser -u postgres -- "$@"; else "$@"; fi
 }
 
-pg_pid() { [[ -s $PG_DATA/postmaster.pid ]] && sed -n 1p "$PG_DATA/postmaster.pid" | tr -dc '0-9' || true; }
+pg_pid() {
+  local data=${1:-$PG_DATA}
+  [[ -s $data/postmaster.pid ]] && sed -n 1p "$data/postmaster.pid" | tr -dc '0-9' || true
+}
 
 pg_is_ours() {
   local pid
-  pid=$(pg_pid)
+  pid=$(pg_pid "${1:-$PG_DATA}")
   pid_alive "$pid" && grep -q postgres "/proc/$pid/cmdline" 2>/dev/null
 }
 
@@ -712,32 +723,37 @@ postgres_healthy() {
     && [[ -s $PG_TLS/ca.pem ]]
 }
 
+# Stops our cluster, wherever it runs: its directory, or the one an earlier version of
+# this script used (under the state dir) for a cluster it left running.
 stop_postgres() {
-  [[ -d $PG_DIR ]] || { rm -f "$RUN_DIR/postgres.port"; return 0; }
-  if pg_is_ours; then
-    log "stopping PostgreSQL (port $(cat "$RUN_DIR/postgres.port" 2>/dev/null || echo '?'))"
-    as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" -m fast -w -t 20 stop >/dev/null 2>&1 || {
-      local pid
-      pid=$(pg_pid)
-      log "pg_ctl stop failed; killing postgres pid $pid"
-      [[ -z $pid ]] || kill -KILL "$pid" 2>/dev/null || true
-    }
-  fi
+  local dir pid
+  for dir in "$PG_DIR" "$DATA_DIR/postgres"; do
+    [[ -d $dir ]] || continue
+    if pg_is_ours "$dir/data"; then
+      log "stopping PostgreSQL (data dir $dir/data)"
+      as_pg "$PG_BIN/pg_ctl" -D "$dir/data" -m fast -w -t 20 stop >/dev/null 2>&1 || {
+        pid=$(pg_pid "$dir/data")
+        log "pg_ctl stop failed; killing postgres pid $pid"
+        [[ -z $pid ]] || kill -KILL "$pid" 2>/dev/null || true
+      }
+    fi
+    [[ ! -f $dir/postgres.log ]] || cp -f "$dir/postgres.log" "$LOG_DIR/postgres.log" 2>/dev/null || true
+    rm -rf "$dir"
+  done
   rm -f "$RUN_DIR/postgres.port"
-  rm -rf "$PG_DIR"
 }
 
 start_postgres() {
   [[ -x $PG_BIN/postgres ]] || die "$PG_BIN/postgres not found (apt-get install postgresql)"
   command -v openssl >/dev/null 2>&1 || die "'openssl' not found (apt-get install openssl)"
-  local port logf=$LOG_DIR/postgres.log
+  local port logf=$PG_LOG
   rm -rf "$PG_DIR"
   mkdir -p "$PG_DIR"
+  chmod 0755 "$PG_DIR"
   make_certs "$PG_TLS"
-  ((EUID != 0)) || chown -R postgres: "$PG_DIR"
   port=$(pick_port "$PG_PORT_FROM" 0)
   : >"$logf"
-  ((EUID != 0)) || chown postgres: "$logf"
+  ((EUID != 0)) || chown -R postgres: "$PG_DIR"
   log "starting PostgreSQL on 127.0.0.1:$port"
   as_pg "$PG_BIN/initdb" -D "$PG_DATA" -U postgres --auth-local=trust \
     --auth-host=scram-sha-256 -E UTF8 --locale=C.UTF-8 >>"$logf" 2>&1 \
@@ -795,7 +811,7 @@ all_healthy() {
 
 need_tools() {
   local c
-  for c in redis-server redis-cli timeout flock setsid od pgrep; do
+  for c in redis-server redis-cli timeout flock setsid od pgrep runuser sha256sum; do
     command -v "$c" >/dev/null 2>&1 \
       || die "'$c' not found (apt-get install redis-server redis-tools coreutils util-linux procps)"
   done

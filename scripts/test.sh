@@ -4,10 +4,11 @@
 #   scripts/test.sh [extra cargo test args...]
 #   e.g. scripts/test.sh --lib            scripts/test.sh bloom -- --nocapture
 #
-# 1. starts the Redis servers and the Apache Kafka broker the tests need
+# 1. starts the Redis servers, the PostgreSQL cluster and the Apache Kafka broker the tests need
 #    (scripts/test-services.sh start),
 # 2. exports IDEMGATE_TEST_REDIS_URL, IDEMGATE_TEST_REDISBLOOM_URL, IDEMGATE_TEST_REDIS_CLUSTER,
-#    IDEMGATE_TEST_KAFKA_BROKERS, IDEMGATE_TEST_KAFKA_LIBS and the TLS Redis's IDEMGATE_TEST_REDIS_TLS_*
+#    IDEMGATE_TEST_KAFKA_BROKERS, IDEMGATE_TEST_KAFKA_LIBS, the TLS Redis's IDEMGATE_TEST_REDIS_TLS_*
+#    and the PostgreSQL cluster's IDEMGATE_TEST_POSTGRES_*
 #    (the tests fail loudly without them, so we check they are set before running cargo),
 # 3. runs `cargo test --workspace --all-targets --locked "$@"` (the product, the bench and
 #    the test kit),
@@ -64,7 +65,8 @@ set -a
 set +a
 for var in IDEMGATE_TEST_REDIS_URL IDEMGATE_TEST_REDISBLOOM_URL IDEMGATE_TEST_REDIS_CLUSTER \
   IDEMGATE_TEST_KAFKA_BROKERS IDEMGATE_TEST_KAFKA_LIBS IDEMGATE_TEST_REDIS_TLS_URL \
-  IDEMGATE_TEST_REDIS_TLS_DIR IDEMGATE_TEST_REDIS_TLS_USER IDEMGATE_TEST_REDIS_MANAGED_USER; do
+  IDEMGATE_TEST_REDIS_TLS_DIR IDEMGATE_TEST_REDIS_TLS_USER IDEMGATE_TEST_REDIS_MANAGED_USER \
+  IDEMGATE_TEST_POSTGRES_URL IDEMGATE_TEST_POSTGRES_CA IDEMGATE_TEST_POSTGRES_NOCREATE_URL; do
   [[ -n ${!var:-} ]] || { log "ERROR: $var is not set after starting the test services"; exit 1; }
   log "$var=${!var}"
 done

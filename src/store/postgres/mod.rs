@@ -1,12 +1,12 @@
-//! The PostgreSQL store (docs/design.md §4.10): exact claims in one table
+//! The PostgreSQL store (docs/design.md §6.1): exact claims in one table
 //! per stream, with the watermarks, reset ranges and identities beside
 //! them in `store.schema`; every verdict from `judge.rs`, the SQL only
 //! moves data. Exact streams only: a tiered stream is refused (the config
 //! refuses it first).
 //!
 //! By role: `options` (the config's side), `connect` (pool, TLS, errors),
-//! `schema` (tables), `sql` (statements), `round` and `followup` (the
-//! claim protocol), `identity` (identities, restores, resets), `janitor`
+//! `schema` (tables), `sql` (statements), `round`, `reads` and `followup`
+//! (the claim protocol), `identity` (identities, restores, resets), `janitor`
 //! (expired rows).
 
 mod connect;
@@ -14,6 +14,7 @@ mod followup;
 mod identity;
 mod janitor;
 mod options;
+mod reads;
 mod round;
 mod schema;
 mod sql;

@@ -1,7 +1,8 @@
-//! One round on PostgreSQL (docs/design.md §4.10): one transaction, its
-//! statements pipelined on one connection in the contract's order (raises;
-//! done flags and releases; the watermark, reset-range and identity reads;
-//! the claims), so a warm round is one round trip. What the claims met is
+//! One round on PostgreSQL (docs/design.md §6.1): two transactions, the
+//! publish (raises, done flags, releases) and then the reads (watermarks,
+//! reset ranges, identities) with the claims, their statements pipelined
+//! on one connection in the contract's order, so a warm round is one round
+//! trip. What the claims met is
 //! judged by `judge.rs` against the watermarks the same transaction read;
 //! the rare follow-ups (re-stamps and take-overs by compare and set, a
 //! claim that raced another transaction) run after it, as Redis's do.
@@ -17,8 +18,8 @@ use super::{PostgresStore, Session};
 use crate::store::judge::{judge_reset, ResetMarks, Verdict};
 use crate::store::value::{encode_owner, ClaimValue};
 use crate::store::{
-    check_identity, millis, spec, Claim, Held, PartitionRanges, Publish, RoundAnswer, StoreError,
-    StreamId, StreamLost, TopicTag, Watermark,
+    millis, spec, Claim, Held, PartitionRanges, Publish, RoundAnswer, StoreError, StreamId,
+    TopicTag,
 };
 
 pub(super) type Key = (usize, TopicTag, i32);
@@ -41,15 +42,28 @@ impl Step {
     }
 }
 
-/// Runs steps in one transaction, pipelined, and answers each one's rows.
-async fn transaction(session: &Session, steps: Vec<Step>) -> Result<Vec<Vec<Row>>, StoreError> {
-    let mut all = vec![Step::new("BEGIN", vec![])];
-    all.extend(steps);
-    all.push(Step::new("COMMIT", vec![]));
-    let mut answers = pipeline(session, &all).await?;
-    answers.pop();
-    answers.remove(0);
-    Ok(answers)
+/// Runs each group of steps as a transaction of its own (an empty group
+/// as none), every group in one pipeline, and answers each step's rows.
+async fn transactions(
+    session: &Session,
+    groups: Vec<Vec<Step>>,
+) -> Result<Vec<Vec<Row>>, StoreError> {
+    let mut all = Vec::new();
+    let mut mine = Vec::new();
+    for group in groups.into_iter().filter(|g| !g.is_empty()) {
+        all.push(Step::new("BEGIN", vec![]));
+        mine.push(false);
+        mine.extend(group.iter().map(|_| true));
+        all.extend(group);
+        all.push(Step::new("COMMIT", vec![]));
+        mine.push(false);
+    }
+    let answers = pipeline(session, &all).await?;
+    Ok(answers
+        .into_iter()
+        .zip(mine)
+        .filter_map(|(rows, mine)| mine.then_some(rows))
+        .collect())
 }
 
 /// Prepares (once per connection) and sends every step before reading any
@@ -60,15 +74,12 @@ pub(super) async fn pipeline(
     steps: &[Step],
 ) -> Result<Vec<Vec<Row>>, StoreError> {
     let client = &session.client;
-    let mut statements = Vec::with_capacity(steps.len());
-    for step in steps {
-        statements.push(
-            client
-                .prepare_cached(&step.sql)
-                .await
-                .map_err(|e| store_error("prepare", e))?,
-        );
-    }
+    // A connection's first round prepares its statements, all in one trip.
+    let statements = join_all(steps.iter().map(|step| client.prepare_cached(&step.sql)))
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| store_error("prepare", e))?;
     let queries = steps.iter().zip(&statements).map(|(step, statement)| {
         let params: Vec<&(dyn ToSql + Sync)> = step
             .params
@@ -88,12 +99,14 @@ pub(super) fn boxed<T: ToSql + Sync + Send + 'static>(value: T) -> Box<dyn ToSql
     Box::new(value)
 }
 
-/// Per stream, the indices of the requests (done flags or releases) and
+/// One stream's done flags or releases: the stream, the requests' indices,
 /// their hashes and owner bytes.
-fn by_stream(
-    held: &[Held],
-) -> Result<Vec<(usize, Vec<usize>, Vec<Vec<u8>>, Vec<Vec<u8>>)>, StoreError> {
-    let mut groups: HashMap<usize, (Vec<usize>, Vec<Vec<u8>>, Vec<Vec<u8>>)> = HashMap::new();
+type HeldGroup = (usize, Vec<usize>, Vec<Vec<u8>>, Vec<Vec<u8>>);
+
+/// Per stream, the requests (done flags or releases) grouped.
+fn by_stream(held: &[Held]) -> Result<Vec<HeldGroup>, StoreError> {
+    type Requests = (Vec<usize>, Vec<Vec<u8>>, Vec<Vec<u8>>);
+    let mut groups: HashMap<usize, Requests> = HashMap::new();
     for (index, h) in held.iter().enumerate() {
         let (indices, hashes, owners) = groups.entry(h.stream.0).or_default();
         indices.push(index);
@@ -161,6 +174,11 @@ impl PostgresStore {
             .iter()
             .map(|&s| Ok(spec(&self.streams, StreamId(s))?.key_id.clone()))
             .collect::<Result<Vec<String>, StoreError>>()?;
+        // The publish commits before the reads and claims begin: a
+        // transaction that set done flags and then waited on another's
+        // claims (an insert waits on the writer of a row it meets) while
+        // that one did the same the other way round would deadlock.
+        let publish_steps = std::mem::take(&mut steps);
         steps.push(Step::new(&self.sql.marks, vec![boxed(key_ids.clone())]));
         steps.push(Step::new(&self.sql.ranges, vec![boxed(key_ids)]));
         let mut claimed: Vec<usize> = claims.iter().map(|c| c.stream.0).collect();
@@ -182,7 +200,9 @@ impl PostgresStore {
             steps.push(self.claim_step(batch, claims, &adopted)?);
         }
 
-        let mut answers = transaction(session, steps).await?.into_iter();
+        let mut answers = transactions(session, vec![publish_steps, steps])
+            .await?
+            .into_iter();
         let mut next = || answers.next().unwrap_or_default();
         let mut answer = RoundAnswer::default();
         for _ in &publish.raises {
@@ -273,18 +293,28 @@ impl PostgresStore {
     ) -> Result<Step, StoreError> {
         let spec = spec(&self.streams, StreamId(batch.stream))?;
         let ttl = millis(spec.tier1_ttl).max(1);
-        let mut expiries = Vec::with_capacity(batch.first.len());
-        let mut hashes = Vec::with_capacity(batch.first.len());
-        let mut values = Vec::with_capacity(batch.first.len());
-        for &i in &batch.first {
-            let c = &claims[i];
-            expiries.push(c.at.saturating_add(ttl));
-            hashes.push(c.hash.0[..16].to_vec());
-            values.push(
-                ClaimValue::pending(c.holder, c.token, c.digest, c.at)
-                    .encode()?
-                    .to_vec(),
-            );
+        // In hash order: concurrent rounds insert shared hashes in one order.
+        let mut rows = batch
+            .first
+            .iter()
+            .map(|&i| {
+                let c = &claims[i];
+                let value = ClaimValue::pending(c.holder, c.token, c.digest, c.at).encode()?;
+                Ok((
+                    c.hash.0[..16].to_vec(),
+                    c.at.saturating_add(ttl),
+                    value.to_vec(),
+                ))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut expiries = Vec::with_capacity(rows.len());
+        let mut hashes = Vec::with_capacity(rows.len());
+        let mut values = Vec::with_capacity(rows.len());
+        for (hash, expiry, value) in rows {
+            hashes.push(hash);
+            expiries.push(expiry);
+            values.push(value);
         }
         Ok(Step::new(
             &self.sql.claims[batch.stream].claim,
@@ -362,91 +392,6 @@ impl PostgresStore {
             };
         }
         Ok(())
-    }
-
-    pub(super) fn parse_marks(&self, rows: Vec<Row>) -> Result<Vec<Watermark>, StoreError> {
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            let parse = || -> Result<_, tokio_postgres::Error> {
-                Ok((
-                    row.try_get::<_, String>(0)?,
-                    row.try_get::<_, i32>(1)?,
-                    row.try_get::<_, i32>(2)?,
-                    row.try_get::<_, i64>(3)?,
-                ))
-            };
-            let (key_id, topic, partition, below) =
-                parse().map_err(|e| store_error("watermarks", e))?;
-            if let Some(stream) = self.stream_of(&key_id) {
-                out.push(Watermark {
-                    stream,
-                    topic: TopicTag(topic as u32),
-                    partition,
-                    below,
-                });
-            }
-        }
-        out.sort_by_key(|w| (w.stream, w.topic, w.partition));
-        Ok(out)
-    }
-
-    pub(super) fn parse_ranges(&self, rows: Vec<Row>) -> Result<Vec<PartitionRanges>, StoreError> {
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            let parse = || -> Result<_, tokio_postgres::Error> {
-                Ok((
-                    row.try_get::<_, String>(0)?,
-                    row.try_get::<_, i32>(1)?,
-                    row.try_get::<_, i32>(2)?,
-                    row.try_get::<_, Vec<i64>>(3)?,
-                    row.try_get::<_, Option<i64>>(4)?,
-                    row.try_get::<_, Option<i64>>(5)?,
-                ))
-            };
-            let (key_id, topic, partition, flat, from, to) =
-                parse().map_err(|e| store_error("reset ranges", e))?;
-            let Some(stream) = self.stream_of(&key_id) else {
-                continue;
-            };
-            out.push(PartitionRanges {
-                stream,
-                topic: TopicTag(topic as u32),
-                partition,
-                abandoned: flat.chunks_exact(2).map(|p| (p[0], p[1])).collect(),
-                replay: from.zip(to),
-            });
-        }
-        out.sort_by_key(|r| (r.stream, r.topic, r.partition));
-        Ok(out)
-    }
-
-    /// The streams whose adopted identity the table no longer holds.
-    fn lost(
-        &self,
-        rows: Vec<Row>,
-        checked: &[usize],
-        adopted: &HashMap<usize, crate::store::StoreIdentity>,
-    ) -> Result<Vec<StreamLost>, StoreError> {
-        let mut held: HashMap<String, String> = HashMap::new();
-        for row in rows {
-            let pair = (row.try_get(0), row.try_get(1));
-            let (Ok(key_id), Ok(identity)) = pair else {
-                return Err(StoreError::Protocol("identity row".into()));
-            };
-            held.insert(key_id, identity);
-        }
-        Ok(checked
-            .iter()
-            .filter_map(|&stream| {
-                let identity = adopted.get(&stream)?;
-                let found = held.get(&self.streams[stream].key_id);
-                let how = check_identity(identity, [found.map(|s| s.as_bytes())]);
-                how.lost().then_some(StreamLost {
-                    stream: StreamId(stream),
-                    how,
-                })
-            })
-            .collect())
     }
 }
 

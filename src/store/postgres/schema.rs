@@ -1,5 +1,5 @@
 //! The store's tables, all in `store.schema`, created at the first start
-//! where the role may (docs/design.md §4.10):
+//! where the role may (docs/design.md §6.1):
 //!
 //! - `claims_<key_id>`, one per stream: the 16 first bytes of the source
 //!   hash (the key, as on Redis), the 28-byte claim value of `value.rs`

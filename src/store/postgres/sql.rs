@@ -18,22 +18,29 @@ pub(super) struct ClaimSql {
     /// hash asked, whether this statement wrote it and the value and
     /// expiry the statement's snapshot held.
     ///
-    /// Why this is `SET NX GET` (docs/design.md §4.10): the `INSERT` writes
-    /// a hash that holds no row, or whose row expired at the claim's own
-    /// time (`expires_at <= at`, with `at = expires_at - ttl` of the row
-    /// proposed), and answers what it wrote. The `SELECT` of the same
-    /// statement reads the snapshot the statement started with, so for a
-    /// hash it did not write it answers the value that made the insert
-    /// fail, unchanged by anything this statement did. Under READ
+    /// Why this is `SET NX GET` (docs/design.md §6.1): the `INSERT` writes
+    /// a hash that holds no row, and the `UPDATE` one whose row had expired
+    /// at the claim's own time (`expires_at <= at`, with `at = expires_at -
+    /// ttl` of the row proposed); both answer what they wrote. The final
+    /// `SELECT` reads the snapshot the statement started with, so for a
+    /// hash neither wrote it answers the value that made the insert do
+    /// nothing, unchanged by anything this statement did. Under READ
     /// COMMITTED another transaction may commit between that snapshot and
     /// the insert's look at the index: the insert then meets a row the
-    /// snapshot lacks (or a live version of a row the snapshot saw
-    /// expired). The answer says so (neither written nor live), and the
-    /// claim is sent again on its own, never judged as won: a record wins
-    /// only where this statement wrote its row. A value read from the
-    /// snapshot and changed since (a done flag, a release) is one the
-    /// claim met at a moment when the hash was held: the same as a `SET NX
-    /// GET` that ran then.
+    /// snapshot lacks (or the update finds a row the snapshot saw expired
+    /// rewritten or gone). The answer says so (neither written nor a live
+    /// value), and the claim is sent again on its own, never judged as won:
+    /// a record wins only where this statement wrote its row. A value read
+    /// from the snapshot and changed since (a done flag, a release) is one
+    /// the claim met at a moment when the hash was held: the answer of a
+    /// `SET NX GET` at that moment.
+    ///
+    /// `DO NOTHING` rather than `DO UPDATE ... WHERE expired`: the latter
+    /// locks every live row it meets, so two rounds that claim each other's
+    /// held hashes while setting their done flags could deadlock; this
+    /// locks only the expired rows it rewrites. The rows go in hash order
+    /// (the caller sorts them), so two rounds inserting the same new hashes
+    /// wait on each other in one order, never in a cycle.
     pub(super) claim: String,
     /// `$1` hashes, `$2` owner bytes: sets the done flag where the claim
     /// carries that owner; answers the pairs set (now or before).
@@ -126,16 +133,19 @@ impl ClaimSql {
             claim: format!(
                 "WITH input AS (SELECT * FROM unnest($1::bigint[], $2::bytea[], $3::bytea[]) \
                    AS i(expires_at, hash, value)), \
-                 ins AS (INSERT INTO {c} AS c (expires_at, hash, value) \
-                   SELECT expires_at, hash, value FROM input \
-                   WHERE $5::text IS NULL OR EXISTS (SELECT 1 FROM {identities} \
-                     WHERE stream = $6 AND identity = $5) \
-                   ON CONFLICT (hash) DO UPDATE \
-                   SET expires_at = EXCLUDED.expires_at, value = EXCLUDED.value \
-                   WHERE c.expires_at <= EXCLUDED.expires_at - $4::bigint \
-                   RETURNING c.hash) \
-                 SELECT input.hash, ins.hash IS NOT NULL, c.value, c.expires_at \
+                 live AS (SELECT 1 WHERE $5::text IS NULL OR EXISTS \
+                   (SELECT 1 FROM {identities} WHERE stream = $6 AND identity = $5)), \
+                 ins AS (INSERT INTO {c} (expires_at, hash, value) \
+                   SELECT expires_at, hash, value FROM input WHERE EXISTS (SELECT 1 FROM live) \
+                   ON CONFLICT (hash) DO NOTHING RETURNING hash), \
+                 up AS (UPDATE {c} AS c SET expires_at = input.expires_at, value = input.value \
+                   FROM input WHERE c.hash = input.hash AND EXISTS (SELECT 1 FROM live) \
+                   AND c.expires_at <= input.expires_at - $4::bigint \
+                   AND input.hash NOT IN (SELECT hash FROM ins) RETURNING c.hash) \
+                 SELECT input.hash, ins.hash IS NOT NULL OR up.hash IS NOT NULL, \
+                   c.value, c.expires_at \
                  FROM input LEFT JOIN ins ON ins.hash = input.hash \
+                 LEFT JOIN up ON up.hash = input.hash \
                  LEFT JOIN {c} AS c ON c.hash = input.hash"
             ),
             done: format!(
