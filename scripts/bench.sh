@@ -3,11 +3,15 @@
 #
 #   scripts/bench.sh                     the default run: 2 million records, every mode, 1 and 2 replicas
 #   scripts/bench.sh --records 200000    a quicker one; `scripts/bench.sh --help` lists every option
+#   scripts/bench.sh --modes exact,postgres --baseline-records 0
+#                                        exact mode on Redis and on PostgreSQL, and the passthrough
 #   scripts/bench.sh claims              the claims bench instead (fingerprints/s, claim batches per
 #                                        backend, round trips, bytes per key; see BENCHMARKS-claims.md)
 #
-# The bench starts an Apache Kafka broker (one KRaft node) and a redis-server of its own on spare
-# loopback ports (clean memory figures, nothing shared with the tests). It takes Kafka's jars and
+# The bench starts an Apache Kafka broker (one KRaft node), a redis-server and, for the postgres
+# mode, a PostgreSQL cluster (initdb, as the postgres system user when run as root; every setting
+# at its default) of its own on spare loopback ports (clean memory and disk figures, nothing shared
+# with the tests). It takes Kafka's jars and
 # the RedisBloom module from the test services (IDEMGATE_TEST_KAFKA_LIBS and the RedisBloom
 # server's module, in their env file), so this script starts those first (fetching the jars once
 # per machine, installing what is missing), then builds and runs the release binary.

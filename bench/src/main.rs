@@ -10,6 +10,8 @@
 //!   second, claim batches per backend, round trips, bytes per key; writes
 //!   BENCHMARKS-claims.md.
 //! - `proxy`: counts Redis round trips on the wire, for both.
+//! - `pg_server`: a PostgreSQL server of the bench's own, for the e2e
+//!   bench's PostgreSQL runs and the soak's `--store postgres`.
 //! - `soak`: the fault soak (`idemgate-bench soak`, run by
 //!   `scripts/soak.sh`): three replicas, a mixed workload, replicas killed
 //!   and terminated, Redis frozen and restarted, the broker restarted, in
@@ -18,6 +20,7 @@
 mod alloc;
 mod claims;
 mod e2e;
+mod pg_server;
 mod proxy;
 mod soak;
 

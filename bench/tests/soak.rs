@@ -5,21 +5,54 @@
 //! must-be-zero figure and on a run that does not drain; this test fails
 //! with its output. Needs Apache Kafka's jars (`IDEMGATE_TEST_KAFKA_LIBS`,
 //! from scripts/test-services.sh; the soak starts brokers of its own) and
-//! redis-server.
+//! redis-server; the PostgreSQL soak needs PostgreSQL's server binaries
+//! (`initdb`, `pg_ctl`; the soak starts a cluster of its own).
 
 use std::process::Command;
+use std::sync::Mutex;
 use std::time::Instant;
+
+/// One soak at a time: each runs three replicas and a broker of its own.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 #[test]
 fn a_short_fault_soak_loses_nothing_and_lets_no_second_copy_through() {
+    short_soak("redis", &[], &["## at-least-once", "## exactly-once"]);
+}
+
+/// Both streams exact on PostgreSQL, which is frozen and restarted (a fast
+/// shutdown, a start on the same data) in Redis's place.
+#[test]
+fn a_short_fault_soak_on_postgres_loses_nothing_and_lets_no_second_copy_through() {
+    let report = short_soak(
+        "postgres",
+        &["--store", "postgres"],
+        &[
+            "## PostgreSQL: at-least-once",
+            "## PostgreSQL: exactly-once",
+        ],
+    );
+    assert!(
+        report.contains("`pg_ctl stop -m fast`") && report.contains("the data directory kept"),
+        "no PostgreSQL restart:\n{report}"
+    );
+}
+
+/// Runs `soak --short` with `extra` arguments; fails with its output unless
+/// it passed and every run among `headings` restarted its broker. Returns
+/// SOAK.md.
+fn short_soak(name: &str, extra: &[&str], headings: &[&str]) -> String {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let kafka_libs = std::env::var("IDEMGATE_TEST_KAFKA_LIBS").unwrap_or_else(|_| {
         panic!("IDEMGATE_TEST_KAFKA_LIBS is not set: run the suite with scripts/test.sh, which starts the servers")
     });
-    let dir = std::env::temp_dir().join(format!("idemgate-soak-test-{}", std::process::id()));
+    let dir =
+        std::env::temp_dir().join(format!("idemgate-soak-test-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("the soak's directory");
     let started = Instant::now();
     let output = Command::new(env!("CARGO_BIN_EXE_idemgate-bench"))
         .args(["soak", "--short", "--kafka-libs", &kafka_libs])
+        .args(extra)
         .arg("--out-dir")
         .arg(&dir)
         .arg("--work-dir")
@@ -41,10 +74,7 @@ fn a_short_fault_soak_loses_nothing_and_lets_no_second_copy_through() {
     assert!(report.contains("events missing from clean (must be 0)"));
     // Each guarantee run restarted its broker (a restart that fails fails
     // the soak; none is skipped).
-    let runs = report
-        .lines()
-        .filter(|l| *l == "## at-least-once" || *l == "## exactly-once")
-        .count();
+    let runs = report.lines().filter(|l| headings.contains(l)).count();
     assert!(runs > 0, "no guarantee ran:\n{report}");
     assert_eq!(
         report.matches("the log kept").count(),
@@ -56,4 +86,5 @@ fn a_short_fault_soak_loses_nothing_and_lets_no_second_copy_through() {
         started.elapsed().as_secs_f64()
     );
     let _ = std::fs::remove_dir_all(&dir);
+    report
 }

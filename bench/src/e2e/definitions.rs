@@ -3,7 +3,7 @@
 
 pub(crate) const RUNS: &str = "## The runs\n\n\
 Each invocation runs, over the same raw topic, each with its own consumer group and output \
-topics and with Redis emptied before it:\n\n\
+topics and with Redis emptied before it (and, for a PostgreSQL run, the store's schema dropped):\n\n\
 - **clean runs**, one per mode and replica count: the figures of the mode. Each replica is a \
 child process running exactly what `idemgate run` runs (`idemgate::app::run_with_store` on the \
 plain `idemgate::app::open_store` store): its Redis connection goes straight to redis-server, its \
@@ -12,7 +12,14 @@ Nothing of the bench sits in its path: the harness reads `/proc` (CPU, memory) a
 committed offsets from outside, scrapes the replica's /metrics every 10 ms only until its first \
 store round shows (the start of the run) and once more when every record is committed (latency, \
 decisions), and reads Redis memory after the replicas stop.\n\
-- **counting runs**, one per mode (one replica unless `--counting-replicas` says otherwise): the \
+- **PostgreSQL runs** (*exact, PostgreSQL*), clean runs like the others, with one and two \
+replicas: the same stream in exact mode (the same TTL) on `store.kind = \"postgres\"` with the \
+store's defaults (schema `idemgate`, its connection pool and janitor), against a PostgreSQL \
+server of the bench's own, its settings at their defaults (see Machine and versions). The \
+replicas connect to it directly; after they stop the harness reads the claims table's size on \
+disk. They have no counting run: the round-trip proxy speaks Redis's RESP, so their round-trip \
+columns stay empty.\n\
+- **counting runs**, one per Redis mode (one replica unless `--counting-replicas` says otherwise): the \
 same config, with the replica's Redis connection through the bench's RESP proxy (round trips \
 and commands on the wire), its store wrapped in the test kit's counting decorator (store rounds, \
 claim outcomes) and its recorder tapped for the timeline (phases of a round). They give the \
@@ -55,10 +62,13 @@ with the whole topic as a backlog the worker keeps that window full, so the medi
 to the records in flight over the records/s. The passthrough \
 measures the same span itself (poll to delivery report); the baseline from the consumer \
 handing over the record to its output's acknowledgement.\n\
-- **worker, Kafka and Redis CPU per million records**: user + system CPU seconds \
+- **worker, Kafka, Redis and PostgreSQL CPU per million records**: user + system CPU seconds \
 (`/proc/<pid>/stat`) of the replica processes (or the passthrough or baseline process), of the \
-Kafka broker's JVM and of the redis-server the bench owns, from `go` to the moment every record is \
-committed, per million records of the run. They share the machine's cores with each other and \
+Kafka broker's JVM, of the redis-server the bench owns and of its PostgreSQL server (the \
+postmaster and every child: backends, WAL writer, checkpointer, autovacuum; a child that exited \
+within the window through the postmaster's `cutime` + `cstime`), from `go` to the moment every \
+record is committed, per million records of the run. Whichever store a run does not use sits \
+idle beside it. They share the machine's cores with each other and \
 with the harness (see Machine and versions). A replica logs at the default level, to a file.\n\
 - **store rounds per batch** (counting runs): a batch is a store round carrying claims; store \
 rounds are every `ClaimStore::round` call the counting store saw (those with claims, and those \
@@ -85,6 +95,11 @@ short key id, the hash tag and 16 bytes of hash), the 28-byte claim value (holde
 payload digest, claim time, done flag), the expiry entry and the hash tables' share. `MEMORY \
 USAGE` of single keys (which leaves out the expiry entry and the table buckets) is given beside \
 it.\n\
+- **PostgreSQL bytes per claim on disk** (PostgreSQL runs): `pg_total_relation_size` of the \
+stream's claims table (heap, free-space and visibility maps, TOAST, every index) after the run, \
+over its rows. It holds the dead row versions that done flags and re-stamps (`UPDATE`s) left \
+(vacuum makes their space reusable, it does not give it back), as a table does in service; the WAL, and the \
+watermark, identity and range tables, are not in it (the whole schema is given apart).\n\
 - **tier-2 bits per key** (clean runs): `MEMORY USAGE` of the generation keys (RedisBloom \
 filter, or bitmap shards, plus the insert counter) x 8 / the generation's capacity (peak rate \
 x horizon, sized for every distinct event of the dataset), beside the sizing formula's m/n and \

@@ -10,12 +10,14 @@
 //! 2. runs the passthrough (consume, produce, commit with the worker's own
 //!    librdkafka settings and no store): the ceiling here;
 //! 3. runs the worker as child processes (one replica, then two) in exact
-//!    mode and in tiered mode on both tier-2 backends, each *clean*: nothing
-//!    of the bench in its path (direct Redis connection, plain store, the
-//!    product's recorder); records/s end to end, decision latency from the
-//!    worker's own histogram on /metrics, CPU of the worker, Kafka and Redis
-//!    per million records, Redis memory per key;
-//! 4. runs each mode once more as a *counting* run (one replica by default):
+//!    mode and in tiered mode on both tier-2 backends, and in exact mode on
+//!    a PostgreSQL server of its own, each *clean*: nothing of the bench in
+//!    its path (direct store connection, plain store, the product's
+//!    recorder); records/s end to end, decision latency from the worker's
+//!    own histogram on /metrics, CPU of the worker, Kafka, Redis and
+//!    PostgreSQL per million records, Redis memory per key, PostgreSQL
+//!    disk per claim;
+//! 4. runs each Redis mode once more as a *counting* run (one replica by default):
 //!    through the round-trip proxy and the counting store, for Redis round
 //!    trips, commands and store rounds per batch and the phases of a round;
 //! 5. runs a per-record baseline (one `SET NX PX` round trip per record,
@@ -29,8 +31,9 @@
 //! `children` (the child processes and their line protocol), `runs` (what
 //! the runs share), `run_workers` (clean and counting runs), `run_others`
 //! (passthrough and baseline runs), `passthrough` and `baseline` (those
-//! children), `scrape` (a replica's /metrics), `idemgate_testkit::counting`
-//! (the store decorator), `recorder` (the metrics tap) and `timeline`
+//! children), `mode` (the modes), `scrape` (a replica's /metrics), `idemgate_testkit::counting`
+//! (the store decorator), `postgres` (the PostgreSQL runs' reset, disk
+//! figures and report parts), `recorder` (the metrics tap) and `timeline`
 //! (phases of a round), `proxy` (round trips on the wire), `memory`,
 //! `profile` (perf), and `report`, `report_details`, `definitions` (the
 //! table, BENCHMARKS.md and .json).
@@ -41,7 +44,9 @@ mod definitions;
 mod histogram;
 mod kafka;
 mod memory;
+mod mode;
 mod passthrough;
+mod postgres;
 mod profile;
 mod recorder;
 mod replica;
@@ -86,18 +91,21 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 8)]
     pub partitions: i32,
     /// Modes to run: exact, exactly-once (exact with transactions),
-    /// redisbloom, bitmap.
+    /// redisbloom, bitmap (all on Redis), postgres (exact on the bench's own
+    /// PostgreSQL server). `--modes exact,postgres` runs those two alone
+    /// (the passthrough runs unless `--no-passthrough`).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "exact,exactly-once,redisbloom,bitmap"
+        default_value = "exact,exactly-once,redisbloom,bitmap,postgres"
     )]
     pub modes: Vec<String>,
     /// Replica counts to run each mode with (clean runs).
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub replicas: Vec<usize>,
-    /// Replica counts of each mode's counting run (through the proxy and
-    /// the counting store, for round trips and commands); none: skip.
+    /// Replica counts of each Redis mode's counting run (through the proxy
+    /// and the counting store, for round trips and commands); 0: skip.
+    /// PostgreSQL runs have none (the proxy speaks RESP).
     #[arg(long, value_delimiter = ',', default_value = "1")]
     pub counting_replicas: Vec<usize>,
     /// Skip the passthrough run (and the ratios over it).
@@ -122,6 +130,11 @@ pub struct BenchArgs {
     /// module loaded by the test services' RedisBloom server].
     #[arg(long)]
     pub redisbloom_module: Option<PathBuf>,
+    /// The folder of PostgreSQL's server binaries (`initdb`, `pg_ctl`)
+    /// [default: where `pg_ctl` on PATH is, else the newest
+    /// /usr/lib/postgresql/<version>/bin].
+    #[arg(long)]
+    pub postgres_bin: Option<PathBuf>,
     /// Also profile exact mode with one replica under `perf` (an extra run,
     /// not in the table) for the closing note.
     #[arg(long)]
@@ -213,6 +226,10 @@ async fn bench(args: BenchArgs) -> Result<()> {
         .clone()
         .or_else(|| on_path("redis-server"))
         .context("no redis-server on PATH: pass --redis-server")?;
+    let pg_bin = match modes.contains(&Mode::Postgres) {
+        true => Some(crate::pg_server::bin_dir(args.postgres_bin.as_deref())?),
+        false => None,
+    };
     let module = redisbloom_module(&args).await;
     if module.is_none() && modes.contains(&Mode::RedisBloom) {
         bail!("tiered mode on RedisBloom needs the module: pass --redisbloom-module, or leave redisbloom out of --modes");
@@ -224,11 +241,23 @@ async fn bench(args: BenchArgs) -> Result<()> {
     eprintln!("bench {run_id}: logs in {}", dir.display());
     let broker = Broker::start(&kafka_libs, &dir).await?;
     let redis = Redis::start(&redis_bin, module.as_deref(), &dir).await?;
+    let postgres = match pg_bin {
+        Some(bin) => {
+            let dir = dir.clone();
+            Some(
+                tokio::task::spawn_blocking(move || crate::pg_server::PgServer::start(&bin, &dir))
+                    .await
+                    .context("starting PostgreSQL")??,
+            )
+        }
+        None => None,
+    };
     let upstream = format!("127.0.0.1:{}", redis.server.port).parse()?;
     let (proxy_address, proxy) = proxy::start(upstream).await?;
     let setup = Setup {
         broker,
         redis,
+        postgres,
         proxy_url: format!("redis://{proxy_address}"),
         proxy,
         dir,
@@ -258,7 +287,12 @@ async fn bench(args: BenchArgs) -> Result<()> {
             let dataset = dataset_of(mode, replicas);
             results.push(run_workers::clean(&setup, dataset, mode, replicas, false).await?);
         }
-        for &replicas in args.counting_replicas.iter().filter(|r| **r > 0) {
+        // The counting runs count Redis round trips through the RESP proxy.
+        let counted = match mode {
+            Mode::Postgres => &[][..],
+            _ => &args.counting_replicas[..],
+        };
+        for &replicas in counted.iter().filter(|r| **r > 0) {
             let dataset = dataset_of(mode, replicas);
             counting.push(run_workers::counting(&setup, dataset, mode, replicas).await?);
         }

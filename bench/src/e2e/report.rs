@@ -51,6 +51,8 @@ pub(crate) struct Report {
     /// The extra run under perf, when asked for (not in the table).
     pub profiled: Option<RunResult>,
     pub profile: Option<super::profile::Profile>,
+    /// Whether the bench started a PostgreSQL server (PostgreSQL runs).
+    pub postgres: bool,
 }
 
 #[derive(Clone, Serialize)]
@@ -143,6 +145,7 @@ fn versions(setup: &Setup) -> Vec<(String, String)> {
     if let Some(bloom) = &setup.redis.bloom_version {
         v.push(("RedisBloom".into(), format!("module version {bloom}")));
     }
+    v.extend(setup.postgres.as_ref().map(super::postgres::version_row));
     v
 }
 
@@ -206,6 +209,7 @@ impl Report {
             targets: Vec::new(),
             profiled,
             profile,
+            postgres: setup.postgres.is_some(),
         };
         report.targets = report.targets();
         report
@@ -320,8 +324,8 @@ impl Report {
     /// The main table, for stdout and the Markdown alike.
     pub fn table(&self) -> String {
         let mut out = String::new();
-        out.push_str("| run | records | records/s | per replica | x passthrough | p50 ms | p99 ms | worker CPU s / M | Kafka CPU s / M | Redis CPU s / M | Redis round trips / batch | Redis commands / batch | store rounds / batch | tier-1 bytes / key | tier-2 bits / key |\n");
-        out.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+        out.push_str("| run | records | records/s | per replica | x passthrough | p50 ms | p99 ms | worker CPU s / M | Kafka CPU s / M | Redis CPU s / M | PostgreSQL CPU s / M | Redis round trips / batch | Redis commands / batch | store rounds / batch | tier-1 bytes / key | tier-2 bits / key | PostgreSQL bytes / claim on disk |\n");
+        out.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
         let mut borrowed = false;
         for r in self.all_runs() {
             let memory = r.memory.as_ref();
@@ -344,9 +348,10 @@ impl Report {
                     None => ("".into(), "".into(), "".into()),
                 },
             };
+            let (database_cpu, disk) = super::postgres::cells(r);
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {trips} | {commands} | {rounds} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {database_cpu} | {trips} | {commands} | {rounds} | {} | {} | {disk} |",
                 run_name(r),
                 count(r.records),
                 rate(r.records_per_s),
@@ -370,6 +375,9 @@ impl Report {
             out.push_str("\n\\* from the mode's counting run with another replica count (see the counting runs).\n");
         }
         out.push_str("\nRecords/s, latency and CPU: clean runs, nothing of the bench in the worker's path; latency read from the worker's own idemgate_decision_latency_seconds histogram (/metrics). Round trips, commands and store rounds per batch (a store round with claims): the mode's counting run, through the proxy and the counting store.\n");
+        if self.postgres {
+            out.push_str(super::postgres::TABLE_NOTE);
+        }
         if let Some(p) = &self.passthrough {
             let _ = writeln!(
                 out,
@@ -408,8 +416,13 @@ impl Report {
              (the commit watcher; in the counting runs also its Redis round-trip proxy). The \
              bench starts its own Kafka broker and redis-server on spare loopback ports, so no \
              other session's keys or topics are in its figures. Redis runs with \
-             `maxmemory-policy noeviction`, no persistence.\n\n",
+             `maxmemory-policy noeviction`, no persistence.",
         );
+        if self.postgres {
+            md.push(' ');
+            md.push_str(super::postgres::CONDITIONS);
+        }
+        md.push_str("\n\n");
         self.workload_section(&mut md);
         md.push_str(super::definitions::RUNS);
         md.push_str("## Results\n\n");

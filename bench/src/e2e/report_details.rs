@@ -67,18 +67,20 @@ impl Report {
         self.counting_section(md);
         self.decisions_section(md);
         self.memory_section(md);
+        super::postgres::disk_section(&self.runs, md);
     }
 
     fn cpu_section(&self, md: &mut String) {
         md.push_str("### CPU\n\n");
-        md.push_str("CPU seconds per million records, and cores busy (CPU seconds / the seconds they were counted over; the machine has 2), from `/proc/<pid>/stat` of each process the bench owns, read before `go` and once every record is committed: the CPU window, which holds the group join before the first poll and so is longer than the wall time records/s is taken over. *Anything else* is the machine's busy time (`/proc/stat`) less the run's own processes: other work on the machine that competed with the run. The counting runs are listed for what the counting costs; their figures are not the mode's.\n\n");
-        md.push_str("| run | wall s | CPU window s | records/s | worker | Kafka | redis-server | harness | anything else | total | worker s / M | Kafka s / M | Redis s / M | RSS MiB: worker peak, Kafka, redis-server |\n");
-        md.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+        md.push_str("CPU seconds per million records, and cores busy (CPU seconds / the seconds they were counted over; the machine has 2), from `/proc/<pid>/stat` of each process the bench owns, read before `go` and once every record is committed: the CPU window, which holds the group join before the first poll and so is longer than the wall time records/s is taken over. *PostgreSQL* is the bench's PostgreSQL server, when it started one: the postmaster and every child process (`/proc/<pid>/stat` of each live child, and the postmaster's `cutime` + `cstime` for the children it reaped), idle but in the PostgreSQL runs. *Anything else* is the machine's busy time (`/proc/stat`) less the run's own processes: other work on the machine that competed with the run. The counting runs are listed for what the counting costs; their figures are not the mode's.\n\n");
+        md.push_str("| run | wall s | CPU window s | records/s | worker | Kafka | redis-server | PostgreSQL | harness | anything else | total | worker s / M | Kafka s / M | Redis s / M | PostgreSQL s / M | RSS MiB: worker peak, Kafka, redis-server |\n");
+        md.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
         for r in self.every_run() {
             let w = r.cpu_window_s.max(1e-9);
+            let database = r.database_cpu_s.unwrap_or(0.0);
             let _ = writeln!(
                 md,
-                "| {} | {:.1} | {:.1} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {:.1} | {:.1} | {:.0}, {:.0}, {:.0} |",
+                "| {} | {:.1} | {:.1} | {} | {:.2} | {:.2} | {:.2} | {} | {:.2} | {:.2} | {:.2} | {:.1} | {:.1} | {:.1} | {} | {:.0}, {:.0}, {:.0} |",
                 run_name(r),
                 r.seconds,
                 r.cpu_window_s,
@@ -86,12 +88,14 @@ impl Report {
                 r.worker_cpu_s / w,
                 r.kafka_cpu_s / w,
                 r.redis_cpu_s / w,
+                opt(r.database_cpu_s.map(|s| s / w), 2),
                 r.harness_cpu_s / w,
                 r.other_cpu_s / w,
-                (r.worker_cpu_s + r.kafka_cpu_s + r.redis_cpu_s + r.harness_cpu_s + r.other_cpu_s) / w,
+                (r.worker_cpu_s + r.kafka_cpu_s + r.redis_cpu_s + database + r.harness_cpu_s + r.other_cpu_s) / w,
                 r.worker_cpu_s_per_million,
                 r.kafka_cpu_s_per_million,
                 r.redis_cpu_s_per_million,
+                opt(r.database_cpu_s_per_million, 1),
                 r.worker_peak_rss_mb,
                 r.kafka_rss_mb,
                 r.redis_rss_mb,

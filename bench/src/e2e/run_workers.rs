@@ -1,7 +1,7 @@
 //! The worker's runs over a dataset in a mode.
 //!
 //! - The *clean* run gives the mode's figures: its replicas connect to
-//!   redis-server directly, run on the plain store with the product's own
+//!   redis-server (or the PostgreSQL server) directly, run on the plain store with the product's own
 //!   Prometheus recorder, and the harness only reads `/proc` and, at the
 //!   start and the end, their /metrics. Its first poll is seen on /metrics
 //!   (the first store round's batch-size sample, scraped every 10 ms until
@@ -20,6 +20,7 @@ use anyhow::{bail, Result};
 use super::children::ChildProcess;
 use super::kafka::{create_topics, watch};
 use super::memory;
+use super::postgres;
 use super::profile;
 use super::replica::{Report, Role, CONNECTED, GO, STOP};
 use super::runs::{
@@ -117,9 +118,16 @@ pub(crate) async fn clean(
     .await?;
     let mut conn = super::services::connect(&setup.redis.url).await?;
     let before = memory::reset(&mut conn).await?;
+    let store_url = match mode {
+        Mode::Postgres => {
+            postgres::reset(setup)?;
+            setup.postgres.as_ref().map_or("", |pg| pg.url.as_str())
+        }
+        _ => &setup.redis.url,
+    };
     let endpoints = Endpoints {
         brokers: &setup.broker.brokers,
-        store_url: &setup.redis.url,
+        store_url,
         batch: setup.batch,
     };
     let config = config(&endpoints, dataset, mode, &group, &out);
@@ -181,14 +189,20 @@ pub(crate) async fn clean(
     }
     // Client buffers go with the clients: let the server settle.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let filter = match mode {
-        Mode::Exact | Mode::ExactlyOnce => None,
-        _ => {
+    let filter = match mode.is_exact() {
+        true => None,
+        false => {
             let (peak, sizing) = sizing(dataset);
             Some((peak * HORIZON_S, sizing.bits_per_key()))
         }
     };
-    let memory = memory::measure(&mut conn, before, PREFIX, STREAM, filter).await?;
+    let (memory, disk) = match mode {
+        Mode::Postgres => (None, Some(postgres::disk(setup)?)),
+        _ => (
+            Some(memory::measure(&mut conn, before, PREFIX, STREAM, filter).await?),
+            None,
+        ),
+    };
     let seconds = (end_us - first_us) as f64 / 1e6;
     let mut r = cpu_after.result(
         &cpu_before,
@@ -216,7 +230,8 @@ pub(crate) async fn clean(
         ],
     );
     r.scraped = Some(scraped);
-    r.memory = Some(memory);
+    r.memory = memory;
+    r.postgres_disk = disk;
     r.profile = profile;
     Ok(r)
 }

@@ -12,18 +12,21 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use anyhow::{bail, Result};
 use serde::Serialize;
+
+pub(crate) use super::mode::Mode;
 
 use super::baseline::BaselineReport;
 use super::children::ChildProcess;
 use super::kafka::Loaded;
 use super::memory::Memory;
 use super::passthrough::PassthroughReport;
+use super::postgres::PgDisk;
 use super::profile::Profile;
 use super::scrape::Scraped;
 use super::services::{cpu_seconds, machine_busy_seconds, status_bytes, Broker, Redis};
 use super::timeline::Phases;
+use crate::pg_server::PgServer;
 use crate::proxy::{Counts, Snapshot};
 use idemgate::store::FilterSizing;
 use idemgate_testkit::counting::StoreTally;
@@ -36,55 +39,15 @@ pub(crate) const HORIZON_S: u64 = 86_400;
 /// `[batch] linger` of every replica (and the passthrough's).
 pub(crate) const LINGER_MS: u64 = 20;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum Mode {
-    Exact,
-    /// Exact mode with `guarantee = "exactly-once"`.
-    ExactlyOnce,
-    RedisBloom,
-    Bitmap,
-}
-
 /// Where a replica's config names the replica (its transactional id).
 pub(crate) const REPLICA: &str = "@REPLICA@";
-
-impl Mode {
-    pub fn parse(text: &str) -> Result<Mode> {
-        Ok(match text {
-            "exact" => Mode::Exact,
-            "exactly-once" | "eos" => Mode::ExactlyOnce,
-            "redisbloom" | "bloom" => Mode::RedisBloom,
-            "bitmap" | "bitmaps" => Mode::Bitmap,
-            other => {
-                bail!("--modes: {other} is not exact, exactly-once, redisbloom or bitmap")
-            }
-        })
-    }
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Mode::Exact => "exact",
-            Mode::ExactlyOnce => "exact, exactly once",
-            Mode::RedisBloom => "tiered, RedisBloom",
-            Mode::Bitmap => "tiered, bitmaps",
-        }
-    }
-
-    pub fn short(self) -> &'static str {
-        match self {
-            Mode::Exact => "exact",
-            Mode::ExactlyOnce => "eos",
-            Mode::RedisBloom => "bloom",
-            Mode::Bitmap => "bitmap",
-        }
-    }
-}
 
 /// What every run shares: the servers, the proxy, where files go.
 pub(crate) struct Setup {
     pub broker: Broker,
     pub redis: Redis,
+    /// Started when a PostgreSQL run is asked for.
+    pub postgres: Option<PgServer>,
     pub proxy_url: String,
     pub proxy: Arc<Counts>,
     pub dir: PathBuf,
@@ -154,6 +117,10 @@ pub(crate) struct RunResult {
     pub kafka_cpu_s_per_million: f64,
     pub redis_cpu_s: f64,
     pub redis_cpu_s_per_million: f64,
+    /// The bench's PostgreSQL server (postmaster and every child), when
+    /// one was started: idle but for the PostgreSQL runs.
+    pub database_cpu_s: Option<f64>,
+    pub database_cpu_s_per_million: Option<f64>,
     /// The harness itself (round-trip proxy, commit watcher, scrapes).
     pub harness_cpu_s: f64,
     /// Everything else on the machine over the run (other sessions, the
@@ -167,6 +134,8 @@ pub(crate) struct RunResult {
     pub baseline: Option<BaselineReport>,
     /// A clean run: Redis memory per key after it.
     pub memory: Option<Memory>,
+    /// A PostgreSQL run: the claims table on disk after it.
+    pub postgres_disk: Option<PgDisk>,
     pub check: String,
     #[serde(skip)]
     pub profile: Option<Profile>,
@@ -235,6 +204,8 @@ pub(crate) struct Cpu {
     /// The broker's JVM.
     kafka: f64,
     redis: f64,
+    /// The PostgreSQL server's processes, when there is one.
+    database: Option<f64>,
     harness: f64,
     machine: f64,
 }
@@ -245,6 +216,7 @@ impl Cpu {
         let ours = (self.children.iter().sum::<f64>() - before.children.iter().sum::<f64>())
             + (self.kafka - before.kafka)
             + (self.redis - before.redis)
+            + (self.database.unwrap_or(0.0) - before.database.unwrap_or(0.0))
             + (self.harness - before.harness);
         (self.machine - before.machine - ours).max(0.0)
     }
@@ -259,6 +231,7 @@ pub(crate) fn cpu_now(setup: &Setup, children: &[ChildProcess]) -> Cpu {
             .collect(),
         kafka: cpu_seconds(setup.broker.server.pid()).unwrap_or(0.0),
         redis: cpu_seconds(setup.redis.server.pid()).unwrap_or(0.0),
+        database: setup.postgres.as_ref().map(PgServer::cpu_seconds),
         harness: cpu_seconds(std::process::id()).unwrap_or(0.0),
         machine: machine_busy_seconds().unwrap_or(0.0),
     }
@@ -274,8 +247,9 @@ pub(crate) fn sizing(dataset: &Dataset) -> (u64, FilterSizing) {
     )
 }
 
-/// Where a replica's config points: the broker, the store (the
-/// round-trip proxy) and the batch size.
+/// Where a replica's config points: the broker, the store (redis-server,
+/// the round-trip proxy, or the PostgreSQL server) and the batch size.
+#[derive(Clone, Copy)]
 pub(crate) struct Endpoints<'a> {
     pub brokers: &'a str,
     pub store_url: &'a str,
@@ -291,7 +265,7 @@ pub(crate) fn config(
 ) -> String {
     let brokers = at.brokers;
     let stream = match mode {
-        Mode::Exact | Mode::ExactlyOnce => "mode = \"exact\"\nttl = { horizon = \"9h20m\", outage = \"2h\" }\n".to_string(),
+        Mode::Exact | Mode::ExactlyOnce | Mode::Postgres => "mode = \"exact\"\nttl = { horizon = \"9h20m\", outage = \"2h\" }\n".to_string(),
         Mode::RedisBloom | Mode::Bitmap => format!(
             "mode = \"tiered\"\nttl = {{ explicit = \"{HORIZON_S}s\" }}\ntier1_ttl = \"1h\"\nfilter_slots = 2\nfp_rate = 0.001\npeak_rate = {}\n",
             sizing(dataset).0
@@ -308,6 +282,13 @@ pub(crate) fn config(
         ),
         _ => (String::new(), String::new()),
     };
+    let store = match mode {
+        Mode::Postgres => format!("kind = \"postgres\"\nurl = \"{}\"\n", at.store_url),
+        _ => format!(
+            "kind = \"redis\"\nurl = \"{}\"\nkey_prefix = \"{PREFIX}\"\nfilter = \"{filter}\"\n",
+            at.store_url
+        ),
+    };
     format!(
         r#"{top}
 [kafka]
@@ -316,11 +297,7 @@ pub(crate) fn config(
 "session.timeout.ms" = "6000"
 {transactional}
 [store]
-kind = "redis"
-url = "{url}"
-key_prefix = "{PREFIX}"
-filter = "{filter}"
-
+{store}
 [metrics]
 listen = "127.0.0.1:0"
 
@@ -335,7 +312,6 @@ clean = "{out}.clean"
 audit = "{out}.audit"
 profile = "bank-txn"
 {stream}"#,
-        url = at.store_url,
         batch = at.batch,
         raw = dataset.topic,
     )
@@ -360,6 +336,7 @@ impl Cpu {
         let per_million = |s: f64| s / records.max(1) as f64 * 1e6;
         let kafka = self.kafka - before.kafka;
         let redis = self.redis - before.redis;
+        let database = self.database.zip(before.database).map(|(a, b)| a - b);
         RunResult {
             name,
             kind,
@@ -383,6 +360,8 @@ impl Cpu {
             kafka_cpu_s_per_million: per_million(kafka),
             redis_cpu_s: redis,
             redis_cpu_s_per_million: per_million(redis),
+            database_cpu_s: database,
+            database_cpu_s_per_million: database.map(per_million),
             harness_cpu_s: self.harness - before.harness,
             other_cpu_s: self.other_since(before),
             scraped: None,
@@ -390,6 +369,7 @@ impl Cpu {
             passthrough: None,
             baseline: None,
             memory: None,
+            postgres_disk: None,
             check: String::new(),
             profile: None,
         }
@@ -417,9 +397,9 @@ pub(crate) fn check(
     filter: u64,
     problems: &[(&str, u64)],
 ) -> String {
-    let ok = match mode {
-        Mode::Exact | Mode::ExactlyOnce => novel == dataset.events && filter == 0,
-        _ => novel <= dataset.events && novel + filter >= dataset.events,
+    let ok = match mode.is_exact() {
+        true => novel == dataset.events && filter == 0,
+        false => novel <= dataset.events && novel + filter >= dataset.events,
     } && problems.iter().all(|(_, n)| *n == 0);
     if ok {
         return "ok".into();
@@ -465,7 +445,15 @@ mod tests {
             Mode::ExactlyOnce,
             Mode::RedisBloom,
             Mode::Bitmap,
+            Mode::Postgres,
         ] {
+            let at = match mode {
+                Mode::Postgres => Endpoints {
+                    store_url: "postgres://idemgate@127.0.0.1:5432/idemgate?sslmode=disable",
+                    ..at
+                },
+                _ => at,
+            };
             let text = config(&at, &dataset, mode, "group", "bench.out").replace(REPLICA, "0");
             let parsed = idemgate::config::Config::parse(&text);
             assert!(parsed.is_ok(), "{mode:?}: {:?}\n{text}", parsed.err());

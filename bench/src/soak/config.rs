@@ -1,7 +1,12 @@
 //! The replicas' config: both streams in one group, each replica with its
-//! own `transactional.id` under exactly-once.
+//! own `transactional.id` under exactly-once. On Redis the telemetry stream
+//! is tiered (tier 1 for `--tier1-ttl`, the filter for the hour); on
+//! PostgreSQL, which keeps exact claims only, it is exact with that short
+//! TTL as its whole horizon.
 
 use serde::Serialize;
+
+use super::store::StoreKind;
 
 /// The delivery guarantee a soak run exercises.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -74,7 +79,9 @@ pub(crate) struct Common<'a> {
     pub guarantee: Guarantee,
     pub brokers: &'a str,
     pub group: &'a str,
-    pub redis_url: &'a str,
+    pub store: StoreKind,
+    pub store_url: &'a str,
+    /// Redis only: the keys' prefix.
     pub key_prefix: &'a str,
     pub topics: &'a Topics,
     pub tier1_ttl_s: u64,
@@ -91,6 +98,7 @@ pub(crate) fn replica_toml(c: &Common<'_>, n: usize) -> String {
         ),
     };
     let t = c.topics;
+    let (store, telemetry) = store_and_telemetry(c);
     // librdkafka's own debug contexts (`cgrp`, `topic`, ...) when asked.
     let debug = std::env::var("SOAK_KAFKA_DEBUG")
         .map(|d| format!("\"debug\" = \"{d}\"\n"))
@@ -105,10 +113,7 @@ pub(crate) fn replica_toml(c: &Common<'_>, n: usize) -> String {
 "heartbeat.interval.ms" = "500"
 {txn}{debug}
 [store]
-kind = "redis"
-url = "{redis}"
-key_prefix = "{prefix}"
-
+{store}
 [metrics]
 listen = "127.0.0.1:0"
 
@@ -132,16 +137,10 @@ inputs = ["{tel_in}"]
 clean = "{tel_clean}"
 audit = "{tel_audit}"
 profile = "payload"
-mode = "tiered"
-ttl = {{ explicit = "1h" }}
-tier1_ttl = "{tier1}s"
-peak_rate = 20000
-fail_mode = "open"
+{telemetry}fail_mode = "open"
 "#,
         brokers = c.brokers,
         group = c.group,
-        redis = c.redis_url,
-        prefix = c.key_prefix,
         batch = c.batch,
         bank_in = t.input[0],
         bank_clean = t.clean[0],
@@ -149,19 +148,42 @@ fail_mode = "open"
         tel_in = t.input[1],
         tel_clean = t.clean[1],
         tel_audit = t.audit[1],
-        tier1 = c.tier1_ttl_s,
     )
 }
 
-/// Whether this build of idemgate takes the guarantee (an exactly-once
+/// The `[store]` table and the telemetry stream's mode and TTL.
+fn store_and_telemetry(c: &Common<'_>) -> (String, String) {
+    let tier1 = c.tier1_ttl_s;
+    match c.store {
+        StoreKind::Redis => (
+            format!(
+                "kind = \"redis\"\nurl = \"{}\"\nkey_prefix = \"{}\"\n",
+                c.store_url, c.key_prefix
+            ),
+            format!(
+                "mode = \"tiered\"\nttl = {{ explicit = \"1h\" }}\ntier1_ttl = \"{tier1}s\"\npeak_rate = 20000\n"
+            ),
+        ),
+        StoreKind::Postgres => (
+            format!("kind = \"postgres\"\nurl = \"{}\"\n", c.store_url),
+            format!("mode = \"exact\"\nttl = {{ explicit = \"{tier1}s\" }}\n"),
+        ),
+    }
+}
+
+/// Whether this build of idemgate takes the guarantee on the store (the
 /// config parses); the refusal otherwise.
-pub(crate) fn supported(guarantee: Guarantee) -> Result<(), String> {
+pub(crate) fn supported(guarantee: Guarantee, store: StoreKind) -> Result<(), String> {
     let topics = Topics::named("probe", 1);
     let common = Common {
         guarantee,
         brokers: "127.0.0.1:9092",
         group: "probe",
-        redis_url: "redis://127.0.0.1:6379",
+        store,
+        store_url: match store {
+            StoreKind::Redis => "redis://127.0.0.1:6379",
+            StoreKind::Postgres => "postgres://idemgate@127.0.0.1:5432/idemgate?sslmode=disable",
+        },
         key_prefix: "probe:",
         topics: &topics,
         tier1_ttl_s: 60,

@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use idemgate_testkit::servers::RedisServer;
 use serde::Serialize;
 
+use super::store::{SoakStore, StoreKind};
 use super::world::{Broker, Replicas};
 
 #[derive(Clone, Debug, Serialize)]
@@ -18,10 +18,13 @@ pub(crate) enum Fault {
     Kill(usize),
     /// SIGTERM a replica, wait for its exit, start it again.
     Term(usize),
-    /// SIGSTOP Redis for this many seconds, then SIGCONT.
-    FreezeRedis(f64),
-    /// `SHUTDOWN SAVE`, down this many seconds, start from the dump.
-    RestartRedis(f64),
+    /// SIGSTOP the store's server for this many seconds, then SIGCONT
+    /// (PostgreSQL: the postmaster and every child).
+    FreezeStore(StoreKind, f64),
+    /// Stop the store's server keeping its data (Redis: `SHUTDOWN SAVE`;
+    /// PostgreSQL: `pg_ctl stop -m fast`), down this many seconds, start it
+    /// again on that data.
+    RestartStore(StoreKind, f64),
     /// SIGTERM the broker (a controlled shutdown), start it again on the
     /// same ports and log.
     RestartBroker,
@@ -32,10 +35,8 @@ impl Fault {
         match self {
             Fault::Kill(n) => format!("SIGKILL replica {n}, restart at once"),
             Fault::Term(n) => format!("SIGTERM replica {n}, restart on exit"),
-            Fault::FreezeRedis(s) => format!("Redis SIGSTOP for {s:.0} s, then SIGCONT"),
-            Fault::RestartRedis(s) => {
-                format!("Redis SHUTDOWN SAVE, down {s:.0} s, restart from its dump")
-            }
+            Fault::FreezeStore(kind, s) => kind.describe_freeze(*s),
+            Fault::RestartStore(kind, s) => kind.describe_restart(*s),
             Fault::RestartBroker => {
                 "broker SIGTERM (controlled shutdown), restart on its own log".into()
             }
@@ -55,18 +56,23 @@ pub(crate) struct Applied {
 }
 
 /// The schedule over a window of `window` seconds.
-pub(crate) fn schedule(window: f64, freeze: f64, redis_down: f64) -> Vec<(f64, Fault)> {
+pub(crate) fn schedule(
+    window: f64,
+    freeze: f64,
+    store_down: f64,
+    store: StoreKind,
+) -> Vec<(f64, Fault)> {
     let at = |fraction: f64| window * fraction;
     vec![
         (at(0.06), Fault::Kill(0)),
         (at(0.14), Fault::Term(1)),
-        (at(0.22), Fault::FreezeRedis(freeze)),
+        (at(0.22), Fault::FreezeStore(store, freeze)),
         (at(0.40), Fault::Kill(2)),
-        (at(0.48), Fault::RestartRedis(redis_down)),
+        (at(0.48), Fault::RestartStore(store, store_down)),
         (at(0.60), Fault::RestartBroker),
         (at(0.70), Fault::Term(0)),
         (at(0.78), Fault::Kill(1)),
-        (at(0.86), Fault::FreezeRedis((freeze / 3.0).max(3.0))),
+        (at(0.86), Fault::FreezeStore(store, (freeze / 3.0).max(3.0))),
         (at(0.94), Fault::Term(2)),
     ]
 }
@@ -74,7 +80,7 @@ pub(crate) fn schedule(window: f64, freeze: f64, redis_down: f64) -> Vec<(f64, F
 /// What faults act on.
 pub(crate) struct Targets<'a> {
     pub replicas: &'a mut Replicas,
-    pub redis: &'a mut RedisServer,
+    pub store: &'a mut SoakStore,
     pub broker: &'a mut Broker,
     /// Held while the broker restarts: the producer writes no chunk then.
     pub producer_gate: Arc<Mutex<()>>,
@@ -117,17 +123,27 @@ pub(crate) fn apply(fault: &Fault, t: &mut Targets<'_>) -> Result<Applied> {
                 took.as_secs_f64()
             )
         }
-        Fault::FreezeRedis(seconds) => {
-            t.redis.freeze();
+        Fault::FreezeStore(_, seconds) => {
+            t.store.freeze();
             wait(t, *seconds);
-            t.redis.thaw();
+            t.store.thaw();
             "thawed".to_string()
         }
-        Fault::RestartRedis(seconds) => {
-            t.redis.shutdown_save();
-            wait(t, *seconds);
-            t.redis.restart();
-            "restarted from dump.rdb".to_string()
+        Fault::RestartStore(_, seconds) => {
+            let Targets {
+                replicas,
+                store,
+                start,
+                ..
+            } = t;
+            let start = *start;
+            store.restart(*seconds, |down| {
+                let until = Instant::now() + Duration::from_secs_f64(down);
+                while Instant::now() < until {
+                    replicas.watch(start.elapsed().as_secs_f64());
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            })?
         }
         Fault::RestartBroker => {
             // The soak's own producer writes no chunk meanwhile: one it

@@ -6,19 +6,26 @@
 //! own) is restarted on its own disk, once per guarantee; then every
 //! output is judged against the workload's oracle. Writes SOAK.md and
 //! SOAK.json; exits non-zero if a must-be-zero figure is not, or if the
-//! run does not drain in time.
+//! run does not drain in time. With `--store postgres` both streams are
+//! exact on a PostgreSQL server of the soak's own, which is frozen and
+//! restarted in Redis's place; its sections join SOAK.md beside the Redis
+//! run's.
 //!
 //! Layout: `plan` (the workload and its oracle), `config` (the replicas'
-//! TOML), `world` (broker, replicas), `faults` (the schedule),
-//! `collect` (reading topics compactly), `verdict` (the figures), `run`
-//! (one guarantee's run), `report` (SOAK.md and .json).
+//! TOML), `world` (broker, replicas), `store` (the store's server and its
+//! faults), `faults` (the schedule), `collect` (reading topics
+//! compactly), `verdict` (the figures), `run` (one guarantee's run),
+//! `report` (SOAK.md and .json), `postgres` (the PostgreSQL run's
+//! conditions, settled-claims check and sections).
 
 mod collect;
 mod config;
 mod faults;
 mod plan;
+mod postgres;
 mod report;
 mod run;
+mod store;
 mod verdict;
 mod world;
 
@@ -28,6 +35,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::e2e::{kafka_libs, on_path};
 use config::Guarantee;
+use store::{Binaries, StoreKind};
 
 /// `idemgate-bench soak` options.
 #[derive(clap::Args, Clone, Debug, serde::Serialize)]
@@ -46,11 +54,12 @@ pub struct SoakArgs {
     /// Seconds over which records are written and faults applied.
     #[arg(long, default_value_t = 240.0)]
     pub window: f64,
-    /// Seconds Redis stays frozen (SIGSTOP) in the long freeze: beyond the
-    /// store timeouts, the breaker and the producer's 30 s delivery timeout.
+    /// Seconds the store (Redis, or PostgreSQL's every process) stays
+    /// frozen (SIGSTOP) in the long freeze: beyond the store timeouts, the
+    /// breaker and the producer's 30 s delivery timeout.
     #[arg(long, default_value_t = 35.0)]
     pub freeze: f64,
-    /// Seconds Redis stays down in its restart.
+    /// Seconds the store stays down in its restart.
     #[arg(long, default_value_t = 8.0)]
     pub redis_down: f64,
     /// Least seconds between the end of one fault and the start of the
@@ -62,7 +71,7 @@ pub struct SoakArgs {
     #[arg(long, default_value_t = 600.0)]
     pub drain_timeout: f64,
     /// Tier-1 TTL of the telemetry stream, seconds: late re-sends past it
-    /// meet only the filter.
+    /// meet only the filter (on PostgreSQL: the exact stream's whole TTL).
     #[arg(long, default_value_t = 60)]
     pub tier1_ttl: u64,
     #[arg(long, default_value_t = 500)]
@@ -85,6 +94,17 @@ pub struct SoakArgs {
     pub kafka_libs: Option<PathBuf>,
     #[arg(long)]
     pub redis_server: Option<PathBuf>,
+    /// The claim store: `redis` (the bank stream exact, telemetry tiered)
+    /// or `postgres` (both exact on a PostgreSQL server of the soak's own,
+    /// frozen and restarted in Redis's place; its sections of SOAK.md are
+    /// replaced, every other kept).
+    #[arg(long, default_value = "redis", value_parser = ["redis", "postgres"])]
+    pub store: String,
+    /// The folder of PostgreSQL's server binaries (`initdb`, `pg_ctl`)
+    /// [default: where `pg_ctl` on PATH is, else the newest
+    /// /usr/lib/postgresql/<version>/bin].
+    #[arg(long)]
+    pub postgres_bin: Option<PathBuf>,
     /// Where SOAK.md and SOAK.json go.
     #[arg(long, default_value = ".")]
     pub out_dir: PathBuf,
@@ -128,11 +148,23 @@ fn soak(args: SoakArgs) -> Result<()> {
         bail!("--records must be 1000 or more, --partitions at least --replicas");
     }
     let kafka_libs = kafka_libs(args.kafka_libs.as_deref())?;
-    let redis = args
-        .redis_server
-        .clone()
-        .or_else(|| on_path("redis-server"))
-        .context("no redis-server on PATH: pass --redis-server")?;
+    let store = StoreKind::parse(&args.store)?;
+    let redis = match store {
+        StoreKind::Redis => args
+            .redis_server
+            .clone()
+            .or_else(|| on_path("redis-server"))
+            .context("no redis-server on PATH: pass --redis-server")?,
+        StoreKind::Postgres => PathBuf::new(),
+    };
+    let pg_bin = match store {
+        StoreKind::Postgres => Some(crate::pg_server::bin_dir(args.postgres_bin.as_deref())?),
+        StoreKind::Redis => None,
+    };
+    let bins = Binaries {
+        redis: &redis,
+        postgres: pg_bin.as_deref(),
+    };
     let stamp = time::OffsetDateTime::now_utc().unix_timestamp();
     let dir = std::path::absolute(args.work_dir.join(format!("soak-{stamp}")))?;
     std::fs::create_dir_all(&dir)?;
@@ -142,18 +174,22 @@ fn soak(args: SoakArgs) -> Result<()> {
     let mut not_run = Vec::new();
     for name in &args.guarantees {
         let guarantee = Guarantee::parse(name)?;
-        if let Err(refusal) = config::supported(guarantee) {
+        if let Err(refusal) = config::supported(guarantee, store) {
             eprintln!("soak: WARNING: {name} NOT RUN: this build refuses its config: {refusal}");
             not_run.push((name.clone(), refusal));
             continue;
         }
-        let sub = dir.join(name);
+        let sub = match store {
+            StoreKind::Redis => dir.join(name),
+            StoreKind::Postgres => dir.join(format!("postgres-{name}")),
+        };
         std::fs::create_dir_all(&sub)?;
         let setup = run::Setup {
             args: &args,
             guarantee,
             kafka_libs: &kafka_libs,
-            redis: &redis,
+            store,
+            bins: &bins,
             dir: &sub,
             exe: &std::env::current_exe()?,
             seed,
@@ -164,13 +200,7 @@ fn soak(args: SoakArgs) -> Result<()> {
     println!("{}", report.summary());
     if !args.no_write {
         std::fs::create_dir_all(&args.out_dir)?;
-        let md = args.out_dir.join("SOAK.md");
-        std::fs::write(&md, report.markdown())?;
-        std::fs::write(
-            args.out_dir.join("SOAK.json"),
-            serde_json::to_string_pretty(&report)?,
-        )?;
-        eprintln!("soak: wrote {}", md.display());
+        postgres::write(&report, &args.out_dir)?;
     }
     let failures = report.failures();
     if !failures.is_empty() {

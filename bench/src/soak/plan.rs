@@ -29,6 +29,8 @@ pub(crate) struct Expected {
     pub hash: Result<[u8; 32], &'static str>,
     /// Digest of the key and payload, to check outputs keep them.
     pub digest: u64,
+    /// One of the late telemetry re-sends, written at the end.
+    pub late: bool,
 }
 
 /// Digest of a record's key and payload.
@@ -129,6 +131,7 @@ impl Plan {
             .wanted(TELEMETRY)
             .saturating_sub(self.expected[TELEMETRY].len() as u64) as usize;
         let regular = tel_left.saturating_sub(self.late_left);
+        let mut late_resends = false;
         let telemetry = if regular > 0 {
             let share = ((chunk as f64 * (1.0 - self.shape.bank_share)) as usize).min(regular);
             // A round is a minute of every vehicle, a tenth re-sent soon.
@@ -139,14 +142,18 @@ impl Plan {
         } else if late && tel_left > 0 {
             let count = tel_left.min(chunk);
             self.late_left = tel_left - count;
+            late_resends = true;
             self.telemetry.resend_earlier(count)
         } else {
             Vec::new()
         };
-        [self.record(BANK, bank), self.record(TELEMETRY, telemetry)]
+        [
+            self.record(BANK, bank, false),
+            self.record(TELEMETRY, telemetry, late_resends),
+        ]
     }
 
-    fn record(&mut self, stream: usize, records: Vec<Planned>) -> Vec<Planned> {
+    fn record(&mut self, stream: usize, records: Vec<Planned>, late: bool) -> Vec<Planned> {
         let prefix = if stream == BANK { 'b' } else { 't' };
         records
             .into_iter()
@@ -163,6 +170,7 @@ impl Plan {
                     event: p.event.map(|e| e as u32),
                     hash,
                     digest: digest(Some(&p.key), p.payload.as_deref()),
+                    late,
                 });
                 p
             })

@@ -6,11 +6,13 @@ use serde::Serialize;
 
 use super::config::Guarantee;
 use super::run::RunResult;
+use super::store::StoreKind;
 use super::SoakArgs;
 
 #[derive(Serialize)]
 pub(crate) struct Report {
     pub generated_utc: String,
+    pub store: StoreKind,
     pub args: SoakArgs,
     pub seed: u64,
     pub machine: String,
@@ -31,6 +33,7 @@ impl Report {
     ) -> Report {
         Report {
             generated_utc: super::faults::utc_now(),
+            store: StoreKind::parse(&args.store).unwrap_or(StoreKind::Redis),
             args: args.clone(),
             seed,
             machine: machine(),
@@ -45,7 +48,7 @@ impl Report {
     pub fn failures(&self) -> Vec<String> {
         let mut out = Vec::new();
         for run in &self.runs {
-            let g = run.guarantee.name();
+            let g = &self.run_name(run);
             if let Some(why) = &run.not_drained {
                 out.push(format!("{g}: {why}"));
             }
@@ -99,7 +102,7 @@ impl Report {
     pub fn summary(&self) -> String {
         let mut text = String::new();
         for run in &self.runs {
-            text.push_str(&format!("{}:\n", run.guarantee.name()));
+            text.push_str(&format!("{}:\n", self.run_name(run)));
             for f in &run.streams {
                 text.push_str(&format!(
                     "  {}: in {}, events {}, missing {}, events twice in clean {}, same input twice in clean {}, filter false positives {}, mismatches {} of {} checked\n",
@@ -113,7 +116,18 @@ impl Report {
         text
     }
 
+    /// A run as the summary and failures name it.
+    fn run_name(&self, run: &RunResult) -> String {
+        match run.store {
+            StoreKind::Redis => run.guarantee.name().to_string(),
+            StoreKind::Postgres => format!("PostgreSQL {}", run.guarantee.name()),
+        }
+    }
+
     pub fn markdown(&self) -> String {
+        if self.store == StoreKind::Postgres {
+            return self.postgres_markdown();
+        }
         let a = &self.args;
         let mut md = String::new();
         let mut line = |s: String| {
@@ -138,13 +152,15 @@ impl Report {
             self.runs.first().map_or("?".into(), |r| r.broker_version.clone()),
         ));
         line("- Replicas: a SIGKILLed replica is started again at once, as a supervisor would, while the group still counts the dead member until its 6 s session expires; under exactly-once its new producer (the same `transactional.id`) fences the dead one's open transaction. A SIGTERMed replica is started again once it has exited.".into());
-        line(format!("- Redis: {}, `noeviction`, no background persistence; its restart is `SHUTDOWN SAVE` then a start from that dump (a planned restart: claims and watermarks survive). A crash without persistence loses claims and watermarks: that is store data loss, not an outage, and is not soaked here.", self.runs.first().map_or("?".into(), |r| r.redis_version.clone())));
+        line(format!("- Redis: {}, `noeviction`, no background persistence; its restart is `SHUTDOWN SAVE` then a start from that dump (a planned restart: claims and watermarks survive). A crash without persistence loses claims and watermarks: that is store data loss, not an outage, and is not soaked here.", self.runs.first().map_or("?".into(), |r| r.store_version.clone())));
         line(format!("- Workload: {} records in all, {:.0} % bank (`bank-txn`, `mode = \"exact\"`, `fail_mode = \"closed\"`: redeliveries re-serialized at 35 % and 10 %, conflicts at 2 %, 1 % malformed, late copies of earlier events) and the rest telemetry (`payload` profile, `mode = \"tiered\"`, `fail_mode = \"open\"`, tier-1 TTL {} s, filter on Redis bitmaps: a tenth re-sent within a few records, a twentieth re-sent at the end, by then mostly known only to the filter); seed {}. {} partitions per topic, {} replicas in one group, batches of {}; written over a {:.0} s window while the faults below are applied.", a.records, a.bank_share * 100.0, a.tier1_ttl, self.seed, a.partitions, a.replicas, a.batch, a.window));
         line(format!("- Faults: the schedule below, in seconds after the soak's start, from the moment the group has formed and split every partition; a fault starts at its planned second, or once the one before has ended{}.", if a.gap > 0.0 { format!(" and {:.0} s have passed", a.gap) } else { String::new() }));
         line("- Oracle: every record is fingerprinted by the library when it is planned; the first input of an event (its copies share its partition and come later) must be the one in clean, decided `novel`; every other copy `duplicate` (tier `exact`) or `conflict` naming that input's coordinates in `idemgate-first-seen`; malformed records `invalid` with the library's reason code; every output keeps its input's key and payload and carries the library's source hash. On the telemetry stream a copy may be a filter hit (`duplicate`, tier `filter`, no holder), and a first input suppressed that way is a tier-2 false positive, counted apart; a copy that comes after its tier-1 key expired claims the hash anew before the filter suppresses it, so a later copy names *it* as the holder (counted apart); `unverified` (fail-open) outputs pass and may double an event.".into());
         line("- Doubles: *distinct events twice in clean* counts events that reached clean through two or more inputs (another copy let through); *same input twice in clean* counts input records with two or more clean outputs (a replay of work not committed). Under exactly-once the readers are `read_committed`: they see no output of an aborted transaction, so an input with two outputs anywhere is a failure there.".into());
         line(String::new());
         for run in &self.runs {
+            line(format!("## {}", run.guarantee.name()));
+            line(String::new());
             run_section(&mut line, run);
         }
         for (g, why) in &self.not_run {
@@ -160,11 +176,39 @@ impl Report {
         line("- Wall-clock time: a late re-send meets only the filter once its tier-1 key has expired; clock skew between replicas is not exercised (one machine, one clock).".into());
         md
     }
+
+    /// A `--store postgres` run: its own sections, each with the
+    /// conditions that differ from the Redis run's, for
+    /// `super::postgres::splice` to put into SOAK.md.
+    fn postgres_markdown(&self) -> String {
+        let mut md = String::from("# idemgate: fault soak\n\n");
+        let mut line = |s: String| {
+            md.push_str(&s);
+            md.push('\n');
+        };
+        for run in &self.runs {
+            line(super::postgres::heading(run.guarantee.name()));
+            line(String::new());
+            for condition in super::postgres::conditions(self, run) {
+                line(condition);
+            }
+            line(String::new());
+            run_section(&mut line, run);
+        }
+        for (g, why) in &self.not_run {
+            line(format!("{}: NOT RUN", super::postgres::heading(g)));
+            line(String::new());
+            line(format!("This build refuses the config it needs: `{why}`."));
+            line(String::new());
+        }
+        line("## What this machine cannot show".into());
+        line(String::new());
+        line("- One broker, no replication; one PostgreSQL server, no standby: a restart here is a process restart on its own disk, not a failover.".into());
+        md
+    }
 }
 
 fn run_section(line: &mut impl FnMut(String), run: &RunResult) {
-    line(format!("## {}", run.guarantee.name()));
-    line(String::new());
     line(format!(
         "Started {}; records written in {:.1} s, drained {:.1} s after, {:.1} s in all. Readers use `isolation.level = {}`.{}",
         run.started_utc,
@@ -264,6 +308,13 @@ fn run_section(line: &mut impl FnMut(String), run: &RunResult) {
         "copies naming an earlier copy that claimed the hash again after its tier-1 key expired",
         &|f| f.copies_naming_a_reclaim.to_string(),
     );
+    if run.store == StoreKind::Postgres {
+        row(
+            line,
+            "late re-sends claimed anew after their event's claim expired",
+            &|f| f.late_copies_claimed_anew.to_string(),
+        );
+    }
     row(line, "decisions checked against the oracle", &|f| {
         f.decisions_checked.to_string()
     });
@@ -272,7 +323,11 @@ fn run_section(line: &mut impl FnMut(String), run: &RunResult) {
     });
     line(String::new());
     line(format!(
-        "Tier-1 claims left unsettled after the graceful stop (must be 0): {}.",
+        "{} left unsettled after the graceful stop (must be 0): {}.",
+        match run.store {
+            StoreKind::Redis => "Tier-1 claims",
+            StoreKind::Postgres => "Live claims (rows of the claims tables)",
+        },
         run.unsettled_claims
     ));
     line(String::new());

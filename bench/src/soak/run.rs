@@ -1,4 +1,4 @@
-//! One guarantee's soak run: its own broker, Redis and topics; the replicas
+//! One guarantee's soak run: its own broker, store server and topics; the replicas
 //! started; the producer writing the workload paced over the window on a
 //! thread while the faults are applied on this one; the drain (bounded);
 //! a graceful stop; the inputs read back; the verdict.
@@ -11,14 +11,14 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 
 use idemgate_testkit::kafka::{create_topics, Producer};
-use idemgate_testkit::servers::{unsettled_claims, RedisServer, ServerOptions};
 use serde::Serialize;
 
 use super::collect::{Collector, Seen};
 use super::config::{replica_toml, Common, Guarantee, Topics};
 use super::faults::{self, Applied, Targets};
 use super::plan::{Plan, Shape, BANK, TELEMETRY};
-use super::verdict::{judge, Figures};
+use super::store::{Binaries, SoakStore, StoreKind};
+use super::verdict::{judge, Figures, Keeping};
 use super::world::{Broker, Replicas};
 use super::SoakArgs;
 
@@ -26,7 +26,8 @@ pub(crate) struct Setup<'a> {
     pub args: &'a SoakArgs,
     pub guarantee: Guarantee,
     pub kafka_libs: &'a Path,
-    pub redis: &'a Path,
+    pub store: StoreKind,
+    pub bins: &'a Binaries<'a>,
     pub dir: &'a Path,
     pub exe: &'a Path,
     pub seed: u64,
@@ -36,9 +37,14 @@ pub(crate) struct Setup<'a> {
 #[derive(Debug, Serialize)]
 pub(crate) struct RunResult {
     pub guarantee: Guarantee,
+    pub store: StoreKind,
     pub started_utc: String,
     pub broker_version: String,
-    pub redis_version: String,
+    pub store_version: String,
+    /// The server settings the report names (PostgreSQL's).
+    pub store_settings: Vec<(String, String)>,
+    /// Where the server keeps its data, on which file system (PostgreSQL).
+    pub store_data: String,
     pub read_committed: bool,
     pub faults: Vec<Applied>,
     pub unexpected_exits: Vec<String>,
@@ -48,7 +54,7 @@ pub(crate) struct RunResult {
     /// Why the run did not drain in time, if it did not.
     pub not_drained: Option<String>,
     pub total_seconds: f64,
-    /// Tier-1 claims not settled after the graceful stop (must be 0).
+    /// Claims not settled after the graceful stop (must be 0).
     pub unsettled_claims: usize,
     pub unsettled_examples: Vec<String>,
     pub streams: Vec<Figures>,
@@ -60,19 +66,12 @@ pub(crate) fn run(s: &Setup<'_>) -> Result<RunResult> {
     let started_utc = faults::utc_now();
     let name = s.guarantee.name();
     eprintln!(
-        "soak {name}: starting the broker and Redis in {}",
+        "soak {name}: starting the broker and {} in {}",
+        s.store.name(),
         s.dir.display()
     );
     let mut broker = Broker::start(s.kafka_libs, s.dir)?;
-    let redis_version = idemgate_testkit::servers::version_line(s.redis, "--version")?;
-    let mut redis = RedisServer::start(
-        "soak",
-        ServerOptions {
-            binary: Some(s.redis.to_path_buf()),
-            dir: Some(s.dir.to_path_buf()),
-            ..ServerOptions::default()
-        },
-    );
+    let mut store = SoakStore::start(s.store, s.bins, s.dir)?;
     let run_id = format!("soak-{}", &name[..5]);
     let topics = Topics::named(&run_id, args.partitions);
     let all: Vec<(String, i32)> = topics
@@ -82,12 +81,13 @@ pub(crate) fn run(s: &Setup<'_>) -> Result<RunResult> {
         .collect();
     let refs: Vec<(&str, i32)> = all.iter().map(|(t, p)| (t.as_str(), *p)).collect();
     create_topics(&broker.brokers, &refs);
-    let redis_url = redis.url();
+    let store_url = store.url();
     let common = Common {
         guarantee: s.guarantee,
         brokers: &broker.brokers,
         group: &format!("{run_id}-group"),
-        redis_url: &redis_url,
+        store: s.store,
+        store_url: &store_url,
         key_prefix: &format!("{run_id}:"),
         topics: &topics,
         tier1_ttl_s: args.tier1_ttl,
@@ -137,13 +137,13 @@ pub(crate) fn run(s: &Setup<'_>) -> Result<RunResult> {
     }
     let offset = started.elapsed().as_secs_f64();
     eprintln!("soak {name}: the group formed at +{offset:.1}s; faults from now on");
-    let schedule = faults::schedule(args.window, args.freeze, args.redis_down);
+    let schedule = faults::schedule(args.window, args.freeze, args.redis_down, s.store);
     let mut applied = Vec::new();
     let mut next_free = 0.0f64;
     {
         let mut targets = Targets {
             replicas: &mut replicas,
-            redis: &mut redis,
+            store: &mut store,
             broker: &mut broker,
             producer_gate: gate.clone(),
             start: started,
@@ -219,7 +219,7 @@ pub(crate) fn run(s: &Setup<'_>) -> Result<RunResult> {
         outputs.len()
     );
     let coords = read_back(&broker.brokers, &topics, &produced, read_committed)?;
-    let unsettled = unsettled_claims(&redis_url, &format!("{run_id}:"));
+    let unsettled = store.unsettled(&format!("{run_id}:"))?;
 
     let mut streams = Vec::new();
     for stream in [BANK, TELEMETRY] {
@@ -229,24 +229,33 @@ pub(crate) fn run(s: &Setup<'_>) -> Result<RunResult> {
             .map(|o| (o.topic % 2 == 0, o))
             .collect();
         let fail_open = stream == TELEMETRY;
+        // Telemetry on PostgreSQL: exact, its TTL the short tier-1 one.
+        let tiered = fail_open && s.store == StoreKind::Redis;
+        let keeping = Keeping {
+            fail_open,
+            expiring: fail_open && !tiered,
+        };
         let mut figures = judge(
             stream,
             &plan.expected[stream],
             &coords[stream].0,
             &outs,
-            fail_open,
+            keeping,
         );
         figures.read_back = coords[stream].1;
         figures.inputs_written_twice = coords[stream].2;
-        figures.mode = if stream == BANK { "exact" } else { "tiered" }.into();
+        figures.mode = if tiered { "tiered" } else { "exact" }.into();
         figures.fail_mode = if fail_open { "open" } else { "closed" }.into();
         streams.push(figures);
     }
     Ok(RunResult {
         guarantee: s.guarantee,
+        store: s.store,
         started_utc,
         broker_version: broker.version.clone(),
-        redis_version,
+        store_version: store.version(),
+        store_settings: store.settings(),
+        store_data: store.data_dir(),
         read_committed,
         faults: applied,
         unexpected_exits,

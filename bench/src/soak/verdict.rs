@@ -55,11 +55,25 @@ pub(crate) struct Figures {
     /// claimed the hash again once its tier-1 key had expired (and was
     /// itself suppressed by the filter): correct, the claim's holder.
     pub copies_naming_a_reclaim: usize,
+    /// On an exact stream whose TTL the late re-sends outlive (telemetry on
+    /// PostgreSQL): late re-sends decided `novel`, their event's claim
+    /// having expired: correct past the horizon, and their event is then
+    /// twice in clean (counted there too).
+    pub late_copies_claimed_anew: usize,
     /// Outputs judged against the oracle, and those that disagree
     /// (must be 0).
     pub decisions_checked: usize,
     pub decision_mismatches: usize,
     pub mismatch_examples: Vec<String>,
+}
+
+/// How a stream is kept, as the judge needs it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Keeping {
+    pub fail_open: bool,
+    /// Exact claims whose TTL is shorter than the soak, so that the late
+    /// re-sends may find their event's claim expired.
+    pub expiring: bool,
 }
 
 /// Judges one stream. `coords` is where each input of the stream really is
@@ -70,8 +84,12 @@ pub(crate) fn judge(
     expected: &[Expected],
     coords: &[Option<(i32, i64)>],
     outputs: &[(bool, &Seen)],
-    fail_open: bool,
+    keeping: Keeping,
 ) -> Figures {
+    let Keeping {
+        fail_open,
+        expiring,
+    } = keeping;
     let mut f = Figures {
         stream: STREAMS[stream].into(),
         records_in: expected.len(),
@@ -256,10 +274,17 @@ pub(crate) fn judge(
             .filter_map(|n| coords[*n].map(|(p, o)| (stream as u8, p, o)))
             .collect();
         // Copies the filter suppressed after the tier-1 key expired: each
-        // claimed the hash anew, so later copies name it as the holder.
+        // claimed the hash anew, so later copies name it as the holder. On
+        // an expiring exact stream, late re-sends that claimed it anew.
+        let claimed_anew = |m: usize| {
+            expiring && expected[m].late && by_input[m].iter().any(|(_, o)| o.decision == NOVEL)
+        };
         let reclaimers: Vec<(usize, (u8, i32, i64))> = inputs
             .iter()
-            .filter(|m| **m != winner && by_input[**m].iter().any(|(_, o)| filter_hit(o)))
+            .filter(|m| {
+                **m != winner
+                    && (by_input[**m].iter().any(|(_, o)| filter_hit(o)) || claimed_anew(**m))
+            })
             .filter_map(|m| coords[*m].map(|(p, o)| (*m, (stream as u8, p, o))))
             .collect();
         for &n in inputs {
@@ -296,6 +321,10 @@ pub(crate) fn judge(
                         .any(|(m, c)| *m < n && out.first_seen == Some(*c));
                 if names_reclaim && !conflict {
                     f.copies_naming_a_reclaim += 1;
+                    continue;
+                }
+                if expiring && expected[n].late && d == NOVEL && !conflict {
+                    f.late_copies_claimed_anew += 1;
                     continue;
                 }
                 if fail_open && d == UNVERIFIED {
