@@ -127,7 +127,7 @@ pub(super) async fn ensure(
     streams: &[StreamSpec],
     user: &str,
 ) -> Result<(), StoreError> {
-    let client = client(pool).await?;
+    let mut client = client(pool).await?;
     let names: Vec<&str> = tables.all().collect();
     let mut attempt = 0;
     loop {
@@ -144,14 +144,7 @@ pub(super) async fn ensure(
         if schema_exists && missing == 0 {
             return Ok(());
         }
-        let mut failed = None;
-        for statement in tables.ddl(streams) {
-            if let Err(error) = client.batch_execute(&statement).await {
-                failed = Some(error);
-                break;
-            }
-        }
-        let Some(error) = failed else {
+        let Err(error) = create(&mut client, tables, streams).await else {
             return Ok(());
         };
         let code = error.code().cloned();
@@ -174,4 +167,28 @@ pub(super) async fn ensure(
             return Err(store_error("schema", error));
         }
     }
+}
+
+/// The DDL in one transaction that first takes an advisory lock named
+/// after the schema: replicas starting together on an empty database
+/// create it one after the other (the later ones find every table there),
+/// instead of colliding in the catalog (`CREATE ... IF NOT EXISTS` is not
+/// safe against a concurrent create of the same name). A failure rolls
+/// the whole creation back.
+async fn create(
+    client: &mut deadpool_postgres::Object,
+    tables: &Tables,
+    streams: &[StreamSpec],
+) -> Result<(), tokio_postgres::Error> {
+    let transaction = client.transaction().await?;
+    transaction
+        .execute(
+            "SELECT pg_advisory_xact_lock(hashtext('idemgate schema ' || $1::text))",
+            &[&tables.schema],
+        )
+        .await?;
+    for statement in tables.ddl(streams) {
+        transaction.batch_execute(&statement).await?;
+    }
+    transaction.commit().await
 }
