@@ -20,10 +20,12 @@ pub const TIER1_BYTES_PER_KEY: u64 = 163;
 
 /// Bytes one claim costs on PostgreSQL's disk: 137, measured, not computed.
 ///
-/// Heap row and primary-key index entry of one claim in a stream's claims
-/// table (`pg_total_relation_size` over the row count, PostgreSQL 15, one
-/// statement per 1000 claims; docs/design.md §6). Dead rows the janitor
-/// deleted and autovacuum has not yet reclaimed come on top.
+/// From `BENCHMARKS.md`, "PostgreSQL bytes / claim on disk" of the latest
+/// bench run: the claims table with its indexes over its rows after 2
+/// million records in exact mode, 137 with one replica (141 with two);
+/// PostgreSQL 15 at its defaults (docs/design.md §6.1). Dead row versions
+/// (done flags rewrite a row) that autovacuum has not reclaimed come on
+/// top: up to about 2.8 times this where most claims settle by done flags.
 pub const POSTGRES_BYTES_PER_CLAIM: u64 = 137;
 
 /// What a plan is computed from.
