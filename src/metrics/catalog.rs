@@ -173,7 +173,7 @@ pub const DECISION_BUCKETS: [f64; 22] = [
 
 /// The steps of an exactly-once commit, as the `step` label names them,
 /// in the order they run.
-pub(crate) const TXN_STEPS: [&str; 4] = ["reports", "inserts", "offsets", "commit"];
+pub const TXN_STEPS: [&str; 4] = ["reports", "inserts", "offsets", "commit"];
 
 pub const RECORDS: Metric = counter(
     "idemgate_records_total",
@@ -231,7 +231,7 @@ pub const DECISION_LATENCY: Metric = histogram(
     &[STREAM],
     &DECISION_BUCKETS,
 );
-pub(crate) const TXN_STEP: Metric = histogram(
+pub const TXN_STEP: Metric = histogram(
     "idemgate_transaction_step_seconds",
     Unit::Seconds,
     "exactly once: how long each step of a transaction's commit took: waiting for its outputs' delivery reports, its tier-2 inserts, sending its offsets, committing it",
@@ -240,6 +240,16 @@ pub(crate) const TXN_STEP: Metric = histogram(
         values: Values::Fixed(&TXN_STEPS),
     }],
     &LATENCY_BUCKETS,
+);
+/// Why a transaction was aborted and its outputs sent again.
+pub(crate) const TXN_ABORT_REASONS: [&str; 2] = ["delivery", "commit"];
+pub(crate) const TXN_ABORTED: Metric = counter(
+    "idemgate_transactions_aborted_total",
+    "exactly once: transactions aborted with their outputs sent again in a later one, by reason: a delivery inside it failed (an output refused for its size or content goes to audit without its payload), or its commit failed in a way the producer survives",
+    &[Label {
+        name: "reason",
+        values: Values::Fixed(&TXN_ABORT_REASONS),
+    }],
 );
 pub(crate) const RANGES_DROPPED: Metric = counter(
     "idemgate_commit_ranges_dropped_total",
@@ -379,6 +389,7 @@ pub const CATALOG: &[Metric] = &[
     DECISION_LATENCY,
     STORE_LATENCY,
     TXN_STEP,
+    TXN_ABORTED,
     RANGES_DROPPED,
     BATCH_SIZE,
     BREAKER_OPEN,

@@ -20,7 +20,7 @@ mod tests;
 pub(crate) use catalog::*;
 pub use catalog::{
     of_series, Kind, Label, Metric, Source, Values, BATCH_SIZE, CATALOG, COMMITS, DECISION_BUCKETS,
-    DECISION_LATENCY, RECORDS,
+    DECISION_LATENCY, RECORDS, TXN_STEP, TXN_STEPS,
 };
 
 /// The exporter with every histogram's buckets from the catalog.
@@ -304,6 +304,12 @@ pub(crate) fn render_lags(out: &mut String) {
 /// (`catalog::TXN_STEPS`).
 pub(crate) fn transaction_step(step: &'static str, took: Duration) {
     histogram!(TXN_STEP.name, "step" => step).record(took.as_secs_f64());
+}
+
+/// Exactly once: a transaction aborted, its outputs to be sent again
+/// (`catalog::TXN_ABORT_REASONS`).
+pub(crate) fn transaction_aborted(reason: &'static str) {
+    counter!(TXN_ABORTED.name, "reason" => reason).increment(1);
 }
 
 /// Finished ranges left out of a commit's metadata.

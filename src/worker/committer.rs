@@ -7,7 +7,8 @@
 //!   `commit_interval`, off the loop, one commit at a time; a handover
 //!   commits the partitions that go, after the periodic commit in flight;
 //! - exactly once (`transaction.rs`): outputs are sent inside a
-//!   transaction, which commits with the offsets every `commit_interval`;
+//!   transaction, which commits with the offsets every `commit_interval`
+//!   (off the loop, while the next one fills on a second producer);
 //!   a failed delivery dooms it; a handover first lets the records read
 //!   finish, then commits it; a lost assignment aborts it.
 
@@ -46,7 +47,8 @@ impl Worker {
     /// loop) or the transaction's (exactly once, on it).
     pub(super) async fn commit_when_due(&self, p: &mut Pipeline) -> Result<(), WorkerError> {
         let now = self.clock.now();
-        if now.duration_since(p.committed_at) < self.commit_interval {
+        // A transaction with a failed delivery is aborted at once.
+        if now.duration_since(p.committed_at) < self.commit_interval && p.txn.failed.is_none() {
             return Ok(());
         }
         match self.guarantee {
@@ -54,9 +56,11 @@ impl Worker {
                 p.committed_at = now;
                 self.commit_periodic(p);
             }
+            // The next transaction seals once the last one committed
+            // (its completion wakes the loop).
+            Guarantee::ExactlyOnce if p.txn.committing.is_some() => {}
             Guarantee::ExactlyOnce => {
                 self.seal(p).await?;
-                let _ = p.flight.commits(None);
                 p.committed_at = self.clock.now();
             }
         }
@@ -64,7 +68,8 @@ impl Worker {
     }
 
     /// An output was not delivered (it is produced again, or goes to audit
-    /// bare): exactly once, the open transaction cannot commit.
+    /// bare): exactly once, the open transaction cannot commit; it is
+    /// aborted and its outputs sent again.
     pub(super) fn undelivered(&self, p: &mut Pipeline, error: &str) {
         if self.guarantee == Guarantee::ExactlyOnce {
             p.txn.failed.get_or_insert_with(|| error.to_string());
@@ -102,7 +107,7 @@ impl Worker {
     /// whatever partitions go).
     pub(super) async fn after_deliveries(&self, p: &mut Pipeline) -> Result<(), WorkerError> {
         if self.guarantee == Guarantee::ExactlyOnce {
-            let commits = self.seal(p).await?;
+            let commits = self.seal_and_wait(p).await?;
             let offsets: Vec<String> = commits
                 .iter()
                 .map(|c| format!("{}/{}@{}", c.tp.0, c.tp.1, c.offset))

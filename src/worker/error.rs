@@ -35,10 +35,6 @@ pub(crate) enum WorkerError {
     NoGroupMetadata,
     #[error("outputs of the open transaction undelivered after {0:?}")]
     Undelivered(Duration),
-    /// Exactly once: an output of the open transaction failed, so it was
-    /// aborted.
-    #[error("an output of the transaction was not delivered ({0}): aborted; the replay produces it again")]
-    OutputFailed(String),
     /// Exactly once: the brokers dropped the transactional commit's
     /// offset metadata (docs/design.md §7).
     #[error(transparent)]

@@ -81,7 +81,10 @@ pub(crate) struct Worker {
     by_topic: rustc_hash::FxHashMap<String, usize>,
     store: Arc<dyn ClaimStore>,
     consumer: Arc<GroupConsumer>,
-    producer: Arc<OutputProducer>,
+    /// The producers outputs go through: one under at least once; two
+    /// under exactly once (`transaction.rs`), one committing a transaction
+    /// while the other holds the next.
+    producers: Vec<Arc<OutputProducer>>,
     /// At least once or exactly once: `committer.rs` is the one place
     /// that asks.
     guarantee: Guarantee,
@@ -232,12 +235,16 @@ impl Worker {
             })
             .doing("creating the kafka consumer")?;
         let reports = Arc::new(Reports::default());
-        let producer: OutputProducer = producer_config
-            .create_with_context(OutputContext {
-                logs: client_logs::ClientLogs::default(),
-                reports: reports.clone(),
-            })
-            .doing("creating the kafka producer")?;
+        let mut producers = Vec::new();
+        for lane_config in transaction::lanes(config.guarantee, &producer_config) {
+            let producer: OutputProducer = lane_config
+                .create_with_context(OutputContext {
+                    logs: client_logs::ClientLogs::default(),
+                    reports: reports.clone(),
+                })
+                .doing("creating the kafka producer")?;
+            producers.push(Arc::new(producer));
+        }
 
         let mut by_topic = rustc_hash::FxHashMap::default();
         let mut streams = Vec::new();
@@ -268,7 +275,7 @@ impl Worker {
             by_topic,
             store,
             consumer: Arc::new(consumer),
-            producer: Arc::new(producer),
+            producers,
             guarantee: config.guarantee,
             clock,
             commit_interval: config.batch.commit_interval,

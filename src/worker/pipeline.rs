@@ -24,6 +24,7 @@ use super::metadata;
 use super::output::{send, Carry, Failure, Output, Sent};
 use super::poller::{self, Event};
 use super::progress::Progress;
+use super::transaction::committed;
 use super::Worker;
 use crate::config::FailMode;
 use crate::decision::{headers, Decision, Route};
@@ -182,6 +183,9 @@ impl Worker {
                 },
                 result = answer(&mut p.round) => self.on_answer(&mut p, result),
                 _ = self.reports.ready() => self.on_reports(&mut p),
+                joined = committed(&mut p.txn.committing) => {
+                    self.on_committed(&mut p, joined).await?;
+                }
                 _ = tokio::time::sleep_until(self.clock.deadline(wake)) => {}
             }
         }
@@ -198,7 +202,9 @@ impl Worker {
         while self.events.try_recv().is_ok() {}
         drop(self.consumer);
         let _ = tokio::task::spawn_blocking(move || poller.join()).await;
-        let _ = rdkafka::producer::Producer::flush(&*self.producer, Duration::from_secs(10));
+        for producer in &self.producers {
+            let _ = rdkafka::producer::Producer::flush(&**producer, Duration::from_secs(10));
+        }
         info!(
             at = self.clock.wall_ms(),
             "worker stopped: finished work committed"
@@ -462,7 +468,7 @@ impl Worker {
             carry: carry_of(decision, &record.input, self.sendable),
         };
         let slot = p.sent.insert((tp.clone(), offset, record.epoch));
-        send(&self.producer, &self.reports, &output, slot);
+        send(&self.producers[p.txn.lane], &self.reports, &output, slot);
     }
 
     /// Every delivery report handed over since the last call.

@@ -4,7 +4,14 @@
 //!
 //! ```text
 //! begin ─► produce … ─► (every report in) ─► tier-2 inserts ─► offsets + metadata ─► commit ─► done flags, raises
+//!                                                                 └─ off the loop: the next transaction's produce goes on ─┘
 //! ```
+//!
+//! Two transactional producers ("lanes") take turns: while one commits a
+//! transaction off the loop, the loop claims and sends the next
+//! transaction's outputs on the other. One commit is in flight at a time:
+//! the next transaction seals only once the last one committed, so each
+//! commit's offsets follow the one before.
 //!
 //! A transaction that cannot commit is a crash: the worker stops with the
 //! error, the broker aborts the transaction, and the partitions' next
@@ -14,8 +21,10 @@
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::Consumer;
+use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer;
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use tokio::task::{JoinError, JoinHandle};
 use tracing::{info, warn};
 
 use super::error::{Doing, WorkerError};
@@ -23,18 +32,38 @@ use super::flight::Commit;
 use super::metadata::Metadata;
 use super::pipeline::{answer, Pipeline, FLUSH_PATIENCE};
 use super::Worker;
+use crate::config::Guarantee;
 use crate::store::{Publish, StoreError};
 
 /// How long librdkafka may take for a transaction's own requests.
 const TXN_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a handover lets the records read finish first.
 const DRAIN: Duration = Duration::from_secs(10);
+/// The second lane's transactional id is the first's with this suffix
+/// (README, "Exactly once").
+pub(crate) const SECOND_LANE: &str = "~2";
+
+/// The producers' configurations: one under at least once; under exactly
+/// once two, the second with its own transactional id (a restart of this
+/// replica fences both of its zombie's).
+pub(super) fn lanes(guarantee: Guarantee, producer: &ClientConfig) -> Vec<ClientConfig> {
+    match (guarantee, producer.get("transactional.id")) {
+        (Guarantee::ExactlyOnce, Some(id)) => {
+            let mut second = producer.clone();
+            second.set("transactional.id", format!("{id}{SECOND_LANE}"));
+            vec![producer.clone(), second]
+        }
+        _ => vec![producer.clone()],
+    }
+}
 
 /// Where the open transaction stands.
 #[derive(Default)]
 pub(crate) struct Txn {
     /// Since when a transaction is open; `None` when none is.
     pub(crate) open_since: Option<Instant>,
+    /// The lane (producer) the open transaction is on, or the next.
+    pub(crate) lane: usize,
     /// A delivery inside it failed: it cannot commit.
     pub(crate) failed: Option<String>,
     /// A commit of this replica's was read back with its metadata
@@ -44,6 +73,30 @@ pub(crate) struct Txn {
     /// broker that stores no transactional offsets at all, as librdkafka's
     /// mock cluster): after `READ_BACKS` the worker stops asking.
     pub(crate) read_backs: u8,
+    /// The transaction committing off the loop, if any.
+    pub(crate) committing: Option<Committing>,
+}
+
+/// A sealed transaction whose offsets and commit run off the loop.
+pub(crate) struct Committing {
+    lane: usize,
+    handle: JoinHandle<Result<(), KafkaError>>,
+    commits: Vec<Commit>,
+    /// Its offsets, to read back (until the brokers are seen to keep
+    /// transactional offset metadata).
+    written: Option<TopicPartitionList>,
+}
+
+/// What the commit's task gave back.
+pub(super) type Joined = Result<Result<(), KafkaError>, JoinError>;
+
+/// The outcome of the commit in flight; pending for ever when there is
+/// none.
+pub(super) async fn committed(committing: &mut Option<Committing>) -> Joined {
+    match committing {
+        Some(c) => (&mut c.handle).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// How many commits are read back at most before the question is left to
@@ -51,22 +104,28 @@ pub(crate) struct Txn {
 const READ_BACKS: u8 = 3;
 
 impl Worker {
-    /// Registers this replica's transactional id with the brokers, fencing
-    /// any earlier producer with the same id (a zombie of this replica).
+    /// Registers this replica's transactional ids with the brokers,
+    /// fencing any earlier producer with the same ids (a zombie of this
+    /// replica).
     pub(super) async fn init_transactions(&self) -> Result<(), WorkerError> {
-        let producer = self.producer.clone();
-        tokio::task::spawn_blocking(move || producer.init_transactions(TXN_TIMEOUT))
-            .await
-            .doing("initialising the transactional producer (transactional.id)")?
-            .doing("initialising the transactional producer (transactional.id)")?;
-        info!("exactly once: transactional producer ready");
+        for producer in &self.producers {
+            let producer = producer.clone();
+            tokio::task::spawn_blocking(move || producer.init_transactions(TXN_TIMEOUT))
+                .await
+                .doing("initialising the transactional producer (transactional.id)")?
+                .doing("initialising the transactional producer (transactional.id)")?;
+        }
+        info!(
+            lanes = self.producers.len(),
+            "exactly once: transactional producers ready"
+        );
         Ok(())
     }
 
     /// Opens a transaction if none is: outputs are sent only inside one.
     pub(super) fn begin(&self, p: &mut Pipeline) -> Result<(), WorkerError> {
         if p.txn.open_since.is_none() {
-            self.producer
+            self.producers[p.txn.lane]
                 .begin_transaction()
                 .doing("beginning a transaction")?;
             p.txn.open_since = Some(self.clock.now());
@@ -89,17 +148,30 @@ impl Worker {
             tokio::select! {
                 result = answer(&mut p.round) => self.on_answer(p, result),
                 _ = self.reports.ready() => self.on_reports(p),
+                joined = committed(&mut p.txn.committing) => {
+                    self.on_committed(p, joined).await?;
+                }
                 _ = tokio::time::sleep_until(self.clock.deadline(wake)) => {}
             }
         }
         Ok(())
     }
 
-    /// Commits the open transaction (or one with offsets alone, where they
-    /// moved): waits for every delivery report, inserts into tier 2, sends
-    /// the offsets with the group's metadata and commits. The settlements
-    /// follow in the next rounds. An error is the end of this worker.
-    pub(super) async fn seal(&self, p: &mut Pipeline) -> Result<Vec<Commit>, WorkerError> {
+    /// A handover's commit: the one in flight, then the open transaction
+    /// (or one with offsets alone, where they moved), both waited for.
+    pub(super) async fn seal_and_wait(&self, p: &mut Pipeline) -> Result<Vec<Commit>, WorkerError> {
+        self.seal(p).await?;
+        Ok(self.settle_commit(p).await?.unwrap_or_default())
+    }
+
+    /// Seals the open transaction (or one with offsets alone, where they
+    /// moved), after the commit in flight: waits for every delivery
+    /// report, inserts into tier 2, and leaves the offsets, with the
+    /// group's metadata, and the commit running off the loop on this lane;
+    /// the next transaction opens on the other. The settlements follow the
+    /// commit (`on_committed`). An error is the end of this worker.
+    pub(super) async fn seal(&self, p: &mut Pipeline) -> Result<(), WorkerError> {
+        self.settle_commit(p).await?;
         let sealing = self.clock.now();
         let deadline = sealing + FLUSH_PATIENCE;
         while p.flight.any_sending() {
@@ -115,15 +187,22 @@ impl Worker {
             }
         }
         if let Some(error) = p.txn.failed.take() {
-            let _ = self.abort().await;
-            return Err(WorkerError::OutputFailed(error));
+            // The producer survives it: the outputs go again, each as its
+            // report said (one refused for its size or content, to audit
+            // without its payload).
+            self.abort(p.txn.lane).await?;
+            p.txn.open_since = None;
+            let again = p.flight.txn_aborted();
+            crate::metrics::transaction_aborted("delivery");
+            warn!(%error, outputs = again, "a delivery inside the transaction failed: the transaction is aborted and its outputs are sent again in the next one");
+            return Ok(());
         }
         let reported = self.clock.now();
         self.insert_before_commit(p, deadline).await?;
         let inserted = self.clock.now();
         let commits = p.flight.txn_offsets(p.txn.open_since.is_some());
         if commits.is_empty() && p.txn.open_since.is_none() {
-            return Ok(commits);
+            return Ok(());
         }
         crate::metrics::transaction_step("reports", reported - sealing);
         crate::metrics::transaction_step("inserts", inserted - reported);
@@ -150,11 +229,12 @@ impl Worker {
             .consumer
             .group_metadata()
             .ok_or(WorkerError::NoGroupMetadata)?;
-        let producer = self.producer.clone();
+        let lane = p.txn.lane;
+        let producer = self.producers[lane].clone();
         let written = (!p.txn.metadata_kept && p.txn.read_backs < READ_BACKS && list.count() > 0)
             .then(|| list.clone());
         let clock = self.clock.clone();
-        let mut commit = tokio::task::spawn_blocking(move || {
+        let handle = tokio::task::spawn_blocking(move || {
             let offsets = clock.now();
             if list.count() > 0 {
                 producer.send_offsets_to_transaction(&list, &group, TXN_TIMEOUT)?;
@@ -163,24 +243,64 @@ impl Worker {
             crate::metrics::transaction_step("offsets", committing - offsets);
             producer.commit_transaction(TXN_TIMEOUT)?;
             crate::metrics::transaction_step("commit", clock.now() - committing);
-            Ok::<(), rdkafka::error::KafkaError>(())
+            Ok::<(), KafkaError>(())
         });
-        // The store rounds go on meanwhile (claims, and the settlements of
-        // earlier transactions); what they decide waits for the next one.
-        let result = loop {
+        // What is delivered now is the next transaction's, on the other
+        // lane.
+        p.flight.seal_txn();
+        p.txn.committing = Some(Committing {
+            lane,
+            handle,
+            commits,
+            written,
+        });
+        p.txn.open_since = None;
+        p.txn.lane = (lane + 1) % self.producers.len();
+        Ok(())
+    }
+
+    /// Waits for the commit in flight, if any, while the store rounds go
+    /// on (claims, and the settlements of earlier transactions); what they
+    /// decide waits for the next transaction.
+    async fn settle_commit(&self, p: &mut Pipeline) -> Result<Option<Vec<Commit>>, WorkerError> {
+        if p.txn.committing.is_none() {
+            return Ok(None);
+        }
+        let joined = loop {
             tokio::select! {
-                result = &mut commit => break result.doing("committing the transaction")?,
+                joined = committed(&mut p.txn.committing) => break joined,
                 result = answer(&mut p.round) => {
                     self.on_answer(p, result);
                     self.claim_meanwhile(p);
                 }
             }
         };
-        p.txn.open_since = None;
-        match result {
+        self.on_committed(p, joined).await.map(Some)
+    }
+
+    /// The commit in flight ended: its deliveries settle in the rounds
+    /// that follow, or, if it failed, the worker ends (the open
+    /// transaction on the other lane is aborted first, so read_committed
+    /// readers do not wait for its timeout).
+    pub(super) async fn on_committed(
+        &self,
+        p: &mut Pipeline,
+        joined: Joined,
+    ) -> Result<Vec<Commit>, WorkerError> {
+        let Some(Committing {
+            lane,
+            commits,
+            written,
+            ..
+        }) = p.txn.committing.take()
+        else {
+            return Ok(Vec::new());
+        };
+        match joined.doing("committing the transaction")? {
             Ok(()) => {
                 crate::metrics::committed();
                 p.flight.txn_committed();
+                let _ = p.flight.commits(None);
                 if let Some(written) = written {
                     p.txn.metadata_kept = self.metadata_read_back(written).await?;
                     p.txn.read_backs += 1;
@@ -194,7 +314,10 @@ impl Worker {
             }
             Err(error) => {
                 p.flight.txn_offsets_lost();
-                let _ = self.abort().await;
+                let _ = self.abort(lane).await;
+                if p.txn.open_since.take().is_some() {
+                    let _ = self.abort(p.txn.lane).await;
+                }
                 Err(error).doing("committing the transaction (a fenced zombie, or the broker aborted it): aborted; the partitions' next owner replays")
             }
         }
@@ -268,7 +391,7 @@ impl Worker {
                     backoff = (backoff * 2).min(Duration::from_secs(1));
                 }
                 Err(error) => {
-                    let _ = self.abort().await;
+                    let _ = self.abort(p.txn.lane).await;
                     return Err(WorkerError::Inserts {
                         patience: FLUSH_PATIENCE,
                         source: error,
@@ -279,20 +402,22 @@ impl Worker {
     }
 
     /// The assignment was lost (the session timed out: this replica was
-    /// a zombie, its partitions have another owner): the open transaction
+    /// a zombie, its partitions have another owner): the commit in flight
+    /// ends first (if it fails, so does the worker), the open transaction
     /// is aborted, not committed, and everything in flight is left to the
     /// new owner, who meets the claims as its own.
     pub(super) async fn abandon(&self, p: &mut Pipeline) -> Result<(), WorkerError> {
+        self.settle_commit(p).await?;
         if p.txn.open_since.take().is_some() {
             warn!("assignment lost (the session timed out): the open transaction is aborted, its records left to their new owner");
-            self.abort().await?;
+            self.abort(p.txn.lane).await?;
         }
         p.txn.failed = None;
         Ok(())
     }
 
-    async fn abort(&self) -> Result<(), WorkerError> {
-        let producer = self.producer.clone();
+    async fn abort(&self, lane: usize) -> Result<(), WorkerError> {
+        let producer = self.producers[lane].clone();
         tokio::task::spawn_blocking(move || producer.abort_transaction(TXN_TIMEOUT))
             .await
             .doing("aborting the transaction")?

@@ -256,6 +256,32 @@ impl Producer {
     }
 }
 
+/// Produces `record` to `partition` of `topic` with no key at all (the
+/// kit's producer always sets one), its test id its only header; waits
+/// for its delivery: where it landed.
+pub fn send_keyless(brokers: &str, topic: &str, partition: i32, record: &Planned) -> Landed {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .expect("keyless producer");
+    let headers = OwnedHeaders::new().insert(Header {
+        key: TEST_ID,
+        value: Some(record.id.as_bytes()),
+    });
+    let payload = record.payload.clone().unwrap_or_default();
+    let message: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic)
+        .partition(partition)
+        .payload(payload.as_slice())
+        .headers(headers);
+    let delivered = block_on(producer.send(message, Duration::from_secs(30)))
+        .map_err(|(error, _)| error)
+        .expect("delivering the keyless record");
+    Landed {
+        partition: delivered.partition,
+        offset: delivered.offset,
+    }
+}
+
 /// Writes one record whose header *name* is raw bytes (not UTF-8, say),
 /// beside its `x-test-id`, which rdkafka's safe API cannot express:
 /// straight through librdkafka's `rd_kafka_produceva`. Waits for it to

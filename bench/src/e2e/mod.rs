@@ -52,6 +52,7 @@ mod recorder;
 mod replica;
 mod report;
 mod report_details;
+mod report_txn;
 mod run_others;
 mod run_workers;
 mod runs;

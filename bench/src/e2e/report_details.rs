@@ -68,6 +68,7 @@ impl Report {
         self.decisions_section(md);
         self.memory_section(md);
         super::postgres::disk_section(&self.runs, md);
+        super::report_txn::steps_section(&self.runs, md);
     }
 
     fn cpu_section(&self, md: &mut String) {

@@ -12,7 +12,7 @@ use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use idemgate::metrics::{BATCH_SIZE, DECISION_LATENCY, RECORDS};
+use idemgate::metrics::{BATCH_SIZE, DECISION_LATENCY, RECORDS, TXN_STEP, TXN_STEPS};
 
 /// One sample of the exposition: name, labels, value.
 #[derive(Clone, Debug, PartialEq)]
@@ -201,6 +201,47 @@ pub(crate) struct Scraped {
     pub store_errors: u64,
     /// `idemgate_batch_records` count: store rounds the replicas started.
     pub store_rounds: u64,
+    /// Exactly once: `idemgate_transaction_step_seconds` per step, summed
+    /// over the replicas: (step, transactions, mean ms, p99 ms).
+    pub txn_steps: Vec<TxnStep>,
+}
+
+/// One step of the transactions' commits, over a run.
+#[derive(Clone, Debug, Default, Serialize)]
+pub(crate) struct TxnStep {
+    pub step: String,
+    pub count: u64,
+    pub mean_ms: f64,
+    pub p99_ms: Option<f64>,
+}
+
+/// Every step of `idemgate_transaction_step_seconds` that counted one.
+fn txn_steps(scrapes: &[Vec<Sample>]) -> Vec<TxnStep> {
+    let all = || scrapes.iter().map(|s| s.as_slice());
+    TXN_STEPS
+        .iter()
+        .filter_map(|&step| {
+            let of = [("step", step)];
+            let count = total(all(), &format!("{}_count", TXN_STEP.name), &of);
+            let sum = total(all(), &format!("{}_sum", TXN_STEP.name), &of);
+            let of_step: Vec<Vec<Sample>> = scrapes
+                .iter()
+                .map(|s| {
+                    s.iter()
+                        .filter(|x| x.label("step") == Some(step))
+                        .cloned()
+                        .collect()
+                })
+                .collect();
+            let buckets = buckets(of_step.iter().map(Vec::as_slice), TXN_STEP.name);
+            (count > 0.0).then(|| TxnStep {
+                step: step.to_string(),
+                count: count as u64,
+                mean_ms: sum / count * 1000.0,
+                p99_ms: quantile(&buckets, 0.99).map(|s| s * 1000.0),
+            })
+        })
+        .collect()
 }
 
 impl Scraped {
@@ -226,6 +267,7 @@ impl Scraped {
             duplicate_filter: tier("filter"),
             store_errors: total(all(), "idemgate_store_errors_total", &[]) as u64,
             store_rounds: total(all(), &format!("{}_count", BATCH_SIZE.name), &[]) as u64,
+            txn_steps: txn_steps(scrapes),
         }
     }
 }

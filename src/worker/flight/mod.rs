@@ -269,6 +269,8 @@ pub(crate) struct Flight {
     /// for their transaction, listed here.
     pub(crate) transactional: bool,
     in_txn: Vec<(Tp, i64)>,
+    /// The deliveries of the transaction sealed and committing.
+    sealed: Vec<(Tp, i64)>,
     /// Some partition has a re-emit range: the rounds' answers are read
     /// for them until none has.
     replaying: bool,

@@ -98,10 +98,17 @@ impl Flight {
         out
     }
 
-    /// The transaction committed: its deliveries settle (done flags, the
-    /// watermark raise) in the rounds that follow.
+    /// The open transaction is sealed (its offsets taken): deliveries
+    /// from now on are the next one's.
+    pub(crate) fn seal_txn(&mut self) {
+        let delivered = std::mem::take(&mut self.in_txn);
+        self.sealed.extend(delivered);
+    }
+
+    /// The sealed transaction committed: its deliveries settle (done
+    /// flags, the watermark raise) in the rounds that follow.
     pub(crate) fn txn_committed(&mut self) {
-        for (tp, offset) in std::mem::take(&mut self.in_txn) {
+        for (tp, offset) in std::mem::take(&mut self.sealed) {
             let Some(record) = self.record_mut(&tp, offset) else {
                 continue;
             };
@@ -135,9 +142,28 @@ impl Flight {
         })
     }
 
-    /// The transaction's offsets did not commit: the next one sends them
-    /// again.
+    /// The open transaction was aborted: its deliveries are sent again in
+    /// the next one (their claims are still this owner's, unsettled).
+    /// How many.
+    pub(crate) fn txn_aborted(&mut self) -> usize {
+        let mut again = 0;
+        for (tp, offset) in std::mem::take(&mut self.in_txn) {
+            let Some(record) = self.record_mut(&tp, offset) else {
+                continue;
+            };
+            if record.stage == Stage::Produced {
+                record.stage = Stage::Produce;
+                self.queue.push((tp, offset));
+                again += 1;
+            }
+        }
+        again
+    }
+
+    /// The sealed transaction's offsets did not commit: the next one sends
+    /// them again.
     pub(crate) fn txn_offsets_lost(&mut self) {
+        self.sealed.clear();
         for p in self.partitions.values_mut() {
             p.txn_committed = None;
         }

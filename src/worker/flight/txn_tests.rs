@@ -102,6 +102,7 @@ fn a_delivery_settles_only_after_its_transaction_commits() {
     assert!(offsets[0].gap_free);
     assert!(f.txn_offsets(false).is_empty(), "nothing moved since");
     assert_eq!(f.txn_offsets(true).len(), 1, "unless asked for all");
+    f.seal_txn();
     f.txn_committed();
     assert_eq!(stage(&f, 0), Stage::Delivered);
     let publish = round(&mut f, vec![]);
@@ -109,6 +110,49 @@ fn a_delivery_settles_only_after_its_transaction_commits() {
     assert_eq!((publish.raises[0].start, publish.raises[0].end), (0, 3));
     assert!(publish.inserts.is_empty(), "inserted before the commit");
     assert_eq!(stage(&f, 2), Stage::Finished);
+}
+
+/// Two lanes: a delivery reported while the sealed transaction commits
+/// is the next transaction's. The commit settles only its own; the next
+/// transaction's offsets and inserts carry the rest.
+#[test]
+fn a_delivery_after_the_seal_waits_for_the_next_transaction() {
+    let mut f = flight(Resume::default(), 0);
+    for offset in 0..4 {
+        assert!(f.arrive(input(offset), 0, print(offset as u8), 1));
+    }
+    round(&mut f, vec![WON; 4]);
+    let sends = f.take_sends(Instant::now());
+    let report = |f: &mut Flight, offset: i64| {
+        let epoch = f.record(&tp(), offset).unwrap().epoch;
+        f.reported(&tp(), offset, epoch, Ok(()), Instant::now());
+    };
+    assert_eq!(sends.len(), 4);
+    report(&mut f, 0);
+    report(&mut f, 1);
+    assert_eq!(f.take_txn_inserts().len(), 2);
+    let offsets = f.txn_offsets(true);
+    assert_eq!(offsets[0].offset, 2);
+    f.seal_txn();
+    // Committing off the loop: the next transaction's deliveries come in.
+    report(&mut f, 2);
+    report(&mut f, 3);
+    f.txn_committed();
+    assert_eq!(stage(&f, 1), Stage::Delivered);
+    assert_eq!(
+        stage(&f, 2),
+        Stage::Produced,
+        "settled by another transaction's commit"
+    );
+    let publish = round(&mut f, vec![]);
+    assert_eq!((publish.raises[0].start, publish.raises[0].end), (0, 2));
+    assert_eq!(stage(&f, 3), Stage::Produced);
+    // The next transaction: its own inserts and offsets, then its commit.
+    assert_eq!(f.take_txn_inserts().len(), 2);
+    assert_eq!(f.txn_offsets(false)[0].offset, 4);
+    f.seal_txn();
+    f.txn_committed();
+    assert_eq!(stage(&f, 3), Stage::Delivered);
 }
 
 #[test]
@@ -161,6 +205,7 @@ fn a_new_owner_settles_what_the_last_transaction_listed_and_sends_nothing_for_it
     let offsets = f.txn_offsets(false);
     assert_eq!(offsets[0].offset, 9);
     assert_eq!(offsets[0].done, vec![(10, 12)]);
+    f.seal_txn();
     f.txn_committed();
     let publish = round(&mut f, vec![]);
     assert!(
@@ -249,6 +294,7 @@ fn a_handover_drains_past_waits_on_holders_here_but_not_on_holders_elsewhere() {
     // Offset 1 waits on offset 0 of this partition, which is here.
     round(&mut f, vec![WON, on(0)]);
     deliver_all(&mut f);
+    f.seal_txn();
     f.txn_committed();
     round(&mut f, vec![]);
     assert_eq!(stage(&f, 0), Stage::Finished);

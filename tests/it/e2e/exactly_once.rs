@@ -18,16 +18,21 @@
 //! - A zombie (frozen past its session timeout, its partitions moved) is
 //!   fenced when it thaws: its transaction carries a generation the group
 //!   left behind.
+//! - An output the brokers refuse inside a transaction aborts it, and goes
+//!   to audit without its payload in a later one; the replica goes on.
 
 use std::time::{Duration, Instant};
 
+use futures::executor::block_on;
 use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{
-    committed_metadata, read_inputs_as_delivered, Producer, Reader, Topics,
+    admin, committed_metadata, create_topics, read_inputs_as_delivered, send_keyless, Producer,
+    Reader, Topics,
 };
 use idemgate_testkit::servers::unsettled_claims;
 use idemgate_testkit::workload::Bank;
 use idemgate_testkit::{env, kafka_brokers, say, unique, BOUND};
+use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
 
 use super::group::{ends, wait_committed};
 use super::process::{read_part_before, wait_split, BurstAndTail, Gate, GateConfig};
@@ -70,7 +75,8 @@ fn exactly_once_commits_outputs_and_offsets_in_transactions() {
         );
     }
     assert!(
-        gate.log_text().contains("transactional producer ready"),
+        gate.log_text()
+            .contains("transactional producers ready lanes=2"),
         "no transactional producer in the log"
     );
     let unsettled = unsettled_claims(&redis_url, &config.key_prefix);
@@ -341,4 +347,89 @@ fn exactly_once_a_zombie_thawed_after_its_partitions_moved_lets_no_event_through
             "the rejoined zombie exited with {status} on SIGTERM"
         );
     }
+}
+
+/// An output the brokers refuse for its content inside a transaction: the
+/// clean topic is compacted, and an event's record without a key is refused
+/// there (INVALID_RECORD). The guarantee, for a read_committed reader: the
+/// transaction holding the refused output is aborted at once and the
+/// replica goes on (no crash loop, it exits 0 on SIGTERM at the end); each
+/// refused input has exactly one output, in audit, without its payload
+/// (`undeliverable`), its claim released; every other input exactly one
+/// output, before and after, every event once in clean, nothing lost, no
+/// claim left unsettled.
+#[test]
+fn exactly_once_an_output_the_brokers_refuse_goes_to_audit_bare_in_a_later_transaction() {
+    const TEST: &str = "eos-refused";
+    let brokers = kafka_brokers();
+    let topics = Topics::named(TEST, 2, 1);
+    create_topics(
+        &brokers,
+        &[(topics.input.as_str(), 2), (topics.audit.as_str(), 1)],
+    );
+    let clean = NewTopic::new(&topics.clean, 1, TopicReplication::Fixed(1))
+        .set("cleanup.policy", "compact");
+    let created = block_on(admin(&brokers).create_topics(&[clean], &AdminOptions::new()))
+        .expect("create_topics");
+    assert!(created.iter().all(Result::is_ok), "{created:?}");
+    let mut bank = Bank::new(TEST, 12);
+    let mut plan = bank.phase(300, 0, 5);
+    let producer = Producer::new(&brokers);
+    let mut delivered = producer.send(&topics.input, &plan, 100, Duration::ZERO);
+    let redis_url = env("IDEMGATE_TEST_REDIS_URL");
+    let config =
+        GateConfig::new(TEST, &topics, redis_url.clone()).exactly_once(&unique("eos-refused-txn"));
+    let mut gate = Gate::start(TEST, &config);
+    let mut reader = Reader::new(&brokers, &topics.outputs());
+    reader.read_every_input(plan.len(), BOUND, "", || gate.assert_alive());
+    // Three new events, written without a key: novel, and refused by the
+    // compacted clean topic. Nothing else is in flight meanwhile, so no
+    // keyed output shares their produce batch.
+    let copy_rate = std::mem::replace(&mut bank.copy_rate, (0.0, 0.0));
+    let keyless = bank.phase(3, 0, 0);
+    bank.copy_rate = copy_rate;
+    for record in &keyless {
+        let at = send_keyless(&brokers, &topics.input, 0, record);
+        delivered.insert(record.id.clone(), at);
+    }
+    reader.read_every_input(plan.len() + keyless.len(), BOUND, "", || {
+        gate.assert_alive()
+    });
+    // The replica goes on: later records flow as ever.
+    let after = bank.phase(200, 0, 5);
+    delivered.extend(producer.send(&topics.input, &after, 100, Duration::ZERO));
+    plan.extend(after);
+    reader.read_every_input(plan.len() + keyless.len(), BOUND, "", || {
+        gate.assert_alive()
+    });
+    let (refused, keyed): (Vec<_>, Vec<_>) = std::mem::take(&mut reader.records)
+        .into_iter()
+        .partition(|o| keyless.iter().any(|k| k.id == o.test_id()));
+    for record in &keyless {
+        let outputs: Vec<_> = refused
+            .iter()
+            .filter(|o| o.test_id() == record.id)
+            .collect();
+        assert_eq!(outputs.len(), 1, "{}: {outputs:?}", record.id);
+        let out = outputs[0];
+        assert_eq!(out.topic, topics.audit, "{}: {out:?}", record.id);
+        assert!(
+            out.header(idemgate::decision::REASON)
+                .is_some_and(|r| r.starts_with("undeliverable"))
+                && out.payload.is_none(),
+            "{}: not a bare undeliverable record: {out:?}",
+            record.id
+        );
+    }
+    let landed = read_inputs_as_delivered(&brokers, &topics, &delivered);
+    let summary = check(&plan, &landed, &topics, &keyed, Expect::Exact);
+    say(TEST, &summary);
+    assert!(
+        gate.log_text().contains("the transaction is aborted"),
+        "no transaction was aborted: the refusal was not met inside one"
+    );
+    let unsettled = unsettled_claims(&redis_url, &config.key_prefix);
+    assert!(unsettled.is_empty(), "claims left unsettled: {unsettled:?}");
+    let status = gate.terminate(Duration::from_secs(20));
+    assert!(status.success(), "idemgate exited with {status} on SIGTERM");
 }

@@ -8,12 +8,8 @@
 use std::time::Duration;
 
 use idemgate::decision::REASON;
-use idemgate_testkit::kafka::Out;
+use idemgate_testkit::kafka::{send_keyless, Out};
 use idemgate_testkit::workload::{Kind, Planned};
-use idemgate_testkit::TEST_ID;
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer as _};
-use rdkafka::ClientConfig;
 
 use super::support::{start_assigned, stop, Options, Setup};
 
@@ -33,31 +29,6 @@ fn hook(id: &str, key: &[u8], payload: &str) -> Planned {
     );
     record.partition = Some(0);
     record
-}
-
-/// Produces `record` to partition 0 of `topic` with no key at all (the
-/// kit's producer always sets one).
-fn send_keyless(brokers: &str, topic: &str, record: &Planned) {
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()
-        .expect("keyless producer");
-    let headers = OwnedHeaders::new().insert(Header {
-        key: TEST_ID,
-        value: Some(record.id.as_bytes()),
-    });
-    let payload = record.payload.clone().unwrap_or_default();
-    let message: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic)
-        .partition(0)
-        .payload(payload.as_slice())
-        .headers(headers);
-    producer
-        .send(message)
-        .map_err(|(error, _)| error)
-        .expect("queueing the keyless record");
-    producer
-        .flush(Duration::from_secs(30))
-        .expect("delivering the keyless record");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -102,7 +73,7 @@ async fn record_keys_are_the_claims_and_ignored_fields_leave_the_digest() -> any
     let input = setup.topics.input.clone();
     setup.produce(&input, &before, 10, Duration::ZERO).await?;
     let (brokers, topic, record) = (setup.brokers.clone(), input.clone(), keyless.clone());
-    tokio::task::spawn_blocking(move || send_keyless(&brokers, &topic, &record)).await?;
+    tokio::task::spawn_blocking(move || send_keyless(&brokers, &topic, 0, &record)).await?;
     setup.produce(&input, &after, 10, Duration::ZERO).await?;
 
     let outputs = setup.read(&setup.topics, 6).await?;
