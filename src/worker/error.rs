@@ -33,8 +33,6 @@ pub(crate) enum WorkerError {
     StartedTwice,
     #[error("no consumer group metadata for the transaction")]
     NoGroupMetadata,
-    #[error("outputs of the open transaction undelivered after {0:?}")]
-    Undelivered(Duration),
     /// Exactly once: the brokers dropped the transactional commit's
     /// offset metadata (docs/design.md §7).
     #[error(transparent)]

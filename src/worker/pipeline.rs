@@ -361,7 +361,9 @@ impl Worker {
             }
             Reported::Retry(error) => {
                 p.tally.produce_failed(stream);
-                self.undelivered(p, &error);
+                if p.flight.sent_in_open_txn(&tp, offset) {
+                    self.undelivered(p, &error);
+                }
                 if let Some(held_back) = UNDELIVERED.allow() {
                     warn!(%error, topic = %tp.0, partition = tp.1, offset, held_back,
                         "output not delivered: the claim is kept and it is produced again");
@@ -369,7 +371,9 @@ impl Worker {
             }
             Reported::Refused(error) => {
                 p.tally.produce_failed(stream);
-                self.undelivered(p, &error);
+                if p.flight.sent_in_open_txn(&tp, offset) {
+                    self.undelivered(p, &error);
+                }
                 warn!(%error, topic = %tp.0, partition = tp.1, offset,
                     "output refused: to audit without its payload");
             }

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer;
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tokio::task::{JoinError, JoinHandle};
 use tracing::{info, warn};
@@ -99,6 +100,54 @@ pub(super) async fn committed(committing: &mut Option<Committing>) -> Joined {
     }
 }
 
+/// What a failed `send_offsets_to_transaction` or `commit_transaction`
+/// leaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum CommitFailure {
+    /// The transaction must be aborted, and the producer goes on: a
+    /// delivery inside it failed, or the brokers aborted it.
+    Abortable,
+    /// The end of this worker: the producer is fenced or broken, or this
+    /// replica is a zombie whose group generation moved on (its next owner
+    /// replays), or the outcome is unknown (a timeout).
+    Fatal,
+}
+
+/// Error codes that say this replica was fenced, whatever else the error
+/// says: retrying would only repeat it.
+const FENCED: [RDKafkaErrorCode; 6] = [
+    RDKafkaErrorCode::ProducerFenced,
+    RDKafkaErrorCode::InvalidProducerEpoch,
+    RDKafkaErrorCode::UnknownMemberId,
+    RDKafkaErrorCode::IllegalGeneration,
+    RDKafkaErrorCode::FencedInstanceId,
+    RDKafkaErrorCode::RebalanceInProgress,
+];
+
+/// Pure: how a transactional call's error is handled.
+pub(super) fn commit_failure(error: &KafkaError) -> CommitFailure {
+    match error {
+        KafkaError::Transaction(e) => {
+            classify_commit(e.code(), e.txn_requires_abort(), e.is_fatal())
+        }
+        _ => CommitFailure::Fatal,
+    }
+}
+
+/// Pure: the class of a transactional error by its code and librdkafka's
+/// flags.
+pub(super) fn classify_commit(
+    code: RDKafkaErrorCode,
+    requires_abort: bool,
+    fatal: bool,
+) -> CommitFailure {
+    if requires_abort && !fatal && !FENCED.contains(&code) {
+        CommitFailure::Abortable
+    } else {
+        CommitFailure::Fatal
+    }
+}
+
 /// How many commits are read back at most before the question is left to
 /// `idemgate check`.
 const READ_BACKS: u8 = 3;
@@ -165,47 +214,38 @@ impl Worker {
     }
 
     /// Seals the open transaction (or one with offsets alone, where they
-    /// moved), after the commit in flight: waits for every delivery
-    /// report, inserts into tier 2, and leaves the offsets, with the
-    /// group's metadata, and the commit running off the loop on this lane;
-    /// the next transaction opens on the other. The settlements follow the
+    /// moved), after the commit in flight: inserts into tier 2, and leaves
+    /// the offsets, with the group's metadata, and the commit running off
+    /// the loop on this lane (librdkafka's commit waits for every delivery
+    /// report of the transaction, and fails if one failed); the next
+    /// transaction opens on the other lane. The settlements follow the
     /// commit (`on_committed`). An error is the end of this worker.
     pub(super) async fn seal(&self, p: &mut Pipeline) -> Result<(), WorkerError> {
         self.settle_commit(p).await?;
         let sealing = self.clock.now();
         let deadline = sealing + FLUSH_PATIENCE;
-        while p.flight.any_sending() {
-            tokio::select! {
-                result = answer(&mut p.round) => {
-                    self.on_answer(p, result);
-                    self.claim_meanwhile(p);
-                }
-                _ = self.reports.ready() => self.on_reports(p),
-                _ = tokio::time::sleep_until(self.clock.deadline(deadline)) => {
-                    return Err(WorkerError::Undelivered(FLUSH_PATIENCE));
-                }
-            }
-        }
-        if let Some(error) = p.txn.failed.take() {
+        if p.txn.failed.is_some() {
             // The producer survives it: the outputs go again, each as its
             // report said (one refused for its size or content, to audit
             // without its payload).
-            self.abort(p.txn.lane).await?;
-            p.txn.open_since = None;
+            if p.txn.open_since.take().is_some() {
+                self.abort(p.txn.lane).await?;
+            }
+            // The aborted transaction's last reports (failures, most):
+            // they are its, and fail nothing more.
+            self.on_reports(p);
+            let error = p.txn.failed.take().unwrap_or_default();
             let again = p.flight.txn_aborted();
             crate::metrics::transaction_aborted("delivery");
             warn!(%error, outputs = again, "a delivery inside the transaction failed: the transaction is aborted and its outputs are sent again in the next one");
             return Ok(());
         }
-        let reported = self.clock.now();
         self.insert_before_commit(p, deadline).await?;
-        let inserted = self.clock.now();
         let commits = p.flight.txn_offsets(p.txn.open_since.is_some());
         if commits.is_empty() && p.txn.open_since.is_none() {
             return Ok(());
         }
-        crate::metrics::transaction_step("reports", reported - sealing);
-        crate::metrics::transaction_step("inserts", inserted - reported);
+        crate::metrics::transaction_step("inserts", self.clock.now() - sealing);
         let mut list = TopicPartitionList::new();
         for c in &commits {
             let Some(&stream) = self.by_topic.get(&*c.tp.0) else {
@@ -296,6 +336,9 @@ impl Worker {
         else {
             return Ok(Vec::new());
         };
+        // The commit waited for every delivery report of the
+        // transaction: they are all handed over, and apply first.
+        self.on_reports(p);
         match joined.doing("committing the transaction")? {
             Ok(()) => {
                 crate::metrics::committed();
@@ -311,6 +354,16 @@ impl Worker {
                 // Their settlements are the next round's work.
                 p.dirty = true;
                 Ok(commits)
+            }
+            Err(error) if commit_failure(&error) == CommitFailure::Abortable => {
+                // A delivery inside it failed, or the brokers aborted it:
+                // nothing of it is visible, its outputs go again.
+                self.abort(lane).await?;
+                self.on_reports(p);
+                let again = p.flight.sealed_aborted();
+                crate::metrics::transaction_aborted("commit");
+                warn!(%error, outputs = again, "the transaction's commit failed and it is aborted: its outputs are sent again in the next one");
+                Ok(Vec::new())
             }
             Err(error) => {
                 p.flight.txn_offsets_lost();
@@ -423,5 +476,49 @@ impl Worker {
             .doing("aborting the transaction")?
             .doing("aborting the transaction")?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_abortable_error_is_aborted_and_a_fenced_fatal_or_unknown_one_ends_the_worker() {
+        use RDKafkaErrorCode as Code;
+        // A delivery inside the transaction failed, or the brokers aborted it.
+        for code in [
+            Code::MessageSizeTooLarge,
+            Code::InvalidRecord,
+            Code::InvalidTransactionalState,
+        ] {
+            assert_eq!(
+                classify_commit(code, true, false),
+                CommitFailure::Abortable,
+                "{code:?}"
+            );
+        }
+        // A zombie (its group generation moved on) or a fenced producer:
+        // abortable to librdkafka, the end of this worker all the same.
+        for code in FENCED {
+            assert_eq!(
+                classify_commit(code, true, false),
+                CommitFailure::Fatal,
+                "{code:?}"
+            );
+        }
+        // Fatal, or retriable (a timeout: the outcome is unknown).
+        assert_eq!(
+            classify_commit(Code::ProducerFenced, false, true),
+            CommitFailure::Fatal
+        );
+        assert_eq!(
+            classify_commit(Code::OperationTimedOut, false, false),
+            CommitFailure::Fatal
+        );
+        assert_eq!(
+            classify_commit(Code::InvalidRecord, true, true),
+            CommitFailure::Fatal
+        );
     }
 }

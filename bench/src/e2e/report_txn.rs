@@ -17,7 +17,7 @@ pub(crate) fn steps_section(runs: &[RunResult], md: &mut String) {
         return;
     }
     md.push_str("### Exactly once: where a transaction's time goes (clean runs)\n\n");
-    md.push_str("Each replica's `idemgate_transaction_step_seconds`, summed over the replicas: *reports* is the wait, once a transaction is due, for the delivery reports of the outputs it holds; *inserts* its tier-2 inserts; *offsets* `send_offsets_to_transaction`; *commit* `commit_transaction`. The loop goes on claiming (and, where the worker overlaps transactions, sending) during the steps that run off it: their time is not all lost to the records' flow. p99 is interpolated within the histogram's buckets.\n\n");
+    md.push_str("Each replica's `idemgate_transaction_step_seconds`, summed over the replicas: *inserts* its tier-2 inserts, on the loop (a stream without tier 2 has none); *offsets* `send_offsets_to_transaction`; *commit* `commit_transaction`, which first waits for the delivery reports of the outputs the transaction holds. Offsets and commit run off the loop: meanwhile it claims and sends the next transaction's outputs on the replica's other producer. p99 is interpolated within the histogram's buckets.\n\n");
     md.push_str("| run | step | transactions | mean ms | p99 ms |\n");
     md.push_str("|---|---|--:|--:|--:|\n");
     for r in rows {

@@ -47,9 +47,11 @@ impl Flight {
         self.backoffs = later;
         let mut out = std::mem::take(&mut self.queue);
         out.extend(due.into_iter().map(|(_, tp, offset)| (tp, offset)));
+        let txn = self.open_txn;
         out.retain(|(tp, offset)| match self.record_mut(tp, *offset) {
             Some(record) if matches!(record.stage, Stage::Produce | Stage::Backoff { .. }) => {
                 record.stage = Stage::Sending;
+                record.txn = txn;
                 true
             }
             _ => false,
@@ -77,9 +79,13 @@ impl Flight {
         let decision = record.decision.clone().unwrap_or(Decision::Unverified);
         let reported = match result {
             Ok(()) if transactional => {
-                // In the open transaction: settled once it commits.
+                // In its transaction: settled once that commits.
                 record.stage = Stage::Produced;
-                self.in_txn.push((tp.clone(), offset));
+                if Some(record.txn) == self.sealed_txn {
+                    self.sealed.push((tp.clone(), offset));
+                } else {
+                    self.in_txn.push((tp.clone(), offset));
+                }
                 return Reported::Delivered(decision);
             }
             Ok(()) => {
@@ -137,9 +143,11 @@ impl Flight {
         reported
     }
 
-    /// Whether any output awaits its delivery report.
-    pub(crate) fn any_sending(&self) -> bool {
-        self.partitions.keys().any(|tp| self.sending(tp))
+    /// Exactly once: whether `tp`/`offset`'s output was last sent in the
+    /// open transaction (not the one sealed and committing).
+    pub(crate) fn sent_in_open_txn(&self, tp: &Tp, offset: i64) -> bool {
+        self.record(tp, offset)
+            .is_some_and(|r| r.txn == self.open_txn)
     }
 
     /// Whether any output awaits its delivery report.

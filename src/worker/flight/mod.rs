@@ -122,6 +122,8 @@ pub(crate) struct Record {
     /// committed (listed in the commit's metadata): it is claimed to settle
     /// its claim, and produces nothing.
     pub(crate) already_out: bool,
+    /// Exactly once: the transaction its output was last sent in.
+    txn: u64,
 }
 
 /// Where an assigned partition resumes, from its committed offset and
@@ -269,7 +271,10 @@ pub(crate) struct Flight {
     /// for their transaction, listed here.
     pub(crate) transactional: bool,
     in_txn: Vec<(Tp, i64)>,
-    /// The deliveries of the transaction sealed and committing.
+    /// The open transaction's number: outputs sent now are in it.
+    open_txn: u64,
+    /// The transaction sealed and committing, and its deliveries.
+    sealed_txn: Option<u64>,
     sealed: Vec<(Tp, i64)>,
     /// Some partition has a re-emit range: the rounds' answers are read
     /// for them until none has.
@@ -406,6 +411,7 @@ impl Flight {
             counted: true,
             claim_uncertain: false,
             already_out: false,
+            txn: 0,
             batch: self.batch,
             epoch: partition.epoch,
             replay: false,

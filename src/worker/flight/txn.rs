@@ -11,29 +11,31 @@
 //! nothing for them.
 
 use super::deliver::{carried_forward, Commit};
-use super::{Flight, Stage};
+use super::{Flight, Stage, Tp};
 use crate::store::{Insert, StreamId};
 
 impl Flight {
-    /// The tier-2 inserts of the transaction's deliveries, taken: they go
-    /// to the store before the transaction commits.
+    /// The tier-2 inserts of the open transaction's outputs (delivered,
+    /// or still awaiting their reports: the commit waits for those), taken:
+    /// they go to the store before the transaction commits (an abort
+    /// loses nothing by them: this owner's tier-1 claims override them).
     pub(crate) fn take_txn_inserts(&mut self) -> Vec<Insert> {
         let mut inserts = Vec::new();
-        for (tp, offset) in &self.in_txn {
-            let Some(partition) = self.partitions.get_mut(tp) else {
-                continue;
-            };
+        let open = self.open_txn;
+        for partition in self.partitions.values_mut() {
             let stream = StreamId(partition.stream);
-            let Some(record) = partition.records.get_mut(offset) else {
-                continue;
-            };
-            if let Some(owned) = record.claim.as_mut() {
-                if let Some(at) = owned.insert.take() {
-                    inserts.push(Insert {
-                        stream,
-                        hash: owned.held.hash,
-                        at,
-                    });
+            for record in partition.records.values_mut() {
+                if record.txn != open || !matches!(record.stage, Stage::Sending | Stage::Produced) {
+                    continue;
+                }
+                if let Some(owned) = record.claim.as_mut() {
+                    if let Some(at) = owned.insert.take() {
+                        inserts.push(Insert {
+                            stream,
+                            hash: owned.held.hash,
+                            at,
+                        });
+                    }
                 }
             }
         }
@@ -52,12 +54,17 @@ impl Flight {
             let Some(start) = p.committed.or(p.range_start) else {
                 continue;
             };
+            // An output still awaiting its report is in the transaction
+            // being sealed: its commit waits for every report, and fails
+            // if one failed.
+            let open = self.open_txn;
             let delivered = |r: &super::Record| {
                 r.already_out
                     || matches!(
                         r.stage,
                         Stage::Produced | Stage::Delivered | Stage::Settling | Stage::Finished
                     )
+                    || (r.stage == Stage::Sending && r.txn == open)
             };
             let mut end = None;
             let mut ranges: Vec<(i64, i64)> = Vec::new();
@@ -103,11 +110,14 @@ impl Flight {
     pub(crate) fn seal_txn(&mut self) {
         let delivered = std::mem::take(&mut self.in_txn);
         self.sealed.extend(delivered);
+        self.sealed_txn = Some(self.open_txn);
+        self.open_txn += 1;
     }
 
     /// The sealed transaction committed: its deliveries settle (done
     /// flags, the watermark raise) in the rounds that follow.
     pub(crate) fn txn_committed(&mut self) {
+        self.sealed_txn = None;
         for (tp, offset) in std::mem::take(&mut self.sealed) {
             let Some(record) = self.record_mut(&tp, offset) else {
                 continue;
@@ -146,8 +156,24 @@ impl Flight {
     /// the next one (their claims are still this owner's, unsettled).
     /// How many.
     pub(crate) fn txn_aborted(&mut self) -> usize {
+        self.open_txn += 1;
+        let aborted = std::mem::take(&mut self.in_txn);
+        self.send_again(aborted)
+    }
+
+    /// The sealed transaction's commit failed and it was aborted: its
+    /// deliveries are sent again in the next one, and the offsets it
+    /// carried too. How many.
+    pub(crate) fn sealed_aborted(&mut self) -> usize {
+        self.sealed_txn = None;
+        self.txn_offsets_lost();
+        let aborted = std::mem::take(&mut self.sealed);
+        self.send_again(aborted)
+    }
+
+    fn send_again(&mut self, aborted: Vec<(Tp, i64)>) -> usize {
         let mut again = 0;
-        for (tp, offset) in std::mem::take(&mut self.in_txn) {
+        for (tp, offset) in aborted {
             let Some(record) = self.record_mut(&tp, offset) else {
                 continue;
             };
@@ -163,7 +189,6 @@ impl Flight {
     /// The sealed transaction's offsets did not commit: the next one sends
     /// them again.
     pub(crate) fn txn_offsets_lost(&mut self) {
-        self.sealed.clear();
         for p in self.partitions.values_mut() {
             p.txn_committed = None;
         }

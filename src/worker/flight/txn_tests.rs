@@ -112,31 +112,27 @@ fn a_delivery_settles_only_after_its_transaction_commits() {
     assert_eq!(stage(&f, 2), Stage::Finished);
 }
 
-/// Two lanes: a delivery reported while the sealed transaction commits
-/// is the next transaction's. The commit settles only its own; the next
-/// transaction's offsets and inserts carry the rest.
+/// Two lanes: an output sent while the sealed transaction commits is the
+/// next transaction's, even if its report comes first. The commit settles
+/// only its own; the next transaction's offsets and inserts carry the rest.
 #[test]
-fn a_delivery_after_the_seal_waits_for_the_next_transaction() {
+fn an_output_sent_after_the_seal_waits_for_the_next_transaction() {
     let mut f = flight(Resume::default(), 0);
-    for offset in 0..4 {
+    for offset in 0..2 {
         assert!(f.arrive(input(offset), 0, print(offset as u8), 1));
     }
-    round(&mut f, vec![WON; 4]);
-    let sends = f.take_sends(Instant::now());
-    let report = |f: &mut Flight, offset: i64| {
-        let epoch = f.record(&tp(), offset).unwrap().epoch;
-        f.reported(&tp(), offset, epoch, Ok(()), Instant::now());
-    };
-    assert_eq!(sends.len(), 4);
-    report(&mut f, 0);
-    report(&mut f, 1);
+    round(&mut f, vec![WON; 2]);
+    assert_eq!(deliver_all(&mut f), vec![0, 1]);
     assert_eq!(f.take_txn_inserts().len(), 2);
-    let offsets = f.txn_offsets(true);
-    assert_eq!(offsets[0].offset, 2);
+    assert_eq!(f.txn_offsets(true)[0].offset, 2);
     f.seal_txn();
-    // Committing off the loop: the next transaction's deliveries come in.
-    report(&mut f, 2);
-    report(&mut f, 3);
+    // Committing off the loop: the next transaction's outputs go out and
+    // are reported.
+    for offset in 2..4 {
+        assert!(f.arrive(input(offset), 0, print(offset as u8), 1));
+    }
+    round(&mut f, vec![WON; 2]);
+    assert_eq!(deliver_all(&mut f), vec![2, 3]);
     f.txn_committed();
     assert_eq!(stage(&f, 1), Stage::Delivered);
     assert_eq!(
@@ -153,6 +149,66 @@ fn a_delivery_after_the_seal_waits_for_the_next_transaction() {
     f.seal_txn();
     f.txn_committed();
     assert_eq!(stage(&f, 3), Stage::Delivered);
+}
+
+/// The loop does not wait for the reports before sealing: an output still
+/// awaiting its report is in the sealed transaction (its commit waits for
+/// the report), counts in its offsets and inserts, and its report, coming
+/// while the commit runs, joins the sealed list, not the next one's.
+#[test]
+fn an_output_awaiting_its_report_at_the_seal_is_the_sealed_transactions() {
+    let mut f = flight(Resume::default(), 0);
+    for offset in 0..3 {
+        assert!(f.arrive(input(offset), 0, print(offset as u8), 1));
+    }
+    round(&mut f, vec![WON; 3]);
+    assert_eq!(f.take_sends(Instant::now()).len(), 3);
+    let epoch = f.record(&tp(), 0).unwrap().epoch;
+    f.reported(&tp(), 0, epoch, Ok(()), Instant::now());
+    assert_eq!(
+        f.take_txn_inserts().len(),
+        3,
+        "the unreported outputs' inserts too"
+    );
+    let offsets = f.txn_offsets(true);
+    assert_eq!(
+        offsets[0].offset, 3,
+        "the unreported outputs are the sealed transaction's"
+    );
+    f.seal_txn();
+    assert!(!f.sent_in_open_txn(&tp(), 1));
+    f.reported(&tp(), 1, epoch, Ok(()), Instant::now());
+    f.reported(&tp(), 2, epoch, Ok(()), Instant::now());
+    f.txn_committed();
+    for offset in 0..3 {
+        assert_eq!(stage(&f, offset), Stage::Delivered, "offset {offset}");
+    }
+}
+
+/// A sealed transaction whose commit was aborted: its outputs go again in
+/// the next one, and its offsets with it.
+#[test]
+fn an_aborted_commit_sends_its_outputs_and_offsets_again() {
+    let mut f = flight(Resume::default(), 0);
+    for offset in 0..2 {
+        assert!(f.arrive(input(offset), 0, print(offset as u8), 1));
+    }
+    round(&mut f, vec![WON; 2]);
+    deliver_all(&mut f);
+    assert_eq!(f.txn_offsets(false)[0].offset, 2);
+    f.seal_txn();
+    assert_eq!(f.sealed_aborted(), 2);
+    assert_eq!(stage(&f, 0), Stage::Produce);
+    assert_eq!(deliver_all(&mut f), vec![0, 1], "sent again");
+    assert!(f.sent_in_open_txn(&tp(), 0));
+    assert_eq!(
+        f.txn_offsets(false)[0].offset,
+        2,
+        "the offsets go again too"
+    );
+    f.seal_txn();
+    f.txn_committed();
+    assert_eq!(stage(&f, 1), Stage::Delivered);
 }
 
 #[test]
