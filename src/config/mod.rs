@@ -636,6 +636,8 @@ fn filter_plan(
 }
 
 #[cfg(test)]
+mod batch_tests;
+#[cfg(test)]
 mod example_tests;
 #[cfg(test)]
 mod kafka_tests;

@@ -47,8 +47,7 @@ pub(crate) fn steady(
             Some(_) => {}
         }
     }
-    owner.iter().all(Option::is_some)
-        && (0..replicas).all(|r| owner.iter().any(|o| *o == Some(r)))
+    owner.iter().all(Option::is_some) && (0..replicas).all(|r| owner.iter().any(|o| *o == Some(r)))
 }
 
 /// The partitions `leaving` served last before `signal_us` (its outputs
@@ -166,12 +165,7 @@ mod tests {
     fn a_partition_the_survivor_served_last_did_not_move_and_one_never_served_again_counts_unserved(
     ) {
         // Partition 1 was the leaving replica's once, the survivor's last.
-        let seen = [
-            at(0, 1, 100),
-            at(1, 1, 500),
-            at(0, 3, 900),
-            at(1, 1, 1_200),
-        ];
+        let seen = [at(0, 1, 100), at(1, 1, 500), at(0, 3, 900), at(1, 1, 1_200)];
         let moved = moved(&seen, 0, 1_000_000);
         assert_eq!(
             moved,
@@ -207,7 +201,12 @@ mod tests {
 
     #[test]
     fn steady_needs_every_partition_flowing_from_one_replica_and_both_replicas_serving() {
-        let split = [at(0, 0, 1_000), at(0, 1, 1_100), at(1, 2, 1_200), at(1, 3, 1_300)];
+        let split = [
+            at(0, 0, 1_000),
+            at(0, 1, 1_100),
+            at(1, 2, 1_200),
+            at(1, 3, 1_300),
+        ];
         assert!(steady(&split, 1_500_000, 1_000_000, 4, 2));
         // Partition 3 silent in the window.
         assert!(!steady(&split[..3], 1_500_000, 1_000_000, 4, 2));
