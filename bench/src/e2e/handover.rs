@@ -28,7 +28,7 @@ use serde::Serialize;
 
 use super::children::ChildProcess;
 use super::kafka::{create_topics, Loaded};
-use super::replica::{Report, Role, CONNECTED, GO, STOP};
+use super::replica::{Report, Role, CONNECTED, GO, REPORT, STOP};
 use super::runs::{config, unix_us, Dataset, Endpoints, Mode, Setup, REPLICA};
 use super::unserved::{self, Figures, Moved, Seen};
 use idemgate_testkit::feed::Workload;
@@ -47,7 +47,8 @@ pub(crate) struct HandoverResult {
     pub mode: Mode,
     pub partitions: i32,
     pub records_per_s: u64,
-    /// From the signal to the leaving replica's exit, seconds.
+    /// From the signal to the leaving replica's report (its worker
+    /// returned: committed, left the group), seconds.
     pub stop_s: f64,
     pub moved: Vec<Moved>,
     pub figures: Figures,
@@ -108,6 +109,7 @@ pub(crate) async fn run(setup: &Setup, mode: Mode, duplicates: f64) -> Result<Ha
         &group,
         &format!("{group}.r{REPLICA}"),
     );
+    coordinator(&setup.broker.brokers, &group, &raw).await?;
     let mut children = Vec::new();
     for r in 0..2 {
         let role = Role::Worker {
@@ -183,10 +185,18 @@ async fn measure(
     eprintln!("{label}: steady; SIGTERM to replica 0");
     let signal_us = unix_us();
     idemgate_testkit::servers::signal(children[0].pid, "TERM");
-    let Report::Worker = children[0].report(Duration::from_secs(90)).await? else {
-        bail!("{label}: the leaving replica sent another report");
-    };
+    // Its worker returned (committed, left the group) when it reports.
+    children[0].expect(REPORT, Duration::from_secs(90)).await?;
     let stop_s = (unix_us() - signal_us) as f64 / 1e6;
+    // The signal won over the read of its stdin, which a line lets go: the
+    // process then exits.
+    let _ = children[0].send(STOP).await;
+    if !children[0].wait_exit(Duration::from_secs(30)).await {
+        bail!(
+            "{label}: the leaving replica did not exit\n{}",
+            children[0].tail()
+        );
+    }
     let until = Instant::now() + SERVE_BOUND;
     let moved = loop {
         let moved = unserved::moved(&snapshot(), 0, signal_us);
@@ -224,6 +234,35 @@ async fn measure(
         figures,
         check,
     })
+}
+
+/// Waits until the group's coordinator answers: a replica refuses to
+/// start on `NotCoordinator` (a fresh broker creates `__consumer_offsets`
+/// on the first group request, then loads it), and this run may be the
+/// broker's first group.
+async fn coordinator(brokers: &str, group: &str, topic: &str) -> Result<()> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let mut list = TopicPartitionList::new();
+    list.add_partition(topic, 0);
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let asked = list.clone();
+        let answer = tokio::task::block_in_place(|| {
+            consumer.committed_offsets(asked, Duration::from_secs(5))
+        });
+        match answer {
+            Ok(_) => return Ok(()),
+            Err(error) if Instant::now() > until => {
+                return Err(error).context("the group's coordinator did not answer within 60 s")
+            }
+            // Polling the coordinator: it says nothing when it is loaded.
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
 }
 
 /// Reads every output topic from its start until `done`, noting each

@@ -21,7 +21,7 @@ first output of replica 1 on that partition that the reader got; the reader's ow
 (up to 10 ms) is in it, and the stream's spacing (a partition's records are a few ms apart). \
 The classic protocol's eager assignor revokes every partition at the rebalance, so replica 1's \
 own partitions pause too; they are not in these figures. *Stop* is from the signal to replica \
-0's exit (its outputs are committed before it leaves the group). Both replicas run with the \
+0's report (its worker returned: its outputs committed, the group left). Both replicas run with the \
 default `batch.handover_drain` (10 s), which bounds the exactly-once drain.";
 
 impl Report {

@@ -26,9 +26,10 @@ pub(crate) struct Moved {
     pub unserved_ms: Option<f64>,
 }
 
-/// Every partition had outputs in `[now - window, now]`, each from one
-/// replica alone, and each of `replicas` replicas served one at least: the
-/// group settled, every partition flowing.
+/// Outputs flowed for the whole of `[now - window, now]` (one came before
+/// it), every partition had outputs in it, each from one replica alone,
+/// and each of `replicas` replicas served one at least: the group settled,
+/// every partition flowing.
 pub(crate) fn steady(
     seen: &[Seen],
     now_us: i64,
@@ -36,6 +37,9 @@ pub(crate) fn steady(
     partitions: i32,
     replicas: usize,
 ) -> bool {
+    if !seen.iter().any(|s| s.at_us <= now_us - window_us) {
+        return false;
+    }
     let mut owner: Vec<Option<usize>> = vec![None; partitions.max(0) as usize];
     for s in seen.iter().filter(|s| s.at_us > now_us - window_us) {
         let Some(slot) = owner.get_mut(s.partition as usize) else {
@@ -202,19 +206,22 @@ mod tests {
     #[test]
     fn steady_needs_every_partition_flowing_from_one_replica_and_both_replicas_serving() {
         let split = [
+            at(0, 0, 400),
             at(0, 0, 1_000),
             at(0, 1, 1_100),
             at(1, 2, 1_200),
             at(1, 3, 1_300),
         ];
         assert!(steady(&split, 1_500_000, 1_000_000, 4, 2));
+        // Outputs began inside the window: not settled for the whole of it.
+        assert!(!steady(&split[1..], 1_500_000, 1_000_000, 4, 2));
         // Partition 3 silent in the window.
-        assert!(!steady(&split[..3], 1_500_000, 1_000_000, 4, 2));
+        assert!(!steady(&split[..4], 1_500_000, 1_000_000, 4, 2));
         // Partition 1 from both replicas within the window: still moving.
         let moving = [&split[..], &[at(1, 1, 1_400)]].concat();
         assert!(!steady(&moving, 1_500_000, 1_000_000, 4, 2));
         // One replica serving everything.
-        let one = [at(0, 0, 1_000), at(0, 1, 1_100)];
+        let one = [at(0, 0, 400), at(0, 0, 1_000), at(0, 1, 1_100)];
         assert!(!steady(&one, 1_500_000, 1_000_000, 2, 2));
         // Outputs older than the window do not count.
         assert!(!steady(&split, 2_250_000, 1_000_000, 4, 2));
