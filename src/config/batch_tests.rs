@@ -21,8 +21,7 @@ fn the_handover_drain_is_ten_seconds_unless_set() {
 fn a_handover_drain_past_thirty_seconds_is_refused_naming_the_field() {
     assert!(parse("handover_drain = \"30s\"").is_ok());
     let error = parse("handover_drain = \"31s\"")
-        .err()
-        .expect("31s accepted")
+        .expect_err("31s accepted")
         .to_string();
     assert!(error.starts_with("batch.handover_drain:"), "{error}");
     assert!(error.contains("at most 30s"), "{error}");

@@ -51,7 +51,7 @@ pub(crate) fn steady(
             Some(_) => {}
         }
     }
-    owner.iter().all(Option::is_some) && (0..replicas).all(|r| owner.iter().any(|o| *o == Some(r)))
+    owner.iter().all(Option::is_some) && (0..replicas).all(|r| owner.contains(&Some(r)))
 }
 
 /// The partitions `leaving` served last before `signal_us` (its outputs
