@@ -122,6 +122,9 @@ pub(crate) struct BatchConfig {
     /// How often finished offsets are committed (exactly once: how long a
     /// transaction stays open).
     pub(crate) commit_interval: Duration,
+    /// Exactly once: the longest a handover lets the records read finish
+    /// (`[batch] handover_drain`).
+    pub(crate) handover_drain: Duration,
 }
 
 /// Environment variables that override the file, so one config serves
@@ -280,6 +283,13 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             "must be at least batch.max_records",
         ));
     }
+    let most = crate::worker::MAX_HANDOVER_DRAIN;
+    if raw.batch.handover_drain > most {
+        return Err(invalid(
+            "batch.handover_drain",
+            format!("at most {}s: the drain and the wait for deliveries after it must fit in the time a revoke waits for the loop", most.as_secs()),
+        ));
+    }
     Ok(Config {
         kafka,
         group_protocol,
@@ -292,6 +302,7 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             max_in_flight_bytes: raw.batch.max_in_flight_bytes.get(),
             read_ahead: raw.batch.read_ahead.get(),
             commit_interval: raw.batch.commit_interval,
+            handover_drain: raw.batch.handover_drain,
         },
         guarantee: raw.guarantee,
         streams,
@@ -624,6 +635,8 @@ fn filter_plan(
     })
 }
 
+#[cfg(test)]
+mod batch_tests;
 #[cfg(test)]
 mod example_tests;
 #[cfg(test)]

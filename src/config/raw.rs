@@ -273,6 +273,13 @@ pub(crate) struct RawBatch {
         with = "crate::ttl::serde_duration"
     )]
     pub(crate) commit_interval: Duration,
+    /// Exactly once: how long a handover (a revoke, a stop) lets the
+    /// records read finish before it commits. At most 30s. Default 10s.
+    #[serde(
+        default = "default_handover_drain",
+        with = "crate::ttl::serde_duration"
+    )]
+    pub(crate) handover_drain: Duration,
 }
 
 impl Default for RawBatch {
@@ -284,8 +291,13 @@ impl Default for RawBatch {
             max_in_flight_bytes: default_in_flight_bytes(),
             read_ahead: default_read_ahead(),
             commit_interval: default_commit_interval(),
+            handover_drain: default_handover_drain(),
         }
     }
+}
+
+fn default_handover_drain() -> Duration {
+    Duration::from_secs(10)
 }
 
 fn default_commit_interval() -> Duration {

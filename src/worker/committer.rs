@@ -15,7 +15,7 @@
 use std::time::Instant;
 
 use rdkafka::consumer::Consumer;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::error::WorkerError;
 use super::flight::Tp;
@@ -93,13 +93,25 @@ impl Worker {
     }
 
     /// A handover's first step, before the deliveries are awaited: exactly
-    /// once lets the records read finish, so that the commit covers what
-    /// was delivered in its offsets alone.
+    /// once lets the records read finish (for at most
+    /// `batch.handover_drain`), so that the commit covers what was
+    /// delivered in its offsets alone. A drain that ran out is said: what
+    /// it left unfinished, the next owner decides again.
     pub(super) async fn before_handover(&self, p: &mut Pipeline) -> Result<(), WorkerError> {
-        match self.guarantee {
-            Guarantee::AtLeastOnce => Ok(()),
-            Guarantee::ExactlyOnce => self.drain(p).await,
+        if self.guarantee == Guarantee::AtLeastOnce {
+            return Ok(());
         }
+        let began = self.clock.now();
+        self.drain(p).await?;
+        if !p.flight.drained() {
+            warn!(
+                unfinished = p.flight.in_flight().0,
+                drained_ms = self.clock.now().duration_since(began).as_millis() as u64,
+                bound_ms = self.handover_drain.as_millis() as u64,
+                "handover: the drain reached batch.handover_drain with records unfinished: the next owner decides them again"
+            );
+        }
+        Ok(())
     }
 
     /// Once the deliveries are in, before the publish: exactly once

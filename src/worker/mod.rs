@@ -60,6 +60,11 @@ pub use crate::clock::wall_ms;
 pub use consumer::read_headers;
 pub use poller::GroupState as Group;
 
+/// The longest `[batch] handover_drain`: the drain and the wait for
+/// deliveries after it fit in the time a revoke waits for the loop.
+pub(crate) const MAX_HANDOVER_DRAIN: std::time::Duration =
+    poller::REVOKE_PATIENCE.saturating_sub(pipeline::FLUSH_PATIENCE);
+
 /// A stream as the loop sees it.
 struct StreamRuntime {
     config: StreamConfig,
@@ -92,6 +97,9 @@ pub(crate) struct Worker {
     /// (`crate::clock`): the machine's, or a test's.
     clock: Arc<dyn Clock>,
     commit_interval: std::time::Duration,
+    /// Exactly once: the longest a handover lets the records read finish
+    /// (`batch.handover_drain`).
+    handover_drain: std::time::Duration,
     /// Where the producer's thread hands delivery reports over.
     reports: Arc<Reports>,
     group: Arc<GroupState>,
@@ -279,6 +287,7 @@ impl Worker {
             guarantee: config.guarantee,
             clock,
             commit_interval: config.batch.commit_interval,
+            handover_drain: config.batch.handover_drain,
             reports,
             group,
             events,

@@ -58,7 +58,7 @@ pub struct GroupState {
 
 /// How long a revoke waits for the loop: past it, the partitions go anyway
 /// and their unfinished claims are the next owner's.
-const REVOKE_PATIENCE: Duration = Duration::from_secs(60);
+pub(super) const REVOKE_PATIENCE: Duration = Duration::from_secs(60);
 
 pub(crate) struct GroupContext {
     pub(crate) state: Arc<GroupState>,

@@ -38,8 +38,6 @@ use crate::store::{Publish, StoreError};
 
 /// How long librdkafka may take for a transaction's own requests.
 const TXN_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a handover lets the records read finish first.
-const DRAIN: Duration = Duration::from_secs(10);
 /// The second lane's transactional id is the first's with this suffix
 /// (README, "Exactly once").
 pub(crate) const SECOND_LANE: &str = "~2";
@@ -184,11 +182,11 @@ impl Worker {
 
     /// Before a handover (a revoke, a stop): reads nothing more and runs
     /// the loop until every record read is finished, or waits on a holder
-    /// elsewhere, or `DRAIN` passes. The commit then covers everything
+    /// elsewhere, or `batch.handover_drain` passes. The commit then covers everything
     /// delivered in its offsets alone, not only in its metadata (a broker
     /// that dropped transactional offset metadata would lose it).
     pub(super) async fn drain(&self, p: &mut Pipeline) -> Result<(), WorkerError> {
-        let until = self.clock.now() + DRAIN;
+        let until = self.clock.now() + self.handover_drain;
         while self.clock.now() < until && !p.flight.drained() {
             self.turn(p)?;
             self.commit_when_due(p).await?;

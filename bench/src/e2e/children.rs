@@ -87,6 +87,13 @@ impl ChildProcess {
         Ok(report)
     }
 
+    /// Waits for the process to end, up to `within`; whether it did.
+    pub async fn wait_exit(&mut self, within: Duration) -> bool {
+        tokio::time::timeout(within, self.process.wait())
+            .await
+            .is_ok()
+    }
+
     /// The last lines of the child's log, for an error message.
     pub fn tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();

@@ -34,7 +34,10 @@ own `group.id`), and it reads batches of `batch.max_records` within `batch.linge
 worker's polling thread does. It is the ceiling any Kafka-to-Kafka worker has on this machine: \
 *x passthrough* is each run's records/s over it.\n\
 - **the per-record baseline**: one `SET NX PX` round trip per record, then produce, then commit \
-(see below); exact mode with one replica is compared with it.\n\n";
+(see below); exact mode with one replica is compared with it.\n\
+- **the handover runs**, one per guarantee (`--handover`), exact mode: two clean replicas on a \
+stream the harness produces at a steady rate, one of them SIGTERMed; how long each partition it \
+gave up goes without output (see Handover).\n\n";
 
 pub(crate) const DEFINITIONS: &str = "## What the figures mean\n\n\
 - **records/s** end to end: records of the topic / (the first poll that returned records, to \

@@ -22,7 +22,10 @@
 //!    trips, commands and store rounds per batch and the phases of a round;
 //! 5. runs a per-record baseline (one `SET NX PX` round trip per record,
 //!    then produce, then commit) on the same topic;
-//! 6. prints the table (with each run over the passthrough, and exact mode
+//! 6. runs the handover: two replicas on a steady stream, one SIGTERMed,
+//!    in exact mode in each guarantee; how long each partition it gave
+//!    up is unserved;
+//! 7. prints the table (with each run over the passthrough, and exact mode
 //!    over the baseline) and writes it to `BENCHMARKS.md` and
 //!    `BENCHMARKS.json` with the machine and versions.
 //!
@@ -35,12 +38,14 @@
 //! (the store decorator), `postgres` (the PostgreSQL runs' reset, disk
 //! figures and report parts), `recorder` (the metrics tap) and `timeline`
 //! (phases of a round), `proxy` (round trips on the wire), `memory`,
-//! `profile` (perf), and `report`, `report_details`, `definitions` (the
-//! table, BENCHMARKS.md and .json).
+//! `profile` (perf), `handover` and `unserved` (the handover run and its
+//! arithmetic), and `report`, `report_details`, `report_handover`,
+//! `definitions` (the table, BENCHMARKS.md and .json).
 
 mod baseline;
 mod children;
 mod definitions;
+mod handover;
 mod histogram;
 mod kafka;
 mod memory;
@@ -52,6 +57,7 @@ mod recorder;
 mod replica;
 mod report;
 mod report_details;
+mod report_handover;
 mod report_txn;
 mod run_others;
 mod run_workers;
@@ -59,6 +65,7 @@ mod runs;
 mod scrape;
 mod services;
 mod timeline;
+mod unserved;
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -94,7 +101,7 @@ pub struct BenchArgs {
     /// Modes to run: exact, exactly-once (exact with transactions),
     /// redisbloom, bitmap (all on Redis), postgres (exact on the bench's own
     /// PostgreSQL server). `--modes exact,postgres` runs those two alone
-    /// (the passthrough runs unless `--no-passthrough`).
+    /// (the passthrough runs unless `--no-passthrough`); `--modes=` none.
     #[arg(
         long,
         value_delimiter = ',',
@@ -109,6 +116,12 @@ pub struct BenchArgs {
     /// PostgreSQL runs have none (the proxy speaks RESP).
     #[arg(long, value_delimiter = ',', default_value = "1")]
     pub counting_replicas: Vec<usize>,
+    /// Guarantees of the handover run, exact mode: `exact` (at least
+    /// once), `exactly-once`. Two replicas on a steady stream, one gets
+    /// SIGTERM; how long each partition it gave up is unserved. Empty
+    /// (`--handover=`) skips it.
+    #[arg(long, value_delimiter = ',', default_value = "exact,exactly-once")]
+    pub handover: Vec<String>,
     /// Skip the passthrough run (and the ratios over it).
     #[arg(long)]
     pub no_passthrough: bool,
@@ -219,8 +232,10 @@ async fn bench(args: BenchArgs) -> Result<()> {
     let modes: Vec<Mode> = args
         .modes
         .iter()
+        .filter(|m| !m.is_empty())
         .map(|m| Mode::parse(m))
         .collect::<Result<_>>()?;
+    let handovers = handover::modes(&args.handover)?;
     let kafka_libs = kafka_libs(args.kafka_libs.as_deref())?;
     let redis_bin = args
         .redis_server
@@ -304,6 +319,10 @@ async fn bench(args: BenchArgs) -> Result<()> {
     } else {
         None
     };
+    let mut handover_runs = Vec::new();
+    for &mode in &handovers {
+        handover_runs.push(handover::run(&setup, mode, args.duplicates).await?);
+    }
     let profiled = if args.perf {
         let dataset = matrix.as_ref().unwrap_or(&main);
         Some(run_workers::clean(&setup, dataset, Mode::Exact, 1, true).await?)
@@ -322,10 +341,12 @@ async fn bench(args: BenchArgs) -> Result<()> {
             passthrough,
             baseline,
             profiled,
+            handovers: handover_runs,
         },
         started.elapsed().as_secs_f64(),
     );
     println!("{}", report.table());
+    println!("{}", report.handover_table());
     if !args.no_write {
         std::fs::create_dir_all(&args.out_dir)?;
         let md = args.out_dir.join("BENCHMARKS.md");

@@ -109,7 +109,8 @@ pub(crate) async fn wait_for(stdin: &mut Lines<BufReader<Stdin>>, word: &str) ->
     Ok(false)
 }
 
-/// `idemgate run` on the plain store, until `stop`.
+/// `idemgate run` on the plain store, until `stop` or SIGTERM (the
+/// handover run's signal: `idemgate run`'s own shutdown).
 async fn worker(config: &str, stdin: &mut Lines<BufReader<Stdin>>) -> Result<()> {
     let config = Config::parse(config).context("the replica's config")?;
     let store = idemgate::app::open_store(&config).await?;
@@ -118,7 +119,10 @@ async fn worker(config: &str, stdin: &mut Lines<BufReader<Stdin>>) -> Result<()>
         bail!("the harness went away before go");
     }
     let stop = async {
-        let _ = wait_for(stdin, STOP).await;
+        tokio::select! {
+            _ = wait_for(stdin, STOP) => {}
+            _ = idemgate::app::shutdown_signal() => {}
+        }
     };
     idemgate::app::run_with_store(&config, store, stop).await
 }

@@ -21,6 +21,7 @@ pub(crate) struct Runs {
     pub baseline: Option<RunResult>,
     /// The extra clean run under perf.
     pub profiled: Option<RunResult>,
+    pub handovers: Vec<super::handover::HandoverResult>,
 }
 
 #[derive(Serialize)]
@@ -53,6 +54,8 @@ pub(crate) struct Report {
     pub profile: Option<super::profile::Profile>,
     /// Whether the bench started a PostgreSQL server (PostgreSQL runs).
     pub postgres: bool,
+    /// The handover runs: how long a moved partition is unserved.
+    pub handovers: Vec<super::handover::HandoverResult>,
 }
 
 #[derive(Clone, Serialize)]
@@ -174,6 +177,7 @@ impl Report {
             passthrough,
             baseline,
             profiled,
+            handovers,
         } = all;
         let ceiling = passthrough.as_ref().map(|p| p.records_per_s);
         for r in runs.iter_mut().chain(counting.iter_mut()) {
@@ -210,6 +214,7 @@ impl Report {
             profiled,
             profile,
             postgres: setup.postgres.is_some(),
+            handovers,
         };
         report.targets = report.targets();
         report
@@ -429,6 +434,7 @@ impl Report {
         md.push_str(&self.table());
         md.push('\n');
         self.detail_sections(&mut md);
+        self.handover_section(&mut md);
         md.push_str("## Targets\n\n| target | figure | met |\n|---|---|---|\n");
         for t in &self.targets {
             let met = match t.met {

@@ -49,6 +49,8 @@ pub struct Options<'a> {
     pub max_records: usize,
     /// Top-level lines (`guarantee = "exactly-once"`).
     pub top: &'a str,
+    /// More `[batch]` lines (`handover_drain = "1s"`).
+    pub batch: &'a str,
 }
 
 impl Default for Options<'_> {
@@ -59,6 +61,7 @@ impl Default for Options<'_> {
             more: &[],
             max_records: 200,
             top: "",
+            batch: "",
         }
     }
 }
@@ -144,8 +147,10 @@ listen = "127.0.0.1:0"
 [batch]
 max_records = {max}
 linger = "20ms"
+{batch}
 "#,
             top = options.top,
+            batch = options.batch,
             prefix = self.prefix,
             max = options.max_records,
         );

@@ -1,0 +1,28 @@
+//! `[batch] handover_drain`: its default and its bound.
+
+use std::time::Duration;
+
+use super::tests::{brokers, STREAM};
+use super::Config;
+
+fn parse(batch: &str) -> Result<Config, super::ConfigError> {
+    Config::parse_with_vars(&format!("[batch]\n{batch}\n{STREAM}"), brokers)
+}
+
+#[test]
+fn the_handover_drain_is_ten_seconds_unless_set() {
+    let config = parse("").expect("config");
+    assert_eq!(config.batch.handover_drain, Duration::from_secs(10));
+    let config = parse("handover_drain = \"1500ms\"").expect("config");
+    assert_eq!(config.batch.handover_drain, Duration::from_millis(1500));
+}
+
+#[test]
+fn a_handover_drain_past_thirty_seconds_is_refused_naming_the_field() {
+    assert!(parse("handover_drain = \"30s\"").is_ok());
+    let error = parse("handover_drain = \"31s\"")
+        .expect_err("31s accepted")
+        .to_string();
+    assert!(error.starts_with("batch.handover_drain:"), "{error}");
+    assert!(error.contains("at most 30s"), "{error}");
+}
