@@ -19,6 +19,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use tracing::{info, warn};
 
 use super::error::{Doing, WorkerError};
+use super::fault_point::{self, Step};
 use super::flight::Commit;
 use super::metadata::Metadata;
 use super::pipeline::{answer, Pipeline, FLUSH_PATIENCE};
@@ -118,8 +119,10 @@ impl Worker {
             let _ = self.abort().await;
             return Err(WorkerError::OutputFailed(error));
         }
+        fault_point::reached(Step::AfterProduce, p.txn.open_since.is_some());
         let reported = self.clock.now();
         self.insert_before_commit(p, deadline).await?;
+        fault_point::reached(Step::AfterInserts, p.txn.open_since.is_some());
         let inserted = self.clock.now();
         let commits = p.flight.txn_offsets(p.txn.open_since.is_some());
         if commits.is_empty() && p.txn.open_since.is_none() {
@@ -145,6 +148,7 @@ impl Worker {
                 ));
             }
         }
+        let outputs = p.txn.open_since.is_some();
         self.begin(p)?;
         let group = self
             .consumer
@@ -159,9 +163,11 @@ impl Worker {
             if list.count() > 0 {
                 producer.send_offsets_to_transaction(&list, &group, TXN_TIMEOUT)?;
             }
+            fault_point::reached(Step::AfterOffsets, outputs);
             let committing = clock.now();
             crate::metrics::transaction_step("offsets", committing - offsets);
             producer.commit_transaction(TXN_TIMEOUT)?;
+            fault_point::reached(Step::AfterCommit, outputs);
             crate::metrics::transaction_step("commit", clock.now() - committing);
             Ok::<(), rdkafka::error::KafkaError>(())
         });
