@@ -14,15 +14,14 @@
 //!   graceful stop runs from there, as when an orchestrator stops it;
 //! - `IDEMGATE_FAULT_ACTION=stop`: SIGSTOP to itself: the process freezes
 //!   at the step, and the test does what it must there (cuts the store's
-//!   link) before it sends SIGCONT, or SIGTERM and SIGCONT.
-//!
+//!   link) before it sends SIGCONT, or SIGTERM and SIGCONT;
 //! - `IDEMGATE_FAULT_SKIP=<n>` (default 0): the step fires the (n+1)th
 //!   time it is reached with work, not the first: the first transactions
 //!   of a stream hold only what needs no claim (`invalid` records are
 //!   decided before any store round answers).
 //!
 //! The environment is read once. Only a step reached with `work` (a seal
-//! holding outputs, a round holding settlements) counts, so the fault
+//! holding outputs, a round setting done flags) counts, so the fault
 //! lands where there is something to lose, not in the empty seals before
 //! the first assignment. Reaching it logs
 //! `fault point <step> reached` at WARN before the signal. Nothing in
@@ -46,8 +45,9 @@ pub(crate) enum Step {
     AfterOffsets,
     /// `commit_transaction` returned Ok, nothing settled yet.
     AfterCommit,
-    /// A round with settlements (done flags, watermark raises) is about
-    /// to be sent.
+    /// A round that sets done flags (claims of a committed transaction's
+    /// records; a raise alone may cover only claims flagged before) is
+    /// about to be sent.
     BeforeSettlements,
 }
 
