@@ -20,6 +20,8 @@
 //! - `store_lost`: a stream whose store lost its state stops (or passes
 //!   records unverified) and says so;
 //! - `progress`, `client_logs`: what the worker says in its logs;
+//! - `fault_point`: a test-only hook that stops the process at a step of
+//!   an exactly-once seal;
 //! - `watch`: the polling thread's look at the streams' input partitions
 //!   and at a wait for an assignment.
 
@@ -28,6 +30,7 @@ mod client_logs;
 mod committer;
 pub(crate) mod consumer;
 mod error;
+mod fault_point;
 mod flight;
 mod handover;
 pub(crate) mod metadata;

@@ -278,6 +278,8 @@ impl Worker {
             std::mem::take(&mut round.claims),
             std::mem::take(&mut round.read),
         );
+        let settles = !publish.done.is_empty();
+        super::fault_point::reached(super::fault_point::Step::BeforeSettlements, settles);
         let handle = tokio::spawn(async move {
             let answer = tokio::time::timeout(STORE_TIMEOUT, store.round(&publish, &claims, &read))
                 .await

@@ -29,6 +29,7 @@ use tokio::task::{JoinError, JoinHandle};
 use tracing::{info, warn};
 
 use super::error::{Doing, WorkerError};
+use super::fault_point::{self, Step};
 use super::flight::Commit;
 use super::metadata::Metadata;
 use super::pipeline::{answer, Pipeline, FLUSH_PATIENCE};
@@ -238,7 +239,9 @@ impl Worker {
             warn!(%error, outputs = again, "a delivery inside the transaction failed: the transaction is aborted and its outputs are sent again in the next one");
             return Ok(());
         }
+        fault_point::reached(Step::AfterProduce, p.txn.open_since.is_some());
         self.insert_before_commit(p, deadline).await?;
+        fault_point::reached(Step::AfterInserts, p.txn.open_since.is_some());
         let commits = p.flight.txn_offsets(p.txn.open_since.is_some());
         if commits.is_empty() && p.txn.open_since.is_none() {
             return Ok(());
@@ -262,6 +265,7 @@ impl Worker {
                 ));
             }
         }
+        let outputs = p.txn.open_since.is_some();
         self.begin(p)?;
         let group = self
             .consumer
@@ -277,9 +281,11 @@ impl Worker {
             if list.count() > 0 {
                 producer.send_offsets_to_transaction(&list, &group, TXN_TIMEOUT)?;
             }
+            fault_point::reached(Step::AfterOffsets, outputs);
             let committing = clock.now();
             crate::metrics::transaction_step("offsets", committing - offsets);
             producer.commit_transaction(TXN_TIMEOUT)?;
+            fault_point::reached(Step::AfterCommit, outputs);
             crate::metrics::transaction_step("commit", clock.now() - committing);
             Ok::<(), KafkaError>(())
         });

@@ -258,6 +258,47 @@ fn a_filter_duplicate_passes_only_for_a_tiered_stream() {
 }
 
 #[test]
+fn a_copy_may_name_a_filter_suppressed_copy_only_for_a_tiered_stream() {
+    let plan = plan();
+    let (landed, mut outs) = faithful(&plan);
+    // Two copies of one event after tier 1 forgot it: the first meets the
+    // filter (and claims tier 1 for itself), the second names the first.
+    let event_copies: Vec<usize> = {
+        let copies = |event| {
+            outs.iter()
+                .enumerate()
+                .filter(|(_, o)| {
+                    plan.iter()
+                        .any(|p| p.id == o.test_id() && p.event == event && p.kind == Kind::Copy)
+                })
+                .map(|(i, _)| i)
+                .collect::<Vec<_>>()
+        };
+        plan.iter()
+            .map(|p| copies(p.event))
+            .find(|c| c.len() >= 2)
+            .expect("an event with two copies")
+    };
+    let (first, second) = (event_copies[0], event_copies[1]);
+    let first_at = outs[first]
+        .header(idemgate::decision::INPUT)
+        .unwrap()
+        .to_string();
+    as_filter_hit(&mut outs[first]);
+    for (k, v) in outs[second].headers.iter_mut() {
+        if k == FIRST_SEEN {
+            *v = Some(first_at.clone().into_bytes());
+        }
+    }
+    assert!(fails(&plan, &outs, &landed, Expect::Exact));
+    judge(&plan, &landed, &topics(), &outs, Expect::Filtered).unwrap();
+    // Naming a copy the filter did not suppress still fails.
+    let mut exact = outs.clone();
+    exact[first] = faithful(&plan).1[first].clone();
+    assert!(fails(&plan, &exact, &landed, Expect::Filtered));
+}
+
+#[test]
 fn a_filter_duplicate_of_an_event_that_never_reached_clean_fails() {
     let plan = plan();
     let (landed, mut outs) = faithful(&plan);

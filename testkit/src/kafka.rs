@@ -643,10 +643,25 @@ pub fn committed_offsets(
     topic: &str,
     partitions: &[i32],
 ) -> Vec<Option<i64>> {
-    committed(brokers, group, topic, partitions)
+    committed(brokers, group, topic, partitions, "read_committed")
         .into_iter()
         .map(|c| c.map(|(offset, _)| offset))
         .collect()
+}
+
+/// The offsets `group` has committed for `partitions` of `topic`, with
+/// their metadata, without waiting for an open transaction that holds
+/// offsets of the group (a replica killed between sending them and its
+/// commit): what is committed now. A `read_committed` reader asks the
+/// broker for stable offsets, and it answers none until that transaction
+/// ends (an abort by the replica's restart, or its timeout).
+pub fn committed_now(
+    brokers: &str,
+    group: &str,
+    topic: &str,
+    partitions: &[i32],
+) -> Vec<Option<(i64, String)>> {
+    committed(brokers, group, topic, partitions, "read_uncommitted")
 }
 
 /// The metadata of the offsets `group` has committed for `partitions` of
@@ -657,23 +672,26 @@ pub fn committed_metadata(
     topic: &str,
     partitions: &[i32],
 ) -> Vec<Option<String>> {
-    committed(brokers, group, topic, partitions)
+    committed(brokers, group, topic, partitions, "read_committed")
         .into_iter()
         .map(|c| c.map(|(_, metadata)| metadata))
         .collect()
 }
 
-/// Per partition, the committed offset and its metadata, if any.
+/// Per partition, the committed offset and its metadata, if any, read as
+/// a consumer of `isolation` reads them.
 fn committed(
     brokers: &str,
     group: &str,
     topic: &str,
     partitions: &[i32],
+    isolation: &str,
 ) -> Vec<Option<(i64, String)>> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", group)
         .set("enable.auto.commit", "false")
+        .set("isolation.level", isolation)
         .create()
         .expect("offset reader");
     let mut list = TopicPartitionList::new();

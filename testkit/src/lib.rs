@@ -16,6 +16,8 @@
 //!   input by the [`TEST_ID`] header and judged record by record.
 //! - [`counting`]: a `ClaimStore` decorator that counts what a worker asks.
 //! - [`faulty`]: a `ClaimStore` decorator that injects store faults.
+//! - [`link`]: a loopback TCP link to a server that a test can cut (the
+//!   traffic dropped, the sockets open) and restore.
 //! - [`process`]: a child process with its log, killed on drop.
 //! - [`postgres`]: the PostgreSQL store's claims and watermarks read from
 //!   outside (through `psql`), and which claims are unsettled.
@@ -33,6 +35,7 @@ pub mod counting;
 pub mod faulty;
 pub mod feed;
 pub mod kafka;
+pub mod link;
 pub mod postgres;
 pub mod process;
 pub mod servers;

@@ -534,6 +534,35 @@ fn key_ttls_where(url: &str, prefix: &str, keep: impl Fn(&[u8]) -> bool) -> Vec<
 /// the done flag in the high bit of byte 24; watermarks are the hash
 /// `<prefix><key id>:w` with fields `<tag hex>:<partition>`.
 pub fn unsettled_claims(url: &str, prefix: &str) -> Vec<String> {
+    unsettled_holders(url, prefix)
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+/// An unsettled claim's holder, as `unsettled_holders` reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    /// The input topic's tag.
+    pub tag: i64,
+    pub partition: i32,
+    pub offset: i64,
+    /// The partition's delivered watermark, if it has one.
+    pub watermark: Option<i64>,
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:06x}/{}/{} (watermark {:?})",
+            self.tag, self.partition, self.offset, self.watermark
+        )
+    }
+}
+
+/// `unsettled_claims`, each claim's holder as a value.
+pub fn unsettled_holders(url: &str, prefix: &str) -> Vec<Holder> {
     let client = redis::Client::open(url).expect("redis url");
     let mut connection = client
         .get_connection_with_timeout(Duration::from_secs(5))
@@ -570,9 +599,12 @@ pub fn unsettled_claims(url: &str, prefix: &str) -> Vec<String> {
         });
         let below = marks.get(&format!("{tag:06x}:{partition}")).copied();
         if !done && below.is_none_or(|w| offset >= w) {
-            unsettled.push(format!(
-                "{tag:06x}/{partition}/{offset} (watermark {below:?})"
-            ));
+            unsettled.push(Holder {
+                tag,
+                partition: partition as i32,
+                offset,
+                watermark: below,
+            });
         }
     }
     unsettled

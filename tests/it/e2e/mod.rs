@@ -5,6 +5,7 @@
 //!
 //! - `process`: the gateway binary as a guard;
 //! - `exact`, `restart`, `failover`, `outage`, `lost_store`, `zombie`,
+//!   `seal_faults` (a replica stopped at each step of an exactly-once seal),
 //!   `resets`, `cluster`, `postgres` (the exact ones on PostgreSQL): the
 //!   scenarios, on the test kit's workload, Kafka
 //!   readers, exactly-once check and server guards;
@@ -42,6 +43,7 @@ mod reset_command;
 mod reset_kafka;
 mod resets;
 mod restart;
+mod seal_faults;
 mod start_checks;
 mod store_rights;
 mod tiered;

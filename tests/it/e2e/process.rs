@@ -50,6 +50,9 @@ pub struct GateConfig {
     pub postgres_schema: Option<String>,
     /// With `postgres_schema`: the server's URL (role and password in it).
     pub postgres_url: String,
+    /// The process's environment beyond `RUST_LOG` (a fault point:
+    /// `IDEMGATE_FAULT_AT`, `IDEMGATE_FAULT_ACTION`).
+    pub env: Vec<(&'static str, String)>,
 }
 
 impl GateConfig {
@@ -80,6 +83,7 @@ impl GateConfig {
             top: String::new(),
             postgres_schema: None,
             postgres_url: String::new(),
+            env: Vec::new(),
         }
     }
 
@@ -307,7 +311,8 @@ impl Gate {
             // runner's environment would silently point elsewhere.
             .env_remove("IDEMGATE_KAFKA_BROKERS")
             .env_remove("IDEMGATE_REDIS_URL")
-            .env_remove("IDEMGATE_REDIS_NODES");
+            .env_remove("IDEMGATE_REDIS_NODES")
+            .envs(config.env.iter().map(|(k, v)| (k, v)));
         let process = Logged::spawn(&format!("{name} idemgate"), command, &log);
         println!(
             "[{name}] idemgate pid {} config {} log {}",
