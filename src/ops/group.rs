@@ -113,9 +113,20 @@ pub(crate) fn committed(
     for (topic, partition) in partitions {
         list.add_partition(topic, *partition);
     }
-    let found = consumer
-        .committed_offsets(list, REQUEST_TIMEOUT)
-        .map_err(GroupError::Committed)?;
+    // A group coordinator that is moving or still loading (a broker just
+    // started, or restarted) answers the fetch with an error that passes:
+    // asked again, within the request timeout.
+    let until = std::time::Instant::now() + REQUEST_TIMEOUT;
+    let found = loop {
+        match consumer.committed_offsets(list.clone(), REQUEST_TIMEOUT) {
+            Ok(found) => break found,
+            Err(error) if coordinator_passing(&error) && std::time::Instant::now() < until => {
+                // Waits on the broker's coordinator, not on a guess.
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            Err(error) => return Err(GroupError::Committed(error)),
+        }
+    };
     Ok(found
         .elements()
         .iter()
@@ -131,6 +142,18 @@ pub(crate) fn committed(
         .collect())
 }
 
+/// Whether an error of a group request says its coordinator is moving or
+/// loading, which passes by itself.
+fn coordinator_passing(error: &KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as Code;
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            Code::NotCoordinator | Code::CoordinatorLoadInProgress | Code::CoordinatorNotAvailable
+        )
+    )
+}
+
 /// Whether any of `committed` is idemgate's for the stream of `key_id`
 /// (metadata `idemgate/2 <key_id> ...`).
 pub(crate) fn has_idemgate_commits(committed: &[Committed], key_id: &str) -> bool {
@@ -142,6 +165,39 @@ pub(crate) fn has_idemgate_commits(committed: &[Committed], key_id: &str) -> boo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A coordinator still loading or moving (a broker that just started)
+    /// answers the first fetches with errors that pass: the committed
+    /// offsets are asked again and found, where a start used to refuse.
+    #[test]
+    fn committed_offsets_are_asked_again_while_the_coordinator_loads_or_moves() {
+        use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+        let mock = crate::demo::mock::MockKafka::start(1, 0).expect("mock cluster");
+        mock.create_topic("raw", 1).expect("topic");
+        let consumer: BaseConsumer<QuietContext> = rdkafka::ClientConfig::new()
+            .set(
+                "bootstrap.servers",
+                mock.bootstrap_servers().expect("servers"),
+            )
+            .set("group.id", "coordinator-moves")
+            .create_with_context(QuietContext)
+            .expect("consumer");
+        mock.cluster().expect("cluster").request_errors(
+            RDKafkaApiKey::OffsetFetch,
+            &[
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS,
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_COORDINATOR,
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS,
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_COORDINATOR,
+            ],
+        );
+        let found = committed(&consumer, &[("raw".into(), 0)]).expect("found after retries");
+        assert!(
+            found.is_empty(),
+            "nothing was committed: {} found",
+            found.len()
+        );
+    }
 
     fn commit(metadata: &str) -> Committed {
         Committed {
