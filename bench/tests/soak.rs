@@ -1,7 +1,8 @@
 //! The short fault soak, in the normal test suite: 20,000 records through
 //! three replicas while replicas are killed and terminated, Redis is frozen
-//! and restarted and the broker is restarted on its own disk, in every
-//! guarantee this build takes. `idemgate-bench soak --short` fails on any
+//! and restarted, the replicas' link to it is cut and the broker is
+//! restarted on its own disk, in every guarantee this build takes (under
+//! exactly once, replicas are also SIGKILLed inside a seal). `idemgate-bench soak --short` fails on any
 //! must-be-zero figure and on a run that does not drain; this test fails
 //! with its output. Needs Apache Kafka's jars (`IDEMGATE_TEST_KAFKA_LIBS`,
 //! from scripts/test-services.sh; the soak starts brokers of its own) and
@@ -80,6 +81,23 @@ fn short_soak(name: &str, extra: &[&str], headings: &[&str]) -> String {
         report.matches("the log kept").count(),
         runs,
         "a run without its broker restart:\n{report}"
+    );
+    // Each cut its store link; each exactly-once run SIGKILLed a replica
+    // inside a seal twice, by its fault point (one that does not fire
+    // fails the soak; this checks the report says so).
+    assert_eq!(
+        report.matches("link cut for").count(),
+        runs,
+        "a run without its store link cut:\n{report}"
+    );
+    let exactly_once = report
+        .lines()
+        .filter(|l| headings.contains(l) && l.ends_with("exactly-once"))
+        .count();
+    assert_eq!(
+        report.matches("killed by its SIGKILL").count(),
+        2 * exactly_once,
+        "an exactly-once run without its two SIGKILLs inside a seal:\n{report}"
     );
     println!(
         "short soak passed in {:.0}s",

@@ -1,9 +1,12 @@
-//! `idemgate-bench soak`: the fault soak (issue 10, item 4). A mixed
-//! workload (a bank stream in exact, fail-closed mode; a telemetry stream in
-//! tiered, fail-open mode) flows through three replicas for a bounded time
-//! while replicas are SIGKILLed and SIGTERMed, Redis is frozen and
-//! restarted and the broker (Apache Kafka, one KRaft node of the soak's
-//! own) is restarted on its own disk, once per guarantee; then every
+//! `idemgate-bench soak`: the fault soak (issue 10, item 4; issue 19,
+//! item 5). A mixed workload (a bank stream in exact, fail-closed mode; a
+//! telemetry stream in tiered, fail-open mode) flows through three replicas
+//! for a bounded time while replicas are SIGKILLed and SIGTERMed, Redis is
+//! frozen and restarted, the replicas' link to it is cut (packets dropped)
+//! and the broker (Apache Kafka, one KRaft node of the soak's own) is
+//! restarted on its own disk, once per guarantee; under exactly once a
+//! replica is also SIGKILLed inside a seal (its test-only fault point, just
+//! after a commit and between the offsets and the commit); then every
 //! output is judged against the workload's oracle. Writes SOAK.md and
 //! SOAK.json; exits non-zero if a must-be-zero figure is not, or if the
 //! run does not drain in time. With `--store postgres` both streams are
@@ -62,6 +65,12 @@ pub struct SoakArgs {
     /// Seconds the store stays down in its restart.
     #[arg(long, default_value_t = 8.0)]
     pub redis_down: f64,
+    /// Seconds the replicas' link to the store stays cut (packets dropped,
+    /// sockets open): beyond the store's timeouts (Redis's 5 s response
+    /// timeout, PostgreSQL's 15 s round) and the breaker's longest
+    /// cooldown, within the 30 s transaction timeout.
+    #[arg(long, default_value_t = 20.0)]
+    pub link_cut: f64,
     /// Least seconds between the end of one fault and the start of the
     /// next; by default none: a fault starts at its planned second, or
     /// right after the one before when that one overran it.
@@ -122,6 +131,7 @@ impl SoakArgs {
             self.window = self.window.min(60.0);
             self.freeze = self.freeze.min(8.0);
             self.redis_down = self.redis_down.min(3.0);
+            self.link_cut = self.link_cut.min(8.0);
             self.drain_timeout = self.drain_timeout.min(180.0);
             self.tier1_ttl = self.tier1_ttl.min(15);
         }

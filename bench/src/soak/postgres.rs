@@ -99,10 +99,11 @@ pub(crate) fn conditions(report: &Report, run: &RunResult) -> Vec<String> {
             a.records, a.bank_share * 100.0, a.partitions, a.replicas, a.batch, a.window
         ),
         format!(
-            "- Faults: those of the Redis run, the Redis ones made PostgreSQL ones: a freeze (SIGSTOP of the postmaster, then of each of its children, for {:.0} s and later {:.0} s; then SIGCONT) and a restart that keeps the data (`pg_ctl stop -m fast`: sessions ended, a shutdown checkpoint; down {:.0} s; `pg_ctl start` on the same data directory). A crash (`-m immediate`, recovery from the WAL at start) is not soaked.",
+            "- Faults: those of the Redis run, the Redis ones made PostgreSQL ones: a freeze (SIGSTOP of the postmaster, then of each of its children, for {:.0} s and later {:.0} s; then SIGCONT), a restart that keeps the data (`pg_ctl stop -m fast`: sessions ended, a shutdown checkpoint; down {:.0} s; `pg_ctl start` on the same data directory) and the replicas' link to the server cut for {:.0} s (packets dropped, sockets open). A crash (`-m immediate`, recovery from the WAL at start) is not soaked.",
             a.freeze,
             (a.freeze / 3.0).max(3.0),
-            a.redis_down
+            a.redis_down,
+            a.link_cut
         ),
         "- Settled claims: after the graceful stop, every live row (not past its expiry) of the claims tables must be flagged done or lie below its partition's watermark (the watermarks table), read with SQL.".into(),
     ]

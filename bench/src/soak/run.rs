@@ -11,11 +11,12 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 
 use idemgate_testkit::kafka::{create_topics, Producer};
+use idemgate_testkit::link::Link;
 use serde::Serialize;
 
 use super::collect::{Collector, Seen};
 use super::config::{replica_toml, Common, Guarantee, Topics};
-use super::faults::{self, Applied, Targets};
+use super::faults::{self, Applied, Lengths, Targets};
 use super::plan::{Plan, Shape, BANK, TELEMETRY};
 use super::store::{Binaries, SoakStore, StoreKind};
 use super::verdict::{judge, Figures, Keeping};
@@ -81,7 +82,9 @@ pub(crate) fn run(s: &Setup<'_>) -> Result<RunResult> {
         .collect();
     let refs: Vec<(&str, i32)> = all.iter().map(|(t, p)| (t.as_str(), *p)).collect();
     create_topics(&broker.brokers, &refs);
-    let store_url = store.url();
+    // The replicas reach the store through a link the faults can cut; the
+    // soak's own checks (the unsettled claims) go to it directly.
+    let (link, store_url) = Link::for_url(&store.url());
     let common = Common {
         guarantee: s.guarantee,
         brokers: &broker.brokers,
@@ -137,7 +140,12 @@ pub(crate) fn run(s: &Setup<'_>) -> Result<RunResult> {
     }
     let offset = started.elapsed().as_secs_f64();
     eprintln!("soak {name}: the group formed at +{offset:.1}s; faults from now on");
-    let schedule = faults::schedule(args.window, args.freeze, args.redis_down, s.store);
+    let lengths = Lengths {
+        freeze: args.freeze,
+        store_down: args.redis_down,
+        link_cut: args.link_cut,
+    };
+    let schedule = faults::schedule(args.window, lengths, s.store, s.guarantee);
     let mut applied = Vec::new();
     let mut next_free = 0.0f64;
     {
@@ -145,6 +153,7 @@ pub(crate) fn run(s: &Setup<'_>) -> Result<RunResult> {
             replicas: &mut replicas,
             store: &mut store,
             broker: &mut broker,
+            link: &link,
             producer_gate: gate.clone(),
             start: started,
         };

@@ -76,6 +76,9 @@ pub(crate) struct Replicas {
     configs: Vec<PathBuf>,
     procs: Vec<Option<Logged>>,
     starts: Vec<u32>,
+    /// Replicas started with a fault point armed: `watch` leaves their
+    /// exit to `await_fault_point`, which expects it.
+    armed: Vec<bool>,
     /// Exits the soak did not cause, each with its log tail; each replica
     /// was started again.
     pub unexpected_exits: Vec<String>,
@@ -94,6 +97,7 @@ impl Replicas {
             dir: dir.to_path_buf(),
             procs: paths.iter().map(|_| None).collect(),
             starts: vec![0; paths.len()],
+            armed: vec![false; paths.len()],
             configs: paths,
             unexpected_exits: Vec::new(),
         };
@@ -104,16 +108,74 @@ impl Replicas {
     }
 
     pub fn spawn(&mut self, n: usize) {
+        self.spawn_with(n, &[]);
+    }
+
+    /// Starts replica `n` with `env` added to its environment (a fault
+    /// point's variables: then it is armed until `await_fault_point`).
+    pub fn spawn_with(&mut self, n: usize, env: &[(&str, String)]) {
         self.starts[n] += 1;
+        self.armed[n] = !env.is_empty();
         let mut command = Command::new(&self.exe);
         command
             .arg("soak-replica")
             .arg("--config")
             .arg(&self.configs[n])
             .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1");
+            .env("NO_COLOR", "1")
+            .envs(env.iter().cloned());
         let log = self.dir.join(format!("replica-{n}.{}.log", self.starts[n]));
         self.procs[n] = Some(Logged::spawn(&format!("replica {n}"), command, &log));
+    }
+
+    /// Waits up to `bound` for armed replica `n` to log `reached` and exit
+    /// by it, watching the others meanwhile; then starts it again unarmed
+    /// (a supervisor's restart). Replica `n` is stopped by SIGTERM if it is
+    /// still running at the bound. What happened, for the report.
+    pub fn await_fault_point(
+        &mut self,
+        n: usize,
+        reached: &str,
+        bound: Duration,
+        start: Instant,
+    ) -> FaultPoint {
+        let began = Instant::now();
+        let outcome = loop {
+            self.watch(start.elapsed().as_secs_f64());
+            let Some(process) = self.procs[n].as_mut() else {
+                break FaultPoint::NotRunning;
+            };
+            // The exit first, then the log: a line written just before the
+            // exit is in the file by then.
+            let exited = process.exited();
+            let fired = process.log_text().contains(reached);
+            if let Some(status) = exited {
+                let process = self.procs[n].take().expect("checked");
+                let after = began.elapsed();
+                break if fired {
+                    use std::os::unix::process::ExitStatusExt;
+                    FaultPoint::Fired {
+                        after,
+                        killed: status.signal() == Some(9),
+                        status: status.to_string(),
+                    }
+                } else {
+                    FaultPoint::ExitedFirst {
+                        after,
+                        status: status.to_string(),
+                        tail: process.tail(8),
+                    }
+                };
+            }
+            if began.elapsed() > bound {
+                let (_, status) = self.terminate(n, Duration::from_secs(90));
+                break FaultPoint::NotReached { fired, status };
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        self.armed[n] = false;
+        self.spawn(n);
+        outcome
     }
 
     /// Partitions the running replicas hold, by their logs: each one's last
@@ -171,6 +233,9 @@ impl Replicas {
     /// Starts again every replica that exited on its own, noting each.
     pub fn watch(&mut self, at: f64) {
         for n in 0..self.procs.len() {
+            if self.armed[n] {
+                continue;
+            }
             let exited = match self.procs[n].as_mut() {
                 Some(process) => !alive(process),
                 None => false,
@@ -196,6 +261,29 @@ impl Replicas {
             })
             .collect()
     }
+}
+
+/// How an armed replica's fault point went.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum FaultPoint {
+    /// It logged the step and exited (`status`; `killed` if by SIGKILL)
+    /// `after` its armed start.
+    Fired {
+        after: Duration,
+        killed: bool,
+        status: String,
+    },
+    /// It exited without reaching the step.
+    ExitedFirst {
+        after: Duration,
+        status: String,
+        tail: String,
+    },
+    /// Not gone by it within the bound (`fired`: the step was logged, yet
+    /// the process ran on); stopped by SIGTERM (`status`).
+    NotReached { fired: bool, status: String },
+    /// It was not running when armed.
+    NotRunning,
 }
 
 /// Whether the process still runs (a zombie has exited).
