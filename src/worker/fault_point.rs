@@ -21,7 +21,8 @@
 //!   decided before any store round answers).
 //!
 //! The environment is read once. Only a step reached with `work` (a seal
-//! holding outputs, a round setting done flags) counts, so the fault
+//! holding outputs of claimed records, a round setting done flags) counts,
+//! so the fault
 //! lands where there is something to lose, not in the empty seals before
 //! the first assignment. Reaching it logs
 //! `fault point <step> reached` at WARN before the signal. Nothing in
@@ -37,7 +38,8 @@ use tracing::warn;
 /// The steps of a seal a fault can be aimed at, in their order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Step {
-    /// Every output of the transaction produced and its report in.
+    /// Every output of the transaction produced (their reports may still
+    /// be coming: the commit waits for them).
     AfterProduce,
     /// The transaction's tier-2 inserts acknowledged.
     AfterInserts,

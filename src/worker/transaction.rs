@@ -239,9 +239,12 @@ impl Worker {
             warn!(%error, outputs = again, "a delivery inside the transaction failed: the transaction is aborted and its outputs are sent again in the next one");
             return Ok(());
         }
-        fault_point::reached(Step::AfterProduce, p.txn.open_since.is_some());
+        // A fault is aimed at a transaction whose commit leaves claims to
+        // settle (tests only, `fault_point`).
+        let claims = p.txn.open_since.is_some() && p.flight.open_txn_claims();
+        fault_point::reached(Step::AfterProduce, claims);
         self.insert_before_commit(p, deadline).await?;
-        fault_point::reached(Step::AfterInserts, p.txn.open_since.is_some());
+        fault_point::reached(Step::AfterInserts, claims);
         let commits = p.flight.txn_offsets(p.txn.open_since.is_some());
         if commits.is_empty() && p.txn.open_since.is_none() {
             return Ok(());
@@ -265,7 +268,6 @@ impl Worker {
                 ));
             }
         }
-        let outputs = p.txn.open_since.is_some();
         self.begin(p)?;
         let group = self
             .consumer
@@ -281,11 +283,11 @@ impl Worker {
             if list.count() > 0 {
                 producer.send_offsets_to_transaction(&list, &group, TXN_TIMEOUT)?;
             }
-            fault_point::reached(Step::AfterOffsets, outputs);
+            fault_point::reached(Step::AfterOffsets, claims);
             let committing = clock.now();
             crate::metrics::transaction_step("offsets", committing - offsets);
             producer.commit_transaction(TXN_TIMEOUT)?;
-            fault_point::reached(Step::AfterCommit, outputs);
+            fault_point::reached(Step::AfterCommit, claims);
             crate::metrics::transaction_step("commit", clock.now() - committing);
             Ok::<(), KafkaError>(())
         });

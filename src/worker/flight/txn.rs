@@ -42,6 +42,20 @@ impl Flight {
         inserts
     }
 
+    /// Whether the open transaction holds an output of a claimed record
+    /// (delivered or awaiting its report): one whose claim its commit
+    /// leaves to settle.
+    pub(crate) fn open_txn_claims(&self) -> bool {
+        let open = self.open_txn;
+        self.partitions.values().any(|p| {
+            p.records.values().any(|r| {
+                r.txn == open
+                    && r.claim.is_some()
+                    && matches!(r.stage, Stage::Sending | Stage::Produced)
+            })
+        })
+    }
+
     /// Per partition, the offsets the transaction commits: the delivered
     /// prefix (outputs in this or an earlier transaction, or none due),
     /// and the delivered ranges above it: only where they moved since the
