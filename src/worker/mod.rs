@@ -111,8 +111,9 @@ pub(crate) struct Worker {
     poll_events: Option<tokio::sync::mpsc::Sender<Event>>,
     /// Tells the polling thread to leave the group; its callbacks go quiet.
     closing: Arc<AtomicBool>,
-    /// Records read and not finished, as the loop last counted them: the
-    /// poller reads ahead only so far (`batch.read_ahead`).
+    /// Records read and not finished, as the loop last counted them (less
+    /// those a transaction's commit holds, `Flight::ahead_of_the_loop`):
+    /// the poller reads ahead only so far (`batch.read_ahead`).
     unfinished: Arc<std::sync::atomic::AtomicUsize>,
     event_time: bool,
     /// The consumer group, for what the watch asks its coordinator.

@@ -265,8 +265,10 @@ impl Worker {
             self.gauges(p, now);
         }
         p.tally.flush(&p.metrics);
-        self.unfinished
-            .store(p.flight.in_flight().0, std::sync::atomic::Ordering::Relaxed);
+        self.unfinished.store(
+            p.flight.ahead_of_the_loop(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         Ok(())
     }
 

@@ -20,7 +20,9 @@ impl Worker {
     /// what it fetched ahead for a paused partition and fetches it again at
     /// the resume, so pausing is kept rare.
     pub(super) fn bound(&self, p: &mut Pipeline) {
-        let (records, bytes) = p.flight.in_flight();
+        // Records a transaction's commit holds (exactly once) are bounded
+        // by the commit interval, not here; their bytes count.
+        let (records, bytes) = (p.flight.ahead_of_the_loop(), p.flight.in_flight().1);
         let over = records >= self.max_in_flight_records || bytes >= self.max_in_flight_bytes;
         let under =
             records * 2 < self.max_in_flight_records && bytes * 2 < self.max_in_flight_bytes;

@@ -343,6 +343,16 @@ impl Flight {
         (self.unfinished, self.bytes)
     }
 
+    /// Records read and not finished, less those delivered and waiting for
+    /// their transaction's commit (exactly once): what the polling thread
+    /// reads ahead of (`batch.read_ahead`). A record past its send is no
+    /// longer ahead of the loop; counting the ones a commit holds would
+    /// cap a replica at `read_ahead` batches per commit.
+    pub(crate) fn ahead_of_the_loop(&self) -> usize {
+        self.unfinished
+            .saturating_sub(self.in_txn.len() + self.sealed.len())
+    }
+
     /// Poll batches with records not finished yet.
     pub(crate) fn batches_in_flight(&self) -> usize {
         self.batches.len()
