@@ -171,6 +171,8 @@ impl Replicas {
                 let (_, status) = self.terminate(n, Duration::from_secs(90));
                 break FaultPoint::NotReached { fired, status };
             }
+            // Polling the armed replica's exit: it dies when its seal
+            // reaches the fault point, which the broker's pace decides.
             std::thread::sleep(Duration::from_millis(100));
         };
         self.armed[n] = false;

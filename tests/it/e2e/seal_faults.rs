@@ -444,6 +444,8 @@ fn wait_frozen(gate: &Gate, case: &str) {
             Instant::now() < until,
             "{case} the replica did not freeze at its fault point: state {state:?}"
         );
+        // Polling the kernel's process state: the SIGSTOP the replica
+        // sends itself lands when the kernel delivers it.
         std::thread::sleep(Duration::from_millis(10));
     }
 }
