@@ -84,6 +84,12 @@ enum Action {
 
 /// The armed step, its action and how many of its passes go by first,
 /// from the environment, once.
+/// Whether any fault point is armed: what a step's `work` costs to tell
+/// is spent only then.
+pub(crate) fn any_armed() -> bool {
+    armed().is_some()
+}
+
 fn armed() -> Option<(Step, Action, u64)> {
     static ARMED: OnceLock<Option<(Step, Action, u64)>> = OnceLock::new();
     *ARMED.get_or_init(|| {

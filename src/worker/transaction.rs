@@ -240,8 +240,9 @@ impl Worker {
             return Ok(());
         }
         // A fault is aimed at a transaction whose commit leaves claims to
-        // settle (tests only, `fault_point`).
-        let claims = p.txn.open_since.is_some() && p.flight.open_txn_claims();
+        // settle (tests only, `fault_point`: the scan runs only when armed).
+        let claims =
+            fault_point::any_armed() && p.txn.open_since.is_some() && p.flight.open_txn_claims();
         fault_point::reached(Step::AfterProduce, claims);
         self.insert_before_commit(p, deadline).await?;
         fault_point::reached(Step::AfterInserts, claims);
