@@ -13,6 +13,7 @@
 //!   differ, sending each hook to its implementation;
 //! - `handover`: revokes, stops and at-least-once commits;
 //! - `metadata`: what a commit says for the next owner;
+//! - `commit_failure`: what a failed transactional commit leaves (pure);
 //! - `transaction`: exactly once, the transaction around a commit
 //!   interval's outputs and offsets;
 //! - `output`: the producer side; `breaker`: the store circuit breaker;
@@ -27,6 +28,7 @@
 
 mod breaker;
 mod client_logs;
+mod commit_failure;
 mod committer;
 pub(crate) mod consumer;
 mod error;
