@@ -85,9 +85,10 @@ fn short_soak(name: &str, extra: &[&str], headings: &[&str]) -> String {
     // Each cut its store link; each exactly-once run SIGKILLed a replica
     // inside a seal twice, by its fault point (one that does not fire
     // fails the soak; this checks the report says so).
+    // (Redis only: docs/design.md §12.)
     assert_eq!(
         report.matches("link cut for").count(),
-        runs,
+        if name == "redis" { runs } else { 0 },
         "a run without its store link cut:\n{report}"
     );
     let exactly_once = report
