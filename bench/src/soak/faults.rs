@@ -377,7 +377,7 @@ mod tests {
             for fault in describe(&alo) {
                 assert!(eos_faults.contains(&fault), "{fault} missing: {eos:?}");
             }
-            assert_eq!(eos.len(), alo.len() + 2);
+            assert_eq!(eos.len(), alo.len() + kills.len());
             assert!(describe(&alo).iter().any(|d| d.contains("broker SIGTERM")));
         }
     }
