@@ -37,6 +37,13 @@ pub(crate) enum WorkerError {
     /// offset metadata (docs/design.md §7).
     #[error(transparent)]
     MetadataDropped(#[from] MetadataDropped),
+    /// Exactly once: an assignment's committed offsets stayed unreadable.
+    #[error("the committed offsets of partitions assigned could not be read for {after:?} ({source}): deciding their records again could put a second output beside one the last owner committed, so this replica ends and the partitions go to another")]
+    CommittedUnreadable {
+        after: Duration,
+        #[source]
+        source: KafkaError,
+    },
     #[error("tier-2 inserts before the transaction commits failed until {patience:?} ran out ({source}): aborted")]
     Inserts {
         patience: Duration,

@@ -246,6 +246,10 @@ impl Worker {
                 closing: closing.clone(),
                 revoked: std::sync::Mutex::new(Vec::new()),
                 clock: clock.clone(),
+                committed_patience: poller::CommittedPatience::of(
+                    config.guarantee,
+                    &producer_config,
+                ),
             })
             .doing("creating the kafka consumer")?;
         let reports = Arc::new(Reports::default());

@@ -420,6 +420,12 @@ impl Worker {
                     p.flight.assign(tp, stream, resume);
                 }
             }
+            Event::CommittedUnreadable { after, error } => {
+                return Err(WorkerError::CommittedUnreadable {
+                    after,
+                    source: error,
+                });
+            }
             Event::Revoke { partitions, ack } => {
                 self.partitions_go(p, &partitions).await?;
                 for tp in &partitions {

@@ -22,6 +22,7 @@
 //! the list.
 
 use crate::clock::Clock;
+use crate::config::Guarantee;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc as sync_mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -41,6 +42,10 @@ pub(crate) enum Event {
     Records(Vec<Arrival>),
     /// Partitions assigned, each with its committed offset and metadata.
     Assigned(Vec<(Tp, Option<(i64, String)>)>),
+    /// Exactly once: the committed offsets of partitions assigned could
+    /// not be read for `after`; the worker ends rather than decide again
+    /// what the last owner may have committed.
+    CommittedUnreadable { after: Duration, error: KafkaError },
     /// Partitions about to go: acknowledge once their work is committed.
     Revoke {
         partitions: Vec<Tp>,
@@ -72,6 +77,8 @@ pub(crate) struct GroupContext {
     pub(crate) revoked: std::sync::Mutex<Vec<Tp>>,
     /// The worker's clock (`crate::clock`).
     pub(crate) clock: Arc<dyn Clock>,
+    /// How long an assignment reads the committed offsets.
+    pub(crate) committed_patience: CommittedPatience,
 }
 
 impl ClientContext for GroupContext {
@@ -156,7 +163,27 @@ impl ConsumerContext for GroupContext {
                 if self.closing.load(Ordering::SeqCst) {
                     return;
                 }
-                let committed = committed_with_metadata(consumer, list, &*self.clock);
+                let patience = self.committed_patience;
+                let committed = match committed_with_metadata(
+                    consumer,
+                    list,
+                    &*self.clock,
+                    patience.patience(),
+                ) {
+                    Ok(committed) => committed,
+                    Err(error) => match patience {
+                        CommittedPatience::DecideAgainAfter(_) => {
+                            error!(%error, "cannot read committed offsets: records the last owner finished above its commit are decided again, and watermarks are not raised from its commits");
+                            TopicPartitionList::new()
+                        }
+                        CommittedPatience::EndAfter(after) => {
+                            let _ = self
+                                .events
+                                .blocking_send(Event::CommittedUnreadable { after, error });
+                            return;
+                        }
+                    },
+                };
                 let partitions =
                     partitions_of(list)
                         .into_iter()
@@ -193,33 +220,75 @@ impl ConsumerContext for GroupContext {
 }
 
 /// The committed offsets of `list` with their metadata, tried for up to
-/// `COMMITTED_PATIENCE`: without them the new owner cannot skip what the
-/// last one listed as finished (it decides those records again: a second
+/// `patience`: without them the new owner cannot skip what the last one
+/// listed as finished (it would decide those records again: a second
 /// audit output) nor raise watermarks from its commits.
 fn committed_with_metadata(
     consumer: &BaseConsumer<GroupContext>,
     list: &TopicPartitionList,
     clock: &dyn Clock,
-) -> TopicPartitionList {
-    let until = clock.now() + COMMITTED_PATIENCE;
+    patience: Duration,
+) -> Result<TopicPartitionList, KafkaError> {
+    let until = clock.now() + patience;
     loop {
         match consumer.committed_offsets(list.clone(), Duration::from_secs(10)) {
-            Ok(committed) => return committed,
+            Ok(committed) => return Ok(committed),
             Err(error) if clock.now() < until => {
                 warn!(%error, "cannot read committed offsets yet: retrying");
-                // A coordinator that is moving or loading answers soon.
+                // A coordinator that is moving or loading answers soon; a
+                // transaction of the last owner's with offsets pending
+                // (exactly once) by its commit, or its timeout.
                 std::thread::sleep(Duration::from_millis(500));
             }
-            Err(error) => {
-                error!(%error, "cannot read committed offsets: records the last owner finished above its commit are decided again, and watermarks are not raised from its commits");
-                return TopicPartitionList::new();
-            }
+            Err(error) => return Err(error),
         }
     }
 }
 
-/// How long an assignment tries to read the committed offsets.
+/// How long an assignment reads the committed offsets, and what it does
+/// when it cannot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CommittedPatience {
+    /// At least once: after this long, the records the last owner finished
+    /// above its commit are decided again (a second audit output at most).
+    DecideAgainAfter(Duration),
+    /// Exactly once: deciding again would put a second output beside one
+    /// already committed, so after this long the worker ends. The brokers
+    /// answer "unstable" while a transaction of the last owner's holds
+    /// offsets for the partition (KIP-447), until it commits or its
+    /// `transaction.timeout.ms` runs out and the coordinator aborts it
+    /// (it looks every 10 s): the patience outlasts both.
+    EndAfter(Duration),
+}
+
+/// At least once's patience with the committed offsets.
 const COMMITTED_PATIENCE: Duration = Duration::from_secs(30);
+/// librdkafka's `transaction.timeout.ms` when the configuration sets none.
+const TXN_TIMEOUT_DEFAULT_MS: u64 = 60_000;
+
+impl CommittedPatience {
+    /// The patience for `guarantee`, exactly once from the producer's
+    /// `transaction.timeout.ms` (every replica of a group runs one
+    /// configuration).
+    pub(crate) fn of(guarantee: Guarantee, producer: &rdkafka::ClientConfig) -> Self {
+        match guarantee {
+            Guarantee::AtLeastOnce => Self::DecideAgainAfter(COMMITTED_PATIENCE),
+            Guarantee::ExactlyOnce => {
+                let txn_ms = producer
+                    .get("transaction.timeout.ms")
+                    .and_then(|ms| ms.parse::<u64>().ok())
+                    .unwrap_or(TXN_TIMEOUT_DEFAULT_MS);
+                Self::EndAfter(Duration::from_millis(txn_ms) + COMMITTED_PATIENCE)
+            }
+        }
+    }
+
+    fn patience(self) -> Duration {
+        match self {
+            Self::DecideAgainAfter(d) | Self::EndAfter(d) => d,
+        }
+    }
+}
 
 pub(crate) type GroupConsumer = BaseConsumer<GroupContext>;
 
@@ -352,4 +421,30 @@ pub(crate) fn is_nothing_to_commit(error: &KafkaError) -> bool {
         error,
         KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// At least once decides again after 30 s; exactly once waits out the
+    /// last owner's transaction (its `transaction.timeout.ms`, librdkafka's
+    /// 60 s when unset) and 30 s more, then ends the worker.
+    #[test]
+    fn exactly_once_outwaits_the_last_owners_transaction_before_it_ends() {
+        let mut producer = rdkafka::ClientConfig::new();
+        assert_eq!(
+            CommittedPatience::of(Guarantee::AtLeastOnce, &producer),
+            CommittedPatience::DecideAgainAfter(Duration::from_secs(30))
+        );
+        assert_eq!(
+            CommittedPatience::of(Guarantee::ExactlyOnce, &producer),
+            CommittedPatience::EndAfter(Duration::from_secs(90))
+        );
+        producer.set("transaction.timeout.ms", "20000");
+        assert_eq!(
+            CommittedPatience::of(Guarantee::ExactlyOnce, &producer),
+            CommittedPatience::EndAfter(Duration::from_secs(50))
+        );
+    }
 }

@@ -419,10 +419,18 @@ impl Worker {
     /// is aborted, not committed, and everything in flight is left to the
     /// new owner, who meets the claims as its own.
     pub(super) async fn abandon(&self, p: &mut Pipeline) -> Result<(), WorkerError> {
-        self.settle_commit(p).await?;
+        let settled = self.settle_commit(p).await?.is_some();
         if p.txn.open_since.take().is_some() {
             warn!("assignment lost (the session timed out): the open transaction is aborted, its records left to their new owner");
             self.abort(p.txn.lane).await?;
+        } else {
+            // Nothing of it is open: what was sealed before the session
+            // ran out was committed (the brokers took its offsets while
+            // the generation was current) or the worker has ended above.
+            warn!(
+                commit_in_flight = settled,
+                "assignment lost (the session timed out): no transaction open, nothing to abort; its records are left to their new owner"
+            );
         }
         p.txn.failed = None;
         Ok(())

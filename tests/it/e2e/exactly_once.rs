@@ -264,7 +264,11 @@ const STALL: Duration = Duration::from_secs(14);
 /// (UNKNOWN_MEMBER_ID: the member was removed; the worker exits non-zero,
 /// docs/design.md §7), or librdkafka's session check reports the
 /// assignment lost first and the worker aborts the transaction itself
-/// (and rejoins as a new member).
+/// (and rejoins as a new member). With two lanes the freeze can also fall
+/// after a seal and before the next output: the sealed transaction's
+/// offsets went in under the current generation, its commit stands (the
+/// survivor's committed-offset fetch waits for it), and the zombie, with
+/// nothing open, says so and rejoins.
 #[test]
 fn exactly_once_a_zombie_thawed_after_its_partitions_moved_lets_no_event_through_twice() {
     const TEST: &str = "eos-zombie";
@@ -330,13 +334,18 @@ fn exactly_once_a_zombie_thawed_after_its_partitions_moved_lets_no_event_through
         && late.contains("committing the transaction (a fenced zombie");
     let aborted =
         late.contains("assignment lost (the session timed out): the open transaction is aborted");
+    // Or the freeze fell between two transactions: the one sealed before
+    // it committed (its offsets were taken while the generation was
+    // current, and the survivor's fetch of the committed offsets waited
+    // for it), and nothing was open to abort.
+    let none_open = late.contains("no transaction open, nothing to abort");
     say(
         TEST,
-        format!("the zombie's transaction refused by the broker: {refused}; aborted on the lost assignment: {aborted}"),
+        format!("the zombie's transaction refused by the broker: {refused}; aborted on the lost assignment: {aborted}; none open: {none_open}"),
     );
     assert!(
-        refused || aborted,
-        "the zombie's late transaction was neither refused nor aborted:\n{late}"
+        refused || aborted || none_open,
+        "the zombie's late transaction was neither refused nor aborted, and one was open:\n{late}"
     );
     let status = survivor.terminate(Duration::from_secs(20));
     assert!(status.success(), "idemgate exited with {status} on SIGTERM");

@@ -30,6 +30,7 @@ mod codecs;
 mod exact;
 mod exactly_once;
 mod failover;
+mod frozen_commit;
 mod group;
 mod horizon;
 mod lost_store;

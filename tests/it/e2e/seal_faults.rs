@@ -428,7 +428,7 @@ fn settled_within(url: &str, prefix: &str, bound: Duration) -> Vec<Holder> {
 
 /// Waits (bounded) until the process is stopped (`T` in /proc): the fault
 /// point froze it.
-fn wait_frozen(gate: &Gate, case: &str) {
+pub(super) fn wait_frozen(gate: &Gate, case: &str) {
     let path = format!("/proc/{}/stat", gate.pid());
     let until = Instant::now() + Duration::from_secs(10);
     loop {
