@@ -15,10 +15,13 @@
 //!
 //! The guarantee: for a read_committed reader every input has exactly one
 //! output (audit included) and every event is once in clean, nothing lost
-//! (`Expect::Exact`); no claim left unsettled. Before the patience was
-//! tied to `transaction.timeout.ms`, the survivor gave up first and
-//! decided the zombie's done ranges again: two audit outputs for dozens of
-//! inputs (a run of the zombie test in three, with a busy core).
+//! (`Expect::Exact`); no claim left unsettled; the survivor never went on
+//! without the committed offsets. Before the patience was tied to
+//! `transaction.timeout.ms`, the survivor gave up first (this test fails
+//! there, checked) and decided the zombie's done ranges again: two audit
+//! outputs for dozens of inputs in a run of the zombie test in three, with
+//! a busy core (here only when the frozen transaction's metadata lists
+//! done ranges above its offset).
 
 use std::time::{Duration, Instant};
 
