@@ -448,7 +448,8 @@ impl Worker {
         } else {
             // Nothing of it is open: what was sealed before the session
             // ran out was committed (the brokers took its offsets while
-            // the generation was current) or the worker has ended above.
+            // the generation was current), or aborted with its outputs
+            // sent again, or the worker has ended above.
             warn!(
                 commit_in_flight = settled,
                 "assignment lost (the session timed out): no transaction open, nothing to abort; its records are left to their new owner"
