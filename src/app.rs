@@ -111,6 +111,8 @@ pub struct Replica {
     /// The /metrics listener and the store watcher: they end with `stop`.
     serving: Vec<JoinHandle<()>>,
     group: Arc<Group>,
+    /// Where `/metrics` answers (`metrics.listen`, its port chosen when 0).
+    metrics_address: std::net::SocketAddr,
 }
 
 impl Replica {
@@ -135,7 +137,7 @@ impl Replica {
         let worker = Worker::new(config, store.clone(), stop_rx.clone(), clock).await?;
         let group = worker.group();
         let health = crate::http::Health::new(group.clone(), worker.store_lost());
-        let server =
+        let (server, metrics_address) =
             crate::http::serve(&config.metrics_listen, health.clone(), stop_rx.clone()).await?;
         // After the listener installed the recorder: every series at zero.
         let names: Vec<&str> = config
@@ -156,6 +158,7 @@ impl Replica {
             worker: tokio::spawn(worker.run()),
             serving: vec![server, watcher],
             group,
+            metrics_address,
         })
     }
 
@@ -168,6 +171,11 @@ impl Replica {
     /// them all back).
     pub fn assigned(&self) -> bool {
         self.group.assigned.load(Ordering::SeqCst)
+    }
+
+    /// Where this replica's `/metrics` answers.
+    pub fn metrics_address(&self) -> std::net::SocketAddr {
+        self.metrics_address
     }
 
     /// Whether the worker has ended on its own (an error: a stop ends it

@@ -96,7 +96,7 @@ pub(crate) async fn serve(
     listen: &str,
     health: Health,
     stop: watch::Receiver<bool>,
-) -> Result<JoinHandle<()>, ServeError> {
+) -> Result<(JoinHandle<()>, std::net::SocketAddr), ServeError> {
     // Installed before `serve` returns: the caller registers every series
     // at zero next, which needs the recorder in place.
     prometheus();
@@ -106,8 +106,12 @@ pub(crate) async fn serve(
             listen: listen.to_string(),
             error,
         })?;
-    info!(address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving /metrics, /healthz, /readyz");
-    Ok(tokio::spawn(serve_on(listener, health, stop)))
+    let address = listener.local_addr().map_err(|error| ServeError::Listen {
+        listen: listen.to_string(),
+        error,
+    })?;
+    info!(%address, "serving /metrics, /healthz, /readyz");
+    Ok((tokio::spawn(serve_on(listener, health, stop)), address))
 }
 
 /// HTTP/1 through hyper (request parsing, HEAD, keep-alive, status lines);

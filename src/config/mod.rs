@@ -125,6 +125,9 @@ pub(crate) struct BatchConfig {
     /// Exactly once: the longest a handover lets the records read finish
     /// (`[batch] handover_drain`).
     pub(crate) handover_drain: Duration,
+    /// Exactly once: how long a transactional call may take before its
+    /// outcome counts as unknown (`[batch] transaction_call_timeout`).
+    pub(crate) transaction_call_timeout: Duration,
 }
 
 /// Environment variables that override the file, so one config serves
@@ -290,6 +293,12 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             format!("at most {}s: the drain and the wait for deliveries after it must fit in the time a revoke waits for the loop", most.as_secs()),
         ));
     }
+    if raw.batch.transaction_call_timeout < Duration::from_secs(1) {
+        return Err(invalid(
+            "batch.transaction_call_timeout",
+            "at least 1s: shorter, a commit that is merely slow is taken for one whose outcome is unknown".to_string(),
+        ));
+    }
     Ok(Config {
         kafka,
         group_protocol,
@@ -303,6 +312,7 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             read_ahead: raw.batch.read_ahead.get(),
             commit_interval: raw.batch.commit_interval,
             handover_drain: raw.batch.handover_drain,
+            transaction_call_timeout: raw.batch.transaction_call_timeout,
         },
         guarantee: raw.guarantee,
         streams,

@@ -280,6 +280,14 @@ pub(crate) struct RawBatch {
         with = "crate::ttl::serde_duration"
     )]
     pub(crate) handover_drain: Duration,
+    /// Exactly once: how long a transactional call (its offsets, its
+    /// commit, an abort) may take before its outcome counts as unknown
+    /// and the producer is built again. At least 1s. Default 30s.
+    #[serde(
+        default = "default_transaction_call_timeout",
+        with = "crate::ttl::serde_duration"
+    )]
+    pub(crate) transaction_call_timeout: Duration,
 }
 
 impl Default for RawBatch {
@@ -292,8 +300,13 @@ impl Default for RawBatch {
             read_ahead: default_read_ahead(),
             commit_interval: default_commit_interval(),
             handover_drain: default_handover_drain(),
+            transaction_call_timeout: default_transaction_call_timeout(),
         }
     }
+}
+
+fn default_transaction_call_timeout() -> Duration {
+    Duration::from_secs(30)
 }
 
 fn default_handover_drain() -> Duration {

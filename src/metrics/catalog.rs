@@ -242,13 +242,23 @@ pub const TXN_STEP: Metric = histogram(
     &LATENCY_BUCKETS,
 );
 /// Why a transaction was aborted and its outputs sent again.
-pub(crate) const TXN_ABORT_REASONS: [&str; 2] = ["delivery", "commit"];
+pub(crate) const TXN_ABORT_REASONS: [&str; 3] = ["delivery", "commit", "timeout"];
 pub(crate) const TXN_ABORTED: Metric = counter(
     "idemgate_transactions_aborted_total",
-    "exactly once: transactions aborted with their outputs sent again in a later one, by reason: a delivery inside it failed (an output refused for its size or content goes to audit without its payload), or its commit failed in a way the producer survives",
+    "exactly once: transactions aborted with their outputs sent again in a later one, by reason: a delivery inside it failed (an output refused for its size or content goes to audit without its payload), its commit failed in a way the producer survives, or a call of it timed out and its offsets read back said aborted",
     &[Label {
         name: "reason",
         values: Values::Fixed(&TXN_ABORT_REASONS),
+    }],
+);
+/// What a transaction whose call timed out turned out to be.
+pub(crate) const TXN_TIMEOUT_OUTCOMES: [&str; 2] = ["committed", "aborted"];
+pub(crate) const TXN_TIMED_OUT: Metric = counter(
+    "idemgate_transactions_timed_out_total",
+    "exactly once: transactional calls (offsets, commit, abort) that timed out, their outcome unknown: the producer was built again (its epoch bump ended the transaction) and the outcome read back from the committed offsets, by outcome",
+    &[Label {
+        name: "outcome",
+        values: Values::Fixed(&TXN_TIMEOUT_OUTCOMES),
     }],
 );
 pub(crate) const RANGES_DROPPED: Metric = counter(
@@ -390,6 +400,7 @@ pub const CATALOG: &[Metric] = &[
     STORE_LATENCY,
     TXN_STEP,
     TXN_ABORTED,
+    TXN_TIMED_OUT,
     RANGES_DROPPED,
     BATCH_SIZE,
     BREAKER_OPEN,

@@ -312,6 +312,12 @@ pub(crate) fn transaction_aborted(reason: &'static str) {
     counter!(TXN_ABORTED.name, "reason" => reason).increment(1);
 }
 
+/// Exactly once: a transactional call timed out, and what the transaction
+/// turned out to be (`catalog::TXN_TIMEOUT_OUTCOMES`).
+pub(crate) fn transaction_timed_out(outcome: &'static str) {
+    counter!(TXN_TIMED_OUT.name, "outcome" => outcome).increment(1);
+}
+
 /// Finished ranges left out of a commit's metadata.
 pub(crate) fn ranges_dropped(stream: &str, dropped: usize) {
     counter!(RANGES_DROPPED.name, "stream" => stream.to_string()).increment(dropped as u64);

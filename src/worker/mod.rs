@@ -35,6 +35,7 @@ mod error;
 mod fault_point;
 mod flight;
 mod handover;
+mod lane;
 pub(crate) mod metadata;
 mod output;
 mod pipeline;
@@ -42,6 +43,7 @@ pub(crate) mod poller;
 mod pressure;
 mod progress;
 mod record;
+mod resolve;
 mod store_lost;
 mod transaction;
 mod watch;
@@ -58,7 +60,7 @@ use crate::config::{Client, Config, GroupProtocol, Guarantee, StoreConfig, Strea
 use crate::store::{ClaimStore, OwnerToken, TopicTag};
 use error::Doing;
 pub(crate) use error::WorkerError;
-use output::{OutputContext, OutputProducer, Reports};
+use output::Reports;
 use poller::{Event, GroupConsumer, GroupContext, GroupState};
 
 pub use crate::clock::wall_ms;
@@ -94,7 +96,10 @@ pub(crate) struct Worker {
     /// The producers outputs go through: one under at least once; two
     /// under exactly once (`transaction.rs`), one committing a transaction
     /// while the other holds the next.
-    producers: Vec<Arc<OutputProducer>>,
+    lanes: Vec<Arc<lane::Lane>>,
+    /// Exactly once: how long a transactional call may take before its
+    /// outcome counts as unknown (`batch.transaction_call_timeout`).
+    call_timeout: std::time::Duration,
     /// At least once or exactly once: `committer.rs` is the one place
     /// that asks.
     guarantee: Guarantee,
@@ -253,15 +258,12 @@ impl Worker {
             })
             .doing("creating the kafka consumer")?;
         let reports = Arc::new(Reports::default());
-        let mut producers = Vec::new();
-        for lane_config in transaction::lanes(config.guarantee, &producer_config) {
-            let producer: OutputProducer = lane_config
-                .create_with_context(OutputContext {
-                    logs: client_logs::ClientLogs::default(),
-                    reports: reports.clone(),
-                })
-                .doing("creating the kafka producer")?;
-            producers.push(Arc::new(producer));
+        let mut lanes = Vec::new();
+        for lane_config in lane::lanes(config.guarantee, &producer_config) {
+            lanes.push(Arc::new(
+                lane::Lane::new(lane_config, reports.clone())
+                    .doing("creating the kafka producer")?,
+            ));
         }
 
         let mut by_topic = rustc_hash::FxHashMap::default();
@@ -293,7 +295,8 @@ impl Worker {
             by_topic,
             store,
             consumer: Arc::new(consumer),
-            producers,
+            lanes,
+            call_timeout: config.batch.transaction_call_timeout,
             guarantee: config.guarantee,
             clock,
             commit_interval: config.batch.commit_interval,

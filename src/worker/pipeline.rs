@@ -202,8 +202,8 @@ impl Worker {
         while self.events.try_recv().is_ok() {}
         drop(self.consumer);
         let _ = tokio::task::spawn_blocking(move || poller.join()).await;
-        for producer in &self.producers {
-            let _ = rdkafka::producer::Producer::flush(&**producer, Duration::from_secs(10));
+        for lane in &self.lanes {
+            let _ = rdkafka::producer::Producer::flush(&*lane.producer(), Duration::from_secs(10));
         }
         info!(
             at = self.clock.wall_ms(),
@@ -482,7 +482,12 @@ impl Worker {
             carry: carry_of(decision, &record.input, self.sendable),
         };
         let slot = p.sent.insert((tp.clone(), offset, record.epoch));
-        send(&self.producers[p.txn.lane], &self.reports, &output, slot);
+        send(
+            &self.lanes[p.txn.lane].producer(),
+            &self.reports,
+            &output,
+            slot,
+        );
     }
 
     /// Every delivery report handed over since the last call.

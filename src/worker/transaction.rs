@@ -16,47 +16,31 @@
 //! A transaction that cannot commit is a crash: the worker stops with the
 //! error, the broker aborts the transaction, and the partitions' next
 //! owner (this replica restarted, or another) replays from the committed
-//! offsets, meets its own unsettled claims and produces again.
+//! offsets, meets its own unsettled claims and produces again. One whose
+//! outcome is unknown (a call timed out) is resolved instead
+//! (`resolve.rs`): the lane's producer is built again and the outcome read
+//! back.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer;
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 use tokio::task::{JoinError, JoinHandle};
 use tracing::{info, warn};
 
-use super::commit_failure::{commit_failure, CommitFailure};
+use super::commit_failure::{commit_failure, CommitFailure, Outcome};
 use super::error::{Doing, WorkerError};
 use super::fault_point::{self, Step};
 use super::flight::Commit;
+use super::lane::reports_in;
 use super::metadata::Metadata;
-use super::output::OutputProducer;
 use super::pipeline::{answer, Pipeline, FLUSH_PATIENCE};
+use super::resolve::{offset_of, resolve, Sent};
 use super::Worker;
-use crate::config::Guarantee;
 use crate::store::{Publish, StoreError};
-
-/// How long librdkafka may take for a transaction's own requests.
-const TXN_TIMEOUT: Duration = Duration::from_secs(30);
-/// The second lane's transactional id is the first's with this suffix
-/// (README, "Exactly once").
-pub(crate) const SECOND_LANE: &str = "~2";
-
-/// The producers' configurations: one under at least once; under exactly
-/// once two, the second with its own transactional id (a restart of this
-/// replica fences both of its zombie's).
-pub(super) fn lanes(guarantee: Guarantee, producer: &ClientConfig) -> Vec<ClientConfig> {
-    match (guarantee, producer.get("transactional.id")) {
-        (Guarantee::ExactlyOnce, Some(id)) => {
-            let mut second = producer.clone();
-            second.set("transactional.id", format!("{id}{SECOND_LANE}"));
-            vec![producer.clone(), second]
-        }
-        _ => vec![producer.clone()],
-    }
-}
 
 /// Where the open transaction stands.
 #[derive(Default)]
@@ -76,20 +60,33 @@ pub(crate) struct Txn {
     pub(crate) read_backs: u8,
     /// The transaction committing off the loop, if any.
     pub(crate) committing: Option<Committing>,
+    /// Per partition, the offset and metadata of the last commit seen to
+    /// succeed: what a transaction whose outcome is unknown is told by.
+    pub(crate) last: HashMap<(String, i32), (i64, String)>,
 }
 
 /// A sealed transaction whose offsets and commit run off the loop.
 pub(crate) struct Committing {
     lane: usize,
-    handle: JoinHandle<Result<(), KafkaError>>,
+    handle: JoinHandle<Result<Ended, KafkaError>>,
     commits: Vec<Commit>,
+    /// The offsets it sends, with their metadata.
+    sent: TopicPartitionList,
     /// Its offsets, to read back (until the brokers are seen to keep
     /// transactional offset metadata).
     written: Option<TopicPartitionList>,
 }
 
+/// How a sealed transaction ended: committed, or (where a call timed
+/// out) as its offsets read back say.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ended {
+    outcome: Outcome,
+    timed_out: bool,
+}
+
 /// What the commit's task gave back.
-pub(super) type Joined = Result<Result<(), KafkaError>, JoinError>;
+pub(super) type Joined = Result<Result<Ended, KafkaError>, JoinError>;
 
 /// The outcome of the commit in flight; pending for ever when there is
 /// none.
@@ -97,26 +94,6 @@ pub(super) async fn committed(committing: &mut Option<Committing>) -> Joined {
     match committing {
         Some(c) => (&mut c.handle).await,
         None => std::future::pending().await,
-    }
-}
-
-/// Waits (on a blocking thread) until every output of the lane's
-/// transaction has its delivery report, for `TXN_TIMEOUT` at most (counted
-/// in looks, so a test's manual clock cannot hold it). rdkafka's
-/// `commit_transaction` flushes first, and its flush, when anything is
-/// still outstanding, polls for a whole 100 ms slice before it looks
-/// again: measured, one commit in three took 100 to 120 ms where the
-/// others took 1 to 10. The producer's own polling thread serves the
-/// reports meanwhile; this looks every millisecond, so the flush inside
-/// the commit finds nothing left. (Sleeps: the count has no wake-up to
-/// wait on through rdkafka's API.)
-fn reports_in(producer: &OutputProducer) {
-    const LOOK: Duration = Duration::from_millis(1);
-    for _ in 0..TXN_TIMEOUT.as_millis() / LOOK.as_millis() {
-        if producer.in_flight_count() == 0 {
-            return;
-        }
-        std::thread::sleep(LOOK);
     }
 }
 
@@ -129,15 +106,16 @@ impl Worker {
     /// fencing any earlier producer with the same ids (a zombie of this
     /// replica).
     pub(super) async fn init_transactions(&self) -> Result<(), WorkerError> {
-        for producer in &self.producers {
-            let producer = producer.clone();
-            tokio::task::spawn_blocking(move || producer.init_transactions(TXN_TIMEOUT))
+        for lane in &self.lanes {
+            let producer = lane.producer();
+            let timeout = self.call_timeout;
+            tokio::task::spawn_blocking(move || producer.init_transactions(timeout))
                 .await
                 .doing("initialising the transactional producer (transactional.id)")?
                 .doing("initialising the transactional producer (transactional.id)")?;
         }
         info!(
-            lanes = self.producers.len(),
+            lanes = self.lanes.len(),
             "exactly once: transactional producers ready"
         );
         Ok(())
@@ -146,7 +124,8 @@ impl Worker {
     /// Opens a transaction if none is: outputs are sent only inside one.
     pub(super) fn begin(&self, p: &mut Pipeline) -> Result<(), WorkerError> {
         if p.txn.open_since.is_none() {
-            self.producers[p.txn.lane]
+            self.lanes[p.txn.lane]
+                .producer()
                 .begin_transaction()
                 .doing("beginning a transaction")?;
             p.txn.open_since = Some(self.clock.now());
@@ -248,23 +227,57 @@ impl Worker {
             .group_metadata()
             .ok_or(WorkerError::NoGroupMetadata)?;
         let lane = p.txn.lane;
-        let producer = self.producers[lane].clone();
         let written = (!p.txn.metadata_kept && p.txn.read_backs < READ_BACKS && list.count() > 0)
             .then(|| list.clone());
+        let sent = Sent {
+            moved: list
+                .elements()
+                .iter()
+                .map(|e| {
+                    let key = (e.topic().to_string(), e.partition());
+                    let now = (offset_of(e.offset()), e.metadata().to_string());
+                    p.txn.last.get(&key) != Some(&now)
+                })
+                .collect(),
+            list: list.clone(),
+        };
         let clock = self.clock.clone();
+        let (on_lane, consumer, timeout) = (
+            self.lanes[lane].clone(),
+            self.consumer.clone(),
+            self.call_timeout,
+        );
         let handle = tokio::task::spawn_blocking(move || {
-            let offsets = clock.now();
-            if list.count() > 0 {
-                producer.send_offsets_to_transaction(&list, &group, TXN_TIMEOUT)?;
+            let producer = on_lane.producer();
+            let ended = (|| {
+                let offsets = clock.now();
+                if sent.list.count() > 0 {
+                    producer.send_offsets_to_transaction(&sent.list, &group, timeout)?;
+                }
+                fault_point::reached(Step::AfterOffsets, claims);
+                let committing = clock.now();
+                crate::metrics::transaction_step("offsets", committing - offsets);
+                reports_in(&producer);
+                producer.commit_transaction(timeout)?;
+                fault_point::reached(Step::AfterCommit, claims);
+                crate::metrics::transaction_step("commit", clock.now() - committing);
+                Ok::<(), KafkaError>(())
+            })();
+            drop(producer);
+            match ended {
+                Ok(()) => Ok(Ended {
+                    outcome: Outcome::Committed,
+                    timed_out: false,
+                }),
+                Err(error) if commit_failure(&error) == CommitFailure::Unknown => {
+                    let outcome = resolve(&on_lane, &consumer, &sent, timeout, error)?;
+                    Ok(Ended {
+                        outcome,
+                        timed_out: true,
+                    })
+                }
+                Err(error) => Err(error),
             }
-            fault_point::reached(Step::AfterOffsets, claims);
-            let committing = clock.now();
-            crate::metrics::transaction_step("offsets", committing - offsets);
-            reports_in(&producer);
-            producer.commit_transaction(TXN_TIMEOUT)?;
-            fault_point::reached(Step::AfterCommit, claims);
-            crate::metrics::transaction_step("commit", clock.now() - committing);
-            Ok::<(), KafkaError>(())
         });
         // What is delivered now is the next transaction's, on the other
         // lane.
@@ -273,10 +286,11 @@ impl Worker {
             lane,
             handle,
             commits,
+            sent: list,
             written,
         });
         p.txn.open_since = None;
-        p.txn.lane = (lane + 1) % self.producers.len();
+        p.txn.lane = (lane + 1) % self.lanes.len();
         Ok(())
     }
 
@@ -311,6 +325,7 @@ impl Worker {
         let Some(Committing {
             lane,
             commits,
+            sent,
             written,
             ..
         }) = p.txn.committing.take()
@@ -318,13 +333,28 @@ impl Worker {
             return Ok(Vec::new());
         };
         // The commit waited for every delivery report of the
-        // transaction: they are all handed over, and apply first.
+        // transaction: they are all handed over, and apply first (where
+        // the producer was built again, the old one's purged outputs too,
+        // each a failure: produced again).
         self.on_reports(p);
         match joined.doing("committing the transaction")? {
-            Ok(()) => {
+            Ok(Ended {
+                outcome: Outcome::Committed,
+                timed_out,
+            }) => {
+                if timed_out {
+                    crate::metrics::transaction_timed_out("committed");
+                    warn!("the transaction whose call timed out had committed (its offsets read back): it settles; the producer was built again");
+                }
                 crate::metrics::committed();
                 p.flight.txn_committed();
                 let _ = p.flight.commits(None);
+                for e in sent.elements() {
+                    p.txn.last.insert(
+                        (e.topic().to_string(), e.partition()),
+                        (offset_of(e.offset()), e.metadata().to_string()),
+                    );
+                }
                 if let Some(written) = written {
                     p.txn.metadata_kept = self.metadata_read_back(written).await?;
                     p.txn.read_backs += 1;
@@ -335,6 +365,18 @@ impl Worker {
                 // Their settlements are the next round's work.
                 p.dirty = true;
                 Ok(commits)
+            }
+            Ok(Ended {
+                outcome: Outcome::Aborted,
+                ..
+            }) => {
+                // The new producer's epoch ended it: nothing of it is
+                // visible, its outputs go again.
+                let again = p.flight.sealed_aborted();
+                crate::metrics::transaction_timed_out("aborted");
+                crate::metrics::transaction_aborted("timeout");
+                warn!(outputs = again, "the transaction whose call timed out was aborted (its offsets read back): its outputs are sent again in the next one; the producer was built again");
+                Ok(Vec::new())
             }
             Err(error) if commit_failure(&error) == CommitFailure::Abortable => {
                 // A delivery inside it failed, or the brokers aborted it:
@@ -352,35 +394,8 @@ impl Worker {
                 if p.txn.open_since.take().is_some() {
                     let _ = self.abort(p.txn.lane).await;
                 }
-                Err(error).doing("committing the transaction (a fenced zombie, or the broker aborted it): aborted; the partitions' next owner replays")
+                Err(error).doing("committing the transaction (a fenced zombie, the broker aborted it, or its outcome could not be read back): aborted; the partitions' next owner replays")
             }
-        }
-    }
-
-    /// Reads a commit back (this replica's first, until one partition
-    /// answers at the offset written): a broker that dropped its metadata
-    /// is the end of this worker, with why (docs/design.md §7). `true`
-    /// once the metadata was seen kept.
-    async fn metadata_read_back(&self, written: TopicPartitionList) -> Result<bool, WorkerError> {
-        let consumer = self.consumer.clone();
-        let read = tokio::task::spawn_blocking(move || {
-            crate::ops::check_txn::read_back(&consumer, &written)
-        })
-        .await
-        .doing("reading the first transactional commit back")?;
-        match read {
-            Err(why) => {
-                warn!(%why, "the first transactional commit could not be read back: read again after the next one");
-                Ok(false)
-            }
-            Ok(read) => match crate::ops::check_txn::verdict(&read) {
-                Some(Ok(())) => {
-                    info!("exactly once: the brokers keep transactional offset metadata (this replica's first commit read back)");
-                    Ok(true)
-                }
-                Some(Err(why)) => Err(why.into()),
-                None => Ok(false),
-            },
         }
     }
 
@@ -459,12 +474,22 @@ impl Worker {
         Ok(())
     }
 
+    /// Aborts the lane's transaction; one whose abort timed out is ended
+    /// by building the producer again (its epoch bump aborts it).
     async fn abort(&self, lane: usize) -> Result<(), WorkerError> {
-        let producer = self.producers[lane].clone();
-        tokio::task::spawn_blocking(move || producer.abort_transaction(TXN_TIMEOUT))
-            .await
-            .doing("aborting the transaction")?
-            .doing("aborting the transaction")?;
+        let lane = self.lanes[lane].clone();
+        let timeout = self.call_timeout;
+        tokio::task::spawn_blocking(move || match lane.producer().abort_transaction(timeout) {
+            Err(error) if commit_failure(&error) == CommitFailure::Unknown => {
+                warn!(%error, "an abort timed out: the producer is built again, which aborts the transaction");
+                crate::metrics::transaction_timed_out("aborted");
+                lane.rebuild(timeout, 4)
+            }
+            ended => ended,
+        })
+        .await
+        .doing("aborting the transaction")?
+        .doing("aborting the transaction")?;
         Ok(())
     }
 }

@@ -179,3 +179,78 @@ async fn a_drain_that_cannot_finish_ends_at_the_configured_bound() -> anyhow::Re
     say(TEST, format!("{summary}"));
     Ok(())
 }
+
+/// The transaction coordinator answers every EndTxn with
+/// CONCURRENT_TRANSACTIONS for a while (librdkafka retries it), so a commit
+/// outlasts `batch.transaction_call_timeout` (1 s) and its outcome is
+/// unknown. The guarantee: the worker neither stops nor guesses. It builds
+/// the lane's producer again (which ends the transaction), reads the
+/// outcome back from the committed offsets (this mock stores no
+/// transactional offsets: aborted, so the outputs go again), counts it
+/// (`idemgate_transactions_timed_out_total`) and goes on; every input has
+/// an output and every event reaches clean through one input, nothing
+/// lost. (The mock keeps an aborted transaction's records readable: an
+/// input may show two outputs here; e2e::txn_timeout checks one output
+/// for a read_committed reader of Apache Kafka.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_commit_that_times_out_is_resolved_by_a_new_producer_and_the_worker_goes_on(
+) -> anyhow::Result<()> {
+    use idemgate_testkit::process::scrape_metric;
+    use rdkafka::types::RDKafkaApiKey;
+    const TEST: &str = "eos-commit-timeout";
+    let setup = Setup::new(TEST, 3);
+    let transactional_id = format!("{}-txn", setup.group);
+    let kafka = [("transactional.id", transactional_id.as_str())];
+    let config = setup.config(&Options {
+        top: EXACTLY_ONCE,
+        kafka: &kafka,
+        batch: "transaction_call_timeout = \"1s\"",
+        ..Options::default()
+    });
+    let store = setup.store(&config);
+    let replica = start_assigned(&config, &store).await?;
+    let metrics = replica.metrics_address().to_string();
+    let timed_out = || scrape_metric(&metrics, "idemgate_transactions_timed_out_total");
+    let before_fault = timed_out();
+    let mut bank = bank(TEST);
+    let first = bank.phase(150, 0, 10);
+    let mut landed = setup
+        .produce(&setup.topics.input, &first, first.len(), Duration::ZERO)
+        .await?;
+    setup.read(&setup.topics, first.len()).await?;
+    // About 3 s of retries (librdkafka backs off 100 ms or more between
+    // them), against a call timeout of 1 s.
+    let cluster = setup.kafka.cluster()?;
+    cluster.request_errors(
+        RDKafkaApiKey::EndTxn,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_CONCURRENT_TRANSACTIONS; 30],
+    );
+    let second = bank.phase(150, 0, 10);
+    landed.extend(
+        setup
+            .produce(&setup.topics.input, &second, second.len(), Duration::ZERO)
+            .await?,
+    );
+    wait_until("a transactional call times out and is resolved", || {
+        timed_out() > before_fault
+    })
+    .await;
+    assert!(
+        !replica.finished(),
+        "the worker stopped on a commit that timed out instead of resolving it"
+    );
+    let plan: Vec<_> = first.into_iter().chain(second).collect();
+    let outputs = setup.read(&setup.topics, plan.len()).await?;
+    assert!(!replica.finished(), "the worker stopped after the timeout");
+    let resolved = timed_out() - before_fault;
+    stop(replica).await?;
+    // Replays: the aborted transactions' outputs stay readable on the
+    // mock, so an input may show more than one output; every event still
+    // reaches clean through one input.
+    let summary = check(&plan, &landed, &setup.topics, &outputs, Expect::Replays);
+    say(
+        TEST,
+        format!("{summary}; {resolved} transactional calls timed out and were resolved"),
+    );
+    Ok(())
+}
