@@ -112,7 +112,8 @@ impl Lane {
         );
         old.purge(PurgeConfig::default().queue().inflight());
         // The purged outputs' reports, handed over by the old producer's
-        // thread before it goes.
+        // thread before it goes (looked at every millisecond, for a second
+        // at most: the count has no wake-up to wait on).
         for _ in 0..1000 {
             if old.in_flight_count() == 0 {
                 break;

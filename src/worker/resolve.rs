@@ -6,7 +6,9 @@
 //! the lane's producer is built again (its epoch bump fences the old one:
 //! the brokers finish a commit already prepared and abort one still open),
 //! and the offsets the transaction sent are read back, stable now, to tell
-//! which it was (`commit_failure::judge`).
+//! which it was (`commit_failure::judge`). Also here: the read-back of a
+//! replica's first commits, which checks that the brokers keep their
+//! metadata.
 
 use std::time::Duration;
 
@@ -22,7 +24,7 @@ use super::poller::GroupConsumer;
 
 /// How many times the new producer's `init_transactions` is tried, each
 /// for the call timeout: the brokers may still be away.
-const INIT_ATTEMPTS: u32 = 4;
+pub(super) const INIT_ATTEMPTS: u32 = 4;
 /// How many times the committed offsets are asked for.
 const READ_ATTEMPTS: u32 = 10;
 

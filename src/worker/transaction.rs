@@ -483,7 +483,7 @@ impl Worker {
             Err(error) if commit_failure(&error) == CommitFailure::Unknown => {
                 warn!(%error, "an abort timed out: the producer is built again, which aborts the transaction");
                 crate::metrics::transaction_timed_out("aborted");
-                lane.rebuild(timeout, 4)
+                lane.rebuild(timeout, super::resolve::INIT_ATTEMPTS)
             }
             ended => ended,
         })

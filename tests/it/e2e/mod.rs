@@ -9,6 +9,8 @@
 //!   `resets`, `cluster`, `postgres` (the exact ones on PostgreSQL): the
 //!   scenarios, on the test kit's workload, Kafka
 //!   readers, exactly-once check and server guards;
+//! - `txn_timeout`: a broker of its own, frozen while a transaction
+//!   commits;
 //! - `check`, `horizon`: the operator's commands against the same servers;
 //!   `reset_command`, `reset_kafka`: `idemgate reset`, the latter beside
 //!   Kafka's `kafka-consumer-groups --reset-offsets` on the same group.
@@ -48,5 +50,6 @@ mod seal_faults;
 mod start_checks;
 mod store_rights;
 mod tiered;
+mod txn_timeout;
 mod unread;
 mod zombie;

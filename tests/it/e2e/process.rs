@@ -50,6 +50,8 @@ pub struct GateConfig {
     pub postgres_schema: Option<String>,
     /// With `postgres_schema`: the server's URL (role and password in it).
     pub postgres_url: String,
+    /// Further `[batch]` lines (`transaction_call_timeout = "2s"`).
+    pub batch: String,
     /// The process's environment beyond `RUST_LOG` (a fault point:
     /// `IDEMGATE_FAULT_AT`, `IDEMGATE_FAULT_ACTION`).
     pub env: Vec<(&'static str, String)>,
@@ -83,6 +85,7 @@ impl GateConfig {
             top: String::new(),
             postgres_schema: None,
             postgres_url: String::new(),
+            batch: String::new(),
             env: Vec::new(),
         }
     }
@@ -169,6 +172,7 @@ listen = "{listen}"
 [batch]
 max_records = {max_records}
 linger = "20ms"
+{batch}
 
 [[streams]]
 name = "bank"
@@ -193,6 +197,7 @@ audit = "{audit}"
             prefix = self.key_prefix,
             store = self.store,
             max_records = self.max_records,
+            batch = self.batch,
             input = self.input,
             clean = self.clean,
             audit = self.audit,

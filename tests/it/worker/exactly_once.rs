@@ -180,6 +180,67 @@ async fn a_drain_that_cannot_finish_ends_at_the_configured_bound() -> anyhow::Re
     Ok(())
 }
 
+/// A replica under exactly once (call timeout 1 s) that has put a first
+/// phase of records out, and the mock cluster answering its next EndTxn
+/// requests with `errors`, while a second phase arrives.
+struct EndTxnFault {
+    setup: Setup,
+    config: idemgate::config::Config,
+    store: Arc<CountingStore>,
+    replica: Replica,
+    plan: Vec<idemgate_testkit::workload::Planned>,
+    landed: std::collections::HashMap<String, idemgate_testkit::kafka::Landed>,
+    metrics: String,
+}
+
+impl EndTxnFault {
+    async fn start(test: &str, errors: &[RDKafkaRespErr]) -> anyhow::Result<EndTxnFault> {
+        let setup = Setup::new(test, 3);
+        let transactional_id = format!("{}-txn", setup.group);
+        let kafka = [("transactional.id", transactional_id.as_str())];
+        let config = setup.config(&Options {
+            top: EXACTLY_ONCE,
+            kafka: &kafka,
+            batch: "transaction_call_timeout = \"1s\"",
+            ..Options::default()
+        });
+        let store = setup.store(&config);
+        let replica = start_assigned(&config, &store).await?;
+        let metrics = replica.metrics_address().to_string();
+        let mut bank = bank(test);
+        let first = bank.phase(150, 0, 10);
+        let mut landed = setup
+            .produce(&setup.topics.input, &first, first.len(), Duration::ZERO)
+            .await?;
+        setup.read(&setup.topics, first.len()).await?;
+        setup
+            .kafka
+            .cluster()?
+            .request_errors(rdkafka::types::RDKafkaApiKey::EndTxn, errors);
+        let second = bank.phase(150, 0, 10);
+        landed.extend(
+            setup
+                .produce(&setup.topics.input, &second, second.len(), Duration::ZERO)
+                .await?,
+        );
+        Ok(EndTxnFault {
+            plan: first.into_iter().chain(second).collect(),
+            setup,
+            config,
+            store,
+            replica,
+            landed,
+            metrics,
+        })
+    }
+
+    /// The sum of a metric's series on the replica's `/metrics` (the
+    /// process's recorder: other tests' series are in it too).
+    fn metric(&self, name: &str) -> f64 {
+        idemgate_testkit::process::scrape_metric(&self.metrics, name)
+    }
+}
+
 /// The transaction coordinator answers every EndTxn with
 /// CONCURRENT_TRANSACTIONS for a while (librdkafka retries it), so a commit
 /// outlasts `batch.transaction_call_timeout` (1 s) and its outcome is
@@ -195,62 +256,121 @@ async fn a_drain_that_cannot_finish_ends_at_the_configured_bound() -> anyhow::Re
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_commit_that_times_out_is_resolved_by_a_new_producer_and_the_worker_goes_on(
 ) -> anyhow::Result<()> {
-    use idemgate_testkit::process::scrape_metric;
-    use rdkafka::types::RDKafkaApiKey;
     const TEST: &str = "eos-commit-timeout";
-    let setup = Setup::new(TEST, 3);
-    let transactional_id = format!("{}-txn", setup.group);
-    let kafka = [("transactional.id", transactional_id.as_str())];
-    let config = setup.config(&Options {
-        top: EXACTLY_ONCE,
-        kafka: &kafka,
-        batch: "transaction_call_timeout = \"1s\"",
-        ..Options::default()
-    });
-    let store = setup.store(&config);
-    let replica = start_assigned(&config, &store).await?;
-    let metrics = replica.metrics_address().to_string();
-    let timed_out = || scrape_metric(&metrics, "idemgate_transactions_timed_out_total");
-    let before_fault = timed_out();
-    let mut bank = bank(TEST);
-    let first = bank.phase(150, 0, 10);
-    let mut landed = setup
-        .produce(&setup.topics.input, &first, first.len(), Duration::ZERO)
-        .await?;
-    setup.read(&setup.topics, first.len()).await?;
+    const TIMED_OUT: &str = "idemgate_transactions_timed_out_total";
     // About 3 s of retries (librdkafka backs off 100 ms or more between
     // them), against a call timeout of 1 s.
-    let cluster = setup.kafka.cluster()?;
-    cluster.request_errors(
-        RDKafkaApiKey::EndTxn,
+    let fault = EndTxnFault::start(
+        TEST,
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_CONCURRENT_TRANSACTIONS; 30],
-    );
-    let second = bank.phase(150, 0, 10);
-    landed.extend(
-        setup
-            .produce(&setup.topics.input, &second, second.len(), Duration::ZERO)
-            .await?,
-    );
+    )
+    .await?;
     wait_until("a transactional call times out and is resolved", || {
-        timed_out() > before_fault
+        fault.metric(TIMED_OUT) >= 1.0
     })
     .await;
     assert!(
-        !replica.finished(),
+        !fault.replica.finished(),
         "the worker stopped on a commit that timed out instead of resolving it"
     );
-    let plan: Vec<_> = first.into_iter().chain(second).collect();
-    let outputs = setup.read(&setup.topics, plan.len()).await?;
-    assert!(!replica.finished(), "the worker stopped after the timeout");
-    let resolved = timed_out() - before_fault;
-    stop(replica).await?;
+    let outputs = fault
+        .setup
+        .read(&fault.setup.topics, fault.plan.len())
+        .await?;
+    assert!(
+        !fault.replica.finished(),
+        "the worker stopped after the timeout"
+    );
+    let resolved = fault.metric(TIMED_OUT);
+    stop(fault.replica).await?;
     // Replays: the aborted transactions' outputs stay readable on the
     // mock, so an input may show more than one output; every event still
     // reaches clean through one input.
-    let summary = check(&plan, &landed, &setup.topics, &outputs, Expect::Replays);
+    let summary = check(
+        &fault.plan,
+        &fault.landed,
+        &fault.setup.topics,
+        &outputs,
+        Expect::Replays,
+    );
     say(
         TEST,
         format!("{summary}; {resolved} transactional calls timed out and were resolved"),
+    );
+    Ok(())
+}
+
+/// The coordinator answers one EndTxn (a commit) with an error librdkafka
+/// leaves abortable (UNKNOWN_SERVER_ERROR, code -1). The guarantee: the worker
+/// aborts that transaction and sends its outputs again in the next one,
+/// without stopping (`idemgate_transactions_aborted_total{reason="commit"}`);
+/// every input has an output and every event reaches clean through one
+/// input, nothing lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_commit_the_brokers_fail_abortably_is_aborted_and_the_worker_goes_on(
+) -> anyhow::Result<()> {
+    const TEST: &str = "eos-commit-abortable";
+    let aborted = |fault: &EndTxnFault| {
+        fault.metric("idemgate_transactions_aborted_total{reason=\"commit\"}")
+    };
+    let fault = EndTxnFault::start(TEST, &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN]).await?;
+    wait_until("a commit fails abortably and is aborted", || {
+        aborted(&fault) >= 1.0
+    })
+    .await;
+    let outputs = fault
+        .setup
+        .read(&fault.setup.topics, fault.plan.len())
+        .await?;
+    assert!(
+        !fault.replica.finished(),
+        "the worker stopped on an abortable commit failure"
+    );
+    stop(fault.replica).await?;
+    let summary = check(
+        &fault.plan,
+        &fault.landed,
+        &fault.setup.topics,
+        &outputs,
+        Expect::Replays,
+    );
+    say(TEST, format!("{summary}"));
+    Ok(())
+}
+
+/// The coordinator answers an EndTxn (a commit) with PRODUCER_FENCED:
+/// fatal. The guarantee: the worker ends with the error (it neither
+/// retries nor guesses), and a replica started in its place (the same
+/// transactional id) gives every input an output, every event through one
+/// input in clean, nothing lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fenced_commit_ends_the_worker_and_its_restart_loses_nothing() -> anyhow::Result<()> {
+    const TEST: &str = "eos-commit-fenced";
+    let fault =
+        EndTxnFault::start(TEST, &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_PRODUCER_FENCED]).await?;
+    wait_until("the fenced worker ends", || fault.replica.finished()).await;
+    let ended = stop(fault.replica).await;
+    let error = format!(
+        "{:#}",
+        ended.expect_err("the fenced worker ended without an error")
+    );
+    assert!(error.contains("committing the transaction"), "{error}");
+    let restarted = start_assigned(&fault.config, &fault.store).await?;
+    let outputs = fault
+        .setup
+        .read(&fault.setup.topics, fault.plan.len())
+        .await?;
+    stop(restarted).await?;
+    let summary = check(
+        &fault.plan,
+        &fault.landed,
+        &fault.setup.topics,
+        &outputs,
+        Expect::Replays,
+    );
+    say(
+        TEST,
+        format!("the worker ended with: {error}; then {summary}"),
     );
     Ok(())
 }
