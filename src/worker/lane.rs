@@ -37,12 +37,9 @@ pub(super) fn lanes(guarantee: Guarantee, producer: &ClientConfig) -> Vec<Client
     }
 }
 
-/// How long `reports_in` waits at most.
-const REPORTS_PATIENCE: Duration = Duration::from_secs(30);
-
 /// Waits (on a blocking thread) until every output of the lane's
-/// transaction has its delivery report, for `REPORTS_PATIENCE` at most (counted
-/// in looks, so a test's manual clock cannot hold it). rdkafka's
+/// transaction has its delivery report, for `patience` at most (the call
+/// timeout; counted in looks, so a test's manual clock cannot hold it). rdkafka's
 /// `commit_transaction` flushes first, and its flush, when anything is
 /// still outstanding, polls for a whole 100 ms slice before it looks
 /// again: measured, one commit in three took 100 to 120 ms where the
@@ -50,9 +47,9 @@ const REPORTS_PATIENCE: Duration = Duration::from_secs(30);
 /// reports meanwhile; this looks every millisecond, so the flush inside
 /// the commit finds nothing left. (Sleeps: the count has no wake-up to
 /// wait on through rdkafka's API.)
-pub(super) fn reports_in(producer: &OutputProducer) {
+pub(super) fn reports_in(producer: &OutputProducer, patience: Duration) {
     const LOOK: Duration = Duration::from_millis(1);
-    for _ in 0..REPORTS_PATIENCE.as_millis() / LOOK.as_millis() {
+    for _ in 0..patience.as_millis() / LOOK.as_millis() {
         if producer.in_flight_count() == 0 {
             return;
         }

@@ -257,7 +257,7 @@ impl Worker {
                 fault_point::reached(Step::AfterOffsets, claims);
                 let committing = clock.now();
                 crate::metrics::transaction_step("offsets", committing - offsets);
-                reports_in(&producer);
+                reports_in(&producer, timeout);
                 producer.commit_transaction(timeout)?;
                 fault_point::reached(Step::AfterCommit, claims);
                 crate::metrics::transaction_step("commit", clock.now() - committing);

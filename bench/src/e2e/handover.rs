@@ -54,6 +54,9 @@ pub(crate) struct HandoverResult {
     pub figures: Figures,
     /// `ok`, or which moved partitions were not served within the bound.
     pub check: String,
+    /// The steady stream's visibility latency, over the `STEADY` before
+    /// the signal.
+    pub visible: unserved::Visible,
 }
 
 /// The modes `--handover` names: exact mode in either guarantee.
@@ -182,8 +185,16 @@ async fn measure(
             bail!("{label}: the two replicas did not settle to a steady stream within 90 s");
         }
     }
-    eprintln!("{label}: steady; SIGTERM to replica 0");
     let signal_us = unix_us();
+    let visible = unserved::visible(
+        &snapshot(),
+        signal_us - STEADY.as_micros() as i64,
+        signal_us,
+    );
+    eprintln!(
+        "{label}: steady (visible p50 {:?} ms, p99 {:?} ms over {} outputs); SIGTERM to replica 0",
+        visible.p50_ms, visible.p99_ms, visible.outputs
+    );
     idemgate_testkit::servers::signal(children[0].pid, "TERM");
     // Its worker returned (committed, left the group) when it reports.
     children[0].expect(REPORT, Duration::from_secs(90)).await?;
@@ -233,6 +244,7 @@ async fn measure(
         moved,
         figures,
         check,
+        visible,
     })
 }
 
@@ -314,6 +326,7 @@ fn reader(
                     replica,
                     partition,
                     at_us,
+                    produced_ms: message.timestamp().to_millis(),
                 });
             }
         }

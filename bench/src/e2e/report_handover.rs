@@ -22,7 +22,11 @@ first output of replica 1 on that partition that the reader got; the reader's ow
 The classic protocol's eager assignor revokes every partition at the rebalance, so replica 1's \
 own partitions pause too; they are not in these figures. *Stop* is from the signal to replica \
 0's report (its worker returned: its outputs committed, the group left). Both replicas run with the \
-default `batch.handover_drain` (10 s), which bounds the exactly-once drain.";
+default `batch.handover_drain` (10 s), which bounds the exactly-once drain. *Visible p50 / p99* \
+is the steady stream's latency over the 2 s before the signal, both replicas serving: from an \
+input's send (its record's create time, which its output keeps) to the reader's poll of the \
+output, so the harness producer's linger and 10 ms slices and the reader's fetch wait are in \
+it; under exactly once an output is visible only once its transaction commits.";
 
 impl Report {
     /// The handover table, for stdout and the Markdown alike (empty when
@@ -32,15 +36,17 @@ impl Report {
         if self.handovers.is_empty() {
             return out;
         }
-        out.push_str("| handover | records/s | partitions moved | served | unserved median ms | unserved max ms | leaving replica's stop s | check |\n");
-        out.push_str("|---|--:|--:|--:|--:|--:|--:|---|\n");
+        out.push_str("| handover | records/s | visible p50 / p99 ms | partitions moved | served | unserved median ms | unserved max ms | leaving replica's stop s | check |\n");
+        out.push_str("|---|--:|--:|--:|--:|--:|--:|--:|---|\n");
         for h in &self.handovers {
             let f = &h.figures;
             let _ = writeln!(
                 out,
-                "| {}, 2 replicas | {} | {} of {} | {} | {} | {} | {:.2} | {} |",
+                "| {}, 2 replicas | {} | {} / {} | {} of {} | {} | {} | {} | {:.2} | {} |",
                 h.mode.label(),
                 h.records_per_s,
+                opt(h.visible.p50_ms, 0),
+                opt(h.visible.p99_ms, 0),
                 f.moved,
                 h.partitions,
                 f.served,

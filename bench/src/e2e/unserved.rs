@@ -15,6 +15,37 @@ pub(crate) struct Seen {
     pub partition: i32,
     /// Unix µs the harness read it.
     pub at_us: i64,
+    /// Unix ms its record carries: its input's create time (the producer
+    /// stamped it at the send; idemgate keeps an input's time).
+    pub produced_ms: Option<i64>,
+}
+
+/// How long outputs took from their input's send to the harness's
+/// read_committed reader, in a window of the steady stream.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub(crate) struct Visible {
+    pub outputs: usize,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+}
+
+/// Pure: the visibility latency of the outputs read in `[from_us, to_us)`
+/// (nearest rank; ms, the resolution of a record's time).
+pub(crate) fn visible(seen: &[Seen], from_us: i64, to_us: i64) -> Visible {
+    let mut ms: Vec<f64> = seen
+        .iter()
+        .filter(|s| (from_us..to_us).contains(&s.at_us))
+        .filter_map(|s| Some(s.at_us as f64 / 1000.0 - s.produced_ms? as f64))
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    let rank = |q: f64| {
+        (!ms.is_empty()).then(|| ms[((q * ms.len() as f64).ceil() as usize).clamp(1, ms.len()) - 1])
+    };
+    Visible {
+        outputs: ms.len(),
+        p50_ms: rank(0.50),
+        p99_ms: rank(0.99),
+    }
 }
 
 /// A partition the leaving replica served when it was signalled.
@@ -128,7 +159,27 @@ mod tests {
             replica,
             partition,
             at_us: ms * 1000,
+            produced_ms: Some(ms - 5),
         }
+    }
+
+    #[test]
+    fn visibility_is_taken_in_its_window_by_nearest_rank() {
+        // 100 outputs read at 1000..1100 ms, produced 1..=100 ms before.
+        let seen: Vec<Seen> = (0..100)
+            .map(|i| Seen {
+                replica: 0,
+                partition: 0,
+                at_us: (1000 + i) * 1000,
+                produced_ms: Some(1000 + i - (i + 1)),
+            })
+            .chain([at(0, 0, 5000), at(1, 0, 10)])
+            .collect();
+        let v = visible(&seen, 1_000_000, 1_100_000);
+        assert_eq!(v.outputs, 100);
+        assert_eq!(v.p50_ms, Some(50.0));
+        assert_eq!(v.p99_ms, Some(99.0));
+        assert_eq!(visible(&seen, 0, 1).p99_ms, None);
     }
 
     #[test]

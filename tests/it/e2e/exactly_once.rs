@@ -35,7 +35,7 @@ use idemgate_testkit::{env, kafka_brokers, say, unique, BOUND};
 use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
 
 use super::group::{ends, wait_committed};
-use super::process::{read_part_before, wait_split, BurstAndTail, Gate, GateConfig};
+use super::process::{exactly_once_pair, read_part_before, BurstAndTail, Gate, GateConfig};
 
 /// No fault: every input one output, every event once in clean, and the
 /// offsets committed through the transactions reach the end of the input.
@@ -150,15 +150,12 @@ pub fn killed_mid_transaction(test: &'static str, on: fn(GateConfig) -> GateConf
         env("IDEMGATE_TEST_REDIS_URL"),
     ));
     config.max_records = 500;
-    let doomed_config = config.clone().exactly_once(&unique("eos-doomed"));
-    let survivor_config = config.clone().exactly_once(&unique("eos-survivor"));
-    let mut doomed = Gate::start(&format!("{test}-doomed"), &doomed_config);
-    let mut survivor = Gate::start(&format!("{test}-survivor"), &survivor_config);
-    wait_split(
-        &mut doomed,
-        &mut survivor,
-        partitions as usize,
-        Duration::from_secs(30),
+    let ([mut doomed, mut survivor], [doomed_config, survivor_config]) = exactly_once_pair(
+        test,
+        &config,
+        ["doomed", "survivor"],
+        Vec::new(),
+        partitions,
     );
     let producing = workload.produce(50, Duration::from_millis(100));
     let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
@@ -278,15 +275,12 @@ fn exactly_once_a_zombie_thawed_after_its_partitions_moved_lets_no_event_through
     let redis_url = env("IDEMGATE_TEST_REDIS_URL");
     let mut config = GateConfig::new(TEST, &topics, redis_url.clone());
     config.max_records = 500;
-    let zombie_config = config.clone().exactly_once(&unique("eos-zombie"));
-    let survivor_config = config.clone().exactly_once(&unique("eos-survivor"));
-    let mut zombie = Gate::start(&format!("{TEST}-zombie"), &zombie_config);
-    let mut survivor = Gate::start(&format!("{TEST}-survivor"), &survivor_config);
-    wait_split(
-        &mut zombie,
-        &mut survivor,
-        partitions as usize,
-        Duration::from_secs(30),
+    let ([mut zombie, mut survivor], _) = exactly_once_pair(
+        TEST,
+        &config,
+        ["zombie", "survivor"],
+        Vec::new(),
+        partitions,
     );
     let producing = workload.produce(20, Duration::from_millis(500));
     let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());

@@ -28,9 +28,9 @@ use std::time::{Duration, Instant};
 use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{read_inputs_as_delivered, Reader};
 use idemgate_testkit::servers::unsettled_claims;
-use idemgate_testkit::{env, kafka_brokers, say, unique, BOUND};
+use idemgate_testkit::{env, kafka_brokers, say, BOUND};
 
-use super::process::{wait_split, BurstAndTail, Gate, GateConfig};
+use super::process::{exactly_once_pair, BurstAndTail, GateConfig};
 use super::seal_faults::wait_frozen;
 
 /// How long the zombie stays frozen once the survivor is seen waiting on
@@ -50,21 +50,13 @@ fn exactly_once_a_zombie_frozen_between_offsets_and_commit_holds_the_new_owner_u
     let redis_url = env("IDEMGATE_TEST_REDIS_URL");
     let mut config = GateConfig::new(TEST, topics, redis_url.clone());
     config.max_records = 500;
-    let mut zombie_config = config.clone().exactly_once(&unique("frozen-zombie"));
-    zombie_config.env = vec![
+    let fault = vec![
         ("IDEMGATE_FAULT_AT", "after-offsets".to_string()),
         ("IDEMGATE_FAULT_ACTION", "stop".to_string()),
         ("IDEMGATE_FAULT_SKIP", "5".to_string()),
     ];
-    let survivor_config = config.clone().exactly_once(&unique("frozen-survivor"));
-    let mut zombie = Gate::start(&format!("{TEST}-zombie"), &zombie_config);
-    let mut survivor = Gate::start(&format!("{TEST}-survivor"), &survivor_config);
-    wait_split(
-        &mut zombie,
-        &mut survivor,
-        partitions as usize,
-        Duration::from_secs(30),
-    );
+    let ([mut zombie, mut survivor], _) =
+        exactly_once_pair(TEST, &config, ["zombie", "survivor"], fault, partitions);
     let producing = workload.produce(10, Duration::from_millis(500));
     let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
 

@@ -457,6 +457,37 @@ pub fn read_part_before(reader: &mut Reader, part: usize, gates: &mut [&mut Gate
     );
 }
 
+/// Two exactly-once replicas of `config`'s group, each with a
+/// transactional id of its own (named after its role), the first with
+/// `first_env` in its environment (a fault point); started, and waited for
+/// until they split the `partitions` between them. Their configs come back
+/// too: a restart reuses one (and so fences its dead incarnation).
+pub fn exactly_once_pair(
+    test: &str,
+    config: &GateConfig,
+    roles: [&str; 2],
+    first_env: Vec<(&'static str, String)>,
+    partitions: i32,
+) -> ([Gate; 2], [GateConfig; 2]) {
+    let [first_role, second_role] = roles;
+    let mut first_config = config
+        .clone()
+        .exactly_once(&unique(&format!("{test}-{first_role}")));
+    first_config.env = first_env;
+    let second_config = config
+        .clone()
+        .exactly_once(&unique(&format!("{test}-{second_role}")));
+    let mut first = Gate::start(&format!("{test}-{first_role}"), &first_config);
+    let mut second = Gate::start(&format!("{test}-{second_role}"), &second_config);
+    wait_split(
+        &mut first,
+        &mut second,
+        partitions as usize,
+        Duration::from_secs(30),
+    );
+    ([first, second], [first_config, second_config])
+}
+
 /// Waits (bounded) until two gateways are members of one generation with
 /// the `partitions` split between them, both alive; returns their shares.
 pub fn wait_split(
