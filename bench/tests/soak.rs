@@ -84,11 +84,10 @@ fn short_soak(name: &str, extra: &[&str], headings: &[&str]) -> String {
     );
     // Each cut its store link; each exactly-once run SIGKILLed a replica
     // inside a seal twice, by its fault point (one that does not fire
-    // fails the soak; this checks the report says so).
-    // (Redis only: docs/design.md §12.)
+    // fails the soak; this checks the report says so), on either store.
     assert_eq!(
         report.matches("link cut for").count(),
-        if name == "redis" { runs } else { 0 },
+        runs,
         "a run without its store link cut:\n{report}"
     );
     let exactly_once = report
@@ -97,7 +96,7 @@ fn short_soak(name: &str, extra: &[&str], headings: &[&str]) -> String {
         .count();
     assert_eq!(
         report.matches("killed by its SIGKILL").count(),
-        if name == "redis" { 2 * exactly_once } else { 0 },
+        2 * exactly_once,
         "an exactly-once run without its two SIGKILLs inside a seal:\n{report}"
     );
     println!(

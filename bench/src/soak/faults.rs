@@ -127,14 +127,8 @@ pub(crate) fn schedule(
     // In the window's first half, before the store's restart, the link cut
     // and the broker's restart push the rest later: the armed replica must
     // find records still coming to seal.
-    // Not on PostgreSQL yet (neither the cut nor the seal kills): its first
-    // short runs with them showed copies on the fail-open stream decided
-    // novel where the oracle wanted duplicates, not explained yet
-    // (docs/design.md §12).
-    if store == StoreKind::Redis {
-        faults.push((at(0.54), Fault::CutStoreLink(store, link_cut)));
-    }
-    if exactly_once && store == StoreKind::Redis {
+    faults.push((at(0.54), Fault::CutStoreLink(store, link_cut)));
+    if exactly_once {
         faults.push((at(0.10), Fault::KillInSeal(2, "after-commit")));
         faults.push((at(0.30), Fault::KillInSeal(0, "after-offsets")));
     }
@@ -350,24 +344,16 @@ mod tests {
 
     /// Exactly once gets every fault of at-least-once, plus a SIGKILL
     /// inside a seal just after the commit and one after the offsets;
-    /// both get the store link cut for the seconds asked, on Redis.
+    /// both get the store link cut for the seconds asked, on either store.
     #[test]
     fn exactly_once_adds_the_seal_kills_to_every_fault_of_at_least_once() {
         for store in [StoreKind::Redis, StoreKind::Postgres] {
             let alo = schedule(240.0, LENGTHS, store, Guarantee::AtLeastOnce);
             let eos = schedule(240.0, LENGTHS, store, Guarantee::ExactlyOnce);
             assert!(seal_kills(&alo).is_empty(), "{alo:?}");
-            let kills: &[(usize, &str)] = if store == StoreKind::Redis {
-                &[(2, "after-commit"), (0, "after-offsets")]
-            } else {
-                &[]
-            };
+            let kills: &[(usize, &str)] = &[(2, "after-commit"), (0, "after-offsets")];
             assert_eq!(seal_kills(&eos), kills, "{eos:?}");
-            let cuts: &[f64] = if store == StoreKind::Redis {
-                &[20.0]
-            } else {
-                &[]
-            };
+            let cuts: &[f64] = &[20.0];
             assert_eq!(link_cuts(&alo), cuts);
             assert_eq!(link_cuts(&eos), cuts);
             let describe = |s: &[(f64, Fault)]| -> Vec<String> {

@@ -91,7 +91,7 @@ pub(crate) fn conditions(report: &Report, run: &RunResult) -> Vec<String> {
             run.store_data
         ),
         format!(
-            "- Telemetry: exact, not tiered (tiered keeps its filter on Redis; the PostgreSQL store keeps exact claims only), `fail_mode = \"open\"`, its TTL the tier-1 TTL of the Redis run, {} s, as its whole horizon. The late re-sends (a twentieth of the stream, written at the end) may outlive it: one decided `novel` found its event's claim expired, which is correct past the horizon, and is counted apart (*late re-sends claimed anew*); its event is then twice in clean (counted: fail-open), and a later copy naming it as the holder is counted with the copies naming a re-claim. Any other copy decided `novel` is a disagreement.",
+            "- Telemetry: exact, not tiered (tiered keeps its filter on Redis; the PostgreSQL store keeps exact claims only), `fail_mode = \"open\"`, its TTL {} s as its whole horizon (the Redis run's tier-1 TTL, which the short preset shortens on Redis alone: a horizon must outlast the longest stall of the faults, or a copy decided after its event's claim expired is rightly `novel`). The late re-sends (a twentieth of the stream, written at the end) may outlive it: one decided `novel` found its event's claim expired, which is correct past the horizon, and is counted apart (*late re-sends claimed anew*); its event is then twice in clean (counted: fail-open), and a later copy naming it as the holder is counted with the copies naming a re-claim. Any other copy decided `novel` is a disagreement.",
             a.tier1_ttl
         ),
         format!(

@@ -339,8 +339,9 @@ pub(crate) fn judge(
                 bad(
                     &mut f,
                     format!(
-                        "{at}: decided {} first-seen {:?} tier {:?}, expected {} naming {holder:?}",
-                        DECISIONS[d as usize], out.first_seen, out.tier, DECISIONS[want as usize]
+                        "{at}: decided {} first-seen {:?} tier {:?}, expected {} naming {holder:?} (its first input decided {:?})",
+                        DECISIONS[d as usize], out.first_seen, out.tier, DECISIONS[want as usize],
+                        by_input[winner].iter().map(|(_, o)| DECISIONS[o.decision as usize]).collect::<Vec<_>>()
                     ),
                 );
             }
