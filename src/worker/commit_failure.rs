@@ -82,7 +82,7 @@ pub(crate) enum Outcome {
 
 /// One partition of the offsets a transaction sent: what it wrote, what
 /// the brokers hold now, and whether what it wrote differs from the last
-/// commit this replica saw succeed there (`true` where none is known).
+/// commit seen to succeed there (`true` where there was none).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct ReadBack {
     pub(crate) written: (i64, String),

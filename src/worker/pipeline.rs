@@ -408,6 +408,7 @@ impl Worker {
                     let Some(&stream) = self.by_topic.get(&*tp.0) else {
                         continue;
                     };
+                    p.txn.assigned(&tp, committed.as_ref());
                     let key_id = &self.streams[stream].config.spec.key_id;
                     let ours = committed.as_ref().and_then(|(offset, text)| {
                         metadata::read(key_id, text).map(|m| (*offset, m))

@@ -34,7 +34,7 @@ use tracing::{info, warn};
 use super::commit_failure::{commit_failure, CommitFailure, Outcome};
 use super::error::{Doing, WorkerError};
 use super::fault_point::{self, Step};
-use super::flight::Commit;
+use super::flight::{Commit, Tp};
 use super::lane::reports_in;
 use super::metadata::Metadata;
 use super::pipeline::{answer, Pipeline, FLUSH_PATIENCE};
@@ -61,8 +61,20 @@ pub(crate) struct Txn {
     /// The transaction committing off the loop, if any.
     pub(crate) committing: Option<Committing>,
     /// Per partition, the offset and metadata of the last commit seen to
-    /// succeed: what a transaction whose outcome is unknown is told by.
+    /// succeed (this replica's, or the one read at assignment): what a
+    /// transaction whose outcome is unknown is told by.
     pub(crate) last: HashMap<(String, i32), (i64, String)>,
+}
+
+impl Txn {
+    /// A partition assigned, with what its group had committed.
+    pub(crate) fn assigned(&mut self, tp: &Tp, committed: Option<&(i64, String)>) {
+        let key = (tp.0.to_string(), tp.1);
+        match committed {
+            Some(commit) => self.last.insert(key, commit.clone()),
+            None => self.last.remove(&key),
+        };
+    }
 }
 
 /// A sealed transaction whose offsets and commit run off the loop.
