@@ -38,6 +38,9 @@ pub(crate) const RATE: u64 = 2_000;
 /// How long every partition must have flowed from one replica before the
 /// signal.
 const STEADY: Duration = Duration::from_secs(2);
+/// After the steady window, before the signal: the window's outputs are
+/// read in it.
+const VISIBLE_GRACE: Duration = Duration::from_secs(1);
 /// How long the new owner has to serve every moved partition.
 const SERVE_BOUND: Duration = Duration::from_secs(30);
 
@@ -185,16 +188,20 @@ async fn measure(
             bail!("{label}: the two replicas did not settle to a steady stream within 90 s");
         }
     }
-    let signal_us = unix_us();
+    // The steady window's inputs have a grace second to be read before
+    // the signal: a latency above it would show as outputs missing.
+    let steady_ms = unix_us() / 1000;
+    tokio::time::sleep(VISIBLE_GRACE).await;
     let visible = unserved::visible(
         &snapshot(),
-        signal_us - STEADY.as_micros() as i64,
-        signal_us,
+        steady_ms - STEADY.as_millis() as i64,
+        steady_ms,
     );
     eprintln!(
         "{label}: steady (visible p50 {:?} ms, p99 {:?} ms over {} outputs); SIGTERM to replica 0",
         visible.p50_ms, visible.p99_ms, visible.outputs
     );
+    let signal_us = unix_us();
     idemgate_testkit::servers::signal(children[0].pid, "TERM");
     // Its worker returned (committed, left the group) when it reports.
     children[0].expect(REPORT, Duration::from_secs(90)).await?;

@@ -23,8 +23,9 @@ The classic protocol's eager assignor revokes every partition at the rebalance, 
 own partitions pause too; they are not in these figures. *Stop* is from the signal to replica \
 0's report (its worker returned: its outputs committed, the group left). Both replicas run with the \
 default `batch.handover_drain` (10 s), which bounds the exactly-once drain. *Visible p50 / p99* \
-is the steady stream's latency over the 2 s before the signal, both replicas serving: from an \
-input's send (its record's create time, which its output keeps) to the reader's poll of the \
+is the steady stream's latency, both replicas serving, for the inputs sent in its 2 s steady \
+window (not a backlog of the rebalance before it) and read within 1 s after the window, when \
+the signal goes: from an input's send (its record's create time, which its output keeps) to the reader's poll of the \
 output, so the harness producer's linger and 10 ms slices and the reader's fetch wait are in \
 it; under exactly once an output is visible only once its transaction commits.";
 

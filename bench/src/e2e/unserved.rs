@@ -29,13 +29,17 @@ pub(crate) struct Visible {
     pub p99_ms: Option<f64>,
 }
 
-/// Pure: the visibility latency of the outputs read in `[from_us, to_us)`
-/// (nearest rank; ms, the resolution of a record's time).
-pub(crate) fn visible(seen: &[Seen], from_us: i64, to_us: i64) -> Visible {
+/// Pure: the visibility latency of the outputs whose inputs were sent in
+/// `[from_ms, to_ms)`, among those read (nearest rank; ms, the resolution
+/// of a record's time). By send time, not read time: a backlog sent before
+/// the window (during a rebalance) is not in it.
+pub(crate) fn visible(seen: &[Seen], from_ms: i64, to_ms: i64) -> Visible {
     let mut ms: Vec<f64> = seen
         .iter()
-        .filter(|s| (from_us..to_us).contains(&s.at_us))
-        .filter_map(|s| Some(s.at_us as f64 / 1000.0 - s.produced_ms? as f64))
+        .filter_map(|s| {
+            let sent = s.produced_ms.filter(|t| (from_ms..to_ms).contains(t))?;
+            Some(s.at_us as f64 / 1000.0 - sent as f64)
+        })
         .collect();
     ms.sort_by(f64::total_cmp);
     let rank = |q: f64| {
@@ -165,17 +169,24 @@ mod tests {
 
     #[test]
     fn visibility_is_taken_in_its_window_by_nearest_rank() {
-        // 100 outputs read at 1000..1100 ms, produced 1..=100 ms before.
+        // 100 outputs sent at 1000..1100 ms, read 1..=100 ms later; a
+        // backlog sent before the window, read in it; outputs without a time.
         let seen: Vec<Seen> = (0..100)
             .map(|i| Seen {
                 replica: 0,
                 partition: 0,
-                at_us: (1000 + i) * 1000,
-                produced_ms: Some(1000 + i - (i + 1)),
+                at_us: (1000 + i + (i + 1)) * 1000,
+                produced_ms: Some(1000 + i),
             })
             .chain([at(0, 0, 5000), at(1, 0, 10)])
+            .chain((0..50).map(|i| Seen {
+                replica: 1,
+                partition: 1,
+                at_us: (1000 + i) * 1000,
+                produced_ms: Some(500),
+            }))
             .collect();
-        let v = visible(&seen, 1_000_000, 1_100_000);
+        let v = visible(&seen, 1000, 1100);
         assert_eq!(v.outputs, 100);
         assert_eq!(v.p50_ms, Some(50.0));
         assert_eq!(v.p99_ms, Some(99.0));
