@@ -14,21 +14,19 @@ use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
-use tracing::{debug, error, info, warn};
+use tracing::{error, info, warn};
 
 use super::breaker::Breaker;
-use super::consumer::{Arrival, Input, Reader};
+use super::consumer::{Arrival, Reader};
 use super::error::WorkerError;
-use super::flight::{Flight, Reported, Resume, Round, Tp};
+use super::flight::{Flight, Resume, Round, Tp};
 use super::metadata;
-use super::output::{send, Carry, Failure, Output, Sent};
+use super::output::Sent;
 use super::poller::{self, Event};
 use super::progress::Progress;
 use super::transaction::committed;
 use super::Worker;
 use crate::config::FailMode;
-use crate::decision::{headers, Decision, Route};
-use crate::fingerprint::Invalid;
 use crate::logging::RateLimit;
 use crate::metrics::{StreamMetrics, Tally};
 use crate::store::{Claim, Publish, RoundAnswer, StoreError, StreamId};
@@ -41,7 +39,6 @@ pub(super) const FLUSH_PATIENCE: Duration = Duration::from_secs(30);
 /// A wait this long is logged (the metric shows every wait).
 pub(super) const LONG_WAIT: Duration = Duration::from_secs(60);
 
-static UNDELIVERED: LazyLock<RateLimit> = LazyLock::new(|| RateLimit::new(Duration::from_secs(30)));
 static STORE_DOWN: LazyLock<RateLimit> = LazyLock::new(|| RateLimit::new(Duration::from_secs(30)));
 static STORE_REJECTED: LazyLock<RateLimit> =
     LazyLock::new(|| RateLimit::new(Duration::from_secs(30)));
@@ -68,9 +65,6 @@ pub(super) fn store_failed(error: &StoreError) {
         }
     }
 }
-
-/// A delivery report: the record's partition, offset and assignment.
-pub(super) type Report = (Tp, i64, u64, Result<(), Failure>);
 
 /// The round in flight.
 pub(super) struct InFlight {
@@ -335,61 +329,6 @@ impl Worker {
         }
     }
 
-    pub(super) fn on_report(&self, p: &mut Pipeline, (tp, offset, epoch, result): Report) {
-        let now = self.clock.now();
-        p.dirty = true;
-        let stream = self.by_topic.get(&*tp.0).copied().unwrap_or_default();
-        let name = &self.streams[stream].config.spec.name;
-        match p.flight.reported(&tp, offset, epoch, result, now) {
-            Reported::Delivered(decision) => {
-                p.tally.decided(stream, &decision);
-                p.progress.decided(name, decision.label());
-                let record = p.flight.record(&tp, offset);
-                if let Some(record) = record {
-                    p.metrics[stream].latency(now.duration_since(record.input.polled));
-                }
-                if decision != Decision::Novel && tracing::enabled!(tracing::Level::DEBUG) {
-                    let hash = record
-                        .and_then(|r| r.print.as_ref())
-                        .and_then(|print| print.as_ref().ok())
-                        .map(|print| print.hash.to_string())
-                        .unwrap_or_default();
-                    let trace_id = record.map(|r| trace_id(&r.input)).unwrap_or_default();
-                    let reason = match &decision {
-                        Decision::Invalid(invalid) => invalid.to_string(),
-                        _ => String::new(),
-                    };
-                    debug!(trace_id = %trace_id, stream = %name, topic = %tp.0, partition = tp.1, offset,
-                        source_hash = %hash, decision = decision.label(), reason = %reason, "suppressed or marked");
-                }
-            }
-            Reported::Retry(error) => {
-                p.tally.produce_failed(stream);
-                if p.flight.sent_in_open_txn(&tp, offset) {
-                    self.undelivered(p, &error);
-                }
-                if let Some(held_back) = UNDELIVERED.allow() {
-                    warn!(%error, topic = %tp.0, partition = tp.1, offset, held_back,
-                        "output not delivered: the claim is kept and it is produced again");
-                }
-            }
-            Reported::Refused(error) => {
-                p.tally.produce_failed(stream);
-                if p.flight.sent_in_open_txn(&tp, offset) {
-                    self.undelivered(p, &error);
-                }
-                warn!(%error, topic = %tp.0, partition = tp.1, offset,
-                    "output refused: to audit without its payload");
-            }
-            Reported::GaveUp(error) => {
-                p.tally.produce_failed(stream);
-                error!(%error, topic = %tp.0, partition = tp.1, offset,
-                    "even a bare audit record was refused: given up");
-            }
-            Reported::Gone => {}
-        }
-    }
-
     async fn on_event(&mut self, p: &mut Pipeline, event: Event) -> Result<(), WorkerError> {
         p.dirty = true;
         match event {
@@ -453,92 +392,7 @@ impl Worker {
         p.flight.arrive(input, stream, print, at);
     }
 
-    /// Hands a decided record's output to the producer.
-    fn send(&self, p: &mut Pipeline, tp: Tp, offset: i64) {
-        let Some(record) = p.flight.record(&tp, offset) else {
-            return;
-        };
-        let Some(decision) = record.decision.as_ref() else {
-            return;
-        };
-        let stream = &self.streams[record.stream];
-        let topic = match decision.route_on(stream.config.shadow) {
-            Route::Clean => stream.config.clean.as_str(),
-            Route::Audit => stream.config.audit.as_str(),
-        };
-        let hash = record
-            .print
-            .as_ref()
-            .and_then(|p| p.as_ref().ok())
-            .map(|p| &p.hash);
-        let name = |c: &crate::store::Coordinates| stream.topic_name(c.topic);
-        let mut decision_headers = headers(decision, hash, &name);
-        if record.replay {
-            decision_headers.mark_replay();
-        }
-        let output = Output {
-            topic,
-            input: &record.input,
-            decision_headers,
-            carry: carry_of(decision, &record.input, self.sendable),
-        };
-        let slot = p.sent.insert((tp.clone(), offset, record.epoch));
-        send(
-            &self.lanes[p.txn.lane].producer(),
-            &self.reports,
-            &output,
-            slot,
-        );
-    }
-
-    /// Every delivery report handed over since the last call.
-    pub(super) fn on_reports(&self, p: &mut Pipeline) {
-        for (slot, result) in self.reports.take() {
-            if let Some((tp, offset, epoch)) = p.sent.take(slot) {
-                self.on_report(p, (tp, offset, epoch, result));
-            }
-        }
-    }
-
     pub(super) fn fail_open(&self, stream: usize) -> bool {
         self.streams[stream].config.fail_mode == FailMode::Open
-    }
-}
-
-/// Trace id: W3C `traceparent` or `x-trace-id` when the producer set one,
-/// else the record's coordinates.
-fn trace_id(input: &Input) -> String {
-    for name in ["traceparent", "x-trace-id"] {
-        if let Some((_, Some(value))) = input
-            .headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-        {
-            return String::from_utf8_lossy(value).into_owned();
-        }
-    }
-    format!("{}/{}/{}", input.topic, input.partition, input.offset)
-}
-
-/// What of its input a decision's output carries: all of it, but for a
-/// record whose output the broker refused.
-fn carry_of(decision: &Decision, input: &Input, sendable: usize) -> Carry {
-    // What idemgate adds to an output (decision headers) fits in this.
-    let fits = |carry: Carry| carry.bytes(input) + crate::config::OUTPUT_HEADROOM <= sendable;
-    match decision {
-        Decision::Invalid(Invalid::Undeliverable { bare: false, .. }) => Carry::NoPayload,
-        Decision::Invalid(Invalid::Undeliverable { bare: true, .. }) => Carry::Bare,
-        // Too large for the stream is not too large for the producer: it
-        // goes whole where it can, else without what it cannot carry,
-        // decided `too-large` before any produce (not refused, then
-        // `undeliverable`).
-        Decision::Invalid(Invalid::TooLarge { .. }) if !fits(Carry::Whole) => {
-            if fits(Carry::NoPayload) {
-                Carry::NoPayload
-            } else {
-                Carry::Bare
-            }
-        }
-        _ => Carry::Whole,
     }
 }
