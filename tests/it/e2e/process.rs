@@ -285,7 +285,7 @@ pub fn postgres_schema(prefix: &str) -> String {
 
 /// What the gateways log: info, and each decision (a debug line of the
 /// batch), which is what lets a test aim a kill just after a delivery.
-const GATE_LOG: &str = "info,idemgate::worker::pipeline=debug";
+const GATE_LOG: &str = "info,idemgate::worker::sends=debug";
 
 /// One `idemgate run` process, its config file and its log (stdout and
 /// stderr, `RUST_LOG` = `GATE_LOG`).
