@@ -374,6 +374,16 @@ impl Kafka {
         Ok(())
     }
 
+    /// SIGKILL, a crash: no controlled shutdown; the next start recovers
+    /// its log (what it had acknowledged is in the page cache, so kept).
+    pub fn kill(&mut self) -> Result<()> {
+        if let Some(mut child) = self.child.take() {
+            child.kill()?;
+            child.wait()?;
+        }
+        Ok(())
+    }
+
     /// Starts it again on the same ports and the same log: what it had
     /// acknowledged is still there.
     pub fn restart(&mut self) -> Result<()> {

@@ -38,8 +38,8 @@ pub(crate) enum Fault {
     /// PostgreSQL: `pg_ctl stop -m fast`), down this many seconds, start it
     /// again on that data.
     RestartStore(StoreKind, f64),
-    /// SIGTERM the broker (a controlled shutdown), start it again on the
-    /// same ports and log.
+    /// SIGKILL the broker (a crash), start it again on the same ports and
+    /// log (`world::Broker::restart` says why not a controlled shutdown).
     RestartBroker,
     /// Cut the replicas' link to the store (`idemgate_testkit::link`: the
     /// packets dropped both ways, the sockets kept open) for this many
@@ -60,7 +60,7 @@ impl Fault {
             Fault::FreezeStore(kind, s) => kind.describe_freeze(*s),
             Fault::RestartStore(kind, s) => kind.describe_restart(*s),
             Fault::RestartBroker => {
-                "broker SIGTERM (controlled shutdown), restart on its own log".into()
+                "broker SIGKILL (a crash), restart on its own log".into()
             }
             Fault::CutStoreLink(kind, s) => format!(
                 "replicas' {} link cut for {s:.0} s (packets dropped both ways, sockets open), then restored",
@@ -264,7 +264,7 @@ pub(crate) fn apply(fault: &Fault, t: &mut Targets<'_>) -> Result<Applied> {
             let took = t.broker.restart()?;
             t.replicas.watch(t.start.elapsed().as_secs_f64());
             format!(
-                "controlled shutdown {:.1} s, start {:.1} s (serving metadata again); the log kept; the soak's producer held off meanwhile",
+                "killed in {:.1} s, start {:.1} s (serving metadata again); the log kept, recovered at start; the soak's producer held off meanwhile",
                 took.shutdown.as_secs_f64(),
                 took.start.as_secs_f64()
             )
@@ -364,7 +364,7 @@ mod tests {
                 assert!(eos_faults.contains(&fault), "{fault} missing: {eos:?}");
             }
             assert_eq!(eos.len(), alo.len() + kills.len());
-            assert!(describe(&alo).iter().any(|d| d.contains("broker SIGTERM")));
+            assert!(describe(&alo).iter().any(|d| d.contains("broker SIGKILL")));
         }
     }
 

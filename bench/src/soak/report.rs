@@ -160,7 +160,7 @@ impl Report {
         line(String::new());
         line(format!("- Machine: {}. Everything shares it: three replicas (child processes, each exactly `idemgate run`), the broker (one JVM), redis-server, the soak's producer and readers; other builds may have been running beside it.", self.machine));
         line(format!(
-            "- Broker: {} (KRaft, one node: broker and controller in one JVM), a fresh one per guarantee, its log on local disk under the run's directory. Its restart is a SIGTERM (the broker's controlled shutdown) and a start of the same node on the same ports and the same log, which keeps its topics, committed offsets, groups and transaction state; the replicas keep running through it and reconnect, and the soak's own producer holds off until the broker serves metadata again.",
+            "- Broker: {} (KRaft, one node: broker and controller in one JVM), a fresh one per guarantee, its log on local disk under the run's directory. Its restart is a SIGKILL (a crash) and a start of the same node on the same ports and the same log, which it recovers, keeping its topics, committed offsets, groups and transaction state; the replicas keep running through it and reconnect, and the soak's own producer holds off until the broker serves metadata again.",
             self.runs.first().map_or("?".into(), |r| r.broker_version.clone()),
         ));
         line("- Replicas: a SIGKILLed replica is started again at once, as a supervisor would, while the group still counts the dead member until its 6 s session expires; under exactly-once its new producer (the same `transactional.id`) fences the dead one's open transaction. A SIGTERMed replica is started again once it has exited.".into());
@@ -185,7 +185,7 @@ impl Report {
         }
         line("## What this machine cannot show".into());
         line(String::new());
-        line("- One broker, no replication: a broker restart here is a process restart on its own disk, not a leader failover, and `acks=all` means one replica. The restart is a controlled shutdown; a broker crash (SIGKILL, log recovery at start) is not soaked.".into());
+        line("- One broker, no replication: a broker restart here is a process restart on its own disk, not a leader failover, and `acks=all` means one replica. The restart is a crash; a controlled shutdown is not soaked: on one node it leaves every partition without a leader while the transaction coordinator still sends markers, and Apache Kafka 4.4 skips those markers as if the partitions were deleted, leaving a hanging transaction on the outputs (docs/design.md §12).".into());
         line("- A Redis crash that loses acknowledged writes (no AOF, a failover to a lagging replica) is store data loss, outside what fail-closed mode can guard; not soaked.".into());
         line("- Wall-clock time: a late re-send meets only the filter once its tier-1 key has expired; clock skew between replicas is not exercised (one machine, one clock).".into());
         md
