@@ -94,6 +94,27 @@ pub(crate) async fn create_topics(brokers: &str, topics: &[&str], partitions: i3
     .context("creating topics")
 }
 
+/// Deletes a run's output topics once it is counted (its check reads the
+/// replicas' metrics, not the outputs): the broker drops their logs, so no
+/// later run pays for an earlier one's writes (page cache, writeback, disk).
+pub(crate) async fn delete_topics(brokers: &str, topics: &[String]) -> Result<()> {
+    let admin = idemgate_testkit::kafka::admin(brokers);
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let options = rdkafka::admin::AdminOptions::new()
+        .operation_timeout(Some(Duration::from_secs(20)))
+        .request_timeout(Some(Duration::from_secs(20)));
+    for result in admin
+        .delete_topics(&names, &options)
+        .await
+        .context("deleting topics")?
+    {
+        if let Err((topic, code)) = result {
+            bail!("deleting topic {topic}: {code:?}");
+        }
+    }
+    Ok(())
+}
+
 /// Where the loaded records are.
 #[derive(Clone, Debug)]
 pub(crate) struct Loaded {

@@ -331,6 +331,9 @@ async fn bench(args: BenchArgs) -> Result<()> {
     };
     let mut datasets = vec![main.clone()];
     datasets.extend(matrix.clone());
+    // The raw topics too: a bench leaves no gigabytes of log behind.
+    let raw: Vec<String> = datasets.iter().map(|d| d.topic.clone()).collect();
+    kafka::delete_topics(&setup.broker.brokers, &raw).await?;
     let report = report::Report::new(
         &args,
         &setup,

@@ -20,7 +20,10 @@ the stop's drain and commit, the leave and the group's rebalance are all inside 
 first output of replica 1 on that partition that the reader got; the reader's own fetch wait \
 (up to 10 ms) is in it, and the stream's spacing (a partition's records are a few ms apart). \
 The classic protocol's eager assignor revokes every partition at the rebalance, so replica 1's \
-own partitions pause too; they are not in these figures. *Stop* is from the signal to replica \
+own partitions pause too; they are not in these figures. Under the classic protocol replica 1 \
+learns of the rebalance at its next heartbeat (librdkafka's `heartbeat.interval.ms`, 3 s by \
+default), so the unserved time moves from run to run by up to about 3 s with where the signal \
+falls between two heartbeats. *Stop* is from the signal to replica \
 0's report (its worker returned: its outputs committed, the group left). Both replicas run with the \
 default `batch.handover_drain` (10 s), which bounds the exactly-once drain. *Visible p50 / p99* \
 is the steady stream's latency, both replicas serving, for the inputs sent in its 2 s steady \

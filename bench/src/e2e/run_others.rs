@@ -8,7 +8,7 @@ use anyhow::{bail, Result};
 
 use super::baseline::BaselineSpec;
 use super::children::ChildProcess;
-use super::kafka::{create_topics, watch, CommitWatch, Progress};
+use super::kafka::{create_topics, delete_topics, watch, CommitWatch, Progress};
 use super::memory;
 use super::passthrough::PassthroughSpec;
 use super::replica::{Report, Role, CONNECTED, GO, STOP};
@@ -84,6 +84,7 @@ pub(crate) async fn passthrough(setup: &Setup, dataset: &Dataset) -> Result<RunR
         )
     };
     r.passthrough = Some(*report);
+    delete_topics(&setup.broker.brokers, &[format!("{out}.clean")]).await?;
     Ok(r)
 }
 
@@ -156,5 +157,10 @@ pub(crate) async fn baseline(setup: &Setup, dataset: &Dataset, records: u64) -> 
         format!("CHECK: processed {} of {records}", report.processed)
     };
     r.baseline = Some(report);
+    delete_topics(
+        &setup.broker.brokers,
+        &[format!("{out}.clean"), format!("{out}.audit")],
+    )
+    .await?;
     Ok(r)
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 
 use super::children::ChildProcess;
-use super::kafka::{create_topics, watch};
+use super::kafka::{create_topics, delete_topics, watch};
 use super::memory;
 use super::postgres;
 use super::profile;
@@ -233,6 +233,11 @@ pub(crate) async fn clean(
     r.memory = memory;
     r.postgres_disk = disk;
     r.profile = profile;
+    delete_topics(
+        &setup.broker.brokers,
+        &[format!("{out}.clean"), format!("{out}.audit")],
+    )
+    .await?;
     Ok(r)
 }
 
@@ -338,5 +343,10 @@ pub(crate) async fn counting(
     let mut counted = Counting::new(rt, tally, phases);
     counted.allocations_per_record = allocations as f64 / dataset.records.max(1) as f64;
     r.counting = Some(counted);
+    delete_topics(
+        &setup.broker.brokers,
+        &[format!("{out}.clean"), format!("{out}.audit")],
+    )
+    .await?;
     Ok(r)
 }
