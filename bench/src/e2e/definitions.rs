@@ -4,8 +4,9 @@
 pub(crate) const RUNS: &str = "## The runs\n\n\
 Each invocation runs, over the same raw topic, each with its own consumer group and output \
 topics and with Redis emptied before it (and, for a PostgreSQL run, the store's schema dropped); \
-once a run is counted its output topics are deleted (the broker drops their files a second \
-later), so that no run pays for an earlier one's writes, and the raw topics go at the end:\n\n\
+once a run is counted its output topics are deleted (the broker drops their files soon \
+after), so that no later run shares the page cache and disk with them, and the raw topics go at \
+the end:\n\n\
 - **clean runs**, one per mode and replica count: the figures of the mode. Each replica is a \
 child process running exactly what `idemgate run` runs (`idemgate::app::run_with_store` on the \
 plain `idemgate::app::open_store` store): its Redis connection goes straight to redis-server, its \
