@@ -96,7 +96,7 @@ pub(crate) async fn create_topics(brokers: &str, topics: &[&str], partitions: i3
 
 /// Deletes a run's output topics once it is counted (its check reads the
 /// replicas' metrics, not the outputs): the broker drops their logs, so no
-/// later run pays for an earlier one's writes (page cache, writeback, disk).
+/// later run shares the page cache and the disk with them.
 pub(crate) async fn delete_topics(brokers: &str, topics: &[String]) -> Result<()> {
     let admin = idemgate_testkit::kafka::admin(brokers);
     let names: Vec<&str> = topics.iter().map(String::as_str).collect();

@@ -1,7 +1,8 @@
 //! What the soak owns and breaks: an Apache Kafka broker it restarts on its
 //! own disk (SIGKILL, a crash, then a start on the same ports and the same
-//! log, which it recovers; not a controlled shutdown: see `restart`), a redis-server it can freeze and restart (from its own
-//! `SHUTDOWN SAVE` dump), and the gateway replicas as child processes it
+//! log, which it recovers; not a controlled shutdown: see `restart`), a
+//! redis-server it can freeze and restart (from its own `SHUTDOWN SAVE`
+//! dump), and the gateway replicas as child processes it
 //! kills, terminates and starts again. Every process is a guard: dropping it
 //! kills it.
 
