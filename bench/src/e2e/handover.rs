@@ -188,8 +188,10 @@ async fn measure(
             bail!("{label}: the two replicas did not settle to a steady stream within 90 s");
         }
     }
-    // The steady window's inputs have a grace second to be read before
-    // the signal: a latency above it would show as outputs missing.
+    // A wait on the broker, not on the worker's clock: the harness's
+    // read_committed reader (its own thread) goes on fetching the steady
+    // window's outputs for a grace second before the signal; a latency
+    // above it would show as outputs missing.
     let steady_ms = unix_us() / 1000;
     tokio::time::sleep(VISIBLE_GRACE).await;
     let visible = unserved::visible(
