@@ -74,6 +74,17 @@ impl Step {
     }
 }
 
+/// What a seal holds at a step past its offsets: the claims its commit
+/// leaves to settle, and the offsets it sent.
+pub(crate) fn holding(claims: usize, offsets: &rdkafka::TopicPartitionList) -> String {
+    let listed: Vec<String> = offsets
+        .elements()
+        .iter()
+        .map(|e| format!("{}/{}@{:?}", e.topic(), e.partition(), e.offset()))
+        .collect();
+    format!("{claims} claims to settle, offsets {listed:?}")
+}
+
 /// What happens at the armed step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Action {
@@ -112,8 +123,9 @@ fn armed() -> Option<(Step, Action, u64)> {
 }
 
 /// The seal reached `step`; `work` says whether it holds anything (only
-/// then does an armed step fire). Does nothing unless `step` is armed.
-pub(crate) fn reached(step: Step, work: bool) {
+/// then does an armed step fire), `what` says what it holds, in the line
+/// that tells the fault fired. Does nothing unless `step` is armed.
+pub(crate) fn reached(step: Step, work: bool, what: impl FnOnce() -> String) {
     static PASSES: AtomicU64 = AtomicU64::new(0);
     let Some((at, action, skip)) = armed() else {
         return;
@@ -121,7 +133,7 @@ pub(crate) fn reached(step: Step, work: bool) {
     if at != step || !work || PASSES.fetch_add(1, Ordering::SeqCst) != skip {
         return;
     }
-    warn!(?action, "fault point {} reached", step.name());
+    warn!(?action, holding = %what(), "fault point {} reached", step.name());
     let signal = match action {
         Action::Kill => "-KILL",
         Action::Term => "-TERM",

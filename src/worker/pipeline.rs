@@ -274,8 +274,12 @@ impl Worker {
             std::mem::take(&mut round.claims),
             std::mem::take(&mut round.read),
         );
-        let settles = !publish.done.is_empty();
-        super::fault_point::reached(super::fault_point::Step::BeforeSettlements, settles);
+        let settles = publish.done.len();
+        super::fault_point::reached(
+            super::fault_point::Step::BeforeSettlements,
+            settles > 0,
+            || format!("{settles} done flags"),
+        );
         let handle = tokio::spawn(async move {
             let answer = tokio::time::timeout(STORE_TIMEOUT, store.round(&publish, &claims, &read))
                 .await

@@ -205,11 +205,15 @@ impl Worker {
         }
         // A fault is aimed at a transaction whose commit leaves claims to
         // settle (tests only, `fault_point`: the scan runs only when armed).
-        let claims =
-            fault_point::any_armed() && p.txn.open_since.is_some() && p.flight.open_txn_claims();
-        fault_point::reached(Step::AfterProduce, claims);
+        let claims = if fault_point::any_armed() && p.txn.open_since.is_some() {
+            p.flight.open_txn_claims()
+        } else {
+            0
+        };
+        let holding = move || format!("{claims} claims to settle");
+        fault_point::reached(Step::AfterProduce, claims > 0, holding);
         self.insert_before_commit(p, deadline).await?;
-        fault_point::reached(Step::AfterInserts, claims);
+        fault_point::reached(Step::AfterInserts, claims > 0, holding);
         let commits = p.flight.txn_offsets(p.txn.open_since.is_some());
         if commits.is_empty() && p.txn.open_since.is_none() {
             return Ok(());
@@ -266,12 +270,16 @@ impl Worker {
                 if sent.list.count() > 0 {
                     producer.send_offsets_to_transaction(&sent.list, &group, timeout)?;
                 }
-                fault_point::reached(Step::AfterOffsets, claims);
+                // Aimed at a transaction holding offsets too: they are
+                // pending from here to its commit.
+                let work = claims > 0 && sent.list.count() > 0;
+                let holding = || fault_point::holding(claims, &sent.list);
+                fault_point::reached(Step::AfterOffsets, work, holding);
                 let committing = clock.now();
                 crate::metrics::transaction_step("offsets", committing - offsets);
                 reports_in(&producer, timeout);
                 producer.commit_transaction(timeout)?;
-                fault_point::reached(Step::AfterCommit, claims);
+                fault_point::reached(Step::AfterCommit, work, holding);
                 crate::metrics::transaction_step("commit", clock.now() - committing);
                 Ok::<(), KafkaError>(())
             })();

@@ -42,18 +42,20 @@ impl Flight {
         inserts
     }
 
-    /// Whether the open transaction holds an output of a claimed record
-    /// (delivered or awaiting its report): one whose claim its commit
-    /// leaves to settle.
-    pub(crate) fn open_txn_claims(&self) -> bool {
+    /// How many outputs of claimed records the open transaction holds
+    /// (delivered or awaiting their reports): claims its commit leaves to
+    /// settle.
+    pub(crate) fn open_txn_claims(&self) -> usize {
         let open = self.open_txn;
-        self.partitions.values().any(|p| {
-            p.records.values().any(|r| {
+        self.partitions
+            .values()
+            .flat_map(|p| p.records.values())
+            .filter(|r| {
                 r.txn == open
                     && r.claim.is_some()
                     && matches!(r.stage, Stage::Sending | Stage::Produced)
             })
-        })
+            .count()
     }
 
     /// Per partition, the offsets the transaction commits: the delivered

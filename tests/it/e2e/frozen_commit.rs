@@ -75,7 +75,17 @@ fn exactly_once_a_zombie_frozen_between_offsets_and_commit_holds_the_new_owner_u
     }
     wait_frozen(&zombie, "[frozen-commit]");
     let frozen = Instant::now();
-    say(TEST, "the zombie froze between its offsets and its commit");
+    let text = zombie.log_text();
+    let fired = text
+        .lines()
+        .find(|l| l.contains("fault point after-offsets reached"));
+    say(
+        TEST,
+        format!(
+            "the zombie froze between its offsets and its commit: {}",
+            fired.unwrap_or("")
+        ),
+    );
     while !survivor.log_text().contains(RETRYING) {
         survivor.assert_alive();
         assert!(

@@ -218,9 +218,11 @@ fn stopped_at(test: &'static str, step: &'static str, fault: Fault) {
         }
     };
     let stopped = began.elapsed();
+    let fired = doomed.log_text();
+    let fired = fired.lines().find(|l| l.contains(&reached)).unwrap_or("");
     say(
         test,
-        format!("{case} the first replica stopped at {stopped:?}: {status}"),
+        format!("{case} the first replica stopped at {stopped:?}: {status}; {fired}"),
     );
     match fault {
         Fault::Kill => assert_eq!(
