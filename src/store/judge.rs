@@ -19,8 +19,9 @@ pub(crate) enum Verdict {
     /// The record met its own unsettled claim written by another owner (an
     /// earlier incarnation, or before a rebalance): re-stamp it with this
     /// record's token (compare and set on the old holder and token), then
-    /// it is `Won { fresh: false }`.
-    Restamp,
+    /// it is the outcome held here (`Won { fresh: false }`, or a filter
+    /// duplicate: see `judge_reset`).
+    Restamp(ClaimOutcome),
     /// The record met another record's unsettled claim whose holder lies
     /// in a range the operator's reset abandoned (DESIGN.md §4 rule 7):
     /// write this record's own claim over exactly the value judged (compare
@@ -101,8 +102,8 @@ pub(crate) fn judge_reset(
         });
     };
     if value.holder == claim.holder {
-        // Its own claim overrides a filter hit (its hash went in when it
-        // was delivered).
+        // Its own settled claim overrides a filter hit (its hash went in
+        // when it was delivered).
         return if settled(value, holder_below) {
             Verdict::Decided(if marks.replay { Reemit } else { Replayed })
         } else if value.token == claim.token {
@@ -119,7 +120,20 @@ pub(crate) fn judge_reset(
                 Won { fresh: true }
             })
         } else {
-            Verdict::Restamp
+            // The last owner's attempt. Exactly once, it may have written
+            // the hash to tier 2 in a transaction that then aborted: a
+            // filter hit may be its own, so its claim overrides the filter.
+            // At least once, the hash goes in with the settlement, which
+            // did not happen: a filter hit is another record's, and the
+            // last owner met it too (a filter duplicate sent to audit).
+            Verdict::Restamp(if in_filter && !claim.early_inserts {
+                Duplicate {
+                    tier: Tier::Filter,
+                    holder: None,
+                }
+            } else {
+                Won { fresh: false }
+            })
         };
     }
     if !settled(value, holder_below) && marks.holder_abandoned {
@@ -175,6 +189,7 @@ mod tests {
             holder,
             token: OwnerToken(token),
             at: 1_800_000_000_000,
+            early_inserts: false,
         }
     }
 
@@ -221,14 +236,30 @@ mod tests {
     }
 
     #[test]
-    fn its_own_claim_is_restamped_when_unsettled_and_overrides_the_filter() {
+    fn its_own_unsettled_claim_is_restamped_and_overrides_the_filter_only_where_inserts_come_early()
+    {
         let before = claim(at(0, 4), 1);
         let again = claim(at(0, 4), 2);
         let v = value_of(&before);
+        let won = Verdict::Restamp(ClaimOutcome::Won { fresh: false });
+        // Exactly once: the hash may be its own, left by an aborted
+        // transaction.
+        let early = Claim {
+            early_inserts: true,
+            ..again
+        };
+        assert_eq!(judge(&early, Some(&v), Some(2), Some(2), true), won);
+        assert_eq!(judge(&early, Some(&v), Some(2), Some(2), false), won);
+        // At least once: the hash is another record's, which the last
+        // owner met too.
         assert_eq!(
             judge(&again, Some(&v), Some(2), Some(2), true),
-            Verdict::Restamp
+            Verdict::Restamp(ClaimOutcome::Duplicate {
+                tier: Tier::Filter,
+                holder: None
+            })
         );
+        assert_eq!(judge(&again, Some(&v), Some(2), Some(2), false), won);
         assert_eq!(
             judge(&before, Some(&v), Some(2), Some(2), false),
             Verdict::Decided(ClaimOutcome::Won { fresh: true })
@@ -282,7 +313,7 @@ mod tests {
         // Its own unsettled claim is re-stamped, not re-emitted.
         assert_eq!(
             judge_reset(&c, Some(&own), Some(1), Some(1), false, replay),
-            Verdict::Restamp
+            Verdict::Restamp(ClaimOutcome::Won { fresh: false })
         );
     }
 

@@ -360,12 +360,12 @@ impl ClaimStore for MemoryStore {
             }
             answer.outcomes.push(match verdict {
                 Verdict::Decided(outcome) => outcome,
-                Verdict::Restamp => {
+                Verdict::Restamp(outcome) => {
                     if let Some((value, _)) = state.claims.get_mut(&key) {
                         value.token = claim.token;
                         value.claimed_at = claim.at;
                     }
-                    ClaimOutcome::Won { fresh: false }
+                    outcome
                 }
                 Verdict::TakeOver => {
                     if let Some((value, _)) = state.claims.get_mut(&key) {

@@ -170,6 +170,12 @@ pub struct Claim {
     /// memory store on event time): tier-1 keys and filter generations age
     /// on it.
     pub at: Millis,
+    /// The replicas write a record's hash to tier 2 before its output is
+    /// final (exactly once: before the transaction commits, and an abort
+    /// leaves it there): a filter hit beside the record's own unsettled
+    /// claim may be its own hash. At least once, the hash goes in with the
+    /// claim's settlement (docs/design.md §4.4).
+    pub early_inserts: bool,
 }
 
 /// A claim this replica holds, named for a compare-and-set: a done flag or

@@ -263,6 +263,7 @@ mod tests {
             },
             token: OwnerToken(7),
             at: 1_000,
+            early_inserts: false,
         }
     }
 

@@ -140,6 +140,7 @@ pub fn batch(
                 holder,
                 token: OWNER,
                 at,
+                early_inserts: false,
             }
         })
         .collect()

@@ -374,11 +374,16 @@ impl RedisStore {
         let mut restamps = Vec::new();
         let overwrite = |index: usize, old: ClaimValue, verdict: Verdict| match verdict {
             Verdict::Decided(_) => None,
-            Verdict::Restamp | Verdict::TakeOver => Some(Overwrite {
+            Verdict::Restamp(_) | Verdict::TakeOver => Some(Overwrite {
                 index,
                 old,
                 take_over: verdict == Verdict::TakeOver,
             }),
+        };
+        // What a claim is once its compare and set lands.
+        let then = |verdict: Verdict| match verdict {
+            Verdict::Decided(outcome) | Verdict::Restamp(outcome) => outcome,
+            Verdict::TakeOver => ClaimOutcome::Won { fresh: false },
         };
         for (index, (claim, answer)) in claims.iter().zip(answers).enumerate() {
             if lost.iter().any(|l| l.stream == claim.stream) {
@@ -387,14 +392,11 @@ impl RedisStore {
             }
             let value = existing(answer)?;
             let hit = in_filter.get(index).copied().unwrap_or(false);
-            match verdict(claim, value.as_ref(), marks, ranges, hit) {
-                Verdict::Decided(outcome) => outcomes.push(outcome),
-                other => {
-                    // Placeholder until the compare and set answers.
-                    outcomes.push(ClaimOutcome::Won { fresh: false });
-                    restamps.extend(value.and_then(|v| overwrite(index, v, other)));
-                }
-            }
+            let judged = verdict(claim, value.as_ref(), marks, ranges, hit);
+            // Until the compare and set answers (a value that changed
+            // meanwhile is judged again).
+            outcomes.push(then(judged));
+            restamps.extend(value.and_then(|v| overwrite(index, v, judged)));
         }
         let mut taken_over = Vec::new();
         for _ in 0..RESTAMP_ATTEMPTS {
@@ -408,10 +410,9 @@ impl RedisStore {
             for (index, now) in changed {
                 let claim = &claims[index];
                 let hit = in_filter.get(index).copied().unwrap_or(false);
-                match verdict(claim, Some(&now), marks, ranges, hit) {
-                    Verdict::Decided(outcome) => outcomes[index] = outcome,
-                    other => again.extend(overwrite(index, now, other)),
-                }
+                let judged = verdict(claim, Some(&now), marks, ranges, hit);
+                outcomes[index] = then(judged);
+                again.extend(overwrite(index, now, judged));
             }
             restamps = again;
         }

@@ -300,6 +300,7 @@ mod tests {
             },
             token: OwnerToken(1),
             at: 0,
+            early_inserts: false,
         }
     }
 

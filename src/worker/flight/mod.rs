@@ -440,7 +440,7 @@ fn entry_stage(record: &mut Record, watermark: Option<i64>, replay: Option<(i64,
 }
 
 /// The claim of a record with a hash (only those reach the Claim stage).
-fn claim_of(record: &Record, token: OwnerToken) -> Option<Claim> {
+fn claim_of(record: &Record, token: OwnerToken, early_inserts: bool) -> Option<Claim> {
     let Some(Ok(print)) = &record.print else {
         return None;
     };
@@ -455,5 +455,6 @@ fn claim_of(record: &Record, token: OwnerToken) -> Option<Claim> {
         },
         token,
         at: record.at,
+        early_inserts,
     })
 }

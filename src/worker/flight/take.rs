@@ -17,6 +17,8 @@ impl Flight {
         token: OwnerToken,
     ) -> Option<Round> {
         let mut round = Round::default();
+        // Exactly once writes tier 2 before the transaction commits.
+        let early_inserts = self.transactional;
         // Per partition, the end of the delivered prefix a raise in this
         // round vouches for: settlements below it need no done flag.
         let mut covered_by: Vec<(Tp, i64)> = Vec::new();
@@ -101,7 +103,7 @@ impl Flight {
             let Some(record) = self.record_mut(&tp, offset) else {
                 continue;
             };
-            if let Some(claim) = claim_of(record, token) {
+            if let Some(claim) = claim_of(record, token, early_inserts) {
                 round.claims.push(claim);
                 record.stage = Stage::Claiming;
                 round.claim_of.push((tp, offset));
@@ -144,7 +146,7 @@ impl Flight {
                 continue;
             }
             if let Some(record) = self.record_mut(&tp, offset) {
-                if let Some(claim) = claim_of(record, token) {
+                if let Some(claim) = claim_of(record, token, early_inserts) {
                     round.claims.push(claim);
                     record.stage = Stage::Claiming;
                     round.claim_of.push((tp, offset));

@@ -101,8 +101,12 @@ pub async fn its_own_claim_overrides_a_filter_hit(h: &dyn Harness) {
         }
     );
     // Another owner (an exactly-once abort bumps the attempt, a rebalance
-    // does) meets it as its own: re-stamped, the filter overridden.
-    let replay = by(NEXT, claim(TIERED, key, 7, T0 + MINUTE));
+    // does) meets it as its own: re-stamped, the filter overridden, for
+    // the hash may be its own, left by an aborted transaction.
+    let replay = Claim {
+        early_inserts: true,
+        ..by(NEXT, claim(TIERED, key, 7, T0 + MINUTE))
+    };
     assert_eq!(
         one(&*store, replay).await,
         ClaimOutcome::Won { fresh: false }
@@ -113,6 +117,40 @@ pub async fn its_own_claim_overrides_a_filter_hit(h: &dyn Harness) {
         one(&*store, copy).await,
         ClaimOutcome::Held { holder: at(7) }
     );
+}
+
+/// At least once, a hash goes to tier 2 only with its claim's settlement:
+/// a record that meets its own unsettled claim of another owner's beside a
+/// filter hit met another record's hash, as that owner did. It stays a
+/// filter duplicate (re-stamped, to settle it): a `novel` here would put a
+/// second copy of the event in clean (the fault soak's late telemetry
+/// copies, re-decided after their first owner stopped mid-flight).
+pub async fn at_least_once_its_own_claim_re_stamped_keeps_a_filter_hit(h: &dyn Harness) {
+    let store = h.open(streams()).await;
+    let key = hash(h.salt(), 1);
+    // The event's first record, delivered and settled long ago: only the
+    // filter knows it (tier 1 forgot it).
+    let first = claim_on(TIERED, key, on(4, 2), T0);
+    publish(
+        &*store,
+        Publish {
+            inserts: vec![insert(&first)],
+            ..Publish::default()
+        },
+    )
+    .await;
+    // A late copy: its claim is written, the filter knows the hash.
+    let copy = claim(TIERED, key, 7, T0 + MINUTE);
+    let duplicate = ClaimOutcome::Duplicate {
+        tier: Tier::Filter,
+        holder: None,
+    };
+    assert_eq!(one(&*store, copy).await, duplicate);
+    // Its owner stopped before settling it; the next owner reads it again.
+    let again = by(NEXT, claim(TIERED, key, 7, T0 + 2 * MINUTE));
+    assert_eq!(one(&*store, again).await, duplicate);
+    // Re-stamped: the next owner's done flag settles it.
+    assert!(done(&*store, &again).await);
 }
 
 // Rule 5: release.

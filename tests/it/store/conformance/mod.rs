@@ -112,6 +112,7 @@ pub fn claim_on(stream: StreamId, hash: SourceHash, holder: Coordinates, when: i
         holder,
         token: TOKEN,
         at: when,
+        early_inserts: false,
     }
 }
 
