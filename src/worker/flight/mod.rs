@@ -357,6 +357,14 @@ impl Flight {
     fn record_mut(&mut self, tp: &Tp, offset: i64) -> Option<&mut Record> {
         self.partitions.get_mut(tp)?.records.get_mut(&offset)
     }
+
+    /// A record with its partition's topic tag (computed once, at the
+    /// assignment, rather than per claim).
+    fn record_and_tag(&mut self, tp: &Tp, offset: i64) -> Option<(&mut Record, TopicTag)> {
+        let partition = self.partitions.get_mut(tp)?;
+        let tag = partition.tag;
+        Some((partition.records.get_mut(&offset)?, tag))
+    }
 }
 
 impl Partition {
@@ -440,7 +448,12 @@ fn entry_stage(record: &mut Record, watermark: Option<i64>, replay: Option<(i64,
 }
 
 /// The claim of a record with a hash (only those reach the Claim stage).
-fn claim_of(record: &Record, token: OwnerToken, early_inserts: bool) -> Option<Claim> {
+fn claim_of(
+    record: &Record,
+    topic: TopicTag,
+    token: OwnerToken,
+    early_inserts: bool,
+) -> Option<Claim> {
     let Some(Ok(print)) = &record.print else {
         return None;
     };
@@ -449,7 +462,7 @@ fn claim_of(record: &Record, token: OwnerToken, early_inserts: bool) -> Option<C
         hash: print.hash,
         digest: print.digest,
         holder: Coordinates {
-            topic: TopicTag::of(&record.input.topic),
+            topic,
             partition: record.input.partition,
             offset: record.input.offset,
         },

@@ -100,10 +100,10 @@ impl Flight {
             {
                 continue;
             }
-            let Some(record) = self.record_mut(&tp, offset) else {
+            let Some((record, tag)) = self.record_and_tag(&tp, offset) else {
                 continue;
             };
-            if let Some(claim) = claim_of(record, token, early_inserts) {
+            if let Some(claim) = claim_of(record, tag, token, early_inserts) {
                 round.claims.push(claim);
                 record.stage = Stage::Claiming;
                 round.claim_of.push((tp, offset));
@@ -145,8 +145,8 @@ impl Flight {
                 earliest_wait = Some(now + FIRST_BACKOFF);
                 continue;
             }
-            if let Some(record) = self.record_mut(&tp, offset) {
-                if let Some(claim) = claim_of(record, token, early_inserts) {
+            if let Some((record, tag)) = self.record_and_tag(&tp, offset) {
+                if let Some(claim) = claim_of(record, tag, token, early_inserts) {
                     round.claims.push(claim);
                     record.stage = Stage::Claiming;
                     round.claim_of.push((tp, offset));
