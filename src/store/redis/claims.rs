@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use redis::{RedisResult, Value};
 use tracing::warn;
 
-use super::round::{self, existing, noscript, values, Answers, Plan};
+use super::round::{self, claim_command, existing, noscript, values, Answers, Plan};
 use super::tier2::{self, counter_key, BloomWrite, Item};
 use super::{protocol, tier1, unparsable, watermarks, Keyed, RedisStore};
 use crate::store::judge::{judge_reset, ResetMarks, Verdict};
@@ -60,7 +60,7 @@ impl ClaimStore for RedisStore {
             adopted: &adopted,
             cluster: self.conn.is_cluster(),
         };
-        let plan = Plan::new(setting, publish, claims, read)?;
+        let mut plan = Plan::new(setting, publish, claims, read)?;
         // On a cluster the inserts' nodes answer in no order with the
         // rest: they go first, acknowledged before any raise is sent.
         let (inserts, watch) = if self.conn.is_cluster() && !plan.inserts.is_empty() {
@@ -78,7 +78,8 @@ impl ClaimStore for RedisStore {
         // per generation, the first time it is found full.
         self.after_inserts(watch, std::mem::take(&mut answers.inserts))
             .await?;
-        self.resend_lost_scripts(&plan, &mut answers).await?;
+        self.resend_lost_scripts(&plan, claims, &mut answers)
+            .await?;
 
         let mut answer = RoundAnswer {
             raised: plan
@@ -283,6 +284,7 @@ impl RedisStore {
     async fn resend_lost_scripts(
         &self,
         plan: &Plan<'_>,
+        claims: &[Claim],
         answers: &mut Answers,
     ) -> Result<(), StoreError> {
         let lost = [
@@ -319,14 +321,15 @@ impl RedisStore {
             .flat_map(|(groups, failed)| failed.iter().filter_map(|&g| groups.groups.get(g)))
             .flat_map(|(_, keys, _)| keys.iter().map(Vec::as_slice))
             .collect();
-        let reclaim: Vec<usize> = plan
-            .claims
-            .iter()
-            .enumerate()
-            .filter(|(_, claim)| settled_keys.contains(&claim.key.as_slice()))
-            .map(|(index, _)| index)
-            .collect();
-        commands.extend(reclaim.iter().map(|&i| plan.claims[i].clone()));
+        let mut reclaim = Vec::new();
+        for (index, claim) in claims.iter().enumerate() {
+            let spec = spec(&self.streams, claim.stream)?;
+            let key = tier1::key(&self.prefix, &spec.key_id, &claim.hash);
+            if settled_keys.contains(&key.as_slice()) {
+                reclaim.push(index);
+                commands.push(claim_command(&self.prefix, spec, claim)?);
+            }
+        }
         let mut again = self.conn.run(commands).await?.into_iter();
         for (part, failed) in [
             &mut answers.raises,

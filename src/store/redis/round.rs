@@ -32,7 +32,7 @@ pub(crate) struct Plan<'a> {
     /// The store identity of the tags the claims touch, read just before
     /// them (docs/design.md §8.2).
     pub(crate) identities: RoundReads,
-    pub(crate) claims: Vec<Keyed>,
+    claims: Vec<Keyed>,
     probes: Vec<Keyed>,
     pub(crate) probe_map: ProbeMap,
 }
@@ -118,9 +118,7 @@ impl<'a> Plan<'a> {
         let mut probed = Vec::new();
         for (index, claim) in claims.iter().enumerate() {
             let spec = spec(streams, claim.stream)?;
-            let key = tier1::key(prefix, &spec.key_id, &claim.hash);
-            let value = ClaimValue::pending(claim.holder, claim.token, claim.digest, claim.at);
-            sets.push(tier1::claim(key, &value, millis(spec.tier1_ttl))?);
+            sets.push(claim_command(prefix, spec, claim)?);
             if let Some(plan) = &spec.filter {
                 probed.push(Item {
                     index,
@@ -148,9 +146,11 @@ impl<'a> Plan<'a> {
     }
 
     /// The round's commands in contract order; `inserts` are those of this
-    /// trip (none where they went ahead on their own).
+    /// trip (none where they went ahead on their own). The claims and the
+    /// probes go with it (moved, not copied: one of each per record); a
+    /// claim sent again is built again (`claim_command`).
     pub(crate) fn trip(
-        &self,
+        &mut self,
         scripts: &Scripts,
         inserts: Vec<Keyed>,
     ) -> (Vec<Keyed>, impl FnOnce(Vec<RedisResult<Value>>) -> Answers) {
@@ -169,8 +169,8 @@ impl<'a> Plan<'a> {
         commands.extend(self.releases.invocations(&scripts.release, true));
         commands.extend(self.reads.iter().cloned());
         commands.extend(self.identities.commands().iter().cloned());
-        commands.extend(self.claims.iter().cloned());
-        commands.extend(self.probes.iter().cloned());
+        commands.extend(std::mem::take(&mut self.claims));
+        commands.extend(std::mem::take(&mut self.probes));
         (commands, move |answers| layout.split(answers))
     }
 
@@ -205,6 +205,17 @@ impl Layout {
             probes,
         }
     }
+}
+
+/// A claim's `SET NX GET`.
+pub(crate) fn claim_command(
+    prefix: &str,
+    spec: &StreamSpec,
+    claim: &Claim,
+) -> Result<Keyed, StoreError> {
+    let key = tier1::key(prefix, &spec.key_id, &claim.hash);
+    let value = ClaimValue::pending(claim.holder, claim.token, claim.digest, claim.at);
+    tier1::claim(key, &value, millis(spec.tier1_ttl))
 }
 
 fn cas_groups(

@@ -16,7 +16,7 @@ use redis::{Cmd, Script};
 
 use super::conn::Keyed;
 use crate::fingerprint::SourceHash;
-use crate::store::value::{ClaimValue, LUA_DONE_BYTE, OWNER_LEN};
+use crate::store::value::{ClaimValue, LUA_DONE_BYTE, OWNER_LEN, VALUE_LEN};
 use crate::store::StoreError;
 
 /// Which of the 64 hash tags a hash's key carries.
@@ -28,7 +28,12 @@ pub(crate) fn key(prefix: &str, key_id: &str, hash: &SourceHash) -> Vec<u8> {
     let mut key = Vec::with_capacity(prefix.len() + key_id.len() + 20);
     key.extend_from_slice(prefix.as_bytes());
     key.extend_from_slice(key_id.as_bytes());
-    key.extend_from_slice(format!("{{{:02x}}}", tag(hash)).as_bytes());
+    let mut hex = [0u8; 2];
+    // One byte always fits two hex digits.
+    let _ = hex::encode_to_slice([tag(hash)], &mut hex);
+    key.push(b'{');
+    key.extend_from_slice(&hex);
+    key.push(b'}');
     key.extend_from_slice(&hash.0[..16]);
     key
 }
@@ -37,8 +42,11 @@ pub(crate) fn key(prefix: &str, key_id: &str, hash: &SourceHash) -> Vec<u8> {
 /// The key's expiry is fixed here, at the write; every later write keeps
 /// it.
 pub(crate) fn claim(key: Vec<u8>, value: &ClaimValue, ttl_ms: i64) -> Result<Keyed, StoreError> {
-    let mut cmd = redis::cmd("SET");
-    cmd.arg(&key)
+    // Sized once (one per record in a round): the name, the key, the
+    // value, the flags and up to 20 digits of TTL.
+    let mut cmd = Cmd::with_capacity(7, key.len() + VALUE_LEN + 35);
+    cmd.arg("SET")
+        .arg(&key)
         .arg(&value.encode()?[..])
         .arg("NX")
         .arg("PX")
