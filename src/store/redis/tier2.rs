@@ -66,32 +66,46 @@ fn overflow_key(prefix: &str, key_id: &str, epoch: i64) -> String {
     format!("{}:x", generation_key(prefix, key_id, "f", epoch))
 }
 
-/// The bitmap shard key of a hash with its bit offsets.
-fn bitmap_shard(prefix: &str, item: &Item<'_>, epoch: i64) -> (String, Vec<u64>) {
-    let (shard, bits) = item.plan.bit_positions(item.hash);
-    let key = format!(
-        "{}:{shard}",
-        generation_key(prefix, item.key_id, "b", epoch)
-    );
-    (key, bits)
+/// Which key of a stream's generation: a round groups its items by
+/// (key id, epoch, part) and writes each key's name once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Part {
+    /// The RedisBloom filter.
+    Filter,
+    /// Its overflow part.
+    Overflow,
+    /// A bitmap shard.
+    Shard(u64),
+}
+
+type Group<'a> = (&'a str, i64, Part);
+
+fn part_key(prefix: &str, (key_id, epoch, part): Group<'_>) -> String {
+    match part {
+        Part::Filter => generation_key(prefix, key_id, "f", epoch),
+        Part::Overflow => overflow_key(prefix, key_id, epoch),
+        Part::Shard(shard) => format!("{}:{shard}", generation_key(prefix, key_id, "b", epoch)),
+    }
 }
 
 /// Commands that check every live generation (with its overflow part on
 /// RedisBloom) for every item.
-pub(crate) fn probes(
+pub(crate) fn probes<'a>(
     backend: FilterBackend,
     prefix: &str,
-    items: &[Item<'_>],
+    items: &[Item<'a>],
 ) -> (Vec<Keyed>, ProbeMap) {
-    let mut groups: BTreeMap<String, (Vec<(usize, usize)>, redis::Cmd)> = BTreeMap::new();
-    let mut add = |key: String, index: usize, args: &dyn Fn(&mut redis::Cmd) -> usize| {
-        let (owners, cmd) = groups.entry(key.clone()).or_insert_with(|| {
+    type Probe = (String, Vec<(usize, usize)>, redis::Cmd);
+    let mut groups: BTreeMap<Group<'a>, Probe> = BTreeMap::new();
+    let mut add = |group: Group<'a>, index: usize, args: &dyn Fn(&mut redis::Cmd) -> usize| {
+        let (_, owners, cmd) = groups.entry(group).or_insert_with(|| {
+            let key = part_key(prefix, group);
             let mut cmd = redis::cmd(match backend {
                 FilterBackend::RedisBloom => "BF.MEXISTS",
                 FilterBackend::Bitmap => "BITFIELD_RO",
             });
             cmd.arg(&key);
-            (Vec::new(), cmd)
+            (key, Vec::new(), cmd)
         });
         let count = args(cmd);
         owners.push((index, count));
@@ -105,28 +119,28 @@ pub(crate) fn probes(
                         cmd.arg(hash);
                         1
                     };
-                    add(
-                        generation_key(prefix, item.key_id, "f", epoch),
-                        item.index,
-                        &one,
-                    );
-                    add(overflow_key(prefix, item.key_id, epoch), item.index, &one);
+                    add((item.key_id, epoch, Part::Filter), item.index, &one);
+                    add((item.key_id, epoch, Part::Overflow), item.index, &one);
                 }
                 FilterBackend::Bitmap => {
-                    let (key, bits) = bitmap_shard(prefix, item, epoch);
-                    add(key, item.index, &|cmd: &mut redis::Cmd| {
-                        for bit in &bits {
-                            cmd.arg("GET").arg("u1").arg(*bit);
-                        }
-                        bits.len()
-                    });
+                    let (shard, bits) = item.plan.bit_positions(item.hash);
+                    add(
+                        (item.key_id, epoch, Part::Shard(shard)),
+                        item.index,
+                        &|cmd: &mut redis::Cmd| {
+                            for bit in &bits {
+                                cmd.arg("GET").arg("u1").arg(*bit);
+                            }
+                            bits.len()
+                        },
+                    );
                 }
             }
         }
     }
     let mut commands = Vec::with_capacity(groups.len());
     let mut per_command = Vec::with_capacity(groups.len());
-    for (key, (owners, cmd)) in groups {
+    for (_, (key, owners, cmd)) in groups {
         commands.push(Keyed {
             key: key.into_bytes(),
             cmd,
@@ -196,28 +210,29 @@ pub(crate) fn inserts(
     items: &[Item<'_>],
     full: &Full,
 ) -> Vec<(Keyed, Option<BloomWrite>)> {
-    // key -> (command, expiry in ms from the first writer's clock, watch)
-    let mut filters: BTreeMap<String, (redis::Cmd, i64, Option<BloomWrite>)> = BTreeMap::new();
-    let mut counters: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    // group -> (key, command, expiry in ms from the first writer's clock,
+    // watch)
+    type Write = (String, redis::Cmd, i64, Option<BloomWrite>);
+    let mut filters: BTreeMap<Group<'_>, Write> = BTreeMap::new();
+    let mut counters: BTreeMap<(&str, i64), (i64, i64)> = BTreeMap::new();
     for item in items {
         for epoch in item.plan.write_epochs(item.at) {
             let ttl = (item.plan.expires_at(epoch) - item.at).max(1);
             let sizing = &item.plan.sizing;
             match backend {
                 FilterBackend::RedisBloom if full.contains(&(item.stream, epoch)) => {
-                    let key = overflow_key(prefix, item.key_id, epoch);
-                    let (cmd, _, _) = filters.entry(key.clone()).or_insert_with(|| {
-                        (
-                            overflow_insert(&key, sizing.capacity, sizing.fp_rate),
-                            ttl,
-                            None,
-                        )
+                    let group = (item.key_id, epoch, Part::Overflow);
+                    let (_, cmd, _, _) = filters.entry(group).or_insert_with(|| {
+                        let key = part_key(prefix, group);
+                        let cmd = overflow_insert(&key, sizing.capacity, sizing.fp_rate);
+                        (key, cmd, ttl, None)
                     });
                     cmd.arg(&item.hash.0[..]);
                 }
                 FilterBackend::RedisBloom => {
-                    let key = generation_key(prefix, item.key_id, "f", epoch);
-                    let (cmd, _, watch) = filters.entry(key.clone()).or_insert_with(|| {
+                    let group = (item.key_id, epoch, Part::Filter);
+                    let (_, cmd, _, watch) = filters.entry(group).or_insert_with(|| {
+                        let key = part_key(prefix, group);
                         let mut cmd = redis::cmd("BF.INSERT");
                         cmd.arg(&key)
                             .arg("CAPACITY")
@@ -235,7 +250,7 @@ pub(crate) fn inserts(
                             ttl_ms: ttl,
                             hashes: Vec::new(),
                         };
-                        (cmd, ttl, Some(watch))
+                        (key, cmd, ttl, Some(watch))
                     });
                     cmd.arg(&item.hash.0[..]);
                     if let Some(watch) = watch {
@@ -243,25 +258,25 @@ pub(crate) fn inserts(
                     }
                 }
                 FilterBackend::Bitmap => {
-                    let (key, bits) = bitmap_shard(prefix, item, epoch);
-                    let (cmd, _, _) = filters.entry(key.clone()).or_insert_with(|| {
+                    let (shard, bits) = item.plan.bit_positions(item.hash);
+                    let group = (item.key_id, epoch, Part::Shard(shard));
+                    let (_, cmd, _, _) = filters.entry(group).or_insert_with(|| {
+                        let key = part_key(prefix, group);
                         let mut cmd = redis::cmd("BITFIELD");
                         cmd.arg(&key);
-                        (cmd, ttl, None)
+                        (key, cmd, ttl, None)
                     });
                     for bit in bits {
                         cmd.arg("SET").arg("u1").arg(bit).arg(1);
                     }
                 }
             }
-            let counter = counters
-                .entry(counter_key(prefix, item.key_id, epoch))
-                .or_insert((0, ttl));
+            let counter = counters.entry((item.key_id, epoch)).or_insert((0, ttl));
             counter.0 += 1;
         }
     }
     let mut commands = Vec::new();
-    for (key, (cmd, ttl, watch)) in filters {
+    for (_, (key, cmd, ttl, watch)) in filters {
         commands.push((
             Keyed {
                 key: key.clone().into_bytes(),
@@ -271,7 +286,8 @@ pub(crate) fn inserts(
         ));
         commands.push((expire_once(key, ttl), None));
     }
-    for (key, (count, ttl)) in counters {
+    for ((key_id, epoch), (count, ttl)) in counters {
+        let key = counter_key(prefix, key_id, epoch);
         let mut cmd = redis::cmd("INCRBY");
         cmd.arg(&key).arg(count);
         commands.push((
