@@ -54,7 +54,10 @@ impl Pending {
                     old: *old,
                     take_over: verdict == Verdict::TakeOver,
                 });
-                ClaimOutcome::Won { fresh: false }
+                match verdict {
+                    Verdict::Restamp(outcome) => outcome,
+                    _ => ClaimOutcome::Won { fresh: false },
+                }
             }
             // Only a claim that met a value re-stamps or takes over.
             (_, None) => ClaimOutcome::Won { fresh: true },
