@@ -30,6 +30,17 @@ pub(crate) enum Verdict {
     TakeOver,
 }
 
+impl Verdict {
+    /// What the claim is once its compare and set (if any) lands: a take-over
+    /// is `Won { fresh: false }`.
+    pub(crate) fn outcome(self) -> ClaimOutcome {
+        match self {
+            Verdict::Decided(outcome) | Verdict::Restamp(outcome) => outcome,
+            Verdict::TakeOver => ClaimOutcome::Won { fresh: false },
+        }
+    }
+}
+
 /// What an operator's reset recorded, as it bears on one claim.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct ResetMarks {

@@ -358,14 +358,13 @@ impl ClaimStore for MemoryStore {
                 let expires_at = claim.at.saturating_add(millis(spec.tier1_ttl));
                 state.claims.insert(key, (value, expires_at));
             }
-            answer.outcomes.push(match verdict {
-                Verdict::Decided(outcome) => outcome,
-                Verdict::Restamp(outcome) => {
+            match verdict {
+                Verdict::Decided(_) => {}
+                Verdict::Restamp(_) => {
                     if let Some((value, _)) = state.claims.get_mut(&key) {
                         value.token = claim.token;
                         value.claimed_at = claim.at;
                     }
-                    outcome
                 }
                 Verdict::TakeOver => {
                     if let Some((value, _)) = state.claims.get_mut(&key) {
@@ -373,9 +372,9 @@ impl ClaimStore for MemoryStore {
                             ClaimValue::pending(claim.holder, claim.token, claim.digest, claim.at);
                     }
                     answer.taken_over.push(answer.outcomes.len());
-                    ClaimOutcome::Won { fresh: false }
                 }
-            });
+            }
+            answer.outcomes.push(verdict.outcome());
         }
         Ok(answer)
     }

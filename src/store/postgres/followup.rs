@@ -54,10 +54,7 @@ impl Pending {
                     old: *old,
                     take_over: verdict == Verdict::TakeOver,
                 });
-                match verdict {
-                    Verdict::Restamp(outcome) => outcome,
-                    _ => ClaimOutcome::Won { fresh: false },
-                }
+                verdict.outcome()
             }
             // Only a claim that met a value re-stamps or takes over.
             (_, None) => ClaimOutcome::Won { fresh: true },

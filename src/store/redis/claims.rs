@@ -383,11 +383,6 @@ impl RedisStore {
                 take_over: verdict == Verdict::TakeOver,
             }),
         };
-        // What a claim is once its compare and set lands.
-        let then = |verdict: Verdict| match verdict {
-            Verdict::Decided(outcome) | Verdict::Restamp(outcome) => outcome,
-            Verdict::TakeOver => ClaimOutcome::Won { fresh: false },
-        };
         for (index, (claim, answer)) in claims.iter().zip(answers).enumerate() {
             if lost.iter().any(|l| l.stream == claim.stream) {
                 outcomes.push(ClaimOutcome::StoreLost);
@@ -398,7 +393,7 @@ impl RedisStore {
             let judged = verdict(claim, value.as_ref(), marks, ranges, hit);
             // Until the compare and set answers (a value that changed
             // meanwhile is judged again).
-            outcomes.push(then(judged));
+            outcomes.push(judged.outcome());
             restamps.extend(value.and_then(|v| overwrite(index, v, judged)));
         }
         let mut taken_over = Vec::new();
@@ -414,7 +409,7 @@ impl RedisStore {
                 let claim = &claims[index];
                 let hit = in_filter.get(index).copied().unwrap_or(false);
                 let judged = verdict(claim, Some(&now), marks, ranges, hit);
-                outcomes[index] = then(judged);
+                outcomes[index] = judged.outcome();
                 again.extend(overwrite(index, now, judged));
             }
             restamps = again;
