@@ -379,6 +379,11 @@ pub(crate) const PARTITIONS_ASSIGNED: Metric = gauge(
     "input partitions this replica owns, by stream: summed over the replicas, below the stream's input partitions means part of the stream is read by nobody",
     &[STREAM],
 );
+pub(crate) const PARTITIONS_PAUSED: Metric = gauge(
+    "idemgate_partitions_paused",
+    "input partitions this replica holds paused at the in-flight bounds, by stream: paused for long while nothing is in flight means a partition nobody reads",
+    &[STREAM],
+);
 pub(crate) const INPUT_PARTITIONS: Metric = gauge(
     "idemgate_stream_input_partitions",
     "partitions of the stream's input topics, as the brokers' metadata lists them (0 for a topic that is gone)",
@@ -418,6 +423,7 @@ pub const CATALOG: &[Metric] = &[
     TAKEN_OVER,
     IDENTITY_LOST,
     PARTITIONS_ASSIGNED,
+    PARTITIONS_PAUSED,
     INPUT_PARTITIONS,
     process(
         "process_cpu_seconds_total",

@@ -252,6 +252,12 @@ pub(crate) fn partitions_assigned(stream: &str, partitions: usize) {
     gauge!(PARTITIONS_ASSIGNED.name, "stream" => stream.to_string()).set(partitions as f64);
 }
 
+/// Input partitions this replica holds paused, per stream (set every
+/// second).
+pub(crate) fn partitions_paused(stream: &str, partitions: usize) {
+    gauge!(PARTITIONS_PAUSED.name, "stream" => stream.to_string()).set(partitions as f64);
+}
+
 /// Partitions of a stream's input topics, as the brokers list them.
 pub(crate) fn input_partitions(stream: &str, partitions: usize) {
     gauge!(INPUT_PARTITIONS.name, "stream" => stream.to_string()).set(partitions as f64);

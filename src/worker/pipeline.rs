@@ -347,6 +347,8 @@ impl Worker {
             }
             Event::Assigned(partitions) => {
                 self.token = self.token.next_attempt();
+                let tps: Vec<Tp> = partitions.iter().map(|(tp, _)| tp.clone()).collect();
+                self.read_assigned(p, &tps);
                 for (tp, committed) in partitions {
                     let Some(&stream) = self.by_topic.get(&*tp.0) else {
                         continue;

@@ -2,15 +2,53 @@
 //! in-flight bounds (docs/design.md §1), and the waiting records' metrics.
 
 use std::collections::HashSet;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::Consumer;
 use rdkafka::TopicPartitionList;
-use tracing::{debug, warn};
+use tracing::warn;
 
+use super::poller::GroupConsumer;
 use super::flight::Tp;
+use crate::logging::RateLimit;
 use super::pipeline::{Pipeline, LONG_WAIT, WAITING_LONG};
 use super::Worker;
+
+static PAUSE_FAILED: LazyLock<RateLimit> =
+    LazyLock::new(|| RateLimit::new(Duration::from_secs(60)));
+
+/// Pauses (`pause`) or resumes `tps`; returns those it could not: the
+/// whole call failed, or librdkafka refused the partition (not assigned).
+/// Either is said at WARN, once a minute.
+fn pause_resume(consumer: &GroupConsumer, pause: bool, tps: &[Tp]) -> Vec<Tp> {
+    let mut list = TopicPartitionList::new();
+    for tp in tps {
+        list.add_partition(&tp.0, tp.1);
+    }
+    let call = if pause {
+        consumer.pause(&list)
+    } else {
+        consumer.resume(&list)
+    };
+    let failed: Vec<Tp> = match call {
+        Err(_) => tps.to_vec(),
+        Ok(()) => list
+            .elements()
+            .iter()
+            .filter(|e| e.error().is_err())
+            .map(|e| (Arc::from(e.topic()), e.partition()))
+            .collect(),
+    };
+    if !failed.is_empty() {
+        if let Some(held_back) = PAUSE_FAILED.allow() {
+            let what = if pause { "pause" } else { "resume" };
+            warn!(what, partitions = ?failed, error = ?call.err(), held_back,
+                "pausing or resuming input partitions failed: a failed pause reads past the in-flight bounds, a failed resume leaves the partition unread; tried again on the next turn");
+        }
+    }
+    failed
+}
 
 impl Worker {
     /// At the in-flight bounds, reads no more: partitions holding waiting
@@ -70,26 +108,36 @@ impl Worker {
             // Between the marks: keep what is paused.
             want.extend(p.paused.iter().cloned());
         }
-        let list = |tps: Vec<&Tp>| {
-            let mut list = TopicPartitionList::new();
-            for tp in tps {
-                list.add_partition(&tp.0, tp.1);
-            }
-            list
-        };
-        let pause: Vec<&Tp> = want.difference(&p.paused).collect();
-        let resume: Vec<&Tp> = p.paused.difference(&want).collect();
+        let pause: Vec<Tp> = want.difference(&p.paused).cloned().collect();
+        let resume: Vec<Tp> = p.paused.difference(&want).cloned().collect();
+        // What failed stays as it was, so the next turn tries it again.
         if !pause.is_empty() {
-            if let Err(error) = self.consumer.pause(&list(pause)) {
-                debug!(%error, "pause failed");
+            for tp in pause_resume(&self.consumer, true, &pause) {
+                want.remove(&tp);
             }
         }
         if !resume.is_empty() {
-            if let Err(error) = self.consumer.resume(&list(resume)) {
-                debug!(%error, "resume failed");
-            }
+            want.extend(pause_resume(&self.consumer, false, &resume));
         }
         p.paused = want;
+    }
+
+    /// Newly assigned partitions are read from the start: librdkafka keeps
+    /// an application's pause across a revoke and a re-assignment, while
+    /// the loop forgets the partition at the revoke, so a partition paused
+    /// at the in-flight bounds when the group rebalanced would come back
+    /// paused and never be resumed (docs/design.md §1). Resuming a
+    /// partition that is not paused changes nothing in librdkafka. One
+    /// that fails is resumed again by `bound` next turn.
+    pub(super) fn read_assigned(&self, p: &mut Pipeline, assigned: &[Tp]) {
+        let fresh: Vec<Tp> = assigned
+            .iter()
+            .filter(|tp| !p.paused.contains(*tp))
+            .cloned()
+            .collect();
+        if !fresh.is_empty() {
+            p.paused.extend(pause_resume(&self.consumer, false, &fresh));
+        }
     }
 
     /// Per stream: records waiting on other records' claims and the
@@ -117,8 +165,15 @@ impl Worker {
                 }
             }
         }
-        for (runtime, owned) in self.streams.iter().zip(owned) {
+        let mut paused = vec![0usize; self.streams.len()];
+        for tp in &p.paused {
+            if let Some(&stream) = self.by_topic.get(&*tp.0) {
+                paused[stream] += 1;
+            }
+        }
+        for ((runtime, owned), paused) in self.streams.iter().zip(owned).zip(paused) {
             crate::metrics::partitions_assigned(&runtime.config.spec.name, owned);
+            crate::metrics::partitions_paused(&runtime.config.spec.name, paused);
         }
         for line in p.progress.due(now) {
             line.log();

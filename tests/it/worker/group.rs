@@ -15,8 +15,10 @@ use std::time::{Duration, Instant};
 
 use idemgate::app::Replica;
 use idemgate::config::Config;
+use idemgate::store::memory::MemoryStore;
 use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::counting::CountingStore;
+use idemgate_testkit::faulty::{Fault, FaultyStore};
 use idemgate_testkit::say;
 use idemgate_testkit::workload::Planned;
 
@@ -231,6 +233,70 @@ async fn a_restart_resumes_from_committed_offsets() -> anyhow::Result<()> {
     assert!(
         reread.is_empty(),
         "the restarted worker re-read committed records: {reread:?}"
+    );
+    say(TEST, format!("{summary}, took {:?}", started.elapsed()));
+    Ok(())
+}
+
+/// The first replica's paused partitions on its `/metrics` (the gauge of
+/// this test's stream only: the recorder is the process's).
+fn paused(replica: &Replica, config: &Config) -> f64 {
+    let series = format!(
+        "idemgate_partitions_paused{{stream=\"{}\"}}",
+        config.streams[0].spec.name
+    );
+    idemgate_testkit::process::scrape_metric(&replica.metrics_address().to_string(), &series)
+}
+
+/// A partition paused at the in-flight bounds when the group rebalances is
+/// read again after it. librdkafka keeps an application's pause across a
+/// revoke and a re-assignment, and the classic eager protocol revokes
+/// every partition and hands some back to the same replica. The store is
+/// down while the first replica reads past its bounds, so it pauses every
+/// partition; a second replica joins (the group splits the partitions);
+/// the store comes back and more records flow to every partition.
+/// Guarantee: every record has exactly one output, nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_partition_paused_when_the_group_rebalances_is_read_again() -> anyhow::Result<()> {
+    const TEST: &str = "paused-rebalance";
+    let started = Instant::now();
+    let setup = Setup::new(TEST, 4);
+    let config = setup.config(&Options {
+        kafka: QUICK_GROUP,
+        max_records: 20,
+        batch: "max_in_flight_records = 40",
+        ..Options::default()
+    });
+    let streams = config.streams.iter().map(|s| s.spec.clone()).collect();
+    let faulty = Arc::new(FaultyStore::new(Arc::new(MemoryStore::new(streams))));
+    let store = Arc::new(CountingStore::new(faulty.clone()));
+    let input = &setup.topics.input;
+    let mut bank = bank(TEST);
+    let before = bank.phase(200, 0, 0);
+    let after = bank.phase(200, 60, 0);
+
+    faulty.set(Fault::Down);
+    let first = start_assigned(&config, &store).await?;
+    let mut landed = setup.produce(input, &before, before.len(), Duration::ZERO).await?;
+    wait_until("the first replica pauses every partition at its bounds", || {
+        paused(&first, &config) == 4.0
+    })
+    .await;
+
+    let second = Replica::start(&config, store.clone()).await?;
+    wait_split(&first, &second).await;
+    faulty.set(Fault::None);
+    landed.extend(setup.produce(input, &after, CHUNK, PAUSE).await?);
+    let plan: Vec<Planned> = before.into_iter().chain(after).collect();
+
+    let outputs = setup.read(&setup.topics, plan.len()).await?;
+    stop(second).await?;
+    stop(first).await?;
+    let summary = check(&plan, &landed, &setup.topics, &outputs, Expect::Exact);
+    assert_eq!(summary.events, 400);
+    assert_eq!(
+        count(&summary, &["novel", "duplicate", "conflict"]),
+        plan.len()
     );
     say(TEST, format!("{summary}, took {:?}", started.elapsed()));
     Ok(())
