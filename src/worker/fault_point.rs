@@ -139,10 +139,27 @@ pub(crate) fn reached(step: Step, work: bool, what: impl FnOnce() -> String) {
         Action::Term => "-TERM",
         Action::Stop => "-STOP",
     };
-    let pid = std::process::id().to_string();
-    // A kill or a stop takes this thread with the others before `kill`
-    // exits; a term lets it go on.
-    if let Err(error) = Command::new("kill").args([signal, &pid]).status() {
+    // A kill takes every thread before `kill` exits, and a term lets this
+    // one go on. A stop is aimed at this thread: the kernel makes the
+    // thread a signal is sent to stop first, and the others after it; sent
+    // to the process, the stop could go to a thread that is not running
+    // (a busy machine), while this one, woken by `kill`'s exit, went on
+    // into the commit (seen: the frozen transaction committed 4 ms after
+    // this line).
+    let target = match action {
+        Action::Stop => this_thread(),
+        Action::Kill | Action::Term => std::process::id().to_string(),
+    };
+    if let Err(error) = Command::new("kill").args([signal, &target]).status() {
         warn!(%error, "fault point {}: the signal could not be sent", step.name());
     }
+}
+
+/// This thread's id (`/proc/thread-self` names `<pid>/task/<tid>`), or the
+/// process's where it cannot be read.
+fn this_thread() -> String {
+    std::fs::read_link("/proc/thread-self")
+        .ok()
+        .and_then(|link| Some(link.file_name()?.to_str()?.to_string()))
+        .unwrap_or_else(|| std::process::id().to_string())
 }

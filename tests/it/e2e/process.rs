@@ -158,6 +158,12 @@ impl GateConfig {
         for (key, value) in &self.kafka {
             kafka.push_str(&format!("\"{key}\" = \"{value}\"\n"));
         }
+        // librdkafka's own debug contexts (e.g. `cgrp,eos,topic`), logged
+        // under the `librdkafka` target (with `IDEMGATE_E2E_RUST_LOG`
+        // naming it).
+        if let Ok(contexts) = std::env::var("IT_KAFKA_DEBUG") {
+            kafka.push_str(&format!("\"debug\" = {contexts:?}\n\"log_level\" = \"7\"\n"));
+        }
         format!(
             r#"{top}
 [kafka]
