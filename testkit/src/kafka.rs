@@ -504,6 +504,39 @@ impl Reader {
         self.read_for(crate::SETTLE);
     }
 
+    /// As [`Reader::read_every_input`], for the inputs `landed` lists:
+    /// past `bound` the panic names the inputs without an output, with
+    /// where they landed (up to 20), so a missing one can be traced.
+    pub fn read_every_landed(
+        &mut self,
+        landed: &HashMap<String, Landed>,
+        bound: Duration,
+        what: &str,
+        alive: impl FnMut(),
+    ) {
+        let all = self.read_until(
+            bound,
+            |reader| landed.keys().all(|id| reader.ids.contains(id)),
+            alive,
+        );
+        if !all {
+            let mut missing: Vec<(i32, i64, &str)> = landed
+                .iter()
+                .filter(|(id, _)| !self.ids.contains(*id))
+                .map(|(id, at)| (at.partition, at.offset, id.as_str()))
+                .collect();
+            missing.sort();
+            let count = missing.len();
+            missing.truncate(20);
+            panic!(
+                "{} of {} inputs have an output within {bound:?} {what}; without one ({count}, as partition, offset, id): {missing:?}",
+                landed.len() - count,
+                landed.len()
+            );
+        }
+        self.read_for(crate::SETTLE);
+    }
+
     /// Waits up to `timeout` for a record, then takes whatever else is
     /// already there.
     fn poll_once(&mut self, timeout: Duration) {

@@ -75,7 +75,7 @@ async fn failed_deliveries_keep_their_claims_and_are_produced_again_without_loss
         RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR,
     )?;
 
-    let outputs = setup.read(&setup.topics, plan.len()).await?;
+    let outputs = setup.read_landed(&setup.topics, &landed).await?;
     stop(replica).await?;
     let summary = check(&plan, &landed, &setup.topics, &outputs, Expect::Exact);
     let (novel, duplicate, conflict) = (

@@ -213,6 +213,24 @@ audit = "{audit}"
         Ok(outputs)
     }
 
+    /// As `read`, for the inputs `landed` lists: a failure names the
+    /// inputs without an output.
+    pub async fn read_landed(
+        &self,
+        topics: &Topics,
+        landed: &HashMap<String, Landed>,
+    ) -> anyhow::Result<Vec<Out>> {
+        let (brokers, topics, landed) = (self.brokers.clone(), topics.clone(), landed.clone());
+        let outputs = tokio::task::spawn_blocking(move || {
+            let mut reader = Reader::new(&brokers, &topics.outputs());
+            let what = format!("in {} and {}", topics.clean, topics.audit);
+            reader.read_every_landed(&landed, BOUND, &what, || {});
+            reader.records
+        })
+        .await?;
+        Ok(outputs)
+    }
+
     /// The group's committed offset per partition of `topics`' input
     /// (`None` where nothing is committed).
     pub async fn committed(&self, topics: &Topics) -> anyhow::Result<Vec<Option<i64>>> {
