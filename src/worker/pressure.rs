@@ -9,11 +9,11 @@ use rdkafka::consumer::Consumer;
 use rdkafka::TopicPartitionList;
 use tracing::warn;
 
-use super::poller::GroupConsumer;
 use super::flight::Tp;
-use crate::logging::RateLimit;
 use super::pipeline::{Pipeline, LONG_WAIT, WAITING_LONG};
+use super::poller::GroupConsumer;
 use super::Worker;
+use crate::logging::RateLimit;
 
 static PAUSE_FAILED: LazyLock<RateLimit> =
     LazyLock::new(|| RateLimit::new(Duration::from_secs(60)));

@@ -162,7 +162,9 @@ impl GateConfig {
         // under the `librdkafka` target (with `IDEMGATE_E2E_RUST_LOG`
         // naming it).
         if let Ok(contexts) = std::env::var("IT_KAFKA_DEBUG") {
-            kafka.push_str(&format!("\"debug\" = {contexts:?}\n\"log_level\" = \"7\"\n"));
+            kafka.push_str(&format!(
+                "\"debug\" = {contexts:?}\n\"log_level\" = \"7\"\n"
+            ));
         }
         format!(
             r#"{top}

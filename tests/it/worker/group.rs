@@ -277,10 +277,13 @@ async fn a_partition_paused_when_the_group_rebalances_is_read_again() -> anyhow:
 
     faulty.set(Fault::Down);
     let first = start_assigned(&config, &store).await?;
-    let mut landed = setup.produce(input, &before, before.len(), Duration::ZERO).await?;
-    wait_until("the first replica pauses every partition at its bounds", || {
-        paused(&first, &config) == 4.0
-    })
+    let mut landed = setup
+        .produce(input, &before, before.len(), Duration::ZERO)
+        .await?;
+    wait_until(
+        "the first replica pauses every partition at its bounds",
+        || paused(&first, &config) == 4.0,
+    )
     .await;
 
     let second = Replica::start(&config, store.clone()).await?;
