@@ -273,6 +273,7 @@ fn every_alert_has_for_severity_and_annotations() {
         "IdemgateFilterNearlyFull",
         "IdemgateOldestWaitHigh",
         "IdemgateConsumerLagGrowing",
+        "IdemgateConsumerLagStalled",
         "IdemgateClaimsTakenOver",
         "IdemgateStoreIdentityLost",
         "IdemgateProduceFailures",
