@@ -7,10 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idemgate::app::Replica;
-use idemgate::store::memory::MemoryStore;
 use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::counting::CountingStore;
-use idemgate_testkit::faulty::{Fault, FaultyStore};
+use idemgate_testkit::faulty::Fault;
 use idemgate_testkit::kafka::Reader;
 use idemgate_testkit::workload::Kind;
 use idemgate_testkit::{say, BOUND};
@@ -125,8 +124,7 @@ async fn a_drain_that_cannot_finish_ends_at_the_configured_bound() -> anyhow::Re
         max_records: 50,
         ..Options::default()
     });
-    let streams = config.streams.iter().map(|s| s.spec.clone()).collect();
-    let faulty = Arc::new(FaultyStore::new(Arc::new(MemoryStore::new(streams))));
+    let faulty = setup.faulty_store(&config);
     // Outside the fault: it sees every round asked for, refused or not.
     let store = Arc::new(CountingStore::new(faulty.clone()));
     let first = start_assigned(&config, &store).await?;

@@ -15,10 +15,9 @@ use std::time::{Duration, Instant};
 
 use idemgate::app::Replica;
 use idemgate::config::Config;
-use idemgate::store::memory::MemoryStore;
 use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::counting::CountingStore;
-use idemgate_testkit::faulty::{Fault, FaultyStore};
+use idemgate_testkit::faulty::Fault;
 use idemgate_testkit::say;
 use idemgate_testkit::workload::Planned;
 
@@ -267,8 +266,7 @@ async fn a_partition_paused_when_the_group_rebalances_is_read_again() -> anyhow:
         batch: "max_in_flight_records = 40",
         ..Options::default()
     });
-    let streams = config.streams.iter().map(|s| s.spec.clone()).collect();
-    let faulty = Arc::new(FaultyStore::new(Arc::new(MemoryStore::new(streams))));
+    let faulty = setup.faulty_store(&config);
     let store = Arc::new(CountingStore::new(faulty.clone()));
     let input = &setup.topics.input;
     let mut bank = bank(TEST);

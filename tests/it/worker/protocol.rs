@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use idemgate::app::Replica;
 use idemgate::clock::ManualClock;
-use idemgate::store::memory::MemoryStore;
 use idemgate::store::ClaimStore;
 use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::faulty::{Fault, FaultyStore};
@@ -23,11 +22,6 @@ use super::support::{bank, count, stop, wait_committed, wait_until, Options, Set
 /// the breaker's 5 s cool-down, the 1 s backoff (and the 30-60 s lease of
 /// protocol v1 is gone: nothing may pass on a clock).
 const OUTAGE: Duration = Duration::from_secs(10);
-
-fn faulty(config: &idemgate::config::Config) -> Arc<FaultyStore> {
-    let streams = config.streams.iter().map(|s| s.spec.clone()).collect();
-    Arc::new(FaultyStore::new(Arc::new(MemoryStore::new(streams))))
-}
 
 async fn start(config: &idemgate::config::Config, store: &Arc<FaultyStore>) -> Replica {
     let store: Arc<dyn ClaimStore> = store.clone();
@@ -82,7 +76,7 @@ async fn a_store_outage_longer_than_every_timer_across_two_replicas_lets_no_copy
         max_records: 50,
         ..Options::default()
     });
-    let store = faulty(&config);
+    let store = setup.faulty_store(&config);
     let (first, second) = start_two(&config, &store).await;
     let mut bank = spread(TEST);
     let before = bank.phase(200, 0, 0);
@@ -137,7 +131,7 @@ async fn a_stop_during_a_store_outage_then_later_copies_lose_and_double_no_event
         max_records: 50,
         ..Options::default()
     });
-    let store = faulty(&config);
+    let store = setup.faulty_store(&config);
     let replica = start(&config, &store).await;
     wait_until("the replica has partitions", || replica.assigned()).await;
     let mut bank = spread(TEST);
@@ -203,7 +197,7 @@ async fn during_an_outage_a_fail_open_stream_flows_while_a_fail_closed_one_waits
         max_records: 50,
         ..Options::default()
     });
-    let store = faulty(&config);
+    let store = setup.faulty_store(&config);
     let replica = start(&config, &store).await;
     wait_until("the replica has partitions", || replica.assigned()).await;
     store.set(Fault::Down);
@@ -255,7 +249,7 @@ async fn partitions_waiting_on_each_other_in_both_directions_never_deadlock() ->
         max_records: 20,
         ..Options::default()
     });
-    let store = faulty(&config);
+    let store = setup.faulty_store(&config);
     let (first, second) = start_two(&config, &store).await;
     let mut bank = spread(TEST);
     let plan = bank.phase(400, 0, 0);
@@ -304,7 +298,7 @@ async fn a_revoke_with_outputs_in_flight_hands_over_without_loss_or_double() -> 
         max_records: 20,
         ..Options::default()
     });
-    let store = faulty(&config);
+    let store = setup.faulty_store(&config);
     let first = start(&config, &store).await;
     wait_until("the first replica has partitions", || first.assigned()).await;
     let mut bank = bank(TEST);
@@ -361,7 +355,7 @@ async fn publishes_lost_after_the_acks_and_an_outage_then_copies_past_tier1_meet
         max_records: 20,
         ..Options::default()
     });
-    let store = faulty(&config);
+    let store = setup.faulty_store(&config);
     store.set_for(Fault::LosePublishAnswers, 5);
     let clock = Arc::new(ManualClock::new());
     let replica = Replica::start_on(&config, store.clone(), clock.clone()).await?;

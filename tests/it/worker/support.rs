@@ -17,6 +17,7 @@ use idemgate::demo::mock::MockKafka;
 use idemgate::store::memory::MemoryStore;
 use idemgate_testkit::check::Summary;
 use idemgate_testkit::counting::CountingStore;
+use idemgate_testkit::faulty::FaultyStore;
 use idemgate_testkit::kafka::{Landed, Out, Producer, Reader, Topics};
 use idemgate_testkit::workload::{Bank, Planned};
 use idemgate_testkit::{unique, BOUND};
@@ -179,8 +180,13 @@ audit = "{audit}"
 
     /// A memory store (wall time) for this config's streams, counted.
     pub fn store(&self, config: &Config) -> Arc<CountingStore> {
-        let streams = config.streams.iter().map(|s| s.spec.clone()).collect();
-        Arc::new(CountingStore::new(Arc::new(MemoryStore::new(streams))))
+        Arc::new(CountingStore::new(Arc::new(memory_store(config))))
+    }
+
+    /// A memory store (wall time) for this config's streams, whose faults
+    /// the test injects.
+    pub fn faulty_store(&self, config: &Config) -> Arc<FaultyStore> {
+        Arc::new(FaultyStore::new(Arc::new(memory_store(config))))
     }
 
     /// Produces `records` to `topic` on a blocking thread, `chunk` at a time
@@ -262,6 +268,10 @@ audit = "{audit}"
         })
         .await?
     }
+}
+
+fn memory_store(config: &Config) -> MemoryStore {
+    MemoryStore::new(config.streams.iter().map(|s| s.spec.clone()).collect())
 }
 
 /// Per partition, the offset after the last record that landed there
