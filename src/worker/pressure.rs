@@ -126,9 +126,12 @@ impl Worker {
     /// an application's pause across a revoke and a re-assignment, while
     /// the loop forgets the partition at the revoke, so a partition paused
     /// at the in-flight bounds when the group rebalanced would come back
-    /// paused and never be resumed (docs/design.md §1). Resuming a
-    /// partition that is not paused changes nothing in librdkafka. One
-    /// that fails is resumed again by `bound` next turn.
+    /// paused and never be resumed (docs/design.md §1). A resume of a
+    /// partition that is not paused leaves it unpaused, but its version
+    /// barrier makes librdkafka fetch again from where the assignment
+    /// started: what it had read ahead is read again, and the flight drops
+    /// offsets below the next one it expects. One that fails is resumed
+    /// again by `bound` next turn.
     pub(super) fn read_assigned(&self, p: &mut Pipeline, assigned: &[Tp]) {
         let fresh: Vec<Tp> = assigned
             .iter()
