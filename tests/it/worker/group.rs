@@ -237,7 +237,7 @@ async fn a_restart_resumes_from_committed_offsets() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The first replica's paused partitions on its `/metrics` (the gauge of
+/// A replica's paused partitions on its `/metrics` (the gauge of
 /// this test's stream only: the recorder is the process's).
 fn paused(replica: &Replica, config: &Config) -> f64 {
     let series = format!(
