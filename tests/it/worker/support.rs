@@ -3,7 +3,8 @@
 //! on the group's committed offsets. Workloads, producing, reading back and
 //! the exactly-once check are the test kit's.
 //!
-//! Debugging: `RUST_LOG=idemgate=info` prints the workers' logs, and
+//! Debugging: a failed test prints its workers' logs (`idemgate=info`;
+//! `RUST_LOG` sets another level), and
 //! `IT_KAFKA_DEBUG=cgrp,eos` (with `RUST_LOG=librdkafka=debug`) librdkafka's.
 
 use std::collections::{BTreeMap, HashMap};
@@ -341,13 +342,16 @@ pub async fn wait_committed(setup: &Setup, landed: &HashMap<String, Landed>) -> 
     }
 }
 
-/// Worker logs on stderr when `RUST_LOG` is set (e.g. `idemgate=info`).
+/// Worker logs go to the test's captured output, which libtest prints
+/// only for a test that failed: `idemgate=info` unless `RUST_LOG` says
+/// otherwise, so a failure on CI comes with its workers' rebalances,
+/// refusals and retries.
 pub fn logs() {
-    if std::env::var_os("RUST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .with_ansi(false)
-            .try_init();
-    }
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("idemgate=info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .with_ansi(false)
+        .try_init();
 }
