@@ -2,13 +2,22 @@
 //! §7, "A call whose outcome is unknown").
 //!
 //! The test runs a broker of its own (the shared one serves every other
-//! test) and freezes it (SIGSTOP) for 7 s while an exactly-once replica
-//! works through a backlog, so the commit in flight, or the next one's
-//! offsets, outlasts `batch.transaction_call_timeout` (2 s): its outcome is
-//! unknown. librdkafka tells its users to treat that as fatal; the replica
-//! instead builds the lane's producer again (its `init_transactions`,
-//! tried until the broker is back, fences the old producer and ends the
-//! transaction) and reads the outcome back from the committed offsets.
+//! test). An exactly-once replica working through a backlog freezes itself
+//! at a seal's `after-offsets` fault point (its offsets are in the
+//! transaction, its commit not sent); the test then freezes the broker
+//! (SIGSTOP) and lets the replica go on, so its `commit_transaction` meets
+//! a broker that answers nothing for 7 s and outlasts
+//! `batch.transaction_call_timeout` (2 s): its outcome is unknown.
+//! librdkafka tells its users to treat that as fatal; the replica instead
+//! builds the lane's producer again (its `init_transactions`, tried until
+//! the broker is back, fences the old producer and ends the transaction)
+//! and reads the outcome back from the committed offsets.
+//!
+//! The freeze is aimed, not timed: a broker frozen at a moment of the
+//! test's choosing met no call in flight in some runs (everything fetched
+//! was decided and committed), and in others met the offsets' second
+//! stage, which librdkafka bounds by `socket.timeout.ms` rather than the
+//! call's timeout, so the call outlasted the freeze and succeeded.
 //!
 //! The guarantee: the replica never exits; for a read_committed reader
 //! every input has exactly one output (audit included) and every event is
@@ -26,12 +35,13 @@ use idemgate_testkit::workload::Bank;
 use idemgate_testkit::{env, say, unique, BOUND};
 
 use super::process::{Gate, GateConfig};
+use super::seal_faults::wait_frozen;
 
 /// How long the broker stays frozen: past the call timeout, within the
 /// replica's session timeout and the broker's own (9 s).
 const FROZEN: Duration = Duration::from_secs(7);
-/// Freezes tried before the test says the case tests nothing.
-const FREEZES: usize = 3;
+/// The replica's line at its fault point.
+const REACHED: &str = "fault point after-offsets reached";
 
 #[test]
 fn exactly_once_a_commit_timed_out_on_a_frozen_broker_is_resolved_and_nothing_is_doubled_or_lost() {
@@ -55,6 +65,12 @@ fn exactly_once_a_commit_timed_out_on_a_frozen_broker_is_resolved_and_nothing_is
     config.brokers = brokers.clone();
     config.max_records = 500;
     config.batch = "transaction_call_timeout = \"2s\"".into();
+    // Mid-backlog: a few transactions with claims commit first.
+    config.env = vec![
+        ("IDEMGATE_FAULT_AT", "after-offsets".to_string()),
+        ("IDEMGATE_FAULT_ACTION", "stop".to_string()),
+        ("IDEMGATE_FAULT_SKIP", "5".to_string()),
+    ];
     let metrics = format!("127.0.0.1:{}", free_port());
     config.metrics_listen = metrics.clone();
     let mut gate = Gate::start(TEST, &config);
@@ -64,88 +80,42 @@ fn exactly_once_a_commit_timed_out_on_a_frozen_broker_is_resolved_and_nothing_is
 
     let delivered = Producer::new(&brokers).send(&topics.input, &plan, 1_000, Duration::ZERO);
     let mut reader = Reader::new(&brokers, &topics.outputs());
-    // Mid-backlog, by the worker's own count (a reader of the outputs can
-    // lag the whole backlog behind on a loaded machine): transactions seal
-    // every commit interval.
-    let decided = || scrape_metric(&metrics, "idemgate_records_total");
     let until = Instant::now() + BOUND;
-    while decided() < 2_000.0 {
+    while !gate.log_text().contains(REACHED) {
         gate.assert_alive();
         assert!(
             Instant::now() < until,
-            "the worker did not decide 2,000 records within {BOUND:?}"
+            "the replica's fault point was not reached within {BOUND:?}:\n{}",
+            gate.tail(30)
         );
         reader.read_for(Duration::from_millis(50));
     }
-    let commits = || scrape_metric(&metrics, "idemgate_offset_commits_total");
-    // The freeze meets a call in flight unless the replica has nothing to
-    // commit while the broker is away: every record it fetched decided and
-    // committed, the next ones behind a fetch (a partition resumed at the
-    // in-flight bounds is fetched again from the broker). It then goes on
-    // after the thaw without a timeout: two commits with none timed out say
-    // so (commits are sequential, and a resolved one counts its timeout
-    // first), and the broker is frozen again while backlog is left.
-    for freeze in 1.. {
+    wait_frozen(&gate, "[eos-txn-timeout]");
+    // The replica's metrics are not served while it is stopped: what it
+    // decided is read once it goes on.
+    signal(kafka.pid(), "STOP");
+    let frozen = Instant::now();
+    gate.resume();
+    say(
+        TEST,
+        "the replica stopped between its offsets and its commit; broker frozen, replica resumed",
+    );
+    while frozen.elapsed() < FROZEN {
+        gate.assert_alive();
+        // The fault's own duration: the broker answers nothing meanwhile.
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    signal(kafka.pid(), "CONT");
+    say(TEST, "broker thawed");
+    let until = Instant::now() + BOUND;
+    while timed_out() < 1.0 {
+        gate.assert_alive();
         assert!(
-            freeze <= FREEZES,
-            "{FREEZES} freezes met no transactional call in flight: the case tests nothing:\n{}",
+            Instant::now() < until,
+            "the commit sent into the freeze did not time out and get resolved within {BOUND:?} of the thaw:\n{}",
             gate.tail(30)
         );
-        assert!(
-            decided() < plan.len() as f64 * 0.8,
-            "the worker was past most of the backlog before freeze {freeze}: the case tests nothing"
-        );
-        signal(kafka.pid(), "STOP");
-        let frozen = Instant::now();
-        say(
-            TEST,
-            format!(
-                "broker frozen (freeze {freeze}) after {} decisions, {} outputs read",
-                decided(),
-                reader.ids.len()
-            ),
-        );
-        while frozen.elapsed() < FROZEN {
-            gate.assert_alive();
-            // The fault's own duration: the broker answers nothing meanwhile.
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        // What the replica held unfinished at the end of the freeze: a
-        // batch in flight is an open transaction, sealed each commit
-        // interval, so a call must time out.
-        let held = scrape_metric(&metrics, "idemgate_batches_in_flight");
-        signal(kafka.pid(), "CONT");
-        let thawed_at = commits();
-        say(TEST, "broker thawed");
-        let until = Instant::now() + BOUND;
-        let met = loop {
-            gate.assert_alive();
-            if timed_out() >= 1.0 {
-                break true;
-            }
-            if commits() >= thawed_at + 2.0 {
-                break false;
-            }
-            assert!(
-                Instant::now() < until,
-                "no transactional call timed out and was resolved, and no commit came, within {BOUND:?} of the thaw:\n{}",
-                gate.tail(30)
-            );
-            reader.read_for(Duration::from_millis(200));
-        };
-        if met {
-            break;
-        }
-        assert_eq!(
-            held,
-            0.0,
-            "batches were in flight through the freeze and no transactional call timed out:\n{}",
-            gate.tail(30)
-        );
-        say(
-            TEST,
-            format!("the freeze met no transactional call in flight ({held} batches in flight at its end: nothing to commit while the broker was away): freezing again"),
-        );
+        reader.read_for(Duration::from_millis(200));
     }
     reader.read_every_input(plan.len(), BOUND, "after the thaw", || gate.assert_alive());
     let landed = read_inputs_as_delivered(&brokers, &topics, &delivered);
