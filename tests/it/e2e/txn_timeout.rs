@@ -91,8 +91,8 @@ fn exactly_once_a_commit_timed_out_on_a_frozen_broker_is_resolved_and_nothing_is
         reader.read_for(Duration::from_millis(50));
     }
     wait_frozen(&gate, "[eos-txn-timeout]");
-    // The replica's metrics are not served while it is stopped: what it
-    // decided is read once it goes on.
+    // The broker first, then the replica: its commit is sent into the
+    // freeze.
     signal(kafka.pid(), "STOP");
     let frozen = Instant::now();
     gate.resume();
