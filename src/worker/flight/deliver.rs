@@ -188,7 +188,7 @@ impl Flight {
                 continue;
             }
             p.committed = Some(end);
-            p.records = p.records.split_off(&end);
+            p.records.drop_below(end);
             p.committed_done.clone_from(&done);
             out.push(Commit {
                 tp: tp.clone(),
@@ -202,10 +202,7 @@ impl Flight {
 }
 
 /// Runs of finished records at or above `from`, as `[first, last + 1)`.
-fn finished_ranges(
-    records: &std::collections::BTreeMap<i64, super::Record>,
-    from: i64,
-) -> Vec<(i64, i64)> {
+fn finished_ranges(records: &super::records::Records, from: i64) -> Vec<(i64, i64)> {
     let mut ranges: Vec<(i64, i64)> = Vec::new();
     let mut open = false;
     for (&offset, record) in records.range(from..) {

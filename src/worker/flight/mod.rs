@@ -1,7 +1,7 @@
 //! Every record in flight and every partition's offsets, in one owner: the
 //! pure state machine of the pipelined worker (docs/design.md §1, §4).
-//! `state.rs` holds where each record and partition stands, `take.rs`
-//! puts a round together, `round.rs` applies its answer, `deliver.rs` the
+//! `state.rs` holds where each record and partition stands, `records.rs`
+//! a partition's records in offset order, `take.rs` puts a round together, `round.rs` applies its answer, `deliver.rs` the
 //! producer side and the commits.
 //!
 //! ```text
@@ -16,7 +16,7 @@
 //! failure, asks what to produce, hands back delivery reports, and asks
 //! what to commit. Nothing here touches Kafka, Redis or a clock.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 mod deliver;
 mod lost;
+mod records;
 mod take;
 pub(crate) use deliver::{Commit, Reported};
 pub(crate) use lost::Lost;
@@ -162,7 +163,7 @@ impl Flight {
             stream,
             tag,
             epoch: self.epoch,
-            records: BTreeMap::new(),
+            records: Default::default(),
             // From the committed offset where there is one: the first record
             // read may sit above it (a transaction marker, a compacted
             // record), and the range is this owner's all the same.

@@ -1,7 +1,6 @@
 //! Where a record and a partition stand: the flight's state, plain data
 //! (the transitions are in `mod.rs`, `take.rs`, `round.rs`, `deliver.rs`).
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::super::record::Input;
@@ -111,7 +110,7 @@ pub(crate) struct Partition {
     /// assignment's record's.
     pub(crate) epoch: u64,
     /// Records from the committed offset on, by offset.
-    pub(super) records: BTreeMap<i64, Record>,
+    pub(super) records: super::records::Records,
     /// The first offset this owner read since it was assigned the
     /// partition: the start of every watermark raise it asks for.
     pub(super) range_start: Option<i64>,

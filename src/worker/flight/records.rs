@@ -1,0 +1,159 @@
+//! A partition's records in flight, by offset: read in offset order and
+//! kept until their offset is committed, so they sit in a ring buffer in
+//! that order. A record is found by its distance from the first one (a
+//! partition's offsets are contiguous but for transaction markers and
+//! compacted records), or else by a binary search; none moves once read.
+
+use std::collections::VecDeque;
+use std::ops::RangeFrom;
+
+use super::Record;
+
+#[derive(Default)]
+pub(crate) struct Records {
+    entries: VecDeque<(i64, Record)>,
+}
+
+impl Records {
+    /// Where `offset` is, or where it would go.
+    fn index(&self, offset: i64) -> Result<usize, usize> {
+        let Some(&(first, _)) = self.entries.front() else {
+            return Err(0);
+        };
+        let guess = usize::try_from(offset.saturating_sub(first)).unwrap_or(0);
+        match self.entries.get(guess) {
+            Some((at, _)) if *at == offset => Ok(guess),
+            _ => self.entries.binary_search_by_key(&offset, |(at, _)| *at),
+        }
+    }
+
+    pub(crate) fn get(&self, offset: &i64) -> Option<&Record> {
+        let at = self.index(*offset).ok()?;
+        self.entries.get(at).map(|(_, record)| record)
+    }
+
+    pub(crate) fn get_mut(&mut self, offset: &i64) -> Option<&mut Record> {
+        let at = self.index(*offset).ok()?;
+        self.entries.get_mut(at).map(|(_, record)| record)
+    }
+
+    /// Keeps `record` at `offset` (records arrive in offset order: it goes
+    /// last; one that does not is put in its place all the same).
+    pub(crate) fn insert(&mut self, offset: i64, record: Record) {
+        match self.entries.back() {
+            Some(&(last, _)) if last >= offset => match self.index(offset) {
+                Ok(at) => self.entries[at] = (offset, record),
+                Err(at) => self.entries.insert(at, (offset, record)),
+            },
+            _ => self.entries.push_back((offset, record)),
+        }
+    }
+
+    /// The records at `from.start` and above, in offset order.
+    pub(crate) fn range(&self, from: RangeFrom<i64>) -> impl Iterator<Item = (&i64, &Record)> {
+        let start = self.index(from.start).unwrap_or_else(|at| at);
+        self.entries
+            .range(start..)
+            .map(|(offset, record)| (offset, record))
+    }
+
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (&i64, &mut Record)> {
+        self.entries
+            .iter_mut()
+            .map(|(offset, record)| (&*offset, record))
+    }
+
+    pub(crate) fn values(&self) -> impl Iterator<Item = &Record> {
+        self.entries.iter().map(|(_, record)| record)
+    }
+
+    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut Record> {
+        self.entries.iter_mut().map(|(_, record)| record)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Forgets the records below `end` (their offset is committed).
+    pub(crate) fn drop_below(&mut self, end: i64) {
+        let at = self.index(end).unwrap_or_else(|at| at);
+        self.entries.drain(..at);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{input, print};
+    use super::super::{Record, Stage};
+    use super::*;
+
+    fn record(offset: i64) -> Record {
+        let mut flight = super::super::Flight::default();
+        flight.assign(super::super::tests::tp(0), 0, Default::default());
+        flight.arrive(input(0, offset), 0, print(1), 1);
+        let mut records = std::mem::take(
+            &mut flight
+                .partitions
+                .get_mut(&super::super::tests::tp(0))
+                .expect("assigned")
+                .records,
+        );
+        records.entries.pop_front().expect("arrived").1
+    }
+
+    fn offsets(records: &Records, from: i64) -> Vec<i64> {
+        records.range(from..).map(|(offset, _)| *offset).collect()
+    }
+
+    #[test]
+    fn offsets_with_gaps_are_found_and_ranged_over_in_order() {
+        let mut records = Records::default();
+        // A transaction marker at 3, compacted records 6..100.
+        for offset in [0, 1, 2, 4, 5, 100, 101] {
+            records.insert(offset, record(offset));
+        }
+        assert_eq!(records.len(), 7);
+        for offset in [0, 2, 4, 5, 100, 101] {
+            assert_eq!(records.get(&offset).map(|r| r.input.offset), Some(offset));
+        }
+        for offset in [-1, 3, 6, 99, 102] {
+            assert!(records.get(&offset).is_none(), "{offset}");
+        }
+        assert_eq!(offsets(&records, 3), [4, 5, 100, 101]);
+        assert_eq!(offsets(&records, 50), [100, 101]);
+        assert_eq!(offsets(&records, i64::MIN), [0, 1, 2, 4, 5, 100, 101]);
+        assert!(offsets(&records, 102).is_empty());
+    }
+
+    #[test]
+    fn a_record_out_of_order_takes_its_place_and_one_read_again_replaces_it() {
+        let mut records = Records::default();
+        for offset in [0, 2, 5] {
+            records.insert(offset, record(offset));
+        }
+        records.insert(1, record(1));
+        let mut again = record(2);
+        again.stage = Stage::Finished;
+        records.insert(2, again);
+        assert_eq!(offsets(&records, 0), [0, 1, 2, 5]);
+        assert_eq!(records.get(&2).map(|r| r.stage), Some(Stage::Finished));
+    }
+
+    #[test]
+    fn a_commit_drops_what_lies_below_it() {
+        let mut records = Records::default();
+        for offset in [10, 11, 13, 14] {
+            records.insert(offset, record(offset));
+        }
+        records.drop_below(12);
+        assert_eq!(offsets(&records, 0), [13, 14]);
+        records.drop_below(14);
+        assert_eq!(offsets(&records, 0), [14]);
+        records.drop_below(1_000);
+        assert_eq!(records.len(), 0);
+        // Read on after the commit: kept from there.
+        records.insert(1_000, record(1_000));
+        assert_eq!(offsets(&records, 0), [1_000]);
+    }
+}
