@@ -19,7 +19,7 @@ use tracing::{error, info, warn};
 use super::breaker::Breaker;
 use super::consumer::{Arrival, Reader};
 use super::error::WorkerError;
-use super::flight::{Flight, Resume, Round, Tp};
+use super::flight::{Arrived, Flight, Resume, Round, Tp};
 use super::metadata;
 use super::output::Sent;
 use super::poller::{self, Event};
@@ -42,6 +42,7 @@ pub(super) const LONG_WAIT: Duration = Duration::from_secs(60);
 static STORE_DOWN: LazyLock<RateLimit> = LazyLock::new(|| RateLimit::new(Duration::from_secs(30)));
 static STORE_REJECTED: LazyLock<RateLimit> =
     LazyLock::new(|| RateLimit::new(Duration::from_secs(30)));
+static NOT_OWNED: LazyLock<RateLimit> = LazyLock::new(|| RateLimit::new(Duration::from_secs(30)));
 pub(super) static WAITING_LONG: LazyLock<RateLimit> =
     LazyLock::new(|| RateLimit::new(Duration::from_secs(60)));
 
@@ -395,7 +396,17 @@ impl Worker {
             (true, Some(at)) => at,
             _ => self.clock.wall_ms(),
         };
-        p.flight.arrive(input, stream, print, at);
+        let (partition, offset) = (input.partition, input.offset);
+        // Records of a partition revoked meanwhile are dropped by the
+        // polling thread; one that still comes is the next owner's to
+        // read, and said (it would be lost if this replica owned its
+        // partition after all).
+        if p.flight.arrive(input, stream, print, at) == Arrived::NotOwned {
+            if let Some(held_back) = NOT_OWNED.allow() {
+                warn!(stream = %self.streams[stream].config.spec.name, partition, offset, held_back,
+                    "a record read from a partition this replica does not own was not kept");
+            }
+        }
     }
 
     pub(super) fn fail_open(&self, stream: usize) -> bool {

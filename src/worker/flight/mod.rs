@@ -69,6 +69,17 @@ pub(crate) struct Round {
     freshened: Vec<Tp>,
 }
 
+/// What became of a record read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Arrived {
+    Kept,
+    /// At or below an offset already read (a fetch started again from the
+    /// assignment's start): the record is in flight already.
+    ReadAgain,
+    /// Its partition is not this replica's (not assigned, or revoked).
+    NotOwned,
+}
+
 /// Why a raise is in a round.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RaiseFor {
@@ -245,22 +256,22 @@ impl Flight {
         self.partitions.get(tp)?.records.get(&offset)
     }
 
-    /// A record read from a partition this replica owns. Returns `false`
-    /// (and keeps nothing) for one it does not own or has seen.
+    /// A record read from a partition this replica owns; one it does not
+    /// own, or has seen, is not kept.
     pub(crate) fn arrive(
         &mut self,
         input: Input,
         stream: usize,
         print: Result<Fingerprint, Invalid>,
         at: Millis,
-    ) -> bool {
+    ) -> Arrived {
         let tp = (input.topic.clone(), input.partition);
         let offset = input.offset;
         let Some(partition) = self.partitions.get_mut(&tp) else {
-            return false;
+            return Arrived::NotOwned;
         };
         if partition.next_read.is_some_and(|n| offset < n) {
-            return false;
+            return Arrived::ReadAgain;
         }
         let first = partition.range_start.is_none();
         partition.range_start.get_or_insert(offset);
@@ -319,7 +330,7 @@ impl Flight {
             self.replayed.push(stream);
         }
         self.entered(&tp, offset, stage);
-        true
+        Arrived::Kept
     }
 
     /// Follows a record into the stage it just entered.

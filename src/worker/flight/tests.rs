@@ -99,13 +99,16 @@ const WON: ClaimOutcome = ClaimOutcome::Won { fresh: true };
 #[test]
 fn a_record_below_its_partitions_watermark_produces_nothing() {
     let mut f = flight(Some(10));
-    assert!(f.arrive(input(0, 9), 0, print(1), 1));
-    assert!(f.arrive(input(0, 10), 0, Err(Invalid::NotObject), 1));
+    assert_eq!(f.arrive(input(0, 9), 0, print(1), 1), Arrived::Kept);
+    assert_eq!(
+        f.arrive(input(0, 10), 0, Err(Invalid::NotObject), 1),
+        Arrived::Kept
+    );
     assert_eq!(stage(&f, 0, 9), Stage::Finished);
     // An invalid record above it goes to audit; below it, nothing.
     assert_eq!(stage(&f, 0, 10), Stage::Produce);
     // Read again (a rewound fetch): not taken twice.
-    assert!(!f.arrive(input(0, 9), 0, print(1), 1));
+    assert_eq!(f.arrive(input(0, 9), 0, print(1), 1), Arrived::ReadAgain);
 }
 
 #[test]
@@ -407,8 +410,9 @@ fn revoking_a_partition_forgets_its_records_and_their_bytes() {
     assert_eq!(f.in_flight(), (2, 20));
     f.revoke(&tp(0));
     assert_eq!(f.in_flight(), (1, 10));
-    assert!(
-        !f.arrive(input(0, 1), 0, print(3), 1),
+    assert_eq!(
+        f.arrive(input(0, 1), 0, print(3), 1),
+        Arrived::NotOwned,
         "a revoked partition takes nothing"
     );
 }

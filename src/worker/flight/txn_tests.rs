@@ -80,7 +80,10 @@ fn deliver_all(flight: &mut Flight) -> Vec<i64> {
 fn a_delivery_settles_only_after_its_transaction_commits() {
     let mut f = flight(Resume::default(), 0);
     for offset in 0..3 {
-        assert!(f.arrive(input(offset), 0, print(offset as u8), 1));
+        assert_eq!(
+            f.arrive(input(offset), 0, print(offset as u8), 1),
+            Arrived::Kept
+        );
     }
     round(&mut f, vec![WON; 3]);
     assert_eq!(deliver_all(&mut f), vec![0, 1, 2]);
@@ -119,7 +122,10 @@ fn a_delivery_settles_only_after_its_transaction_commits() {
 fn an_output_sent_after_the_seal_waits_for_the_next_transaction() {
     let mut f = flight(Resume::default(), 0);
     for offset in 0..2 {
-        assert!(f.arrive(input(offset), 0, print(offset as u8), 1));
+        assert_eq!(
+            f.arrive(input(offset), 0, print(offset as u8), 1),
+            Arrived::Kept
+        );
     }
     round(&mut f, vec![WON; 2]);
     assert_eq!(deliver_all(&mut f), vec![0, 1]);
@@ -129,7 +135,10 @@ fn an_output_sent_after_the_seal_waits_for_the_next_transaction() {
     // Committing off the loop: the next transaction's outputs go out and
     // are reported.
     for offset in 2..4 {
-        assert!(f.arrive(input(offset), 0, print(offset as u8), 1));
+        assert_eq!(
+            f.arrive(input(offset), 0, print(offset as u8), 1),
+            Arrived::Kept
+        );
     }
     round(&mut f, vec![WON; 2]);
     assert_eq!(deliver_all(&mut f), vec![2, 3]);
@@ -159,7 +168,10 @@ fn an_output_sent_after_the_seal_waits_for_the_next_transaction() {
 fn an_output_awaiting_its_report_at_the_seal_is_the_sealed_transactions() {
     let mut f = flight(Resume::default(), 0);
     for offset in 0..3 {
-        assert!(f.arrive(input(offset), 0, print(offset as u8), 1));
+        assert_eq!(
+            f.arrive(input(offset), 0, print(offset as u8), 1),
+            Arrived::Kept
+        );
     }
     round(&mut f, vec![WON; 3]);
     assert_eq!(f.take_sends(Instant::now()).len(), 3);
@@ -191,7 +203,10 @@ fn an_output_awaiting_its_report_at_the_seal_is_the_sealed_transactions() {
 fn an_aborted_commit_sends_its_outputs_and_offsets_again() {
     let mut f = flight(Resume::default(), 0);
     for offset in 0..2 {
-        assert!(f.arrive(input(offset), 0, print(offset as u8), 1));
+        assert_eq!(
+            f.arrive(input(offset), 0, print(offset as u8), 1),
+            Arrived::Kept
+        );
     }
     round(&mut f, vec![WON; 2]);
     deliver_all(&mut f);
