@@ -9,6 +9,9 @@ use std::ops::RangeFrom;
 
 use super::Record;
 
+/// Records' room a partition keeps however few it holds.
+const KEPT_ROOM: usize = 1024;
+
 #[derive(Default)]
 pub(crate) struct Records {
     entries: VecDeque<(i64, Record)>,
@@ -75,10 +78,17 @@ impl Records {
         self.entries.len()
     }
 
-    /// Forgets the records below `end` (their offset is committed).
+    /// Forgets the records below `end` (their offset is committed). Room
+    /// a burst took is given back once a quarter of it is in use: a
+    /// replica of many partitions does not keep every one's peak.
     pub(crate) fn drop_below(&mut self, end: i64) {
         let at = self.index(end).unwrap_or_else(|at| at);
         self.entries.drain(..at);
+        let room = self.entries.capacity();
+        if room > KEPT_ROOM && self.entries.len() < room / 4 {
+            self.entries
+                .shrink_to(KEPT_ROOM.max(self.entries.len() * 2));
+        }
     }
 }
 
@@ -155,5 +165,22 @@ mod tests {
         // Read on after the commit: kept from there.
         records.insert(1_000, record(1_000));
         assert_eq!(offsets(&records, 0), [1_000]);
+    }
+
+    #[test]
+    fn the_room_of_a_burst_is_given_back_once_it_is_committed() {
+        let mut records = Records::default();
+        for offset in 0..20_000 {
+            records.insert(offset, record(offset));
+        }
+        assert!(records.entries.capacity() >= 20_000);
+        records.drop_below(19_990);
+        assert_eq!(records.len(), 10);
+        assert!(
+            records.entries.capacity() <= 2 * KEPT_ROOM,
+            "{} kept",
+            records.entries.capacity()
+        );
+        assert_eq!(offsets(&records, 0), (19_990..20_000).collect::<Vec<_>>());
     }
 }
