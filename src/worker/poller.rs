@@ -23,15 +23,16 @@
 
 use crate::clock::Clock;
 use crate::config::Guarantee;
+use crate::logging::RateLimit;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc as sync_mpsc, Arc};
+use std::sync::{mpsc as sync_mpsc, Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::sync::mpsc;
-use tracing::{debug, error, info, warn};
+use tracing::{error, info, warn};
 
 use super::consumer::{Arrival, Reader};
 use super::flight::Tp;
@@ -60,6 +61,9 @@ pub struct GroupState {
     pub revocations: AtomicU64,
     pub(crate) assigned: AtomicBool,
 }
+
+static CONSUMER_ERROR: LazyLock<RateLimit> =
+    LazyLock::new(|| RateLimit::new(Duration::from_secs(30)));
 
 /// How long a revoke waits for the loop: past it, the partitions go anyway
 /// and their unfinished claims are the next owner's.
@@ -370,7 +374,14 @@ pub(crate) fn poll(
                     deadline.get_or_insert(polled + linger);
                 }
                 Some(Err(error)) => {
-                    debug!(%error, "consumer error");
+                    // A fetch that failed (a partition's leader moving, an
+                    // offset out of range and reset, a refusal): librdkafka
+                    // fetches on by itself; said, as it may explain a gap.
+                    if !matches!(error, KafkaError::PartitionEOF(_)) {
+                        if let Some(held_back) = CONSUMER_ERROR.allow() {
+                            warn!(%error, held_back, "consumer error");
+                        }
+                    }
                     if deadline.is_none() {
                         break;
                     }
