@@ -1,8 +1,9 @@
 //! Every record in flight and every partition's offsets, in one owner: the
 //! pure state machine of the pipelined worker (docs/design.md §1, §4).
 //! `state.rs` holds where each record and partition stands, `records.rs`
-//! a partition's records in offset order, `take.rs` puts a round together, `round.rs` applies its answer, `deliver.rs` the
-//! producer side and the commits.
+//! a partition's records in offset order, `take.rs` puts a round
+//! together, `round.rs` applies its answer, `deliver.rs` the producer side
+//! and the commits.
 //!
 //! ```text
 //! arrive ─► Fresh ─(watermark read)─► Claim ─► Claiming ─┬─► Produce ─► Sending ─┬─► Delivered ─► Settling ─► Finished
