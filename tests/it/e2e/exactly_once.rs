@@ -29,7 +29,8 @@ use idemgate_testkit::kafka::{
     admin, committed_metadata, create_topics, read_inputs_as_delivered, send_keyless, Producer,
     Reader, Topics,
 };
-use idemgate_testkit::servers::unsettled_claims;
+use idemgate_testkit::process::scrape_metric;
+use idemgate_testkit::servers::{free_port, unsettled_claims};
 use idemgate_testkit::workload::Bank;
 use idemgate_testkit::{env, kafka_brokers, say, unique, BOUND};
 use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
@@ -380,8 +381,10 @@ fn exactly_once_an_output_the_brokers_refuse_goes_to_audit_bare_in_a_later_trans
     let producer = Producer::new(&brokers);
     let mut delivered = producer.send(&topics.input, &plan, 100, Duration::ZERO);
     let redis_url = env("IDEMGATE_TEST_REDIS_URL");
-    let config =
+    let mut config =
         GateConfig::new(TEST, &topics, redis_url.clone()).exactly_once(&unique("eos-refused-txn"));
+    let metrics = format!("127.0.0.1:{}", free_port());
+    config.metrics_listen = metrics.clone();
     let mut gate = Gate::start(TEST, &config);
     let mut reader = Reader::new(&brokers, &topics.outputs());
     reader.read_every_input(plan.len(), BOUND, "", || gate.assert_alive());
@@ -427,8 +430,12 @@ fn exactly_once_an_output_the_brokers_refuse_goes_to_audit_bare_in_a_later_trans
     let landed = read_inputs_as_delivered(&brokers, &topics, &delivered);
     let summary = check(&plan, &landed, &topics, &keyed, Expect::Exact);
     say(TEST, &summary);
+    // The refusal is met as the delivery's report (reason `delivery`) or,
+    // when the seal's commit comes first, as the commit's error (`commit`):
+    // either way the transaction holding it was aborted.
+    let aborted = scrape_metric(&metrics, "idemgate_transactions_aborted_total");
     assert!(
-        gate.log_text().contains("the transaction is aborted"),
+        aborted >= 1.0,
         "no transaction was aborted: the refusal was not met inside one"
     );
     let unsettled = unsettled_claims(&redis_url, &config.key_prefix);
