@@ -23,6 +23,8 @@ REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO_ROOT"
 export PATH="$HOME/.cargo/bin:$PATH"
 
+# What building and the services need, where it is missing (as scripts/test.sh does).
+"$REPO_ROOT/scripts/install-deps.sh" >&2
 "$REPO_ROOT/scripts/test-services.sh" start
 set -a
 # shellcheck disable=SC1090
