@@ -258,17 +258,41 @@ impl BurstAndTail {
         chunk: usize,
         pause: Duration,
     ) -> std::thread::JoinHandle<HashMap<String, Landed>> {
+        // Nothing held: the sender goes at once.
+        self.produce_held(chunk, pause, 0).0
+    }
+
+    /// As [`BurstAndTail::produce`], with the tail's last `held` records
+    /// held back until the returned sender sends (or is dropped, as when
+    /// the test panics): a test that needs the stream flowing at a step it
+    /// cannot time (a thaw after a takeover whose length the brokers set)
+    /// releases them there instead of hoping the paced tail outlasts it.
+    pub fn produce_held(
+        &self,
+        chunk: usize,
+        pause: Duration,
+        held: usize,
+    ) -> (
+        std::thread::JoinHandle<HashMap<String, Landed>>,
+        std::sync::mpsc::Sender<()>,
+    ) {
         let (topic, burst, tail) = (
             self.topics.input.clone(),
             self.burst.clone(),
             self.tail.clone(),
         );
-        std::thread::spawn(move || {
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let producing = std::thread::spawn(move || {
             let producer = Producer::new(&kafka_brokers());
+            let (flowing, last) = tail.split_at(tail.len().saturating_sub(held));
             let mut landed = producer.send(&topic, &burst, 250, Duration::from_millis(10));
-            landed.extend(producer.send(&topic, &tail, chunk, pause));
+            landed.extend(producer.send(&topic, flowing, chunk, pause));
+            // Err: the sender is gone (the test ended early); send the rest.
+            let _ = released.recv();
+            landed.extend(producer.send(&topic, last, chunk, pause));
             landed
-        })
+        });
+        (producing, release)
     }
 }
 

@@ -57,8 +57,10 @@ fn a_zombie_thawed_after_its_partitions_moved_lets_no_event_through_twice() {
     say(TEST, format!("assigned {split:?} at {:?}", began.elapsed()));
 
     // A burst worked through as a backlog (so the stop lands inside a
-    // batch), then a paced tail that flows through the stall and the thaw.
-    let producing = workload.produce(20, Duration::from_millis(500));
+    // batch), then a paced tail that flows through the stall; its last 200
+    // records wait for the thaw, so the stream still flows as the zombie
+    // wakes however long the takeover took.
+    let (producing, release) = workload.produce_held(20, Duration::from_millis(500), 200);
     let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
     let part = plan.len() * 3 / 10;
     read_part_before(
@@ -93,6 +95,12 @@ fn a_zombie_thawed_after_its_partitions_moved_lets_no_event_through_twice() {
     reader.read_for(STALL.saturating_sub(stopped.elapsed()));
     let before_thaw = reader.records.len();
     let log_at_thaw = zombie.log_text().len();
+    assert!(
+        !producing.is_finished(),
+        "the producer ended before the thaw (it holds the tail's last records until then)"
+    );
+    // The held records flow as the zombie wakes.
+    let _ = release.send(());
     zombie.resume();
     let thawed = Instant::now();
     say(
@@ -102,11 +110,6 @@ fn a_zombie_thawed_after_its_partitions_moved_lets_no_event_through_twice() {
             stopped.elapsed()
         ),
     );
-    assert!(
-        !producing.is_finished(),
-        "the stream ended before the zombie was thawed"
-    );
-
     reader.read_every_input(plan.len(), BOUND, "of the thaw", || {
         zombie.assert_alive();
         survivor.assert_alive();
