@@ -20,10 +20,11 @@ pub const TIER1_BYTES_PER_KEY: u64 = 163;
 
 /// Bytes one claim costs on PostgreSQL's disk: 137, measured, not computed.
 ///
-/// From `BENCHMARKS.md`, "PostgreSQL bytes / claim on disk" of the latest
-/// bench run: the claims table with its indexes over its rows after 2
-/// million records in exact mode, 137 with one replica (141 with two);
-/// PostgreSQL 15 at its defaults (docs/design.md §6.1). Dead row versions
+/// From `BENCHMARKS.md`, "PostgreSQL bytes / claim on disk": the claims
+/// table with its indexes over its rows after 2 million records in exact
+/// mode, 137 with one replica (140 with two) in the run at 17d8040; the
+/// run at a986255 measured 145 and 138, so the figure moves by some 6 %
+/// between runs; PostgreSQL 15 at its defaults (docs/design.md §6.1). Dead row versions
 /// (done flags rewrite a row) that autovacuum has not reclaimed come on
 /// top: up to about 2.8 times this where most claims settle by done flags.
 pub const POSTGRES_BYTES_PER_CLAIM: u64 = 137;

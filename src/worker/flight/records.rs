@@ -79,8 +79,8 @@ impl Records {
     }
 
     /// Forgets the records below `end` (their offset is committed). Room
-    /// a burst took is given back once a quarter of it is in use: a
-    /// replica of many partitions does not keep every one's peak.
+    /// a burst took is given back once less than a quarter of it is in
+    /// use: a replica of many partitions does not keep every one's peak.
     pub(crate) fn drop_below(&mut self, end: i64) {
         let at = self.index(end).unwrap_or_else(|at| at);
         self.entries.drain(..at);
