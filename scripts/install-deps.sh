@@ -30,8 +30,9 @@ build_pkgs=(build-essential cmake pkg-config libssl-dev zlib1g-dev libsasl2-dev
 # procps: pgrep, with which scripts/test-services.sh finds brokers of its own.
 # docker-compose: only to validate docker-compose.yml (`config` needs no Docker engine).
 # openssl: the test services make the TLS Redis's certificates with it at every start.
-# postgresql: Debian's PostgreSQL 15 server binaries (/usr/lib/postgresql/15/bin), for the
-#   cluster of the tests' own that scripts/test-services.sh initdb's and starts.
+# postgresql: the distribution's PostgreSQL server binaries (/usr/lib/postgresql/<version>/bin,
+#   15 on Debian 12), for the cluster of the tests' own that scripts/test-services.sh
+#   initdb's and starts.
 # prometheus: `promtool` (tests/monitoring.rs checks and unit-tests deploy/prometheus/) and
 #   the `prometheus` server the e2e monitoring test starts on a port of its own.
 test_pkgs=(redis-server redis-tools docker-compose openssl prometheus openjdk-17-jre-headless

@@ -105,8 +105,10 @@ TLS_PASSWORD=idemgate-test-password
 MANAGED_USER=managed
 MANAGED_PASSWORD=managed-test-password
 PG_PORT_FROM=${IDEMGATE_PG_PORT:-15432}
-# PostgreSQL: Debian's server binaries, and its roles (test secrets, not secrets).
-PG_BIN=/usr/lib/postgresql/15/bin
+# PostgreSQL: the newest server binaries the distribution's `postgresql` installed (15 on
+# Debian 12, 16 on Ubuntu 24.04), and its roles (test secrets, not secrets).
+PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
+PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 PG_USER=idemgate
 PG_PASSWORD=idemgate-test-password
 PG_NOCREATE_USER=nocreate
