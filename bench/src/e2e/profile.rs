@@ -1,8 +1,9 @@
 //! Where the CPU goes, measured with `perf` (Linux): a sampling profile of
 //! the replica, the Kafka broker (a JVM: its JIT-compiled code shows
-//! without symbols) and redis-server over one timed run, flat (no call
-//! graphs: release builds have no frame pointers), folded per process into
-//! the components an operator can act on.
+//! without symbols) and redis-server over one timed run from its first
+//! store round, flat (no call graphs: release builds have no frame
+//! pointers), folded per process into the components an operator can act
+//! on.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -15,6 +16,7 @@ use tokio::process::{Child, Command};
 pub(crate) struct Recorder {
     child: Child,
     data: PathBuf,
+    log: PathBuf,
 }
 
 /// Per process: share of its samples by component, and its top symbols.
@@ -33,25 +35,58 @@ pub(crate) struct ProcessProfile {
     pub top: Vec<(f64, String, String)>,
 }
 
+/// How long perf gets to start before it counts as recording, and how
+/// often it is started again when it exits in that time.
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
+const ATTEMPTS: usize = 3;
+
 impl Recorder {
-    pub fn start(dir: &Path, name: &str, pids: &[u32]) -> Result<Recorder> {
+    /// Starts `perf record` on `pids`, once it is past its start-up: perf
+    /// attaches to every thread of every pid, and a thread that ends while
+    /// it does (a replica's start-up makes and ends threads) can make it
+    /// exit at once with status 255 and nothing in its log. Such a start
+    /// is tried again; one that keeps failing is an error, never an empty
+    /// profile.
+    pub async fn start(dir: &Path, name: &str, pids: &[u32]) -> Result<Recorder> {
         let data = dir.join(format!("{name}.perf.data"));
+        let log = dir.join(format!("{name}.perf.log"));
         let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
-        let child = Command::new("perf")
-            .args(["record", "-F", "999", "-o"])
-            .arg(&data)
-            .args(["-p", &pids.join(",")])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join(format!("{name}.perf.log")))?)
-            .kill_on_drop(true)
-            .spawn()
-            .context("starting perf record (is perf installed?)")?;
-        Ok(Recorder { child, data })
+        for attempt in 1..=ATTEMPTS {
+            let mut child = Command::new("perf")
+                .args(["record", "-F", "999", "-o"])
+                .arg(&data)
+                .args(["-p", &pids.join(",")])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log)?)
+                .kill_on_drop(true)
+                .spawn()
+                .context("starting perf record (is perf installed?)")?;
+            tokio::time::sleep(SETTLE).await;
+            match child.try_wait()? {
+                None => return Ok(Recorder { child, data, log }),
+                Some(status) => eprintln!(
+                    "perf record exited at its start ({status}, attempt {attempt} of {ATTEMPTS}): {}",
+                    std::fs::read_to_string(&log).unwrap_or_default().trim()
+                ),
+            }
+        }
+        bail!(
+            "perf record exited at its start {ATTEMPTS} times (its log: {})",
+            log.display()
+        )
     }
 
-    /// Stops the recording (SIGINT, as perf expects) and reads it back.
+    /// Stops the recording (SIGINT, as perf expects) and reads it back; a
+    /// perf that stopped by itself, or a process without a sample, is an
+    /// error.
     pub async fn finish(mut self, roles: &[(u32, String)]) -> Result<Profile> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!(
+                "perf record stopped during the run ({status}; its log: {})",
+                self.log.display()
+            );
+        }
         let pid = self.child.id().context("perf without a pid")?;
         let status = Command::new("kill")
             .args(["-INT", &pid.to_string()])
@@ -72,6 +107,13 @@ impl Recorder {
                 .output()
                 .await?;
             processes.push(parse(role, &String::from_utf8_lossy(&output.stdout)));
+        }
+        if let Some(empty) = processes.iter().find(|p| p.samples == 0) {
+            bail!(
+                "perf recorded no sample of the {} (its log: {})",
+                empty.role,
+                self.log.display()
+            );
         }
         // Two replicas are one role: keep the first of each.
         let mut seen = std::collections::HashSet::new();

@@ -136,18 +136,19 @@ pub(crate) async fn clean(
     })
     .await?;
     let cpu_before = cpu_now(setup, &children);
-    let recorder = if record_profile {
-        let mut pids: Vec<u32> = children.iter().map(|c| c.pid).collect();
-        pids.push(setup.broker.server.pid());
-        pids.push(setup.redis.server.pid());
-        Some(profile::Recorder::start(&setup.dir, &name, &pids)?)
-    } else {
-        None
-    };
     for child in &mut children {
         child.send(GO).await?;
     }
     let first_us = first_round(&mut children, &label).await?;
+    // Once the replicas run: the profile is of their steady state.
+    let recorder = if record_profile {
+        let mut pids: Vec<u32> = children.iter().map(|c| c.pid).collect();
+        pids.push(setup.broker.server.pid());
+        pids.push(setup.redis.server.pid());
+        Some(profile::Recorder::start(&setup.dir, &name, &pids).await?)
+    } else {
+        None
+    };
     let end_us = watch(
         &setup.broker.brokers,
         &group,
