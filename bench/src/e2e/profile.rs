@@ -62,6 +62,9 @@ impl Recorder {
                 .kill_on_drop(true)
                 .spawn()
                 .context("starting perf record (is perf installed?)")?;
+            // Waits on perf, not on a broker or Redis: perf gives no sign
+            // that it has attached, so one that is still there after
+            // SETTLE counts as recording (`finish` checks it did).
             tokio::time::sleep(SETTLE).await;
             match child.try_wait()? {
                 None => return Ok(Recorder { child, data, log }),
