@@ -44,11 +44,11 @@ use super::process::{exactly_once_pair, BurstAndTail, GateConfig};
 use super::seal_faults::wait_frozen;
 
 /// When the frozen zombie thaws.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Thaw {
-    /// This long after the survivor is first seen waiting on the unstable
-    /// offsets.
-    IntoTheWait(Duration),
+    /// `FROZEN_INTO_THE_WAIT` after the survivor is first seen waiting on
+    /// the unstable offsets.
+    IntoTheWait,
     /// Once the survivor owns every partition: after the coordinator
     /// aborted the frozen transaction.
     PastTheTimeout,
@@ -63,7 +63,7 @@ const RETRYING: &str = "cannot read committed offsets yet: retrying";
 
 #[test]
 fn exactly_once_a_zombie_frozen_between_offsets_and_commit_holds_the_new_owner_until_it_commits() {
-    frozen_commit("eos-frozen-commit", Thaw::IntoTheWait(FROZEN_INTO_THE_WAIT));
+    frozen_commit("eos-frozen-commit", Thaw::IntoTheWait);
 }
 
 #[test]
@@ -132,8 +132,8 @@ fn frozen_commit(test: &str, thaw: Thaw) {
         ),
     );
     match thaw {
-        Thaw::IntoTheWait(wait) => {
-            while waiting.elapsed() < wait {
+        Thaw::IntoTheWait => {
+            while waiting.elapsed() < FROZEN_INTO_THE_WAIT {
                 survivor.assert_alive();
                 reader.read_for(Duration::from_millis(200));
             }
@@ -193,7 +193,7 @@ fn frozen_commit(test: &str, thaw: Thaw) {
     match thaw {
         // Its own end is not this test's guarantee (it rejoins, or a
         // fenced call ends it): said, not asserted.
-        Thaw::IntoTheWait(_) => {
+        Thaw::IntoTheWait => {
             let zombie_end = match zombie.exited() {
                 Some(status) => status,
                 None => zombie.terminate(Duration::from_secs(20)),
