@@ -158,7 +158,10 @@ pub fn killed_mid_transaction(test: &'static str, on: fn(GateConfig) -> GateConf
         Vec::new(),
         partitions,
     );
-    let producing = workload.produce(50, Duration::from_millis(100));
+    // The tail's second half waits for the restart: the stream flows on
+    // after the kill, however long the backlog took.
+    let (producing, mut held) =
+        workload.produce_held(50, Duration::from_millis(100), workload.tail.len() / 2);
     let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
     read_part_before(
         &mut reader,
@@ -167,13 +170,13 @@ pub fn killed_mid_transaction(test: &'static str, on: fn(GateConfig) -> GateConf
         "the kill",
     );
     let aimed = doomed.kill_after_next_log_line(Duration::from_secs(5));
-    assert!(!producing.is_finished(), "the kill came after the stream");
     say(test, format!("SIGKILL (aimed after a delivery: {aimed})"));
     // Its supervisor restarts it with its transactional id: the restart
     // fences the dead incarnation and aborts its open transaction (which
     // would otherwise hold read_committed readers of clean back until the
     // broker's transaction timeout).
     let mut restarted = Gate::start(&format!("{test}-restarted"), &doomed_config);
+    held.release();
     reader.read_every_input(plan.len(), BOUND, "of the kill", || {
         survivor.assert_alive();
         restarted.assert_alive();
@@ -298,7 +301,7 @@ fn exactly_once_a_zombie_thawed_after_its_partitions_moved_lets_no_event_through
     );
     // The tail's last 200 records wait for the thaw: the takeover lasts
     // from one session timeout to a transaction timeout (see above).
-    let (producing, release) = workload.produce_held(20, Duration::from_millis(500), 200);
+    let (producing, mut held) = workload.produce_held(20, Duration::from_millis(500), 200);
     let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
     read_part_before(
         &mut reader,
@@ -309,15 +312,12 @@ fn exactly_once_a_zombie_thawed_after_its_partitions_moved_lets_no_event_through
     let aimed = zombie.stop_after_next_log_line(Duration::from_secs(5));
     let stopped = Instant::now();
     say(TEST, format!("SIGSTOP (aimed after a delivery: {aimed})"));
-    let until = Instant::now() + BOUND;
-    while survivor.assigned() != Some(partitions as usize) {
-        survivor.assert_alive();
-        assert!(
-            Instant::now() < until,
-            "the survivor did not take the frozen replica's partitions within {BOUND:?}"
-        );
-        reader.read_for(Duration::from_millis(200));
-    }
+    survivor.read_until_owns(
+        partitions,
+        &mut reader,
+        Instant::now() + BOUND,
+        &format!("within {BOUND:?} of the freeze"),
+    );
     reader.read_for(STALL.saturating_sub(stopped.elapsed()));
     let log_at_thaw = zombie.log_text().len();
     assert!(
@@ -325,7 +325,7 @@ fn exactly_once_a_zombie_thawed_after_its_partitions_moved_lets_no_event_through
         "the producer ended before the thaw (it holds the tail's last records until then)"
     );
     // The held records flow as the zombie wakes.
-    let _ = release.send(());
+    held.release();
     zombie.resume();
     say(TEST, format!("SIGCONT after {:?}", stopped.elapsed()));
     reader.read_every_input(plan.len(), BOUND, "of the thaw", || survivor.assert_alive());

@@ -233,16 +233,12 @@ fn a_replica_killed_while_the_store_is_frozen_past_the_old_lease_doubles_no_even
         100,
         Duration::ZERO,
     ));
-    let until = frozen + FROZEN - Duration::from_secs(5);
-    while survivor.assigned() != Some(partitions as usize) {
-        survivor.assert_alive();
-        assert!(
-            Instant::now() < until,
-            "the survivor did not take the killed replica's partitions during the freeze; its log:\n{}",
-            survivor.tail(30)
-        );
-        reader.read_for(Duration::from_millis(200));
-    }
+    survivor.read_until_owns(
+        partitions,
+        &mut reader,
+        frozen + FROZEN - Duration::from_secs(5),
+        "during the freeze",
+    );
     let taken = frozen.elapsed();
     reader.read_for(FROZEN.saturating_sub(frozen.elapsed()));
     survivor.assert_alive();

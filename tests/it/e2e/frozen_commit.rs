@@ -141,16 +141,12 @@ fn frozen_commit(test: &str, thaw: Thaw) {
         Thaw::PastTheTimeout => {
             // The timeout runs from the transaction's start, before the
             // freeze; the coordinator looks every 10 s.
-            let until = frozen + BOUND;
-            while survivor.assigned() != Some(partitions as usize) {
-                survivor.assert_alive();
-                assert!(
-                    Instant::now() < until,
-                    "the survivor did not take every partition within {BOUND:?}:\n{}",
-                    survivor.tail(30)
-                );
-                reader.read_for(Duration::from_millis(200));
-            }
+            survivor.read_until_owns(
+                partitions,
+                &mut reader,
+                frozen + BOUND,
+                &format!("within {BOUND:?} of the freeze"),
+            );
             say(
                 test,
                 format!(

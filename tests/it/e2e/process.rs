@@ -258,42 +258,79 @@ impl BurstAndTail {
         chunk: usize,
         pause: Duration,
     ) -> std::thread::JoinHandle<HashMap<String, Landed>> {
-        // Nothing held: the sender goes at once.
+        // Nothing held: the stream goes on at once.
         self.produce_held(chunk, pause, 0).0
     }
 
     /// As [`BurstAndTail::produce`], with the tail's last `held` records
-    /// held back until the returned sender sends (or is dropped, as when
-    /// the test panics): a test that needs the stream flowing at a step it
-    /// cannot time (a thaw after a takeover whose length the brokers set)
-    /// releases them there instead of hoping the paced tail outlasts it.
+    /// held back until the test releases them (see [`Held`]).
     pub fn produce_held(
         &self,
         chunk: usize,
         pause: Duration,
         held: usize,
-    ) -> (
-        std::thread::JoinHandle<HashMap<String, Landed>>,
-        std::sync::mpsc::Sender<()>,
-    ) {
-        let (topic, burst, tail) = (
-            self.topics.input.clone(),
+    ) -> (std::thread::JoinHandle<HashMap<String, Landed>>, Held) {
+        let cut = self.tail.len().saturating_sub(held);
+        produce_paced(
+            &self.topics.input,
             self.burst.clone(),
             self.tail.clone(),
-        );
-        let (release, released) = std::sync::mpsc::channel::<()>();
-        let producing = std::thread::spawn(move || {
-            let producer = Producer::new(&kafka_brokers());
-            let (flowing, last) = tail.split_at(tail.len().saturating_sub(held));
-            let mut landed = producer.send(&topic, &burst, 250, Duration::from_millis(10));
-            landed.extend(producer.send(&topic, flowing, chunk, pause));
-            // Err: the sender is gone (the test ended early); send the rest.
-            let _ = released.recv();
-            landed.extend(producer.send(&topic, last, chunk, pause));
-            landed
-        });
-        (producing, release)
+            (chunk, pause),
+            &[cut],
+        )
     }
+}
+
+/// Where a paced stream waits: the test releases each part at a step it
+/// cannot time (a join, a leave, a kill, a thaw after a takeover whose
+/// length the broker sets), so the stream flows there instead of hoping
+/// the pace outlasts it. Dropped (as when the test panics), it lets the
+/// rest go.
+pub struct Held(std::collections::VecDeque<std::sync::mpsc::Sender<()>>);
+
+impl Held {
+    /// Lets the stream go on past its next cut.
+    pub fn release(&mut self) {
+        if let Some(next) = self.0.pop_front() {
+            let _ = next.send(());
+        }
+    }
+}
+
+/// Produces `burst` at once, then `paced` `pace.0` records every `pace.1`,
+/// on a thread, stopping at each of `cuts` (indices into `paced`, rising)
+/// until [`Held::release`]; the thread yields where each record landed.
+pub fn produce_paced(
+    topic: &str,
+    burst: Vec<Planned>,
+    mut paced: Vec<Planned>,
+    (chunk, pause): (usize, Duration),
+    cuts: &[usize],
+) -> (std::thread::JoinHandle<HashMap<String, Landed>>, Held) {
+    let mut parts = Vec::new();
+    for cut in cuts.iter().rev() {
+        parts.push(paced.split_off((*cut).min(paced.len())));
+    }
+    parts.push(paced);
+    parts.reverse();
+    let (releases, waits): (std::collections::VecDeque<_>, Vec<_>) = cuts
+        .iter()
+        .map(|_| std::sync::mpsc::channel::<()>())
+        .unzip();
+    let topic = topic.to_string();
+    let producing = std::thread::spawn(move || {
+        let producer = Producer::new(&kafka_brokers());
+        let mut landed = producer.send(&topic, &burst, 250, Duration::from_millis(10));
+        let mut parts = parts.into_iter();
+        landed.extend(producer.send(&topic, &parts.next().unwrap_or_default(), chunk, pause));
+        for (released, part) in waits.into_iter().zip(parts) {
+            // Err: the test dropped its `Held` (it ended early); go on.
+            let _ = released.recv();
+            landed.extend(producer.send(&topic, &part, chunk, pause));
+        }
+        landed
+    });
+    (producing, Held(releases))
 }
 
 /// A PostgreSQL schema name of the test's own from its key prefix:
@@ -388,6 +425,28 @@ impl Gate {
             .filter_map(|line| line.split(": assigned partitions=").nth(1))
             .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
             .next_back()
+    }
+
+    /// Reads outputs (so the stream's records are taken as they come) until
+    /// the log's last assignment gives this process all `partitions`;
+    /// panics past `until`, naming the wait `what`, with the log's tail.
+    pub fn read_until_owns(
+        &mut self,
+        partitions: i32,
+        reader: &mut Reader,
+        until: Instant,
+        what: &str,
+    ) {
+        while self.assigned() != Some(partitions as usize) {
+            self.assert_alive();
+            assert!(
+                Instant::now() < until,
+                "{} did not own all {partitions} partitions {what}; its log:\n{}",
+                self.name,
+                self.tail(30)
+            );
+            reader.read_for(Duration::from_millis(200));
+        }
     }
 
     /// Waits (bounded) until the log's last assignment gives this process

@@ -12,16 +12,14 @@
 use std::time::{Duration, Instant};
 
 use idemgate_testkit::check::{check, Expect};
-use idemgate_testkit::kafka::{
-    committed_offsets, read_inputs_as_delivered, Producer, Reader, Topics,
-};
+use idemgate_testkit::kafka::{committed_offsets, read_inputs_as_delivered, Reader, Topics};
 use idemgate_testkit::servers::{claim_ttls, unsettled_claims};
 use idemgate_testkit::tools::consumer_groups;
 use idemgate_testkit::workload::Bank;
 use idemgate_testkit::{env, kafka_brokers, say, unique, BOUND};
 
 use super::group::{ends, idemgate_reset, wait_committed};
-use super::process::{read_part_before, wait_split, Gate, GateConfig};
+use super::process::{produce_paced, read_part_before, wait_split, Gate, GateConfig};
 
 #[test]
 fn under_the_classic_protocol_a_replica_joining_and_one_leaving_mid_stream_lose_and_double_nothing()
@@ -134,17 +132,20 @@ fn join_and_leave(test: &str, protocol: Protocol, exactly_once: bool) {
             .any(|l| l.contains(&config.group) && l.contains(assignor)),
         "not the {assignor} assignor:\n{described}"
     );
-    // A paced stream: the join and the leave come while it flows.
-    let producing = {
-        let (topic, records) = (topics.input.clone(), plan.clone());
-        std::thread::spawn(move || {
-            Producer::new(&kafka_brokers()).send(&topic, &records, 40, Duration::from_millis(100))
-        })
-    };
+    // A paced stream: the join and the leave come while it flows. It
+    // stops at two fifths until the join and at four fifths until the
+    // leave, each part released as its step begins.
+    let (producing, mut held) = produce_paced(
+        &topics.input,
+        Vec::new(),
+        plan.clone(),
+        (40, Duration::from_millis(100)),
+        &[plan.len() * 2 / 5, plan.len() * 4 / 5],
+    );
     let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
     read_part_before(&mut reader, plan.len() / 5, &mut [&mut first], "the join");
-    assert!(!producing.is_finished(), "the stream ended before the join");
     let mut second = Gate::start(&format!("{test}-second"), &replica("second"));
+    held.release();
     let split = wait_split(
         &mut first,
         &mut second,
@@ -181,26 +182,19 @@ fn join_and_leave(test: &str, protocol: Protocol, exactly_once: bool) {
         &mut [&mut first, &mut second],
         "the leave",
     );
-    assert!(
-        !producing.is_finished(),
-        "the stream ended before the leave"
-    );
     let first_revokes = revokes(&first);
+    held.release();
     let status = first.terminate(Duration::from_secs(40));
     assert!(
         status.success(),
         "the first replica exited with {status} on SIGTERM"
     );
-    let until = Instant::now() + BOUND;
-    while second.assigned() != Some(partitions as usize) {
-        second.assert_alive();
-        assert!(
-            Instant::now() < until,
-            "the second replica did not get every partition within {BOUND:?}; its log:\n{}",
-            second.tail(30)
-        );
-        reader.read_for(Duration::from_millis(200));
-    }
+    second.read_until_owns(
+        partitions,
+        &mut reader,
+        Instant::now() + BOUND,
+        &format!("within {BOUND:?} of the leave"),
+    );
     say(
         test,
         format!(

@@ -60,7 +60,7 @@ fn a_zombie_thawed_after_its_partitions_moved_lets_no_event_through_twice() {
     // batch), then a paced tail that flows through the stall; its last 200
     // records wait for the thaw, so the stream still flows as the zombie
     // wakes however long the takeover took.
-    let (producing, release) = workload.produce_held(20, Duration::from_millis(500), 200);
+    let (producing, mut held) = workload.produce_held(20, Duration::from_millis(500), 200);
     let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
     let part = plan.len() * 3 / 10;
     read_part_before(
@@ -81,16 +81,12 @@ fn a_zombie_thawed_after_its_partitions_moved_lets_no_event_through_twice() {
     );
 
     // The survivor takes every partition over while the zombie is frozen.
-    let until = Instant::now() + BOUND;
-    while survivor.assigned() != Some(partitions as usize) {
-        survivor.assert_alive();
-        assert!(
-            Instant::now() < until,
-            "the survivor did not take the frozen replica's partitions within {BOUND:?}; its log:\n{}",
-            survivor.tail(30)
-        );
-        reader.read_for(Duration::from_millis(200));
-    }
+    survivor.read_until_owns(
+        partitions,
+        &mut reader,
+        Instant::now() + BOUND,
+        &format!("within {BOUND:?} of the freeze"),
+    );
     let taken_after = stopped.elapsed();
     reader.read_for(STALL.saturating_sub(stopped.elapsed()));
     let before_thaw = reader.records.len();
@@ -100,7 +96,7 @@ fn a_zombie_thawed_after_its_partitions_moved_lets_no_event_through_twice() {
         "the producer ended before the thaw (it holds the tail's last records until then)"
     );
     // The held records flow as the zombie wakes.
-    let _ = release.send(());
+    held.release();
     zombie.resume();
     let thawed = Instant::now();
     say(
