@@ -147,7 +147,7 @@ pub fn killed_mid_transaction(test: &'static str, on: fn(GateConfig) -> GateConf
     let (topics, bank, plan) = (&workload.topics, &workload.bank, workload.plan());
     let mut config = on(GateConfig::new(
         test,
-        &topics,
+        topics,
         env("IDEMGATE_TEST_REDIS_URL"),
     ));
     config.max_records = 500;
@@ -182,15 +182,15 @@ pub fn killed_mid_transaction(test: &'static str, on: fn(GateConfig) -> GateConf
         restarted.assert_alive();
     });
     let delivered = producing.join().expect("producer thread");
-    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
-    let summary = check(&plan, &landed, &topics, &reader.records, Expect::Exact);
+    let landed = read_inputs_as_delivered(&kafka_brokers(), topics, &delivered);
+    let summary = check(&plan, &landed, topics, &reader.records, Expect::Exact);
     say(test, &summary);
     let (claims, unsettled) = config.claims();
     assert_eq!(claims, bank.events(), "claims, one per event");
     assert!(unsettled.is_empty(), "claims left unsettled: {unsettled:?}");
     wait_committed(
         &survivor_config,
-        &topics,
+        topics,
         &ends(&landed, partitions),
         &mut [&mut survivor, &mut restarted],
     );
@@ -290,7 +290,7 @@ fn exactly_once_a_zombie_thawed_after_its_partitions_moved_lets_no_event_through
     let workload = BurstAndTail::new(TEST, partitions, false, 600);
     let (topics, plan) = (&workload.topics, workload.plan());
     let redis_url = env("IDEMGATE_TEST_REDIS_URL");
-    let mut config = GateConfig::new(TEST, &topics, redis_url.clone());
+    let mut config = GateConfig::new(TEST, topics, redis_url.clone());
     config.max_records = 500;
     let ([mut zombie, mut survivor], _) = exactly_once_pair(
         TEST,
@@ -330,8 +330,8 @@ fn exactly_once_a_zombie_thawed_after_its_partitions_moved_lets_no_event_through
     say(TEST, format!("SIGCONT after {:?}", stopped.elapsed()));
     reader.read_every_input(plan.len(), BOUND, "of the thaw", || survivor.assert_alive());
     let delivered = producing.join().expect("producer thread");
-    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
-    let summary = check(&plan, &landed, &topics, &reader.records, Expect::Exact);
+    let landed = read_inputs_as_delivered(&kafka_brokers(), topics, &delivered);
+    let summary = check(&plan, &landed, topics, &reader.records, Expect::Exact);
     say(TEST, &summary);
     let unsettled = unsettled_claims(&redis_url, &config.key_prefix);
     assert!(unsettled.is_empty(), "claims left unsettled: {unsettled:?}");

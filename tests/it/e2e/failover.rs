@@ -48,7 +48,7 @@ fn failover(test: &str, copies_share_key: bool) {
     let workload = BurstAndTail::new(test, partitions, copies_share_key, 400);
     let (topics, bank, plan) = (&workload.topics, &workload.bank, workload.plan());
     let redis_url = env("IDEMGATE_TEST_REDIS_URL");
-    let mut config = GateConfig::new(test, &topics, redis_url.clone());
+    let mut config = GateConfig::new(test, topics, redis_url.clone());
     config.max_records = 500;
     // The worker's default is eager (range,roundrobin); a run can try
     // another assignor, e.g. cooperative-sticky.
@@ -103,7 +103,7 @@ fn failover(test: &str, copies_share_key: bool) {
         ),
     );
     let delivered = producing.join().expect("producer thread");
-    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
+    let landed = read_inputs_as_delivered(&kafka_brokers(), topics, &delivered);
     // When outputs arrived, by second since the kill: the gap is the
     // session timeout and the rebalance.
     let mut arrivals = std::collections::BTreeMap::<i64, usize>::new();
@@ -132,7 +132,7 @@ fn failover(test: &str, copies_share_key: bool) {
         partitions as usize,
         "partitions with outputs after the kill: {taken_over:?}"
     );
-    let summary = check(&plan, &landed, &topics, &reader.records, Expect::Replays);
+    let summary = check(&plan, &landed, topics, &reader.records, Expect::Replays);
     say(test, &summary);
     say(
         test,

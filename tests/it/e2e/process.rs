@@ -297,9 +297,10 @@ impl Held {
     }
 }
 
-/// Produces `burst` at once, then `paced` `pace.0` records every `pace.1`,
-/// on a thread, stopping at each of `cuts` (indices into `paced`, rising)
-/// until [`Held::release`]; the thread yields where each record landed.
+/// Produces `burst` at once, then `paced` in chunks of `chunk` records,
+/// `pause` apart, on a thread, stopping at each of `cuts` (indices into
+/// `paced`, rising) until [`Held::release`]; the thread yields where each
+/// record landed.
 pub fn produce_paced(
     topic: &str,
     burst: Vec<Planned>,

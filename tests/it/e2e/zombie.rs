@@ -43,7 +43,7 @@ fn a_zombie_thawed_after_its_partitions_moved_lets_no_event_through_twice() {
     let workload = BurstAndTail::new(TEST, partitions, false, 600);
     let (topics, bank, plan) = (&workload.topics, &workload.bank, workload.plan());
     let redis_url = env("IDEMGATE_TEST_REDIS_URL");
-    let mut config = GateConfig::new(TEST, &topics, redis_url.clone());
+    let mut config = GateConfig::new(TEST, topics, redis_url.clone());
     config.max_records = 500;
 
     let mut zombie = Gate::start(&format!("{TEST}-zombie"), &config);
@@ -118,8 +118,8 @@ fn a_zombie_thawed_after_its_partitions_moved_lets_no_event_through_twice() {
         ),
     );
     let delivered = producing.join().expect("producer thread");
-    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
-    let summary = check(&plan, &landed, &topics, &reader.records, Expect::Replays);
+    let landed = read_inputs_as_delivered(&kafka_brokers(), topics, &delivered);
+    let summary = check(&plan, &landed, topics, &reader.records, Expect::Replays);
     say(TEST, &summary);
     let late_log = zombie.log_text()[log_at_thaw..].to_string();
     let late: Vec<(&str, usize)> = LATE
