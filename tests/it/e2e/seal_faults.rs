@@ -44,9 +44,20 @@ use super::process::{BurstAndTail, Gate, GateConfig};
 const PARTITIONS: i32 = 4;
 
 /// Tier 1 forgets a claim this long after its write, settled or not. Each
-/// case runs longer (the paced tail alone does), so a claim left
-/// unsettled would be decided by its expiry within the test.
-const TIER1_TTL: Duration = Duration::from_secs(40);
+/// case runs longer (the paced tail alone does: `TAIL_PACE`), so a claim
+/// left unsettled would be decided by its expiry within the test. The next
+/// owner must have settled every covered claim before then, so the first
+/// replica's stop and the next owner's takeover both fit in it; the
+/// longest stop is the cut link's, whose graceful stop retries its last
+/// transaction's tier-2 inserts for the worker's 30 s flush patience. At
+/// 40 s, a loaded machine (six tests at a time beside a busy core) left the
+/// next owner under 5 s to join, take the partitions and settle, and the
+/// case failed with nothing wrong but the time.
+const TIER1_TTL: Duration = Duration::from_secs(60);
+
+/// The tail's records a second: its 1,960 or so records take over a
+/// minute, longer than `TIER1_TTL`.
+const TAIL_PACE: usize = 32;
 
 /// The longest a copy may wait on another record's claim at the next
 /// owner: a holder in flight there finishes within a few commit
@@ -184,7 +195,7 @@ fn stopped_at(test: &'static str, step: &'static str, fault: Fault) {
     let tail = {
         let (topic, tail) = (topics.input.clone(), workload.tail.clone());
         std::thread::spawn(move || {
-            Producer::new(&kafka_brokers()).send(&topic, &tail, 40, Duration::from_secs(1))
+            Producer::new(&kafka_brokers()).send(&topic, &tail, TAIL_PACE, Duration::from_secs(1))
         })
     };
     let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
