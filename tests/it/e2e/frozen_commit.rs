@@ -58,6 +58,11 @@ enum Thaw {
 /// timeout.
 const FROZEN_INTO_THE_WAIT: Duration = Duration::from_secs(35);
 
+/// The tail's last records, held until the thaw: the stream flows through
+/// the freeze and again after the thaw, however long the broker takes to
+/// let the survivor in, and the test ends soon after the thaw.
+const HELD_TO_THE_THAW: usize = 400;
+
 /// The survivor's line while the brokers answer "unstable".
 const RETRYING: &str = "cannot read committed offsets yet: retrying";
 
@@ -85,7 +90,8 @@ fn frozen_commit(test: &str, thaw: Thaw) {
     ];
     let ([mut zombie, mut survivor], _) =
         exactly_once_pair(test, &config, ["zombie", "survivor"], fault, partitions);
-    let producing = workload.produce(10, Duration::from_millis(500));
+    let (producing, mut held) =
+        workload.produce_held(10, Duration::from_millis(250), HELD_TO_THE_THAW);
     let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
 
     let until = Instant::now() + BOUND;
@@ -158,6 +164,7 @@ fn frozen_commit(test: &str, thaw: Thaw) {
     }
     let log_at_thaw = zombie.log_text().len();
     zombie.resume();
+    held.release();
     say(test, format!("SIGCONT after {:?} frozen", frozen.elapsed()));
     reader.read_every_input(plan.len(), BOUND, "after the thaw", || {
         survivor.assert_alive()
