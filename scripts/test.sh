@@ -11,7 +11,7 @@
 #    and the PostgreSQL cluster's IDEMGATE_TEST_POSTGRES_*
 #    (the tests fail loudly without them, so we check they are set before running cargo),
 # 3. runs `cargo test --workspace --all-targets --locked "$@"` (the product, the bench and
-#    the test kit),
+#    the test kit; for the whole suite, the bench's tests beside the others, see below),
 # 4. stops the servers again if this run started them (always, via a trap), and
 # 5. exits with cargo's status, after a one-line summary of the test counts.
 #
@@ -94,7 +94,36 @@ run_cargo() {
   ((status != 0)) || status=$rc   # keep the first failure
 }
 
-run_cargo test --workspace --all-targets --locked "$@"
+# The bench package's tests (its two fault soaks, about three minutes each, each with brokers
+# and replicas of its own) run beside the product's, not after them: cargo runs one test binary
+# at a time, and the soaks would otherwise add six minutes to the suite. One build first, so
+# that the two cargo runs below only run tests. With other arguments (a filter, --lib), one
+# cargo run as before: the split is for the whole suite.
+BESIDE=idemgate-bench
+whole_suite=1
+for arg in "$@"; do [[ $arg == --no-fail-fast ]] || whole_suite=0; done
+if ((whole_suite == 1)); then
+  run_cargo test --workspace --all-targets --locked --no-run "$@"
+  if ((status == 0)); then
+    beside_out=$(mktemp)
+    trap 'rm -f "$out" "$beside_out"; stop_services' EXIT
+    log "+ cargo test -p $BESIDE --all-targets --locked $* (beside the rest; its output follows theirs)"
+    (
+      set +e
+      cargo test -p "$BESIDE" --all-targets --locked "$@" >"$beside_out" 2>&1
+      echo "exit $?" >>"$beside_out"
+    ) &
+    beside_pid=$!
+    run_cargo test --workspace --exclude "$BESIDE" --all-targets --locked "$@"
+    wait "$beside_pid" || true
+    log "+ cargo test -p $BESIDE --all-targets --locked $* (its output)"
+    head -n -1 "$beside_out" | tee -a "$out"
+    beside_rc=$(tail -n 1 "$beside_out" | sed -n 's/^exit //p')
+    ((status != 0)) || status=${beside_rc:-1}
+  fi
+else
+  run_cargo test --workspace --all-targets --locked "$@"
+fi
 
 doc=${IDEMGATE_TEST_DOC:-$(($# == 0 ? 1 : 0))}
 if [[ $doc == 1 && -f src/lib.rs ]]; then
