@@ -20,12 +20,15 @@
 //! 4. runs each Redis mode once more as a *counting* run (one replica by default):
 //!    through the round-trip proxy and the counting store, for Redis round
 //!    trips, commands and store rounds per batch and the phases of a round;
-//! 5. runs a per-record baseline (one `SET NX PX` round trip per record,
+//! 5. runs `--pairs` alternated pairs of exact mode (one replica) and the
+//!    passthrough on the main topic, for the ratios the targets speak of
+//!    (each pair's, and their medians);
+//! 6. runs a per-record baseline (one `SET NX PX` round trip per record,
 //!    then produce, then commit) on the same topic;
-//! 6. runs the handover: two replicas on a steady stream, one SIGTERMed,
+//! 7. runs the handover: two replicas on a steady stream, one SIGTERMed,
 //!    in exact mode in each guarantee; how long each partition it gave
 //!    up is unserved;
-//! 7. prints the table (with each run over the passthrough, and exact mode
+//! 8. prints the table (with each run over the passthrough, and exact mode
 //!    over the baseline) and writes it to `BENCHMARKS.md` and
 //!    `BENCHMARKS.json` with the machine and versions.
 //!
@@ -34,7 +37,7 @@
 //! `children` (the child processes and their line protocol), `runs` (what
 //! the runs share), `run_workers` (clean and counting runs), `run_others`
 //! (passthrough and baseline runs), `passthrough` and `baseline` (those
-//! children), `mode` (the modes), `scrape` (a replica's /metrics), `idemgate_testkit::counting`
+//! children), `pairs` (the alternated pairs), `mode` (the modes), `scrape` (a replica's /metrics), `idemgate_testkit::counting`
 //! (the store decorator), `postgres` (the PostgreSQL runs' reset, disk
 //! figures and report parts), `recorder` (the metrics tap) and `timeline`
 //! (phases of a round), `proxy` (round trips on the wire), `memory`,
@@ -50,6 +53,7 @@ mod histogram;
 mod kafka;
 mod memory;
 mod mode;
+mod pairs;
 mod passthrough;
 mod postgres;
 mod profile;
@@ -73,6 +77,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::proxy;
 use idemgate_testkit::feed::Workload;
+use run_workers::Run;
 use runs::{Dataset, Mode, Setup};
 pub(crate) use services::{kafka_libs, kafka_version, on_path};
 use services::{Broker, Redis};
@@ -125,6 +130,11 @@ pub struct BenchArgs {
     /// Skip the passthrough run (and the ratios over it).
     #[arg(long)]
     pub no_passthrough: bool,
+    /// Alternated pairs of exact mode (one replica) and the passthrough on
+    /// the main topic, for the ratios the targets speak of (`pairs.rs`); 0
+    /// skips them (so does `--no-passthrough`).
+    #[arg(long, default_value_t = 5)]
+    pub pairs: usize,
     /// Records the per-record baseline processes (the first ones of the
     /// exact run's topic); 0 skips it.
     #[arg(long, default_value_t = 100_000)]
@@ -289,7 +299,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
         _ => None,
     };
     let passthrough = match args.no_passthrough {
-        false => Some(run_others::passthrough(&setup, &main).await?),
+        false => Some(run_others::passthrough(&setup, &main, "").await?),
         true => None,
     };
     let dataset_of = |mode: Mode, replicas: usize| match &matrix {
@@ -301,7 +311,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
     for &mode in &modes {
         for &replicas in &args.replicas {
             let dataset = dataset_of(mode, replicas);
-            results.push(run_workers::clean(&setup, dataset, mode, replicas, false).await?);
+            results.push(run_workers::clean(&setup, dataset, mode, replicas, Run::Table).await?);
         }
         // The counting runs count Redis round trips through the RESP proxy.
         let counted = match mode {
@@ -313,6 +323,10 @@ async fn bench(args: BenchArgs) -> Result<()> {
             counting.push(run_workers::counting(&setup, dataset, mode, replicas).await?);
         }
     }
+    let pairs = match args.no_passthrough {
+        false => pairs::run(&setup, &main, args.pairs).await?,
+        true => None,
+    };
     let baseline = if args.baseline_records > 0 {
         let records = args.baseline_records.min(main.records);
         Some(run_others::baseline(&setup, &main, records).await?)
@@ -325,7 +339,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
     }
     let profiled = if args.perf {
         let dataset = matrix.as_ref().unwrap_or(&main);
-        Some(run_workers::clean(&setup, dataset, Mode::Exact, 1, true).await?)
+        Some(run_workers::clean(&setup, dataset, Mode::Exact, 1, Run::Profiled).await?)
     } else {
         None
     };
@@ -344,11 +358,15 @@ async fn bench(args: BenchArgs) -> Result<()> {
             passthrough,
             baseline,
             profiled,
+            pairs,
             handovers: handover_runs,
         },
         started.elapsed().as_secs_f64(),
     );
     println!("{}", report.table());
+    if let Some(pairs) = &report.pairs {
+        println!("{}", pairs.table());
+    }
     println!("{}", report.handover_table());
     if !args.no_write {
         std::fs::create_dir_all(&args.out_dir)?;

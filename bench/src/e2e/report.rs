@@ -7,6 +7,7 @@ use std::process::Command;
 
 use serde::Serialize;
 
+use super::pairs::{CPU_OVER_PASSTHROUGH, OVER_PASSTHROUGH};
 use super::runs::{Dataset, Kind, Mode, RunResult, Setup};
 use super::BenchArgs;
 
@@ -21,6 +22,8 @@ pub(crate) struct Runs {
     pub baseline: Option<RunResult>,
     /// The extra clean run under perf.
     pub profiled: Option<RunResult>,
+    /// Exact mode and the passthrough, alternated.
+    pub pairs: Option<super::pairs::Pairs>,
     pub handovers: Vec<super::handover::HandoverResult>,
 }
 
@@ -52,6 +55,9 @@ pub(crate) struct Report {
     /// The extra run under perf, when asked for (not in the table).
     pub profiled: Option<RunResult>,
     pub profile: Option<super::profile::Profile>,
+    /// Exact mode and the passthrough, alternated: each pair's ratios and
+    /// their medians.
+    pub pairs: Option<super::pairs::Pairs>,
     /// Whether the bench started a PostgreSQL server (PostgreSQL runs).
     pub postgres: bool,
     /// The handover runs: how long a moved partition is unserved.
@@ -158,6 +164,9 @@ fn now_utc() -> String {
         .unwrap_or_default()
 }
 
+/// Tiered mode's (RedisBloom) records/s over exact mode's, at least.
+const TIERED_OVER_EXACT: f64 = 0.95;
+
 fn exact_one(runs: &[RunResult]) -> Option<&RunResult> {
     runs.iter()
         .find(|r| r.mode == Some(Mode::Exact) && r.replicas == 1)
@@ -177,6 +186,7 @@ impl Report {
             passthrough,
             baseline,
             profiled,
+            pairs,
             handovers,
         } = all;
         let ceiling = passthrough.as_ref().map(|p| p.records_per_s);
@@ -213,6 +223,7 @@ impl Report {
             targets: Vec::new(),
             profiled,
             profile,
+            pairs,
             postgres: setup.postgres.is_some(),
             handovers,
         };
@@ -277,6 +288,40 @@ impl Report {
                     .join("; ")
             },
             met: (!per_round.is_empty()).then(|| per_round.iter().all(|(_, ok)| *ok)),
+        });
+        let pairs = self.pairs.as_ref();
+        t.push(Target {
+            target: format!(
+                "exact mode ≥ {OVER_PASSTHROUGH}x the passthrough's records/s, one replica (median of the alternated pairs)"
+            ),
+            figure: pairs.map_or("not run".into(), |p| {
+                format!("{:.2}x over {} pairs", p.median_ratio, p.pairs.len())
+            }),
+            met: pairs.map(|p| p.median_ratio >= OVER_PASSTHROUGH),
+        });
+        t.push(Target {
+            target: format!(
+                "exact mode's worker CPU per record ≤ {CPU_OVER_PASSTHROUGH}x the passthrough's (median of the alternated pairs)"
+            ),
+            figure: pairs.map_or("not run".into(), |p| {
+                format!("{:.2}x over {} pairs", p.median_cpu_ratio, p.pairs.len())
+            }),
+            met: pairs.map(|p| p.median_cpu_ratio <= CPU_OVER_PASSTHROUGH),
+        });
+        let bloom = self
+            .runs
+            .iter()
+            .find(|r| r.mode == Some(Mode::RedisBloom) && r.replicas == 1);
+        let tiered = match (bloom, exact) {
+            (Some(b), Some(e)) if e.records_per_s > 0.0 => Some(b.records_per_s / e.records_per_s),
+            _ => None,
+        };
+        t.push(Target {
+            target: format!(
+                "tiered mode (RedisBloom) ≥ {TIERED_OVER_EXACT}x exact mode's records/s, one replica (the table's runs)"
+            ),
+            figure: tiered.map_or("not run".into(), |x| format!("{x:.2}x")),
+            met: tiered.map(|x| x >= TIERED_OVER_EXACT),
         });
         let tier1 = exact.and_then(|r| r.memory.as_ref());
         t.push(Target {
@@ -434,6 +479,9 @@ impl Report {
         md.push_str(&self.table());
         md.push('\n');
         self.detail_sections(&mut md);
+        if let Some(pairs) = &self.pairs {
+            pairs.section(&mut md);
+        }
         self.handover_section(&mut md);
         md.push_str("## Targets\n\n| target | figure | met |\n|---|---|---|\n");
         for t in &self.targets {

@@ -17,10 +17,14 @@ use super::runs::{
 };
 
 /// The passthrough over the whole dataset, one process, with the exact
-/// run's config (its own group): first poll to the last commit the harness
-/// sees, as the worker's runs.
-pub(crate) async fn passthrough(setup: &Setup, dataset: &Dataset) -> Result<RunResult> {
-    let name = "passthrough".to_string();
+/// run's config (its own group, `passthrough` and `suffix`): first poll to
+/// the last commit the harness sees, as the worker's runs.
+pub(crate) async fn passthrough(
+    setup: &Setup,
+    dataset: &Dataset,
+    suffix: &str,
+) -> Result<RunResult> {
+    let name = format!("passthrough{suffix}");
     let group = format!("{}.{name}", setup.run_id);
     let out = group.clone();
     let clean = format!("{out}.clean");

@@ -31,15 +31,35 @@ use super::scrape::{self, Sample, Scraped};
 use super::timeline::Phases;
 use idemgate_testkit::counting::StoreTally;
 
+/// Which run of a mode this is: the table's, the counting one, the one
+/// under perf, or one of the alternated pairs (`pairs.rs`). Each has its
+/// own name, group and output topics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Run {
+    Table,
+    Counting,
+    Profiled,
+    Pair(usize),
+}
+
+impl Run {
+    /// What its name and its progress label carry after the mode's.
+    fn suffix(self) -> (String, String) {
+        match self {
+            Run::Table => (String::new(), String::new()),
+            Run::Counting => ("-counting".into(), " (counting)".into()),
+            Run::Profiled => ("-perf".into(), " (under perf)".into()),
+            Run::Pair(i) => (format!("-pair{i}"), format!(" (pair {i})")),
+        }
+    }
+}
+
 /// The names of a run: (its name, its progress label, group and output
 /// prefix).
-fn names(setup: &Setup, mode: Mode, replicas: usize, suffix: &str) -> (String, String, String) {
+fn names(setup: &Setup, mode: Mode, replicas: usize, run: Run) -> (String, String, String) {
+    let (suffix, note) = run.suffix();
     let name = format!("{}-x{replicas}{suffix}", mode.short());
-    let label = format!(
-        "{} x{replicas}{}",
-        mode.label(),
-        if suffix.is_empty() { "" } else { " (counting)" }
-    );
+    let label = format!("{} x{replicas}{note}", mode.label());
     let group = format!("{}.{name}", setup.run_id);
     (name, label, group)
 }
@@ -95,20 +115,15 @@ async fn first_round(children: &mut [ChildProcess], label: &str) -> Result<i64> 
 }
 
 /// The clean run of `replicas` worker processes over the dataset in `mode`
-/// (under perf when `record_profile`, an extra run for the closing note).
+/// (under perf for [`Run::Profiled`], an extra run for the closing note).
 pub(crate) async fn clean(
     setup: &Setup,
     dataset: &Dataset,
     mode: Mode,
     replicas: usize,
-    record_profile: bool,
+    run: Run,
 ) -> Result<RunResult> {
-    let (name, label, group) = names(
-        setup,
-        mode,
-        replicas,
-        if record_profile { "-perf" } else { "" },
-    );
+    let (name, label, group) = names(setup, mode, replicas, run);
     let out = group.clone();
     create_topics(
         &setup.broker.brokers,
@@ -141,7 +156,7 @@ pub(crate) async fn clean(
     }
     let first_us = first_round(&mut children, &label).await?;
     // Once the replicas run: the profile is of their steady state.
-    let recorder = if record_profile {
+    let recorder = if run == Run::Profiled {
         let mut pids: Vec<u32> = children.iter().map(|c| c.pid).collect();
         pids.push(setup.broker.server.pid());
         pids.push(setup.redis.server.pid());
@@ -250,7 +265,7 @@ pub(crate) async fn counting(
     mode: Mode,
     replicas: usize,
 ) -> Result<RunResult> {
-    let (name, label, group) = names(setup, mode, replicas, "-counting");
+    let (name, label, group) = names(setup, mode, replicas, Run::Counting);
     let out = group.clone();
     create_topics(
         &setup.broker.brokers,
