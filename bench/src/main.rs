@@ -23,6 +23,7 @@ mod e2e;
 mod pg_server;
 mod proxy;
 mod soak;
+mod stats;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

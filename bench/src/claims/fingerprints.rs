@@ -20,6 +20,8 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
+use crate::stats::median;
+
 /// Far above any generated record: the size check never refuses one here.
 const MAX_BYTES: usize = 1 << 20;
 
@@ -75,11 +77,6 @@ fn allocations(f: Fingerprinter, profile: &Profile, views: &[RecordView<'_>]) ->
     }
     crate::alloc::COUNTING.store(false, Ordering::SeqCst);
     crate::alloc::ALLOCATIONS.load(Ordering::SeqCst) as f64 / views.len() as f64
-}
-
-fn median(mut rates: Vec<f64>) -> f64 {
-    rates.sort_by(f64::total_cmp);
-    rates[rates.len() / 2]
 }
 
 /// Fast path beside the reference, from the same passes.

@@ -15,6 +15,7 @@ use serde::Serialize;
 use super::run_others::passthrough;
 use super::run_workers::{clean, Run};
 use super::runs::{Dataset, Mode, RunResult, Setup};
+use crate::stats::median;
 
 /// Exact mode's records/s over the passthrough's, at least.
 pub(crate) const OVER_PASSTHROUGH: f64 = 0.85;
@@ -110,16 +111,6 @@ fn pair(exact_first: bool, exact: &RunResult, other: &RunResult) -> Pair {
     }
 }
 
-/// The middle value (the mean of the two middle ones for an even count).
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    match xs.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => xs[n / 2],
-        n => (xs[n / 2 - 1] + xs[n / 2]) / 2.0,
-    }
-}
-
 impl Pairs {
     /// The pairs' table and medians, for stdout and the Markdown alike.
     pub(crate) fn table(&self) -> String {
@@ -170,17 +161,5 @@ impl Pairs {
         );
         md.push_str(&self.table());
         md.push('\n');
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::median;
-
-    #[test]
-    fn the_median_is_the_middle_value_or_the_mean_of_the_two_middle_ones() {
-        assert_eq!(median(vec![0.7, 0.9, 0.6]), 0.7);
-        assert_eq!(median(vec![0.8, 0.6, 0.7, 0.9]), 0.75);
-        assert!(median(Vec::new()).is_nan());
     }
 }
