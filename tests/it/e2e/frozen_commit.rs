@@ -95,40 +95,27 @@ fn frozen_commit(test: &str, thaw: Thaw) {
     let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
 
     let until = Instant::now() + BOUND;
-    while !zombie
-        .log_text()
-        .contains("fault point after-offsets reached")
-    {
-        zombie.assert_alive();
-        survivor.assert_alive();
-        assert!(
-            Instant::now() < until,
-            "the zombie's fault point was not reached within {BOUND:?}"
-        );
-        reader.read_for(Duration::from_millis(50));
-    }
+    let fired = zombie.wait_line(
+        "fault point after-offsets reached",
+        until,
+        &format!("the fault point was not reached within {BOUND:?}"),
+        || {
+            survivor.assert_alive();
+            reader.read_for(Duration::from_millis(50));
+        },
+    );
     wait_frozen(&zombie, "[frozen-commit]");
     let frozen = Instant::now();
-    let text = zombie.log_text();
-    let fired = text
-        .lines()
-        .find(|l| l.contains("fault point after-offsets reached"));
     say(
         test,
-        format!(
-            "the zombie froze between its offsets and its commit: {}",
-            fired.unwrap_or("")
-        ),
+        format!("the zombie froze between its offsets and its commit: {fired}"),
     );
-    while !survivor.log_text().contains(RETRYING) {
-        survivor.assert_alive();
-        assert!(
-            Instant::now() < until,
-            "the survivor never waited on the frozen transaction's offsets:\n{}",
-            survivor.tail(30)
-        );
-        reader.read_for(Duration::from_millis(200));
-    }
+    survivor.wait_until(
+        until,
+        "the survivor never waited on the frozen transaction's offsets",
+        |gate| gate.log_text().contains(RETRYING),
+        || reader.read_for(Duration::from_millis(200)),
+    );
     let waiting = Instant::now();
     say(
         test,

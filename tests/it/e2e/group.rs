@@ -82,19 +82,17 @@ pub fn stop_with_pending_claims(
     let mut first = Gate::start(&format!("{test}-1"), &broken);
     first.wait_assigned(Duration::from_secs(30));
     let delivered = Producer::new(&kafka_brokers()).send(&topics.input, plan, 100, Duration::ZERO);
-    let until = Instant::now() + BOUND;
-    while claim_ttls(&config.redis_url, &config.key_prefix).len() < events
-        || !first.log_text().contains("output not delivered")
-    {
-        first.assert_alive();
-        assert!(
-            Instant::now() < until,
-            "the events were not all claimed within {BOUND:?}"
-        );
+    first.wait_until(
+        Instant::now() + BOUND,
+        &format!("the events were not all claimed and refused within {BOUND:?}"),
+        |gate| {
+            claim_ttls(&config.redis_url, &config.key_prefix).len() >= events
+                && gate.log_text().contains("output not delivered")
+        },
         // Redis's claim keys and the gateway's log, read again: its rounds
         // and refused produces land on their own time.
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        || std::thread::sleep(Duration::from_millis(200)),
+    );
     // A graceful stop: the failed outputs keep their claims (never
     // released, they may have landed as far as the gateway knows), and the
     // member leaves the group, so a reset may commit at once.

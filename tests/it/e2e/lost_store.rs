@@ -66,17 +66,13 @@ pub fn lose_the_store(test: &str) -> (Lost, Gate) {
         Producer::new(&kafka_brokers()).send(&topics.input, &late, 100, Duration::ZERO);
 
     // The first round with a claim finds the identity gone.
-    let until = Instant::now() + BOUND;
-    while !gate.log_text().contains("lost this stream's state") {
-        gate.assert_alive();
-        assert!(
-            Instant::now() < until,
-            "no ERROR line for the lost store within {BOUND:?}:\n{}",
-            gate.tail(30)
-        );
+    gate.wait_line(
+        "lost this stream's state",
+        Instant::now() + BOUND,
+        &format!("no ERROR line for the lost store within {BOUND:?}"),
         // The gateway's log, read again: its next round logs the loss.
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        || std::thread::sleep(Duration::from_millis(100)),
+    );
     let log = gate.log_text();
     let line = log
         .lines()

@@ -428,6 +428,49 @@ impl Gate {
             .next_back()
     }
 
+    /// Calls `between` (a read of the outputs, or a short wait) until
+    /// `done` holds for this process, which must stay alive meanwhile;
+    /// panics past `until` with `what` and the log's tail.
+    pub fn wait_until(
+        &mut self,
+        until: Instant,
+        what: &str,
+        mut done: impl FnMut(&Gate) -> bool,
+        mut between: impl FnMut(),
+    ) {
+        while !done(self) {
+            self.assert_alive();
+            assert!(
+                Instant::now() < until,
+                "[{}] {what}; its log:\n{}",
+                self.name,
+                self.tail(30)
+            );
+            between();
+        }
+    }
+
+    /// The first log line holding `needle`, waited for as
+    /// [`Gate::wait_until`] does.
+    pub fn wait_line(
+        &mut self,
+        needle: &str,
+        until: Instant,
+        what: &str,
+        between: impl FnMut(),
+    ) -> String {
+        self.wait_until(
+            until,
+            what,
+            |gate| gate.log_text().contains(needle),
+            between,
+        );
+        let text = self.log_text();
+        let line = text.lines().find(|l| l.contains(needle));
+        line.expect("a line found once stays in the log")
+            .to_string()
+    }
+
     /// Reads outputs (so the stream's records are taken as they come) until
     /// the log's last assignment gives this process all `partitions`;
     /// panics past `until`, naming the wait `what`, with the log's tail.
@@ -438,32 +481,24 @@ impl Gate {
         until: Instant,
         what: &str,
     ) {
-        while self.assigned() != Some(partitions as usize) {
-            self.assert_alive();
-            assert!(
-                Instant::now() < until,
-                "{} did not own all {partitions} partitions {what}; its log:\n{}",
-                self.name,
-                self.tail(30)
-            );
-            reader.read_for(Duration::from_millis(200));
-        }
+        self.wait_until(
+            until,
+            &format!("did not own all {partitions} partitions {what}"),
+            |gate| gate.assigned() == Some(partitions as usize),
+            || reader.read_for(Duration::from_millis(200)),
+        );
     }
 
     /// Waits (bounded) until the log's last assignment gives this process
     /// at least one partition.
     pub fn wait_assigned(&mut self, bound: Duration) {
-        let until = Instant::now() + bound;
-        while self.assigned().unwrap_or(0) == 0 {
-            self.assert_alive();
-            assert!(
-                Instant::now() < until,
-                "[{}] no partitions assigned within {bound:?}; log tail:\n{}",
-                self.name,
-                self.tail(40)
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        self.wait_until(
+            Instant::now() + bound,
+            &format!("no partitions assigned within {bound:?}"),
+            |gate| gate.assigned().unwrap_or(0) > 0,
+            // The log, read again: the group assigns on the broker's time.
+            || std::thread::sleep(Duration::from_millis(100)),
+        );
     }
 
     /// Its exit status, if it has exited.

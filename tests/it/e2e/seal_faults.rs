@@ -202,20 +202,12 @@ fn stopped_at(test: &'static str, step: &'static str, fault: Fault) {
 
     // The fault point stops it: wait for that, and for the exit.
     let reached = format!("fault point {step} reached");
-    let until = Instant::now() + BOUND;
-    while !doomed.log_text().contains(&reached) {
-        assert!(
-            doomed.exited().is_none(),
-            "{case} the first replica exited before its fault point:\n{}",
-            doomed.tail(40)
-        );
-        assert!(
-            Instant::now() < until,
-            "{case} the fault point was not reached within {BOUND:?}:\n{}",
-            doomed.tail(40)
-        );
-        reader.read_for(Duration::from_millis(50));
-    }
+    doomed.wait_line(
+        &reached,
+        Instant::now() + BOUND,
+        &format!("{case} the fault point was not reached within {BOUND:?}"),
+        || reader.read_for(Duration::from_millis(50)),
+    );
     let status = match fault {
         Fault::Kill => doomed.wait_exit(Duration::from_secs(20)),
         Fault::Term => doomed.wait_exit(Duration::from_secs(60)),

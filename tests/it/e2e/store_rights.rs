@@ -96,24 +96,13 @@ fn a_right_lost_mid_run_is_an_error_with_its_cause_and_loses_nothing() {
     let during = bank.phase(60, 60, 4);
     let delivered =
         Producer::new(&kafka_brokers()).send(&topics.input, &during, 100, Duration::ZERO);
-    let until = Instant::now() + BOUND;
-    let line = loop {
-        let log = gate.log_text();
-        if let Some(line) = log
-            .lines()
-            .find(|l| l.contains("the store rejected a round"))
-        {
-            break line.to_string();
-        }
-        gate.assert_alive();
-        assert!(
-            Instant::now() < until,
-            "no ERROR line for the rejected rounds within {BOUND:?}:\n{}",
-            gate.tail(30)
-        );
+    let line = gate.wait_line(
+        "the store rejected a round",
+        Instant::now() + BOUND,
+        &format!("no ERROR line for the rejected rounds within {BOUND:?}"),
         // The gateway's log, read again: its next round logs the rejection.
-        std::thread::sleep(Duration::from_millis(100));
-    };
+        || std::thread::sleep(Duration::from_millis(100)),
+    );
     assert!(
         line.contains("ERROR")
             && (line.contains("cause=\"noperm\"") || line.contains("cause=noperm")),

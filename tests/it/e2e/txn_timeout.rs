@@ -80,16 +80,12 @@ fn exactly_once_a_commit_timed_out_on_a_frozen_broker_is_resolved_and_nothing_is
 
     let delivered = Producer::new(&brokers).send(&topics.input, &plan, 1_000, Duration::ZERO);
     let mut reader = Reader::new(&brokers, &topics.outputs());
-    let until = Instant::now() + BOUND;
-    while !gate.log_text().contains(REACHED) {
-        gate.assert_alive();
-        assert!(
-            Instant::now() < until,
-            "the replica's fault point was not reached within {BOUND:?}:\n{}",
-            gate.tail(30)
-        );
-        reader.read_for(Duration::from_millis(50));
-    }
+    gate.wait_line(
+        REACHED,
+        Instant::now() + BOUND,
+        &format!("the fault point was not reached within {BOUND:?}"),
+        || reader.read_for(Duration::from_millis(50)),
+    );
     wait_frozen(&gate, "[eos-txn-timeout]");
     // The broker first, then the replica: its commit is sent into the
     // freeze.

@@ -222,17 +222,13 @@ fn readiness_holds_through_incremental_rebalances_under_cooperative_sticky() {
     let status = second.terminate(Duration::from_secs(30));
     assert!(status.success(), "{status}");
     // The first replica takes the partitions back.
-    let until = Instant::now() + Duration::from_secs(60);
-    while first.assigned() != Some(4) {
-        first.assert_alive();
-        assert!(
-            Instant::now() < until,
-            "the first replica did not take all partitions back: {:?}",
-            first.assigned()
-        );
+    first.wait_until(
+        Instant::now() + Duration::from_secs(60),
+        "the first replica did not take all 4 partitions back within 60s",
+        |gate| gate.assigned() == Some(4),
         // Waiting on the rebalance after the leave.
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        || std::thread::sleep(Duration::from_millis(200)),
+    );
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let codes = watcher.join().expect("watcher");
     say(
