@@ -340,7 +340,7 @@ proptest! {
         }
         let expected = bytes
             .iter()
-            .any(|&b| b == b'"' || b == b'\\' || b < 0x20 || b >= 0x80);
+            .any(|&b| b == b'"' || b == b'\\' || !(0x20..0x80).contains(&b));
         prop_assert_eq!(fast_scan::special(u64::from_le_bytes(bytes)), expected);
     }
 }

@@ -29,7 +29,7 @@ fn print_of(config: &Config, payload: &[u8]) -> Fingerprint {
 }
 
 /// A clean output's headers as idemgate writes them.
-fn headers(decision: &str, hash: &SourceHash, input: &str) -> Vec<(String, Option<Vec<u8>>)> {
+fn headers(decision: &str, hash: &SourceHash, input: &str) -> crate::worker::HeaderList {
     [
         (DECISION, decision.to_string()),
         (SOURCE_HASH, hash.to_string()),

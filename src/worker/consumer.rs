@@ -13,6 +13,7 @@ use std::time::Instant;
 use rdkafka::message::BorrowedMessage;
 use rdkafka::Message;
 
+use super::record::HeaderList;
 pub(crate) use super::record::Input;
 use crate::config::StreamConfig;
 use crate::fingerprint::{fingerprint, Fingerprint, Invalid, Profile, RecordView};
@@ -119,9 +120,7 @@ impl Reader {
 /// iterator unwraps every name as UTF-8 and panics on one that is not, and
 /// a record must never stop the worker. Such a name comes back lossily
 /// (U+FFFD), and is named in the second value.
-pub fn read_headers(
-    message: &BorrowedMessage<'_>,
-) -> (Vec<(String, Option<Vec<u8>>)>, Option<String>) {
+pub fn read_headers(message: &BorrowedMessage<'_>) -> (HeaderList, Option<String>) {
     use rdkafka::bindings as rd;
     let mut headers_ptr: *mut rd::rd_kafka_headers_t = std::ptr::null_mut();
     // SAFETY: `message.ptr()` is the live message this borrow holds; the

@@ -69,6 +69,7 @@ use poller::{Event, GroupConsumer, GroupContext, GroupState};
 pub use crate::clock::wall_ms;
 pub use consumer::read_headers;
 pub use poller::GroupState as Group;
+pub use record::HeaderList;
 
 /// The longest `[batch] handover_drain`: the drain and the wait for
 /// deliveries after it fit in the time a revoke waits for the loop.

@@ -7,6 +7,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+/// A record's headers as read: name, and value if it has one.
+pub type HeaderList = Vec<(String, Option<Vec<u8>>)>;
+
 /// A polled record, owned so a batch outlives the poll that read it.
 #[derive(Clone, Debug)]
 pub(crate) struct Input {
@@ -16,7 +19,7 @@ pub(crate) struct Input {
     pub(crate) offset: i64,
     pub(crate) key: Option<Vec<u8>>,
     pub(crate) payload: Option<Vec<u8>>,
-    pub(crate) headers: Vec<(String, Option<Vec<u8>>)>,
+    pub(crate) headers: HeaderList,
     /// The record's timestamp (ms), the clock in event-time mode.
     pub(crate) timestamp: Option<i64>,
     /// When the poll that read it returned: where its decision latency

@@ -54,7 +54,7 @@ impl Rng {
         Rng(seed)
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -63,7 +63,7 @@ impl Rng {
     }
 
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.next_u64() % n.max(1)
     }
 }
 
@@ -71,7 +71,7 @@ impl Rng {
 /// copy of an event gets the same ones.
 fn mix(event: u32, salt: u64) -> u64 {
     let mut rng = Rng::new(u64::from(event).wrapping_mul(0x2545_f491_4f6c_dd1d) ^ salt);
-    rng.next()
+    rng.next_u64()
 }
 
 impl Workload {

@@ -340,7 +340,7 @@ pub fn send_with_raw_header_name(
         vu(
             rd::rd_kafka_vtype_t::RD_KAFKA_VTYPE_MSGFLAGS,
             rd::rd_kafka_vu_s__bindgen_ty_1 {
-                i: rd::RD_KAFKA_MSG_F_COPY as i32,
+                i: rd::RD_KAFKA_MSG_F_COPY,
             },
         );
         vu(
@@ -388,7 +388,7 @@ pub struct Out {
     pub offset: i64,
     pub key: Option<Vec<u8>>,
     pub payload: Option<Vec<u8>>,
-    pub headers: Vec<(String, Option<Vec<u8>>)>,
+    pub headers: idemgate::worker::HeaderList,
     /// The record's timestamp (ms), as the broker gave it.
     pub timestamp: Option<i64>,
     /// When the test saw it: orders outputs against the test's own steps.
