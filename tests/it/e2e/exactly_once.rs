@@ -204,27 +204,33 @@ pub fn killed_mid_transaction(test: &'static str, on: fn(GateConfig) -> GateConf
 /// restarted replica whose zombie still runs): the broker fences the first
 /// at the second's InitProducerId; the first stops with the error instead
 /// of writing on, and the second carries the stream to the end.
+///
+/// A fenced producer learns it at its next transactional request, so the
+/// first must still have records to write once the second has registered:
+/// the plan's last two fifths are held back until the second owns a
+/// partition (its InitProducerId comes before it joins the group). Sent
+/// all at once, a fast first replica finished the stream before the second
+/// started, and sat idle, unfenced, past the test's bound (a busy-core
+/// run met it).
 #[test]
 fn exactly_once_a_second_producer_with_the_same_transactional_id_fences_the_first() {
     const TEST: &str = "eos-fence";
     let topics = Topics::create(&kafka_brokers(), TEST, 2, 2);
     let mut bank = Bank::new(TEST, 24);
     let plan = bank.phase(1_500, 0, 10);
+    let (early, held) = plan.split_at(plan.len() * 3 / 5);
     let redis_url = env("IDEMGATE_TEST_REDIS_URL");
     let config =
         GateConfig::new(TEST, &topics, redis_url.clone()).exactly_once(&unique("eos-shared"));
     let mut first = Gate::start(&format!("{TEST}-first"), &config);
     first.wait_assigned(Duration::from_secs(30));
-    let producing = {
-        let topic = topics.input.clone();
-        let plan = plan.clone();
-        std::thread::spawn(move || {
-            Producer::new(&kafka_brokers()).send(&topic, &plan, 50, Duration::from_millis(20))
-        })
-    };
+    let producer = Producer::new(&kafka_brokers());
+    let mut delivered = producer.send(&topics.input, early, 50, Duration::from_millis(20));
     let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
     read_part_before(&mut reader, plan.len() / 5, &mut [&mut first], "the second");
     let mut second = Gate::start(&format!("{TEST}-second"), &config);
+    second.wait_assigned(Duration::from_secs(60));
+    delivered.extend(producer.send(&topics.input, held, 50, Duration::from_millis(20)));
     let status = first.wait_exit(Duration::from_secs(60));
     assert!(
         !status.success(),
@@ -239,7 +245,6 @@ fn exactly_once_a_second_producer_with_the_same_transactional_id_fences_the_firs
     reader.read_every_input(plan.len(), BOUND, "after the fencing", || {
         second.assert_alive()
     });
-    let delivered = producing.join().expect("producer thread");
     let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
     // The fenced replica's open transaction was aborted by the second's
     // InitProducerId: what it wrote after its last commit is never read.
