@@ -43,21 +43,8 @@ use super::process::{BurstAndTail, Gate, GateConfig};
 
 const PARTITIONS: i32 = 4;
 
-/// Tier 1 forgets a claim this long after its write, settled or not. Each
-/// case runs longer (the paced tail alone does: `TAIL_PACE`), so a claim
-/// left unsettled would be decided by its expiry within the test. The next
-/// owner must have settled every covered claim before then, so the first
-/// replica's stop and the next owner's takeover both fit in it; the
-/// longest stop is the cut link's, whose graceful stop retries its last
-/// transaction's tier-2 inserts for the worker's 30 s flush patience. At
-/// 40 s, a loaded machine (six tests at a time beside a busy core) left the
-/// next owner under 5 s to join, take the partitions and settle, and the
-/// case failed with nothing wrong but the time.
-const TIER1_TTL: Duration = Duration::from_secs(60);
-
-/// The tail's records a second: its 1,960 or so records take over a
-/// minute, longer than `TIER1_TTL`.
-const TAIL_PACE: usize = 32;
+/// How much longer than tier 1's TTL the paced tail runs (`Fault::tier1_ttl`).
+const TAIL_PAST_TTL: Duration = Duration::from_secs(5);
 
 /// The longest a copy may wait on another record's claim at the next
 /// owner: a holder in flight there finishes within a few commit
@@ -88,6 +75,25 @@ impl Fault {
             Fault::Kill => "kill",
             Fault::Term => "term",
             Fault::CutThenTerm => "stop",
+        }
+    }
+
+    /// Tier 1 forgets a claim this long after its write, settled or not.
+    /// Each case runs longer (the paced tail alone does: `TAIL_PAST_TTL`),
+    /// so a claim left unsettled would be decided by its expiry within the
+    /// test. The next owner must have settled every covered claim before
+    /// then, so the first replica's stop and the next owner's takeover both
+    /// fit in it. A kill or a graceful stop ends the first replica about
+    /// 5 s in and the next owner has settled by 6 to 11 s (six tests at a
+    /// time beside a busy core): 30 s. The cut link's graceful stop retries
+    /// its last transaction's tier-2 inserts for the worker's flush
+    /// patience (30 s) first: 60 s. At 40 s, a loaded machine left its next
+    /// owner under 5 s to join, take the partitions and settle, and the
+    /// case failed with nothing wrong but the time.
+    fn tier1_ttl(self) -> Duration {
+        match self {
+            Fault::Kill | Fault::Term => Duration::from_secs(30),
+            Fault::CutThenTerm => Duration::from_secs(60),
         }
     }
 
@@ -161,6 +167,7 @@ cases! {
 /// owner draining; the guarantee of the module's doc.
 fn stopped_at(test: &'static str, step: &'static str, fault: Fault) {
     let case = format!("[{step}, {fault:?}]");
+    let tier1_ttl = fault.tier1_ttl();
     let workload = BurstAndTail::new(test, PARTITIONS, false, 400);
     let (topics, plan) = (&workload.topics, workload.plan());
     let redis_url = env("IDEMGATE_TEST_REDISBLOOM_URL");
@@ -168,7 +175,7 @@ fn stopped_at(test: &'static str, step: &'static str, fault: Fault) {
     config.max_records = 500;
     config.stream = Some(format!(
         "profile = \"bank-txn\"\nmode = \"tiered\"\nttl = {{ explicit = \"1h\" }}\ntier1_ttl = \"{}s\"\npeak_rate = 1000\nfp_rate = 0.000001\nfail_mode = \"closed\"",
-        TIER1_TTL.as_secs()
+        tier1_ttl.as_secs()
     ));
     let config = config.exactly_once(&unique(&format!("{test}-txn")));
     let (link, through_link) = Link::for_url(&redis_url);
@@ -194,8 +201,13 @@ fn stopped_at(test: &'static str, step: &'static str, fault: Fault) {
     let burst_ends = ends(&landed, PARTITIONS);
     let tail = {
         let (topic, tail) = (topics.input.clone(), workload.tail.clone());
+        // Records a second, so that the tail takes `TAIL_PAST_TTL` longer
+        // than tier 1's TTL.
+        let pace = tail
+            .len()
+            .div_ceil((tier1_ttl + TAIL_PAST_TTL).as_secs() as usize);
         std::thread::spawn(move || {
-            Producer::new(&kafka_brokers()).send(&topic, &tail, TAIL_PACE, Duration::from_secs(1))
+            Producer::new(&kafka_brokers()).send(&topic, &tail, pace, Duration::from_secs(1))
         })
     };
     let mut reader = Reader::new(&kafka_brokers(), &topics.outputs());
@@ -280,7 +292,7 @@ fn stopped_at(test: &'static str, step: &'static str, fault: Fault) {
     // Every claim the committed transactions cover settled, and their offsets
     // past every record the first replica read, while its first claims
     // are still in tier 1: no TTL decided them.
-    let expiry = began + TIER1_TTL;
+    let expiry = began + tier1_ttl;
     loop {
         watch(&mut next);
         let committed = committed_now_of(&config);
@@ -305,7 +317,7 @@ fn stopped_at(test: &'static str, step: &'static str, fault: Fault) {
         }
         assert!(
             Instant::now() < expiry,
-            "{case} {TIER1_TTL:?} after the first claims (tier 1 forgets them now), the next owner has committed {committed:?} of the burst's {burst_ends:?} and leaves {} claims it covers unsettled: {stranded:?}",
+            "{case} {tier1_ttl:?} after the first claims (tier 1 forgets them now), the next owner has committed {committed:?} of the burst's {burst_ends:?} and leaves {} claims it covers unsettled: {stranded:?}",
             stranded.len()
         );
         reader.read_for(Duration::from_millis(200));
@@ -337,7 +349,7 @@ fn stopped_at(test: &'static str, step: &'static str, fault: Fault) {
         "{case} a copy waited {longest_wait} s at the next owner: a claim was left for tier 1's TTL"
     );
     assert!(
-        began.elapsed() > TIER1_TTL,
+        began.elapsed() > tier1_ttl,
         "the test ran {:?}, not longer than tier 1's TTL",
         began.elapsed()
     );
