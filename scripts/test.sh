@@ -96,27 +96,56 @@ run_cargo() {
 
 # The bench package's tests (its two fault soaks, about three minutes each, each with brokers
 # and replicas of its own) run beside the product's, not after them: cargo runs one test binary
-# at a time, and the soaks would otherwise add six minutes to the suite. One build first, so
-# that the two cargo runs below only run tests. With other arguments (a filter, --lib), one
-# cargo run as before: the split is for the whole suite.
-BESIDE=idemgate-bench
+# at a time, and the soaks would otherwise add six minutes to the suite. One build of every
+# test target first, on the workspace's features; the bench's test executables are read from
+# that build's JSON messages and run as cargo runs them (from the package's directory).
+# `cargo test -p idemgate-bench` would build that package again on features of its own (its
+# selection leaves out the product's dev-dependencies: 46 s, from regex-syntax up, beside a
+# busy core), and hold the build lock the product's tests wait on meanwhile. With other
+# arguments (a filter, --lib), one cargo run as before: the split is for the whole suite.
+BESIDE=bench
 whole_suite=1
 for arg in "$@"; do [[ $arg == --no-fail-fast ]] || whole_suite=0; done
 if ((whole_suite == 1)); then
-  run_cargo test --workspace --all-targets --locked --no-run "$@"
+  beside_bins=$(mktemp)
+  beside_out=$(mktemp)
+  trap 'rm -f "$out" "$beside_bins" "$beside_out"; stop_services' EXIT
+  log "+ cargo test --workspace --all-targets --locked --no-run $*"
+  set +e
+  cargo test --workspace --all-targets --locked --no-run --message-format=json-render-diagnostics "$@" |
+    python3 -c '
+import json, sys
+manifest = sys.argv[1]
+for line in sys.stdin:
+    if not line.startswith("{"):
+        continue
+    m = json.loads(line)
+    if (m.get("reason") == "compiler-artifact" and m.get("executable")
+            and m.get("profile", {}).get("test") and m.get("manifest_path") == manifest):
+        print(m["executable"])
+' "$REPO_ROOT/$BESIDE/Cargo.toml" >"$beside_bins"
+  rc=${PIPESTATUS[0]}
+  set -e
+  ((status != 0)) || status=$rc
+  if ((status == 0)) && [[ ! -s $beside_bins ]]; then
+    log "ERROR: the build listed no test executable of $BESIDE/"
+    status=1
+  fi
   if ((status == 0)); then
-    beside_out=$(mktemp)
-    trap 'rm -f "$out" "$beside_out"; stop_services' EXIT
-    log "+ cargo test -p $BESIDE --all-targets --locked $* (beside the rest; its output follows theirs)"
+    log "+ the test executables of $BESIDE/, beside the rest (their output follows theirs): $(tr '\n' ' ' <"$beside_bins")"
     (
-      set +e
-      cargo test -p "$BESIDE" --all-targets --locked "$@" >"$beside_out" 2>&1
-      echo "exit $?" >>"$beside_out"
+      cd "$REPO_ROOT/$BESIDE"
+      rc=0
+      while read -r bin; do
+        echo "     Running $bin"
+        "$bin" || rc=$?
+      done <"$beside_bins" >"$beside_out" 2>&1
+      echo "exit $rc" >>"$beside_out"
     ) &
     beside_pid=$!
-    run_cargo test --workspace --exclude "$BESIDE" --all-targets --locked "$@"
+    run_cargo test --workspace --exclude idemgate-bench --all-targets --locked "$@"
     wait "$beside_pid" || true
-    log "+ cargo test -p $BESIDE --all-targets --locked $* (its output)"
+    log "+ the test executables of $BESIDE/ (their output)"
     head -n -1 "$beside_out" | tee -a "$out"
     beside_rc=$(tail -n 1 "$beside_out" | sed -n 's/^exit //p')
     ((status != 0)) || status=${beside_rc:-1}
