@@ -645,9 +645,12 @@ start_kafka() {
   echo "$port" >"$RUN_DIR/kafka.port"
   # Up means: the broker answers ApiVersions and has logged that it started, which a
   # KRaft broker does only once it has caught up with the metadata log and is unfenced,
-  # i.e. serves metadata.
+  # i.e. serves metadata. grep reads the log through a process substitution, not a pipe:
+  # with pipefail, `tail | grep -q` fails when grep stops at its match before tail has
+  # written the rest (a reused KRaft log of a few thousand groups logs more than a pipe
+  # holds right after the line), and the broker never counted as up.
   deadline=$((SECONDS + TIMEOUT * 3))
-  until kafka_answers "$port" && tail -c "+$from" "$logf" | grep -q 'Kafka Server started'; do
+  until kafka_answers "$port" && grep -q 'Kafka Server started' < <(tail -c "+$from" "$logf"); do
     if ! pid_alive "$pid"; then
       show_log "$logf"; die "the Kafka broker exited during start-up"
     fi
