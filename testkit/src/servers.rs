@@ -7,6 +7,8 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -24,11 +26,68 @@ pub fn signal(pid: u32, name: &str) {
     assert!(status.success(), "kill -{name} {pid} failed: {status}");
 }
 
-/// A port the kernel just handed out and we released: free unless
-/// something grabs it within milliseconds.
+/// Where [`free_port`] walks: from here up to the kernel's ephemeral range.
+/// The test services' fixed ports (scripts/test-services.sh) lie below it.
+const PICK_FROM: u16 = 20_000;
+
+/// A port for a server a test is about to start, free when checked (bound
+/// and released).
+///
+/// Not the kernel's choice (`bind 127.0.0.1:0`): that comes from the
+/// ephemeral range (`net.ipv4.ip_local_port_range`), where every outgoing
+/// connection on the machine takes its source port, and between the check
+/// and the server's own bind (a broker's storage format and JVM start, a
+/// few seconds) one did: the broker failed with "Address already in use".
+/// Below that range only a listener's explicit bind takes a port. Each
+/// process walks it from a start of its own (its pid and the clock), so
+/// that test binaries picking at once start far apart, and hands out no
+/// port twice until the walk has gone round.
 pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local address").port()
+    pick_ports(1)
+}
+
+/// `count` adjacent ports, each free when checked: the first is returned.
+fn pick_ports(count: u16) -> u16 {
+    static WALK: OnceLock<AtomicU64> = OnceLock::new();
+    let walk = WALK.get_or_init(|| {
+        let clock = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|since| since.as_nanos() as u64)
+            .unwrap_or_default();
+        AtomicU64::new(crate::feed::Rng::new(clock ^ u64::from(std::process::id())).next_u64())
+    });
+    let (from, to) = pick_range();
+    pick_on(walk, from, to, count)
+}
+
+/// The walk's next `count` adjacent ports in `from..to` that are all free.
+fn pick_on(walk: &AtomicU64, from: u16, to: u16, count: u16) -> u16 {
+    let span = u64::from(to - from - count + 1);
+    for _ in 0..span {
+        let first = from + (walk.fetch_add(u64::from(count), Ordering::Relaxed) % span) as u16;
+        let free = (first..first + count)
+            .all(|port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
+        if free {
+            return first;
+        }
+    }
+    panic!("no {count} adjacent free ports on 127.0.0.1 in {from}..{to}");
+}
+
+/// `PICK_FROM` up to the first ephemeral port, which the kernel says.
+fn pick_range() -> (u16, u16) {
+    let path = "/proc/sys/net/ipv4/ip_local_port_range";
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    let first: u16 = text
+        .split_whitespace()
+        .next()
+        .and_then(|low| low.parse().ok())
+        .unwrap_or_else(|| panic!("{path}: no port range in {text:?}"));
+    assert!(
+        first > PICK_FROM + 1_000,
+        "{path} starts the ephemeral range at {first}: too close to {PICK_FROM} to pick test ports below it"
+    );
+    (PICK_FROM, first)
 }
 
 /// How to start a redis-server of one's own.
@@ -401,16 +460,10 @@ impl Drop for Kafka {
     }
 }
 
-/// Two adjacent free ports (broker, controller): the kernel's choice for
-/// the first, the next one checked free too.
+/// Two adjacent free ports (broker, controller), as [`free_port`] picks.
 fn free_port_pair() -> (u16, u16) {
-    for _ in 0..100 {
-        let port = free_port();
-        if port < u16::MAX && std::net::TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
-            return (port, port + 1);
-        }
-    }
-    panic!("no two adjacent free ports on 127.0.0.1");
+    let port = pick_ports(2);
+    (port, port + 1)
 }
 
 /// The first line `binary flag` prints.
@@ -699,4 +752,42 @@ pub fn delete_claims(url: &str, prefix: &str) -> usize {
             .expect("DEL");
     }
     keys.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picked_ports_lie_below_the_ephemeral_range_and_are_not_handed_out_twice() {
+        let (from, to) = pick_range();
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..200 {
+            let port = free_port();
+            assert!((from..to).contains(&port), "{port} outside {from}..{to}");
+            assert!(seen.insert(port), "{port} handed out twice");
+        }
+        let (broker, controller) = free_port_pair();
+        assert_eq!(controller, broker + 1);
+        assert!(controller < to, "{controller} is an ephemeral port");
+    }
+
+    #[test]
+    fn a_port_in_use_is_passed_over() {
+        let held = std::net::TcpListener::bind(("127.0.0.1", free_port())).expect("bind");
+        let port = held.local_addr().unwrap().port();
+        // A walk standing on the held port, and one on the port before it
+        // asking for two.
+        let walk = AtomicU64::new(u64::from(port - PICK_FROM));
+        let (from, to) = pick_range();
+        let picked = pick_on(&walk, from, to, 1);
+        assert_ne!(picked, port, "the held port was picked");
+        drop(std::net::TcpListener::bind(("127.0.0.1", picked)).expect("the picked port binds"));
+        let walk = AtomicU64::new(u64::from(port - 1 - PICK_FROM));
+        let pair = pick_on(&walk, from, to, 2);
+        assert!(
+            pair + 1 < port || pair > port,
+            "a pair over the held port: {pair}"
+        );
+    }
 }
