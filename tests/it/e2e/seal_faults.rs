@@ -84,7 +84,7 @@ impl Fault {
     /// test. The next owner must have settled every covered claim before
     /// then, so the first replica's stop and the next owner's takeover both
     /// fit in it. A kill or a graceful stop ends the first replica about
-    /// 5 s in and the next owner has settled by 6 to 11 s (six tests at a
+    /// 5 s in and the next owner has settled by 6 to 12 s (six tests at a
     /// time beside a busy core): 30 s. The cut link's graceful stop retries
     /// its last transaction's tier-2 inserts for the worker's flush
     /// patience (30 s) first: 60 s. At 40 s, a loaded machine left its next
