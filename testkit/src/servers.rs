@@ -777,13 +777,15 @@ mod tests {
         let held = std::net::TcpListener::bind(("127.0.0.1", free_port())).expect("bind");
         let port = held.local_addr().unwrap().port();
         // A walk standing on the held port, and one on the port before it
-        // asking for two.
-        let walk = AtomicU64::new(u64::from(port - PICK_FROM));
+        // asking for two (a walk is taken modulo the ports it can start
+        // on: adding their count steps back one without going below zero).
         let (from, to) = pick_range();
+        let walk = AtomicU64::new(u64::from(port - from));
         let picked = pick_on(&walk, from, to, 1);
         assert_ne!(picked, port, "the held port was picked");
         drop(std::net::TcpListener::bind(("127.0.0.1", picked)).expect("the picked port binds"));
-        let walk = AtomicU64::new(u64::from(port - 1 - PICK_FROM));
+        let pair_starts = u64::from(to - from - 1);
+        let walk = AtomicU64::new(u64::from(port - from) + pair_starts - 1);
         let pair = pick_on(&walk, from, to, 2);
         assert!(
             pair + 1 < port || pair > port,
