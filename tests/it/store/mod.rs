@@ -8,6 +8,7 @@ mod permissions;
 mod postgres_only;
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use idemgate::fingerprint::SourceHash;
@@ -197,6 +198,9 @@ pub fn tier1_key(prefix: &str, stream: StreamId, hash: &SourceHash) -> Vec<u8> {
     key
 }
 
+/// How long the harness's checks wait for one reply on [`connections`].
+const INSPECT_REPLY: Duration = Duration::from_secs(10);
+
 /// A connection to every node (standalone: the server), as the harness's
 /// checks reach them, with the TLS user and certificates where set.
 pub async fn connections(redis: &Redis) -> Vec<redis::aio::MultiplexedConnection> {
@@ -227,7 +231,16 @@ pub async fn connections(redis: &Redis) -> Vec<redis::aio::MultiplexedConnection
             }
             None => redis::Client::open(info).unwrap(),
         };
-        out.push(client.get_multiplexed_async_connection().await.unwrap());
+        // Not redis-rs's default 500 ms per reply: a SCAN of the shared
+        // Redis, which holds the keys of every test running beside this
+        // one, outlived it once beside a busy core ("timed out").
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(INSPECT_REPLY));
+        out.push(
+            client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+                .unwrap(),
+        );
     }
     out
 }
