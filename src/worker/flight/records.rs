@@ -79,15 +79,22 @@ impl Records {
     }
 
     /// Forgets the records below `end` (their offset is committed). Room
-    /// a burst took is given back once less than a quarter of it is in
-    /// use: a replica of many partitions does not keep every one's peak.
+    /// a burst took is given back once a whole commit's span used less
+    /// than a quarter of it: a replica of many partitions does not keep
+    /// every one's peak. Records only arrive between two commits, so what
+    /// the partition held just before this one is the span's peak; room
+    /// is kept for twice that. Judged by what is left after the commit
+    /// instead, a steady stream (a few hundred records left, a few
+    /// thousand by the next commit) gave its room back and grew it again
+    /// at every commit: a copy of every record kept and fresh pages
+    /// zeroed by the kernel, on the loop.
     pub(crate) fn drop_below(&mut self, end: i64) {
+        let peak = self.entries.len();
         let at = self.index(end).unwrap_or_else(|at| at);
         self.entries.drain(..at);
         let room = self.entries.capacity();
-        if room > KEPT_ROOM && self.entries.len() < room / 4 {
-            self.entries
-                .shrink_to(KEPT_ROOM.max(self.entries.len() * 2));
+        if room > KEPT_ROOM && peak < room / 4 {
+            self.entries.shrink_to(KEPT_ROOM.max(peak * 2));
         }
     }
 }
@@ -168,19 +175,52 @@ mod tests {
     }
 
     #[test]
-    fn the_room_of_a_burst_is_given_back_once_it_is_committed() {
+    fn the_room_of_a_burst_is_given_back_once_a_commits_span_used_little_of_it() {
         let mut records = Records::default();
         for offset in 0..20_000 {
             records.insert(offset, record(offset));
         }
-        assert!(records.entries.capacity() >= 20_000);
+        let burst = records.entries.capacity();
+        assert!(burst >= 20_000);
+        // The commit that ends the burst: its span held 20,000.
         records.drop_below(19_990);
         assert_eq!(records.len(), 10);
+        assert_eq!(
+            records.entries.capacity(),
+            burst,
+            "kept for the burst's span"
+        );
+        // The next span holds 510 at most: the burst's room goes.
+        for offset in 20_000..20_500 {
+            records.insert(offset, record(offset));
+        }
+        records.drop_below(20_495);
         assert!(
             records.entries.capacity() <= 2 * KEPT_ROOM,
             "{} kept",
             records.entries.capacity()
         );
-        assert_eq!(offsets(&records, 0), (19_990..20_000).collect::<Vec<_>>());
+        assert_eq!(offsets(&records, 0), (20_495..20_500).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_steady_stream_keeps_its_room_from_commit_to_commit() {
+        // Each commit leaves 300 records, and 3,000 arrive before the
+        // next: the room grown for the first span is never given back
+        // and grown again.
+        let mut records = Records::default();
+        let mut next = 0;
+        let mut rooms = Vec::new();
+        for _ in 0..10 {
+            for _ in 0..3_000 {
+                records.insert(next, record(next));
+                next += 1;
+            }
+            records.drop_below(next - 300);
+            assert_eq!(records.len(), 300);
+            rooms.push(records.entries.capacity());
+        }
+        assert!(rooms[0] >= 3_300, "{rooms:?}");
+        assert!(rooms.iter().all(|&room| room == rooms[0]), "{rooms:?}");
     }
 }
