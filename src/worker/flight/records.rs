@@ -79,11 +79,12 @@ impl Records {
     }
 
     /// Forgets the records below `end` (their offset is committed). Room
-    /// a burst took is given back once a whole commit's span used less
-    /// than a quarter of it: a replica of many partitions does not keep
-    /// every one's peak. Records only arrive between two commits, so what
-    /// the partition held just before this one is the span's peak; room
-    /// is kept for twice that. Judged by what is left after the commit
+    /// a burst took is given back, so that a replica of many partitions
+    /// does not keep every one's peak: all of it beyond [`KEPT_ROOM`] once
+    /// a commit leaves the partition empty, and all but twice the span's
+    /// peak once a whole commit's span used less than a quarter of it.
+    /// Records only arrive between two commits, so what the partition held
+    /// just before this one is that peak. Judged by what a commit leaves
     /// instead, a steady stream (a few hundred records left, a few
     /// thousand by the next commit) gave its room back and grew it again
     /// at every commit: a copy of every record kept and fresh pages
@@ -93,7 +94,12 @@ impl Records {
         let at = self.index(end).unwrap_or_else(|at| at);
         self.entries.drain(..at);
         let room = self.entries.capacity();
-        if room > KEPT_ROOM && peak < room / 4 {
+        if room <= KEPT_ROOM {
+            return;
+        }
+        if self.entries.is_empty() {
+            self.entries.shrink_to(KEPT_ROOM);
+        } else if peak < room / 4 {
             self.entries.shrink_to(KEPT_ROOM.max(peak * 2));
         }
     }
@@ -201,6 +207,23 @@ mod tests {
             records.entries.capacity()
         );
         assert_eq!(offsets(&records, 0), (20_495..20_500).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_burst_committed_in_full_gives_its_room_back_at_once() {
+        // A partition that goes quiet after its burst may see no other
+        // commit: the one that empties it gives the room back.
+        let mut records = Records::default();
+        for offset in 0..20_000 {
+            records.insert(offset, record(offset));
+        }
+        records.drop_below(20_000);
+        assert_eq!(records.len(), 0);
+        assert!(
+            records.entries.capacity() <= 2 * KEPT_ROOM,
+            "{} kept",
+            records.entries.capacity()
+        );
     }
 
     #[test]
