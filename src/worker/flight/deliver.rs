@@ -176,6 +176,7 @@ impl Flight {
                 continue;
             }
             let Some(end) = p.finished_end() else {
+                p.records.quiet();
                 continue;
             };
             // The last owner's finished ranges this owner has not passed
@@ -185,6 +186,7 @@ impl Flight {
             let done = carried_forward(finished_ranges(&p.records, end), &p.skip, end);
             let moved = p.committed.is_none_or(|c| end > c);
             if !moved && done == p.committed_done {
+                p.records.quiet();
                 continue;
             }
             p.committed = Some(end);

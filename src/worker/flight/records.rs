@@ -11,10 +11,17 @@ use super::Record;
 
 /// Records' room a partition keeps however few it holds.
 const KEPT_ROOM: usize = 1024;
+/// Commit spans over which a partition's room is judged (a second at the
+/// default commit interval).
+const ROOM_SPANS: u32 = 10;
 
 #[derive(Default)]
 pub(crate) struct Records {
     entries: VecDeque<(i64, Record)>,
+    /// The most records held in the commit spans since the room was last
+    /// judged, and how many spans that is.
+    peak: usize,
+    spans: u32,
 }
 
 impl Records {
@@ -78,30 +85,44 @@ impl Records {
         self.entries.len()
     }
 
-    /// Forgets the records below `end` (their offset is committed). Room
-    /// a burst took is given back, so that a replica of many partitions
-    /// does not keep every one's peak: all of it beyond [`KEPT_ROOM`] once
-    /// a commit leaves the partition empty, and all but twice the span's
-    /// peak once a whole commit's span used less than a quarter of it.
-    /// Records only arrive between two commits, so what the partition held
-    /// just before this one is that peak. Judged by what a commit leaves
-    /// instead, a steady stream (a few hundred records left, a few
-    /// thousand by the next commit) gave its room back and grew it again
-    /// at every commit: a copy of every record kept and fresh pages
-    /// zeroed by the kernel, on the loop.
+    /// Forgets the records below `end` (their offset is committed).
     pub(crate) fn drop_below(&mut self, end: i64) {
-        let peak = self.entries.len();
+        // Records only arrive between two commits: what the partition
+        // holds before this one is the most it held in the span.
+        let held = self.entries.len();
         let at = self.index(end).unwrap_or_else(|at| at);
         self.entries.drain(..at);
-        let room = self.entries.capacity();
-        if room <= KEPT_ROOM {
+        self.end_span(held);
+    }
+
+    /// A commit found nothing new for this partition: a span in which it
+    /// held what it holds now.
+    pub(crate) fn quiet(&mut self) {
+        self.end_span(self.entries.len());
+    }
+
+    /// Room a burst took is given back once [`ROOM_SPANS`] commit spans
+    /// in a row held less than a quarter of it (all but twice the most
+    /// they held, [`KEPT_ROOM`] at least): a replica of many partitions
+    /// does not keep every one's peak, and a partition that goes quiet
+    /// after a burst gives it back within two such windows. Judged at each
+    /// commit by what the commit left, a steady drain gave its room back and
+    /// grew it again every few commits (a partition's records arrive in
+    /// the chunks librdkafka fetches, thousands at a time, and most
+    /// commits empty it): a copy of every record kept and fresh pages
+    /// zeroed by the kernel, on the loop.
+    fn end_span(&mut self, held: usize) {
+        self.peak = self.peak.max(held);
+        self.spans += 1;
+        if self.spans < ROOM_SPANS {
             return;
         }
-        if self.entries.is_empty() {
-            self.entries.shrink_to(KEPT_ROOM);
-        } else if peak < room / 4 {
-            self.entries.shrink_to(KEPT_ROOM.max(peak * 2));
+        let room = self.entries.capacity();
+        if room > KEPT_ROOM && self.peak < room / 4 {
+            self.entries.shrink_to(KEPT_ROOM.max(self.peak * 2));
         }
+        self.peak = 0;
+        self.spans = 0;
     }
 }
 
@@ -180,70 +201,77 @@ mod tests {
         assert_eq!(offsets(&records, 0), [1_000]);
     }
 
+    /// Ends `spans` commit spans in which nothing arrives.
+    fn quiet_for(records: &mut Records, spans: u32) {
+        for _ in 0..spans {
+            records.quiet();
+        }
+    }
+
     #[test]
-    fn the_room_of_a_burst_is_given_back_once_a_commits_span_used_little_of_it() {
+    fn the_room_of_a_burst_is_given_back_once_the_partition_stays_quiet() {
         let mut records = Records::default();
         for offset in 0..20_000 {
             records.insert(offset, record(offset));
         }
         let burst = records.entries.capacity();
         assert!(burst >= 20_000);
-        // The commit that ends the burst: its span held 20,000.
-        records.drop_below(19_990);
-        assert_eq!(records.len(), 10);
-        assert_eq!(
-            records.entries.capacity(),
-            burst,
-            "kept for the burst's span"
-        );
-        // The next span holds 510 at most: the burst's room goes.
-        for offset in 20_000..20_500 {
-            records.insert(offset, record(offset));
-        }
-        records.drop_below(20_495);
+        // The commit that empties it keeps the room: its span held the
+        // burst, and so the spans judged with it keep it, and the next
+        // ROOM_SPANS but one.
+        records.drop_below(20_000);
+        assert_eq!(records.len(), 0);
+        quiet_for(&mut records, 2 * ROOM_SPANS - 2);
+        assert_eq!(records.entries.capacity(), burst);
+        records.quiet();
         assert!(
             records.entries.capacity() <= 2 * KEPT_ROOM,
             "{} kept",
             records.entries.capacity()
         );
-        assert_eq!(offsets(&records, 0), (20_495..20_500).collect::<Vec<_>>());
     }
 
     #[test]
-    fn a_burst_committed_in_full_gives_its_room_back_at_once() {
-        // A partition that goes quiet after its burst may see no other
-        // commit: the one that empties it gives the room back.
+    fn records_held_keep_their_room_and_a_lower_peak_keeps_twice_its_room() {
         let mut records = Records::default();
         for offset in 0..20_000 {
             records.insert(offset, record(offset));
         }
-        records.drop_below(20_000);
-        assert_eq!(records.len(), 0);
-        assert!(
-            records.entries.capacity() <= 2 * KEPT_ROOM,
-            "{} kept",
-            records.entries.capacity()
-        );
+        let burst = records.entries.capacity();
+        // Records waiting on their outputs: nothing moves for many spans.
+        quiet_for(&mut records, 3 * ROOM_SPANS);
+        assert_eq!(records.entries.capacity(), burst);
+        // The burst goes but 3,000, held through the next spans.
+        records.drop_below(17_000);
+        quiet_for(&mut records, 2 * ROOM_SPANS);
+        assert_eq!(records.len(), 3_000);
+        let room = records.entries.capacity();
+        assert!((3_000..=6_000).contains(&room), "{room} kept");
+        assert_eq!(offsets(&records, 0), (17_000..20_000).collect::<Vec<_>>());
     }
 
     #[test]
-    fn a_steady_stream_keeps_its_room_from_commit_to_commit() {
-        // Each commit leaves 300 records, and 3,000 arrive before the
-        // next: the room grown for the first span is never given back
-        // and grown again.
+    fn a_partition_fed_in_chunks_keeps_its_room_from_commit_to_commit() {
+        // librdkafka hands a partition's records over in chunks of
+        // thousands: one span gets 3,000, the next two none, and every
+        // commit empties the partition.
         let mut records = Records::default();
         let mut next = 0;
         let mut rooms = Vec::new();
-        for _ in 0..10 {
-            for _ in 0..3_000 {
-                records.insert(next, record(next));
-                next += 1;
+        for span in 0..(6 * ROOM_SPANS) {
+            if span % 3 == 0 {
+                for _ in 0..3_000 {
+                    records.insert(next, record(next));
+                    next += 1;
+                }
+                records.drop_below(next);
+            } else {
+                records.quiet();
             }
-            records.drop_below(next - 300);
-            assert_eq!(records.len(), 300);
+            assert_eq!(records.len(), 0);
             rooms.push(records.entries.capacity());
         }
-        assert!(rooms[0] >= 3_300, "{rooms:?}");
+        assert!(rooms[0] >= 3_000, "{rooms:?}");
         assert!(rooms.iter().all(|&room| room == rooms[0]), "{rooms:?}");
     }
 }
