@@ -45,7 +45,9 @@
 #     (org.apache.kafka:kafka_2.13) and the tools (kafka-tools) with their dependencies into
 #     the cache dir once per machine, and a JVM runs `kafka.Kafka` as one
 #     combined broker and controller (KRaft), its log under the state dir's kafka/log: it is
-#     kept by `stop`, so a restart keeps its data (`wipe` removes it). The JVM has no
+#     kept by `stop`, so a restart keeps its data (`wipe` removes it). Where /dev/shm is a
+#     tmpfs, kafka/log links to a folder of it, so the log is in memory (see kafka_log_dir;
+#     a reboot empties it, and the next start formats a new one). The JVM has no
 #     pidfile of its own: we background it under setsid and record $!; its command line
 #     (our server.properties) is how we recognise "ours".
 #
@@ -546,12 +548,35 @@ POM
 
 # Writes the broker's server.properties into <dir> from scripts/kafka/server.properties (the
 # test kit's own brokers use the same file) for a broker port and a controller port; its
-# log goes under <dir>/log, so a restart keeps its data.
+# log goes under <dir>/log (where that links, kafka_log_dir), so a restart keeps its data.
 kafka_config() {
-  local dir=$1 port=$2 cport=$3
+  local dir=$1 port=$2 cport=$3 log_dir
   mkdir -p "$dir/log"
-  sed -e "s|@PORT@|$port|g" -e "s|@CONTROLLER_PORT@|$cport|g" -e "s|@LOG_DIR@|$dir/log|g" \
+  log_dir=$(readlink -f "$dir/log")
+  sed -e "s|@PORT@|$port|g" -e "s|@CONTROLLER_PORT@|$cport|g" -e "s|@LOG_DIR@|$log_dir|g" \
     "$KAFKA_CONF/server.properties" >"$dir/server.properties"
+}
+
+# Where /dev/shm is a tmpfs, $KAFKA_DIR/log becomes a link to a folder of it (named after the
+# state dir), replacing a log on disk. The cause: the suite's own disk writes (its brokers,
+# PostgreSQL, logs) stalled the KRaft controller's fsyncs of its metadata log for 3 to 7 s
+# on a virtual disk ("Exceptionally slow controller event writeNoOpRecord took 6911 ms"),
+# and the broker with it, past the 6 s session timeout of the tests' consumers: a worker's
+# session expired mid-test and at least once it decided its uncommitted records again. The
+# tests check what the broker does, not what its disk survives; in memory an fsync is free.
+kafka_log_dir() {
+  local target
+  if [[ $(stat -f -c %T /dev/shm 2>/dev/null) != tmpfs || ! -w /dev/shm ]]; then
+    [[ -L $KAFKA_DIR/log ]] && rm -f "$KAFKA_DIR/log"
+    mkdir -p "$KAFKA_DIR/log"
+    return 0
+  fi
+  target=/dev/shm/idemgate-test-kafka-$(printf '%s' "$KAFKA_DIR" | sha256sum | cut -c1-16)
+  mkdir -p "$target" "$KAFKA_DIR"
+  if [[ $(readlink "$KAFKA_DIR/log" 2>/dev/null) != "$target" ]]; then
+    rm -rf "$KAFKA_DIR/log"
+    ln -s "$target" "$KAFKA_DIR/log"
+  fi
 }
 
 # Is <pid> a broker of ours: a java whose command line names our server.properties?
@@ -616,6 +641,7 @@ start_kafka() {
     while port_busy $((port + 1)); do port=$(pick_port $((port + 2)) 0); done
   fi
   cport=$((port + 1))
+  kafka_log_dir
   kafka_config "$KAFKA_DIR" "$port" "$cport"
   echo "$port" >"$KAFKA_DIR/port"
   if [[ ! -f $KAFKA_DIR/log/meta.properties ]]; then
@@ -894,6 +920,7 @@ cmd_stop() {
 
 cmd_wipe() {
   cmd_stop
+  [[ -L $KAFKA_DIR/log ]] && rm -rf "$(readlink -f "$KAFKA_DIR/log")"
   rm -rf "$KAFKA_DIR"
   log "removed $KAFKA_DIR"
 }
