@@ -201,6 +201,18 @@ mod tests {
         assert_eq!(offsets(&records, 0), [1_000]);
     }
 
+    /// Records at offsets 0 to 20,000, read in one span, and the room
+    /// they took.
+    fn burst() -> (Records, usize) {
+        let mut records = Records::default();
+        for offset in 0..20_000 {
+            records.insert(offset, record(offset));
+        }
+        let room = records.entries.capacity();
+        assert!(room >= 20_000);
+        (records, room)
+    }
+
     /// Ends `spans` commit spans in which nothing arrives.
     fn quiet_for(records: &mut Records, spans: u32) {
         for _ in 0..spans {
@@ -210,12 +222,7 @@ mod tests {
 
     #[test]
     fn the_room_of_a_burst_is_given_back_once_the_partition_stays_quiet() {
-        let mut records = Records::default();
-        for offset in 0..20_000 {
-            records.insert(offset, record(offset));
-        }
-        let burst = records.entries.capacity();
-        assert!(burst >= 20_000);
+        let (mut records, burst) = burst();
         // The commit that empties it keeps the room: its span held the
         // burst, and so the spans judged with it keep it, and the next
         // ROOM_SPANS but one.
@@ -233,11 +240,7 @@ mod tests {
 
     #[test]
     fn records_held_keep_their_room_and_a_lower_peak_keeps_twice_its_room() {
-        let mut records = Records::default();
-        for offset in 0..20_000 {
-            records.insert(offset, record(offset));
-        }
-        let burst = records.entries.capacity();
+        let (mut records, burst) = burst();
         // Records waiting on their outputs: nothing moves for many spans.
         quiet_for(&mut records, 3 * ROOM_SPANS);
         assert_eq!(records.entries.capacity(), burst);
