@@ -23,6 +23,12 @@ use super::output::{OutputContext, OutputProducer, Reports};
 /// (README, "Exactly once").
 pub(crate) const SECOND_LANE: &str = "~2";
 
+/// How many `init_transactions` calls a producer gets, each for the call
+/// timeout, while they fail with an error that may pass: at a replica's
+/// start, or when a lane's producer is built again, the brokers may still
+/// be away or the coordinator still loading.
+pub(super) const INIT_ATTEMPTS: u32 = 4;
+
 /// The producers' configurations: one under at least once; under exactly
 /// once two, the second with its own transactional id (a restart of this
 /// replica fences both of its zombie's).
@@ -92,17 +98,7 @@ impl Lane {
     /// the brokers took of them belongs to the ended transaction).
     pub(crate) fn rebuild(&self, timeout: Duration, attempts: u32) -> Result<(), KafkaError> {
         let fresh = create(&self.config, &self.reports)?;
-        let mut tried = 0;
-        loop {
-            tried += 1;
-            match fresh.init_transactions(timeout) {
-                Ok(()) => break,
-                Err(error) if tried < attempts => {
-                    warn!(%error, tried, attempts, "rebuilding a transactional producer: init_transactions failed, trying again");
-                }
-                Err(error) => return Err(error),
-            }
-        }
+        init(&fresh, timeout, attempts)?;
         let old = std::mem::replace(
             &mut *self.producer.write().unwrap_or_else(|e| e.into_inner()),
             Arc::new(fresh),
@@ -119,6 +115,36 @@ impl Lane {
         }
         Ok(())
     }
+}
+
+/// Blocking: registers `producer`'s transactional id with the brokers
+/// (`init_transactions`, each call bounded by `timeout`). A call that
+/// fails with an error librdkafka calls retriable (it timed out: the
+/// brokers away, or the coordinator still loading its transaction state,
+/// as after a broker's restart) is made again, `attempts` calls in all;
+/// any other error, or the last, is returned.
+pub(super) fn init(
+    producer: &OutputProducer,
+    timeout: Duration,
+    attempts: u32,
+) -> Result<(), KafkaError> {
+    let mut tried = 0;
+    loop {
+        tried += 1;
+        match producer.init_transactions(timeout) {
+            Ok(()) => return Ok(()),
+            Err(error) if tried < attempts && retriable(&error) => {
+                warn!(%error, tried, attempts, "init_transactions failed and may pass: trying again");
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+/// Pure: whether librdkafka says a failed transactional call may pass if
+/// made again.
+fn retriable(error: &KafkaError) -> bool {
+    matches!(error, KafkaError::Transaction(e) if e.is_retriable())
 }
 
 fn create(config: &ClientConfig, reports: &Arc<Reports>) -> Result<OutputProducer, KafkaError> {

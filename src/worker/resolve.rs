@@ -19,12 +19,9 @@ use tracing::{info, warn};
 
 use super::commit_failure::{judge, Outcome, ReadBack};
 use super::error::{Doing, WorkerError};
-use super::lane::Lane;
+use super::lane::{Lane, INIT_ATTEMPTS};
 use super::poller::GroupConsumer;
 
-/// How many times the new producer's `init_transactions` is tried, each
-/// for the call timeout: the brokers may still be away.
-pub(super) const INIT_ATTEMPTS: u32 = 4;
 /// How many times the committed offsets are asked for.
 const READ_ATTEMPTS: u32 = 10;
 

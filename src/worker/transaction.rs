@@ -35,7 +35,7 @@ use super::commit_failure::{commit_failure, CommitFailure, Outcome};
 use super::error::{Doing, WorkerError};
 use super::fault_point::{self, Step};
 use super::flight::{Commit, Tp};
-use super::lane::reports_in;
+use super::lane::{init, reports_in, INIT_ATTEMPTS};
 use super::metadata::Metadata;
 use super::pipeline::{answer, Pipeline, FLUSH_PATIENCE};
 use super::resolve::{offset_of, resolve, Sent};
@@ -116,12 +116,12 @@ const READ_BACKS: u8 = 3;
 impl Worker {
     /// Registers this replica's transactional ids with the brokers,
     /// fencing any earlier producer with the same ids (a zombie of this
-    /// replica).
+    /// replica); a call that may pass is made again (`lane::init`).
     pub(super) async fn init_transactions(&self) -> Result<(), WorkerError> {
         for lane in &self.lanes {
             let producer = lane.producer();
             let timeout = self.call_timeout;
-            tokio::task::spawn_blocking(move || producer.init_transactions(timeout))
+            tokio::task::spawn_blocking(move || init(&producer, timeout, INIT_ATTEMPTS))
                 .await
                 .doing("initialising the transactional producer (transactional.id)")?
                 .doing("initialising the transactional producer (transactional.id)")?;
@@ -503,7 +503,7 @@ impl Worker {
             Err(error) if commit_failure(&error) == CommitFailure::Unknown => {
                 warn!(%error, "an abort timed out: the producer is built again, which aborts the transaction");
                 crate::metrics::transaction_timed_out("aborted");
-                lane.rebuild(timeout, super::resolve::INIT_ATTEMPTS)
+                lane.rebuild(timeout, INIT_ATTEMPTS)
             }
             ended => ended,
         })

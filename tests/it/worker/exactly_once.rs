@@ -372,3 +372,49 @@ async fn a_fenced_commit_ends_the_worker_and_its_restart_loses_nothing() -> anyh
     );
     Ok(())
 }
+
+/// The transaction coordinator answers every InitProducerId with
+/// COORDINATOR_LOAD_IN_PROGRESS for a while when the replica starts (as a
+/// broker just restarted does while it loads its transaction state), so
+/// the replica's first `init_transactions` outlasts
+/// `batch.transaction_call_timeout` (1 s). The guarantee: the replica
+/// tries again within its bound instead of exiting, and once the
+/// coordinator answers it decides every record: every input exactly one
+/// output, every event exactly once in clean, nothing lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_transaction_coordinator_still_loading_at_start_is_waited_for() -> anyhow::Result<()> {
+    const TEST: &str = "eos-init-loading";
+    let setup = Setup::new(TEST, 3);
+    let transactional_id = format!("{}-txn", setup.group);
+    let kafka = [("transactional.id", transactional_id.as_str())];
+    let config = setup.config(&Options {
+        top: EXACTLY_ONCE,
+        kafka: &kafka,
+        batch: "transaction_call_timeout = \"1s\"",
+        ..Options::default()
+    });
+    let store = setup.store(&config);
+    // librdkafka asks again itself, about every 500 ms: six errors hold
+    // the first lane's producer ID for 2 to 3 s, two or three calls of 1 s
+    // (the replica makes four at most).
+    setup.kafka.cluster()?.request_errors(
+        rdkafka::types::RDKafkaApiKey::InitProducerId,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS; 6],
+    );
+    let started = Instant::now();
+    let replica = start_assigned(&config, &store).await?;
+    let plan = bank(TEST).phase(200, 0, 10);
+    let landed = setup
+        .produce(&setup.topics.input, &plan, plan.len(), Duration::ZERO)
+        .await?;
+    let outputs = setup.read(&setup.topics, plan.len()).await?;
+    let took = started.elapsed();
+    assert!(!replica.finished(), "the worker stopped after its start-up");
+    stop(replica).await?;
+    let summary = check(&plan, &landed, &setup.topics, &outputs, Expect::Exact);
+    say(
+        TEST,
+        format!("{summary}; every output read {took:?} after the replica's start"),
+    );
+    Ok(())
+}
