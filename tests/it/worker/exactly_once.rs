@@ -178,6 +178,21 @@ async fn a_drain_that_cannot_finish_ends_at_the_configured_bound() -> anyhow::Re
     Ok(())
 }
 
+/// A test's set-up, and its exactly-once config: a transactional id of
+/// its own, transactional calls bounded by 1 s.
+fn one_second_calls(test: &str) -> (Setup, idemgate::config::Config) {
+    let setup = Setup::new(test, 3);
+    let transactional_id = format!("{}-txn", setup.group);
+    let kafka = [("transactional.id", transactional_id.as_str())];
+    let config = setup.config(&Options {
+        top: EXACTLY_ONCE,
+        kafka: &kafka,
+        batch: "transaction_call_timeout = \"1s\"",
+        ..Options::default()
+    });
+    (setup, config)
+}
+
 /// A replica under exactly once (call timeout 1 s) that has put a first
 /// phase of records out, and the mock cluster answering its next EndTxn
 /// requests with `errors`, while a second phase arrives.
@@ -193,15 +208,7 @@ struct EndTxnFault {
 
 impl EndTxnFault {
     async fn start(test: &str, errors: &[RDKafkaRespErr]) -> anyhow::Result<EndTxnFault> {
-        let setup = Setup::new(test, 3);
-        let transactional_id = format!("{}-txn", setup.group);
-        let kafka = [("transactional.id", transactional_id.as_str())];
-        let config = setup.config(&Options {
-            top: EXACTLY_ONCE,
-            kafka: &kafka,
-            batch: "transaction_call_timeout = \"1s\"",
-            ..Options::default()
-        });
+        let (setup, config) = one_second_calls(test);
         let store = setup.store(&config);
         let replica = start_assigned(&config, &store).await?;
         let metrics = replica.metrics_address().to_string();
@@ -384,15 +391,7 @@ async fn a_fenced_commit_ends_the_worker_and_its_restart_loses_nothing() -> anyh
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_transaction_coordinator_still_loading_at_start_is_waited_for() -> anyhow::Result<()> {
     const TEST: &str = "eos-init-loading";
-    let setup = Setup::new(TEST, 3);
-    let transactional_id = format!("{}-txn", setup.group);
-    let kafka = [("transactional.id", transactional_id.as_str())];
-    let config = setup.config(&Options {
-        top: EXACTLY_ONCE,
-        kafka: &kafka,
-        batch: "transaction_call_timeout = \"1s\"",
-        ..Options::default()
-    });
+    let (setup, config) = one_second_calls(TEST);
     let store = setup.store(&config);
     // librdkafka asks again itself, about every 500 ms: six errors hold
     // the first lane's producer ID for 2 to 3 s, two or three calls of 1 s
