@@ -27,7 +27,7 @@ pub(crate) const SECOND_LANE: &str = "~2";
 /// timeout, while they fail with an error that may pass: at a replica's
 /// start, or when a lane's producer is built again, the brokers may still
 /// be away or the coordinator still loading.
-pub(super) const INIT_ATTEMPTS: u32 = 4;
+const INIT_ATTEMPTS: u32 = 4;
 
 /// The producers' configurations: one under at least once; under exactly
 /// once two, the second with its own transactional id (a restart of this
@@ -91,14 +91,14 @@ impl Lane {
     }
 
     /// Blocking: a new producer with the same configuration registers
-    /// (`init_transactions`, tried `attempts` times, each for `timeout`),
+    /// (`init`: each call bounded by `timeout`, made again while it may pass),
     /// fencing the old one and ending its transaction; it takes the old
     /// one's place, and the old one's outputs still queued or in flight
     /// are purged (each reported as a failure, to be produced again: what
     /// the brokers took of them belongs to the ended transaction).
-    pub(crate) fn rebuild(&self, timeout: Duration, attempts: u32) -> Result<(), KafkaError> {
+    pub(crate) fn rebuild(&self, timeout: Duration) -> Result<(), KafkaError> {
         let fresh = create(&self.config, &self.reports)?;
-        init(&fresh, timeout, attempts)?;
+        init(&fresh, timeout)?;
         let old = std::mem::replace(
             &mut *self.producer.write().unwrap_or_else(|e| e.into_inner()),
             Arc::new(fresh),
@@ -121,20 +121,16 @@ impl Lane {
 /// (`init_transactions`, each call bounded by `timeout`). A call that
 /// fails with an error librdkafka calls retriable (it timed out: the
 /// brokers away, or the coordinator still loading its transaction state,
-/// as after a broker's restart) is made again, `attempts` calls in all;
-/// any other error, or the last, is returned.
-pub(super) fn init(
-    producer: &OutputProducer,
-    timeout: Duration,
-    attempts: u32,
-) -> Result<(), KafkaError> {
+/// as after a broker's restart) is made again, [`INIT_ATTEMPTS`] calls
+/// in all; any other error, or the last, is returned.
+pub(super) fn init(producer: &OutputProducer, timeout: Duration) -> Result<(), KafkaError> {
     let mut tried = 0;
     loop {
         tried += 1;
         match producer.init_transactions(timeout) {
             Ok(()) => return Ok(()),
-            Err(error) if tried < attempts && retriable(&error) => {
-                warn!(%error, tried, attempts, "init_transactions failed and may pass: trying again");
+            Err(error) if tried < INIT_ATTEMPTS && retriable(&error) => {
+                warn!(%error, tried, attempts = INIT_ATTEMPTS, "init_transactions failed and may pass: trying again");
             }
             Err(error) => return Err(error),
         }

@@ -19,7 +19,7 @@ use tracing::{info, warn};
 
 use super::commit_failure::{judge, Outcome, ReadBack};
 use super::error::{Doing, WorkerError};
-use super::lane::{Lane, INIT_ATTEMPTS};
+use super::lane::Lane;
 use super::poller::GroupConsumer;
 
 /// How many times the committed offsets are asked for.
@@ -44,7 +44,7 @@ pub(crate) fn resolve(
     error: KafkaError,
 ) -> Result<Outcome, KafkaError> {
     warn!(%error, "a transactional call timed out, its outcome unknown: the producer is built again, which ends the transaction, and its outcome is read back from the committed offsets");
-    lane.rebuild(timeout, INIT_ATTEMPTS)?;
+    lane.rebuild(timeout)?;
     let mut ask = TopicPartitionList::new();
     for element in sent.list.elements() {
         ask.add_partition(element.topic(), element.partition());

@@ -35,7 +35,7 @@ use super::commit_failure::{commit_failure, CommitFailure, Outcome};
 use super::error::{Doing, WorkerError};
 use super::fault_point::{self, Step};
 use super::flight::{Commit, Tp};
-use super::lane::{init, reports_in, INIT_ATTEMPTS};
+use super::lane::{init, reports_in};
 use super::metadata::Metadata;
 use super::pipeline::{answer, Pipeline, FLUSH_PATIENCE};
 use super::resolve::{offset_of, resolve, Sent};
@@ -121,7 +121,7 @@ impl Worker {
         for lane in &self.lanes {
             let producer = lane.producer();
             let timeout = self.call_timeout;
-            tokio::task::spawn_blocking(move || init(&producer, timeout, INIT_ATTEMPTS))
+            tokio::task::spawn_blocking(move || init(&producer, timeout))
                 .await
                 .doing("initialising the transactional producer (transactional.id)")?
                 .doing("initialising the transactional producer (transactional.id)")?;
@@ -503,7 +503,7 @@ impl Worker {
             Err(error) if commit_failure(&error) == CommitFailure::Unknown => {
                 warn!(%error, "an abort timed out: the producer is built again, which aborts the transaction");
                 crate::metrics::transaction_timed_out("aborted");
-                lane.rebuild(timeout, INIT_ATTEMPTS)
+                lane.rebuild(timeout)
             }
             ended => ended,
         })
