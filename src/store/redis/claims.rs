@@ -9,7 +9,7 @@ use redis::{RedisResult, Value};
 use tracing::warn;
 
 use super::round::{self, claim_command, existing, noscript, values, Answers, Plan};
-use super::tier2::{self, counter_key, BloomWrite, Item};
+use super::tier2::{self, counter_key, BloomWrite, Item, Want};
 use super::{protocol, tier1, unparsable, watermarks, Keyed, RedisStore};
 use crate::store::judge::{judge_reset, ResetMarks, Verdict};
 use crate::store::value::ClaimValue;
@@ -53,12 +53,16 @@ impl ClaimStore for RedisStore {
         read: &[StreamId],
     ) -> Result<RoundAnswer, StoreError> {
         let adopted = self.adopted();
+        // A poisoned lock only loses what was learnt of overflow parts:
+        // every one is probed again, which stays correct.
+        let clear = self.clear.lock().map(|c| c.clone()).unwrap_or_default();
         let setting = round::Setting {
             prefix: &self.prefix,
             backend: self.filter_backend,
             streams: &self.streams,
             adopted: &adopted,
             cluster: self.conn.is_cluster(),
+            clear: self.ask_overflow.then_some(&clear),
         };
         let mut plan = Plan::new(setting, publish, claims, read)?;
         // On a cluster the inserts' nodes answer in no order with the
@@ -120,7 +124,29 @@ impl ClaimStore for RedisStore {
         answer.lost = plan
             .identities
             .judge(std::mem::take(&mut answers.identities))?;
-        let in_filter = tier2::hits(&plan.probe_map, answers.probes, claims.len())?;
+        let mut in_filter = tier2::hits(&plan.probe_map, answers.probes, claims.len())?;
+        let found = std::mem::take(&mut answers.overflow_reads)
+            .into_iter()
+            .map(tier2::exists)
+            .collect::<Result<Vec<_>, _>>()?;
+        if found.len() != plan.asked.len() {
+            return Err(StoreError::Protocol(
+                "overflow part checks answered short".into(),
+            ));
+        }
+        let skipped = plan.skipped_overflow(&clear, &found);
+        self.learn_overflow(&plan.asked, &found);
+        if !skipped.is_empty() {
+            // An overflow part this round left out exists now: it is probed
+            // before the round answers.
+            let want = Want::Overflow(&skipped);
+            let (commands, map) =
+                tier2::probes(self.filter_backend, &self.prefix, &plan.probed, want);
+            let found = tier2::hits(&map, self.conn.run(commands).await?, claims.len())?;
+            for (hit, found) in in_filter.iter_mut().zip(found) {
+                *hit |= found;
+            }
+        }
         let judged = Judged {
             in_filter: &in_filter,
             marks: &marks,
@@ -258,7 +284,28 @@ impl RedisStore {
         Ok(())
     }
 
+    /// What a round found of the probed generations' overflow parts: those
+    /// absent are probed without them from now on.
+    fn learn_overflow(&self, asked: &[(usize, i64)], found: &[bool]) {
+        let Ok(mut clear) = self.clear.lock() else {
+            return;
+        };
+        for (&(stream, epoch), &exists) in asked.iter().zip(found) {
+            if exists {
+                clear.remove(&(stream, epoch));
+            } else {
+                // Generations long expired are forgotten, so the set stays
+                // small.
+                clear.retain(|&(s, e)| s != stream || e + 16 >= epoch);
+                clear.insert((stream, epoch));
+            }
+        }
+    }
+
     fn remember_full(&self, write: &BloomWrite) {
+        if let Ok(mut clear) = self.clear.lock() {
+            clear.remove(&(write.stream, write.epoch));
+        }
         let Ok(mut full) = self.full.lock() else {
             return;
         };

@@ -19,7 +19,10 @@
 //!
 //! Rare follow-ups: scripts the server lost (`NOSCRIPT`) are sent again as
 //! `EVAL` with the watermark read after them; a full RedisBloom generation's
-//! refused items go to its overflow part before the round answers; a
+//! refused items go to its overflow part before the round answers; an
+//! overflow part a round left out of its probes (an earlier round found it
+//! absent) and that the round finds exists now is probed before the round
+//! answers; a
 //! record that met its own claim from an earlier owner re-stamps it by
 //! compare and set. Nothing is ever taken over and no claim has a lease:
 //! claims are settled by the watermarks and done flags alone.
@@ -46,7 +49,7 @@ use conn::{reply_error, Conn, Keyed};
 pub use conn::{Auth, RedisTarget, TlsFiles};
 use tier1::Scripts;
 pub use tier2::FilterBackend;
-use tier2::Full;
+use tier2::{Clear, Full};
 
 use super::{spec, StoreError, StoreIdentity, StreamSpec};
 
@@ -98,12 +101,48 @@ pub struct RedisStore {
     /// RedisBloom generations this replica saw refuse an item: their
     /// inserts go straight to the overflow part (docs/design.md §5).
     full: Mutex<Full>,
+    /// RedisBloom generations whose overflow part the last round that asked
+    /// found absent: probed without it (docs/design.md §5).
+    clear: Mutex<Clear>,
+    /// Whether rounds ask which overflow parts exist (`EXISTS`): not where
+    /// the store user may not, and then every part is probed.
+    ask_overflow: bool,
     /// The stream identities adopted at start, by stream index: every
     /// round reads them beside its claims (docs/design.md §8.2).
     adopted: Mutex<HashMap<usize, StoreIdentity>>,
 }
 
 const NOSCRIPT: &str = "NOSCRIPT";
+
+/// Whether the store user may run `EXISTS`, which lets tiered rounds on
+/// RedisBloom probe only the overflow parts that exist. Without it (an ACL
+/// of an earlier README) every part is probed in every round, as before,
+/// and a warning says what to grant.
+async fn may_ask_overflow(conn: &Conn, prefix: &str, backend: FilterBackend) -> bool {
+    if backend != FilterBackend::RedisBloom {
+        return false;
+    }
+    let key = format!("{prefix}dryrun-exists");
+    let mut cmd = redis::cmd("EXISTS");
+    cmd.arg(&key);
+    let asked = Keyed {
+        key: key.into_bytes(),
+        cmd,
+    };
+    let error = match conn.run(vec![asked]).await {
+        Ok(answers) => match answers.into_iter().next() {
+            Some(Ok(_)) => return true,
+            Some(Err(error)) => error.to_string(),
+            None => "no answer".to_string(),
+        },
+        Err(error) => error.to_string(),
+    };
+    warn!(
+        %error,
+        "EXISTS failed at start: every round probes every overflow part of tier 2; where the store user may not run it, grant it (ACL SETUSER <user> +exists) to probe only those that exist"
+    );
+    false
+}
 
 impl RedisStore {
     /// Connects and checks the server before any claim is made: refuses an
@@ -141,6 +180,7 @@ impl RedisStore {
             filter_backend,
         )
         .await?;
+        let ask_overflow = may_ask_overflow(&conn, &options.key_prefix, filter_backend).await;
         Ok(RedisStore {
             conn,
             streams,
@@ -148,6 +188,8 @@ impl RedisStore {
             filter_backend,
             scripts,
             full: Mutex::new(Full::new()),
+            clear: Mutex::new(Clear::new()),
+            ask_overflow,
             adopted: Mutex::new(HashMap::new()),
         })
     }

@@ -1,17 +1,19 @@
 //! One round on Redis as plain data: the commands it sends, in the order
 //! the contract fixes (tier-2 inserts; raises, done flags, releases; the
 //! watermark read; the store identity beside the claims; claims with their
-//! tier-2 probes), and how their answers come apart again. No I/O here:
-//! `claims.rs` sends what this builds.
+//! tier-2 probes, then whether the probed generations' overflow parts
+//! exist), and how
+//! their answers come apart again. No I/O here: `claims.rs` sends what
+//! this builds.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use redis::{RedisResult, Value};
 
 use super::conn::{reply_error, Keyed};
 use super::identity::RoundReads;
 use super::tier1::{self, Scripts, TagGroups};
-use super::tier2::{self, BloomWrite, FilterBackend, Full, Item, ProbeMap};
+use super::tier2::{self, BloomWrite, Clear, FilterBackend, Full, Item, ProbeMap, Want};
 use super::watermarks::{self, RaiseGroups};
 use crate::store::value::{encode_owner, ClaimValue};
 use crate::store::{
@@ -33,8 +35,14 @@ pub(crate) struct Plan<'a> {
     /// them (docs/design.md §8.2).
     pub(crate) identities: RoundReads,
     claims: Vec<Keyed>,
+    /// The claims of tiered streams, for their probes (and a follow-up's).
+    pub(crate) probed: Vec<Item<'a>>,
     probes: Vec<Keyed>,
     pub(crate) probe_map: ProbeMap,
+    overflow_reads: Vec<Keyed>,
+    /// The generations whose overflow part the round asks about, in
+    /// command order.
+    pub(crate) asked: Vec<(usize, i64)>,
 }
 
 /// How many answers each part of the trip owns, in trip order.
@@ -46,6 +54,7 @@ struct Layout {
     reads: usize,
     identities: usize,
     claims: usize,
+    probes: usize,
 }
 
 /// A trip's answers, part by part.
@@ -58,6 +67,7 @@ pub(crate) struct Answers {
     pub(crate) identities: Vec<RedisResult<Value>>,
     pub(crate) claims: Vec<RedisResult<Value>>,
     pub(crate) probes: Vec<RedisResult<Value>>,
+    pub(crate) overflow_reads: Vec<RedisResult<Value>>,
 }
 
 /// What a round's plan needs of the store beside the round itself.
@@ -68,6 +78,9 @@ pub(crate) struct Setting<'a> {
     /// The identities adopted at start, by stream index.
     pub(crate) adopted: &'a HashMap<usize, StoreIdentity>,
     pub(crate) cluster: bool,
+    /// Generations known without an overflow part: probed without it;
+    /// `None` where rounds do not ask (every part probed).
+    pub(crate) clear: Option<&'a Clear>,
 }
 
 impl<'a> Plan<'a> {
@@ -83,6 +96,7 @@ impl<'a> Plan<'a> {
             streams,
             adopted,
             cluster,
+            clear,
         } = setting;
         let mut inserts = Vec::new();
         for (index, insert) in publish.inserts.iter().enumerate() {
@@ -130,7 +144,17 @@ impl<'a> Plan<'a> {
                 });
             }
         }
-        let (probes, probe_map) = tier2::probes(backend, prefix, &probed);
+        let none = Clear::new();
+        let (probes, probe_map) = tier2::probes(
+            backend,
+            prefix,
+            &probed,
+            Want::Round(clear.unwrap_or(&none)),
+        );
+        let (overflow_reads, asked) = match clear {
+            Some(_) => tier2::overflow_reads(backend, prefix, &probed),
+            None => (Vec::new(), Vec::new()),
+        };
         Ok(Plan {
             inserts,
             raises,
@@ -140,8 +164,11 @@ impl<'a> Plan<'a> {
             reads,
             identities: RoundReads::new(prefix, streams, claims, adopted, cluster)?,
             claims: sets,
+            probed,
             probes,
             probe_map,
+            overflow_reads,
+            asked,
         })
     }
 
@@ -162,6 +189,7 @@ impl<'a> Plan<'a> {
             reads: self.reads.len(),
             identities: self.identities.commands().len(),
             claims: self.claims.len(),
+            probes: self.probes.len(),
         };
         let mut commands = inserts;
         commands.extend(self.raises.invocations(&scripts.raise, true));
@@ -171,7 +199,19 @@ impl<'a> Plan<'a> {
         commands.extend(self.identities.commands().iter().cloned());
         commands.extend(std::mem::take(&mut self.claims));
         commands.extend(std::mem::take(&mut self.probes));
+        commands.extend(self.overflow_reads.iter().cloned());
         (commands, move |answers| layout.split(answers))
+    }
+
+    /// The generations this round probed without their overflow part that
+    /// the round found has one now.
+    pub(crate) fn skipped_overflow(&self, clear: &Clear, found: &[bool]) -> HashSet<(usize, i64)> {
+        self.asked
+            .iter()
+            .zip(found)
+            .filter(|(generation, exists)| **exists && clear.contains(generation))
+            .map(|(generation, _)| *generation)
+            .collect()
     }
 
     /// Reads the watermarks again, after scripts that had to be sent again
@@ -193,7 +233,8 @@ impl Layout {
         let reads = take(self.reads);
         let identities = take(self.identities);
         let claims = take(self.claims);
-        let probes = rest.collect();
+        let probes = take(self.probes);
+        let overflow_reads = rest.collect();
         Answers {
             inserts,
             raises,
@@ -203,6 +244,7 @@ impl Layout {
             identities,
             claims,
             probes,
+            overflow_reads,
         }
     }
 }

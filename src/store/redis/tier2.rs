@@ -17,6 +17,15 @@
 //!
 //! Every generation key gets its expiry (`PEXPIRE ... NX`: the first writer
 //! fixes it) in the same pipeline that creates it.
+//!
+//! A RedisBloom probe checks a generation's overflow part only where it may
+//! exist. Every round asks (`EXISTS`, after its probes) whether the overflow
+//! part of each generation it probes exists; a replica's next rounds leave
+//! out the parts the last answer found absent, and a round that left one
+//! out which exists now probes it before it answers (`Want::Overflow`). An
+//! item the round could still miss went into an overflow part after the
+//! round was sent: its record's claim, made before that insert, is live,
+//! and answers for it in tier 1 (docs/design.md §5).
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -47,6 +56,73 @@ pub(crate) struct Item<'a> {
 /// A RedisBloom generation known to be full, by (stream index, epoch):
 /// its inserts go straight to the overflow part.
 pub(crate) type Full = HashSet<(usize, i64)>;
+
+/// RedisBloom generations whose overflow part a round found absent, by
+/// (stream index, epoch): their probes leave it out.
+pub(crate) type Clear = HashSet<(usize, i64)>;
+
+/// Which parts of the live generations a probe checks.
+pub(crate) enum Want<'a> {
+    /// Every live generation, with its overflow part on RedisBloom where it
+    /// is not known [`Clear`].
+    Round(&'a Clear),
+    /// Only the overflow parts of these generations: a round's follow-up.
+    Overflow(&'a HashSet<(usize, i64)>),
+}
+
+impl Want<'_> {
+    fn part(&self, generation: (usize, i64), part: Part) -> bool {
+        match (self, part) {
+            (Want::Round(clear), Part::Overflow) => !clear.contains(&generation),
+            (Want::Round(_), _) => true,
+            (Want::Overflow(these), Part::Overflow) => these.contains(&generation),
+            (Want::Overflow(_), _) => false,
+        }
+    }
+}
+
+/// `EXISTS` of the overflow part of every RedisBloom generation the items'
+/// probes check, each once, in (stream, epoch) order.
+pub(crate) fn overflow_reads(
+    backend: FilterBackend,
+    prefix: &str,
+    items: &[Item<'_>],
+) -> (Vec<Keyed>, Vec<(usize, i64)>) {
+    if backend != FilterBackend::RedisBloom {
+        return (Vec::new(), Vec::new());
+    }
+    let mut generations: BTreeMap<(usize, i64), &str> = BTreeMap::new();
+    for item in items {
+        for epoch in item.plan.read_epochs(item.at) {
+            generations
+                .entry((item.stream, epoch))
+                .or_insert(item.key_id);
+        }
+    }
+    generations
+        .into_iter()
+        .map(|((stream, epoch), key_id)| {
+            let key = overflow_key(prefix, key_id, epoch);
+            let mut cmd = redis::cmd("EXISTS");
+            cmd.arg(&key);
+            (
+                Keyed {
+                    key: key.into_bytes(),
+                    cmd,
+                },
+                (stream, epoch),
+            )
+        })
+        .unzip()
+}
+
+/// An `EXISTS` answer.
+pub(crate) fn exists(answer: RedisResult<Value>) -> Result<bool, StoreError> {
+    match answer.map_err(|e| reply_error("overflow part check", e))? {
+        Value::Int(n) => Ok(n > 0),
+        other => Err(StoreError::Protocol(format!("EXISTS answered {other:?}"))),
+    }
+}
 
 /// Maps each probe command's answers back to round indices: for every
 /// command, the index of each item and how many answers it owns.
@@ -88,28 +164,33 @@ fn part_key(prefix: &str, (key_id, epoch, part): Group<'_>) -> String {
     }
 }
 
-/// Commands that check every live generation (with its overflow part on
-/// RedisBloom) for every item.
+/// Commands that check every live generation (the parts `want` names) for
+/// every item.
 pub(crate) fn probes<'a>(
     backend: FilterBackend,
     prefix: &str,
     items: &[Item<'a>],
+    want: Want<'_>,
 ) -> (Vec<Keyed>, ProbeMap) {
     type Probe = (String, Vec<(usize, usize)>, redis::Cmd);
     let mut groups: BTreeMap<Group<'a>, Probe> = BTreeMap::new();
-    let mut add = |group: Group<'a>, index: usize, args: &dyn Fn(&mut redis::Cmd) -> usize| {
-        let (_, owners, cmd) = groups.entry(group).or_insert_with(|| {
-            let key = part_key(prefix, group);
-            let mut cmd = redis::cmd(match backend {
-                FilterBackend::RedisBloom => "BF.MEXISTS",
-                FilterBackend::Bitmap => "BITFIELD_RO",
+    let mut add =
+        |stream: usize, group: Group<'a>, index: usize, args: &dyn Fn(&mut redis::Cmd) -> usize| {
+            if !want.part((stream, group.1), group.2) {
+                return;
+            }
+            let (_, owners, cmd) = groups.entry(group).or_insert_with(|| {
+                let key = part_key(prefix, group);
+                let mut cmd = redis::cmd(match backend {
+                    FilterBackend::RedisBloom => "BF.MEXISTS",
+                    FilterBackend::Bitmap => "BITFIELD_RO",
+                });
+                cmd.arg(&key);
+                (key, Vec::new(), cmd)
             });
-            cmd.arg(&key);
-            (key, Vec::new(), cmd)
-        });
-        let count = args(cmd);
-        owners.push((index, count));
-    };
+            let count = args(cmd);
+            owners.push((index, count));
+        };
     for item in items {
         for epoch in item.plan.read_epochs(item.at) {
             match backend {
@@ -119,12 +200,23 @@ pub(crate) fn probes<'a>(
                         cmd.arg(hash);
                         1
                     };
-                    add((item.key_id, epoch, Part::Filter), item.index, &one);
-                    add((item.key_id, epoch, Part::Overflow), item.index, &one);
+                    add(
+                        item.stream,
+                        (item.key_id, epoch, Part::Filter),
+                        item.index,
+                        &one,
+                    );
+                    add(
+                        item.stream,
+                        (item.key_id, epoch, Part::Overflow),
+                        item.index,
+                        &one,
+                    );
                 }
                 FilterBackend::Bitmap => {
                     let (shard, bits) = item.plan.bit_positions(item.hash);
                     add(
+                        item.stream,
                         (item.key_id, epoch, Part::Shard(shard)),
                         item.index,
                         &|cmd: &mut redis::Cmd| {
@@ -447,6 +539,58 @@ mod tests {
 
     fn refused_of(answer: RedisResult<Value>, n: u8) -> Option<Vec<SourceHash>> {
         refused(&write(n), answer).unwrap()
+    }
+
+    fn packed(commands: &[Keyed]) -> Vec<String> {
+        commands
+            .iter()
+            .map(|c| String::from_utf8_lossy(&c.key).to_string())
+            .collect()
+    }
+
+    #[test]
+    fn an_overflow_part_found_absent_is_left_out_of_the_next_probes() {
+        // One hour per generation, two live: an item at 1.5 h reads
+        // epochs 0 and 1.
+        let plan = GenerationPlan {
+            horizon: std::time::Duration::from_secs(3600),
+            slots: 2,
+            skew: std::time::Duration::ZERO,
+            sizing: crate::store::FilterSizing::new(100, 1e-3),
+        };
+        let hash = SourceHash([7; 32]);
+        let items = [Item {
+            index: 0,
+            stream: 3,
+            key_id: "sm",
+            plan: &plan,
+            hash: &hash,
+            at: 5_400_000,
+        }];
+        let backend = FilterBackend::RedisBloom;
+        let (none, clear, follow_up): (Clear, Clear, HashSet<_>) =
+            (Clear::new(), [(3, 0), (4, 1)].into(), [(3, 0)].into());
+        let all = |want| packed(&probes(backend, "p:", &items, want).0);
+        assert_eq!(
+            all(Want::Round(&none)),
+            ["p:sm:f:0", "p:sm:f:0:x", "p:sm:f:1", "p:sm:f:1:x"]
+        );
+        // Stream 3's epoch 0 is known clear; (4, 1) is another stream's.
+        assert_eq!(
+            all(Want::Round(&clear)),
+            ["p:sm:f:0", "p:sm:f:1", "p:sm:f:1:x"]
+        );
+        assert_eq!(all(Want::Overflow(&follow_up)), ["p:sm:f:0:x"]);
+        let (reads, read) = overflow_reads(backend, "p:", &items);
+        assert_eq!(packed(&reads), ["p:sm:f:0:x", "p:sm:f:1:x"]);
+        assert_eq!(read, [(3, 0), (3, 1)]);
+        assert!(exists(Ok(Value::Int(1))).unwrap());
+        assert!(!exists(Ok(Value::Int(0))).unwrap());
+        assert!(exists(Ok(Value::Nil)).is_err());
+        // Bitmaps have no overflow part: nothing to ask.
+        assert!(overflow_reads(FilterBackend::Bitmap, "p:", &items)
+            .0
+            .is_empty());
     }
 
     #[test]

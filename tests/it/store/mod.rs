@@ -387,6 +387,7 @@ conformance!(
         at_least_once_its_own_claim_re_stamped_keeps_a_filter_hit,
         a_round_applies_inserts_and_raises_before_it_reads_and_claims,
         a_full_filter_generation_never_drops_an_insert,
+        a_generation_another_replica_filled_is_probed_in_full,
         a_publish_sent_twice_is_harmless,
         redelivery_nine_hours_after_the_first_is_suppressed,
         a_key_written_a_minute_before_a_rotation_is_found_a_minute_after,

@@ -181,6 +181,38 @@ async fn a_user_without_redisblooms_probe_is_refused_naming_it() {
     assert!(why.contains("may not run BF.MEXISTS"), "{why}");
 }
 
+/// An ACL without `+exists` (README.md's before overflow parts were asked
+/// about): the store still connects and its rounds still run, every
+/// overflow part probed; with it, they run too.
+#[tokio::test]
+async fn a_user_without_exists_still_runs_rounds_on_redisbloom() {
+    let url = env("IDEMGATE_TEST_REDISBLOOM_URL");
+    for exists in [false, true] {
+        let salt = unique("acl-exists");
+        let prefix = format!("{salt}:");
+        let user = salt.replace(':', "-");
+        let mut acl = documented_acl(&user, "pw", &prefix);
+        acl.extend(["+bf.insert".to_string(), "+bf.mexists".to_string()]);
+        if exists {
+            acl.push("+exists".into());
+        } else {
+            acl.push("-exists".into());
+        }
+        set_user(&url, &acl);
+        let mut options = options_as(&url, &user, "pw", &prefix);
+        options.filter_backend = Some(idemgate::store::redis::FilterBackend::RedisBloom);
+        let store = RedisStore::connect(&options, streams()).await;
+        let round = match &store {
+            Ok(store) => full_round(store, &salt, 0).await,
+            Err(_) => Ok(()),
+        };
+        set_user(&url, &[user.clone(), "off".into()]);
+        let store = store.unwrap_or_else(|e| panic!("exists {exists}: connect: {e}"));
+        round.unwrap_or_else(|e| panic!("exists {exists}: a round: {e}"));
+        drop(store);
+    }
+}
+
 #[tokio::test]
 async fn a_full_server_and_a_read_only_replica_are_refused_at_connect() {
     let prefix = format!("{}:", unique("acl-start"));
