@@ -6,10 +6,9 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use redis::{RedisResult, Value};
-use tracing::warn;
 
 use super::round::{self, claim_command, existing, noscript, values, Answers, Plan};
-use super::tier2::{self, counter_key, BloomWrite, Item, Want};
+use super::tier2::{self, counter_key};
 use super::{protocol, tier1, unparsable, watermarks, Keyed, RedisStore};
 use crate::store::judge::{judge_reset, ResetMarks, Verdict};
 use crate::store::value::ClaimValue;
@@ -125,28 +124,9 @@ impl ClaimStore for RedisStore {
             .identities
             .judge(std::mem::take(&mut answers.identities))?;
         let mut in_filter = tier2::hits(&plan.probe_map, answers.probes, claims.len())?;
-        let found = std::mem::take(&mut answers.overflow_reads)
-            .into_iter()
-            .map(tier2::exists)
-            .collect::<Result<Vec<_>, _>>()?;
-        if found.len() != plan.asked.len() {
-            return Err(StoreError::Protocol(
-                "overflow part checks answered short".into(),
-            ));
-        }
-        let skipped = plan.skipped_overflow(&clear, &found);
-        self.learn_overflow(&plan.asked, &found);
-        if !skipped.is_empty() {
-            // An overflow part this round left out exists now: it is probed
-            // before the round answers.
-            let want = Want::Overflow(&skipped);
-            let (commands, map) =
-                tier2::probes(self.filter_backend, &self.prefix, &plan.probed, want);
-            let found = tier2::hits(&map, self.conn.run(commands).await?, claims.len())?;
-            for (hit, found) in in_filter.iter_mut().zip(found) {
-                *hit |= found;
-            }
-        }
+        let asked = std::mem::take(&mut answers.overflow_reads);
+        self.overflow_follow_up(&plan, &clear, asked, &mut in_filter)
+            .await?;
         let judged = Judged {
             in_filter: &in_filter,
             marks: &marks,
@@ -242,88 +222,6 @@ impl ClaimStore for RedisStore {
 }
 
 impl RedisStore {
-    fn insert_commands(&self, items: &[Item<'_>]) -> (Vec<Keyed>, Vec<Option<BloomWrite>>) {
-        // A poisoned lock only loses what was learnt of full generations:
-        // inserts then try the generation first again, which stays correct.
-        let full = self.full.lock().map(|f| f.clone()).unwrap_or_default();
-        round::insert_commands(self.filter_backend, &self.prefix, items, &full)
-    }
-
-    /// Tier-2 inserts as a trip of their own, overflow included.
-    async fn insert(&self, items: &[Item<'_>]) -> Result<(), StoreError> {
-        let (commands, watch) = self.insert_commands(items);
-        let answers = self.conn.run(commands).await?;
-        self.after_inserts(watch, answers).await
-    }
-
-    /// Checks a trip's insert answers; whatever a full RedisBloom
-    /// generation refused goes to its overflow part, and the generation is
-    /// remembered as full (warned about once).
-    async fn after_inserts(
-        &self,
-        watch: Vec<Option<BloomWrite>>,
-        answers: Vec<RedisResult<Value>>,
-    ) -> Result<(), StoreError> {
-        let mut overflow = Vec::new();
-        for (write, answer) in watch.iter().zip(answers) {
-            let Some(write) = write else {
-                tier2::check(answer)?;
-                continue;
-            };
-            let Some(refused) = tier2::refused(write, answer)? else {
-                continue;
-            };
-            self.remember_full(write);
-            overflow.extend(tier2::overflow(write, &refused));
-        }
-        if !overflow.is_empty() {
-            for answer in self.conn.run(overflow).await? {
-                tier2::check(answer)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// What a round found of the probed generations' overflow parts: those
-    /// absent are probed without them from now on.
-    fn learn_overflow(&self, asked: &[(usize, i64)], found: &[bool]) {
-        let Ok(mut clear) = self.clear.lock() else {
-            return;
-        };
-        for (&(stream, epoch), &exists) in asked.iter().zip(found) {
-            if exists {
-                clear.remove(&(stream, epoch));
-            } else {
-                // Generations long expired are forgotten, so the set stays
-                // small.
-                clear.retain(|&(s, e)| s != stream || e + 16 >= epoch);
-                clear.insert((stream, epoch));
-            }
-        }
-    }
-
-    fn remember_full(&self, write: &BloomWrite) {
-        if let Ok(mut clear) = self.clear.lock() {
-            clear.remove(&(write.stream, write.epoch));
-        }
-        let Ok(mut full) = self.full.lock() else {
-            return;
-        };
-        // Generations long expired are forgotten, so the set stays small.
-        full.retain(|&(stream, epoch)| stream != write.stream || epoch + 16 >= write.epoch);
-        if full.insert((write.stream, write.epoch)) {
-            let stream = self
-                .streams
-                .get(write.stream)
-                .map_or("?", |s| s.name.as_str());
-            warn!(
-                stream,
-                epoch = write.epoch,
-                "filter generation full: inserts go to its overflow part; raise peak_rate"
-            );
-        }
-    }
-
     /// Scripts the server did not know (`NOSCRIPT`: a restart, a failover,
     /// `SCRIPT FLUSH`) are sent again as `EVAL`, and the watermarks read
     /// again after them, with the claims of the keys whose done flags or

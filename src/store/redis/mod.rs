@@ -36,6 +36,7 @@ mod restore;
 mod round;
 mod tier1;
 mod tier2;
+mod tier2_trips;
 mod watermarks;
 
 use std::collections::HashMap;
