@@ -317,11 +317,11 @@ impl Kafka {
     /// Formats a fresh log under `dir/kafka` and starts the broker.
     pub fn start(libs: &Path, dir: &Path) -> Result<Kafka> {
         let dir = dir.join("kafka");
-        std::fs::create_dir_all(dir.join("log"))?;
+        std::fs::create_dir_all(Kafka::data_in(&dir))?;
         let (port, controller) = free_port_pair();
         std::fs::write(
             dir.join("server.properties"),
-            crate::tools::server_properties(&dir.join("log"), port, controller),
+            crate::tools::server_properties(&Kafka::data_in(&dir), port, controller),
         )?;
         std::fs::write(dir.join("log4j2.properties"), crate::tools::BROKER_LOG4J)?;
         let cluster = crate::tools::run(libs, "kafka.tools.StorageTool", &["random-uuid"])?;
@@ -347,6 +347,21 @@ impl Kafka {
         };
         kafka.spawn()?;
         Ok(kafka)
+    }
+
+    /// The broker's log folder (`log.dirs`): its topics' data, beside its
+    /// own log files in `dir`.
+    fn data_in(dir: &Path) -> PathBuf {
+        dir.join("log")
+    }
+
+    /// Stops the broker and removes its topics' data, keeping its log
+    /// files: a deleted topic waits in a `-delete` folder for a minute
+    /// before the broker removes it, and a broker stopped sooner leaves it.
+    pub fn stop_and_remove_data(mut self) -> Result<()> {
+        self.stop()?;
+        std::fs::remove_dir_all(Kafka::data_in(&self.dir))?;
+        Ok(())
     }
 
     fn spawn(&mut self) -> Result<()> {

@@ -376,5 +376,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
         std::fs::write(&json, serde_json::to_string_pretty(&report)?)?;
         eprintln!("wrote {} and {}", md.display(), json.display());
     }
+    // Gigabytes of topic data otherwise stay in the run's folder.
+    setup.broker.server.stop_and_remove_data()?;
     Ok(())
 }
