@@ -22,10 +22,10 @@
 //! refused items go to its overflow part before the round answers; an
 //! overflow part a round left out of its probes (an earlier round found it
 //! absent) and that the round finds exists now is probed before the round
-//! answers; a
-//! record that met its own claim from an earlier owner re-stamps it by
-//! compare and set. Nothing is ever taken over and no claim has a lease:
-//! claims are settled by the watermarks and done flags alone.
+//! answers; a record that met its own claim from an earlier owner
+//! re-stamps it by compare and set. Nothing is ever taken over and no
+//! claim has a lease: claims are settled by the watermarks and done flags
+//! alone.
 
 mod claims;
 mod conn;

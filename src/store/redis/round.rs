@@ -2,9 +2,8 @@
 //! the contract fixes (tier-2 inserts; raises, done flags, releases; the
 //! watermark read; the store identity beside the claims; claims with their
 //! tier-2 probes, then whether the probed generations' overflow parts
-//! exist), and how
-//! their answers come apart again. No I/O here: `claims.rs` sends what
-//! this builds.
+//! exist), and how their answers come apart again. No I/O here:
+//! `claims.rs` sends what this builds.
 
 use std::collections::{HashMap, HashSet};
 
@@ -173,9 +172,10 @@ impl<'a> Plan<'a> {
     }
 
     /// The round's commands in contract order; `inserts` are those of this
-    /// trip (none where they went ahead on their own). The claims and the
-    /// probes go with it (moved, not copied: one of each per record); a
-    /// claim sent again is built again (`claim_command`).
+    /// trip (none where they went ahead on their own). The claims, the
+    /// probes and the overflow checks go with it (moved, not copied: one
+    /// claim and its probes per record); a claim sent again is built again
+    /// (`claim_command`).
     pub(crate) fn trip(
         &mut self,
         scripts: &Scripts,
@@ -199,7 +199,7 @@ impl<'a> Plan<'a> {
         commands.extend(self.identities.commands().iter().cloned());
         commands.extend(std::mem::take(&mut self.claims));
         commands.extend(std::mem::take(&mut self.probes));
-        commands.extend(self.overflow_reads.iter().cloned());
+        commands.extend(std::mem::take(&mut self.overflow_reads));
         (commands, move |answers| layout.split(answers))
     }
 

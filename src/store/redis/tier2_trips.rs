@@ -5,6 +5,8 @@
 //! parts found absent (docs/design.md §5). What the commands are is
 //! `tier2.rs`.
 
+use std::collections::HashSet;
+
 use redis::{RedisResult, Value};
 use tracing::warn;
 
@@ -69,10 +71,7 @@ impl RedisStore {
             if exists {
                 clear.remove(&(stream, epoch));
             } else {
-                // Generations long expired are forgotten, so the set stays
-                // small.
-                clear.retain(|&(s, e)| s != stream || e + 16 >= epoch);
-                clear.insert((stream, epoch));
+                remember(&mut clear, (stream, epoch));
             }
         }
     }
@@ -84,9 +83,7 @@ impl RedisStore {
         let Ok(mut full) = self.full.lock() else {
             return;
         };
-        // Generations long expired are forgotten, so the set stays small.
-        full.retain(|&(stream, epoch)| stream != write.stream || epoch + 16 >= write.epoch);
-        if full.insert((write.stream, write.epoch)) {
+        if remember(&mut full, (write.stream, write.epoch)) {
             let stream = self
                 .streams
                 .get(write.stream)
@@ -131,4 +128,13 @@ impl RedisStore {
         }
         Ok(())
     }
+}
+
+/// Adds a generation to a set of them (full ones, or those without an
+/// overflow part), forgetting the stream's generations long expired so the
+/// set stays small; whether it was new.
+fn remember(generations: &mut HashSet<(usize, i64)>, (stream, epoch): (usize, i64)) -> bool {
+    const KEPT_EPOCHS: i64 = 16;
+    generations.retain(|&(s, e)| s != stream || e + KEPT_EPOCHS >= epoch);
+    generations.insert((stream, epoch))
 }
