@@ -123,13 +123,7 @@ async fn may_ask_overflow(conn: &Conn, prefix: &str, backend: FilterBackend) -> 
     if backend != FilterBackend::RedisBloom {
         return false;
     }
-    let key = format!("{prefix}dryrun-exists");
-    let mut cmd = redis::cmd("EXISTS");
-    cmd.arg(&key);
-    let asked = Keyed {
-        key: key.into_bytes(),
-        cmd,
-    };
+    let asked = tier2::exists_cmd(format!("{prefix}dryrun-exists"));
     let error = match conn.run(vec![asked]).await {
         Ok(answers) => match answers.into_iter().next() {
             Some(Ok(_)) => return true,

@@ -102,18 +102,22 @@ pub(crate) fn overflow_reads(
     generations
         .into_iter()
         .map(|((stream, epoch), key_id)| {
-            let key = overflow_key(prefix, key_id, epoch);
-            let mut cmd = redis::cmd("EXISTS");
-            cmd.arg(&key);
             (
-                Keyed {
-                    key: key.into_bytes(),
-                    cmd,
-                },
+                exists_cmd(overflow_key(prefix, key_id, epoch)),
                 (stream, epoch),
             )
         })
         .unzip()
+}
+
+/// `EXISTS key`, routed by its key.
+pub(crate) fn exists_cmd(key: String) -> Keyed {
+    let mut cmd = redis::cmd("EXISTS");
+    cmd.arg(&key);
+    Keyed {
+        key: key.into_bytes(),
+        cmd,
+    }
 }
 
 /// An `EXISTS` answer.
