@@ -64,7 +64,7 @@ impl Worker {
         // Until acknowledged, out of patience, or the breaker says the
         // store is down (the next owner settles what is left).
         while self.clock.now() < deadline && p.breaker.allows(self.clock.now()) {
-            let Some(round) = p.flight.take_round(self.clock.now(), 0, self.token) else {
+            let Some(round) = p.flight.take_last_round(self.clock.now(), self.token) else {
                 break;
             };
             if round.publish.is_empty() {

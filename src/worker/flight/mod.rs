@@ -35,6 +35,8 @@ mod round;
 mod state;
 pub(crate) use state::{Owned, Partition, Record, Resume, Stage};
 #[cfg(test)]
+mod settle_tests;
+#[cfg(test)]
 mod tests;
 mod txn;
 #[cfg(test)]

@@ -16,12 +16,39 @@ impl Flight {
         max_claims: usize,
         token: OwnerToken,
     ) -> Option<Round> {
+        self.take(now, max_claims, token, !self.transactional)
+    }
+
+    /// A handover's last round: the publish of everything delivered, a
+    /// done flag on every record left above its watermark, no claims.
+    pub(crate) fn take_last_round(&mut self, now: Instant, token: OwnerToken) -> Option<Round> {
+        self.take(now, 0, token, false)
+    }
+
+    /// `wait_for_raises`: at least once, a delivered record above its
+    /// partition's delivered prefix, with only outputs in flight below it
+    /// (`Sending`), is left for a later round instead of given a done flag:
+    /// the raise that comes once those are delivered settles it with the
+    /// rest. Outputs of one batch are reported a produce request at a
+    /// time, out of their input's order, and a round sent at the first
+    /// report would otherwise set a done flag on about two records in five
+    /// (docs/design.md §4.3). A hole that may last (a record waiting on
+    /// another's claim, a backoff, a claim to come) never holds one back:
+    /// those records are why done flags exist (partitions do not wait on
+    /// each other).
+    fn take(
+        &mut self,
+        now: Instant,
+        max_claims: usize,
+        token: OwnerToken,
+        wait_for_raises: bool,
+    ) -> Option<Round> {
         let mut round = Round::default();
         // Exactly once writes tier 2 before the transaction commits.
         let early_inserts = self.transactional;
         // Per partition, the end of the delivered prefix a raise in this
         // round vouches for: settlements below it need no done flag.
-        let mut covered_by: Vec<(Tp, i64)> = Vec::new();
+        let mut covered_by: Vec<(Tp, i64, i64)> = Vec::new();
         for (tp, partition) in &self.partitions {
             if !partition.fresh {
                 round.read.push(StreamId(partition.stream));
@@ -52,14 +79,15 @@ impl Flight {
                 });
                 round.raise_of.push((tp.clone(), RaiseFor::Prefix(end)));
             }
-            partition_covered(&mut covered_by, tp, partition, end);
+            partition_covered(&mut covered_by, tp, partition, end, wait_for_raises);
         }
         // Settlements: everything delivered since the last round.
+        let mut later = Vec::new();
         for (tp, offset) in std::mem::take(&mut self.to_settle) {
-            let covered = covered_by
+            let (covered, in_flight_to) = covered_by
                 .iter()
-                .find(|(t, _)| *t == tp)
-                .map_or(i64::MIN, |(_, end)| *end);
+                .find(|(t, ..)| *t == tp)
+                .map_or((i64::MIN, i64::MIN), |(_, end, to)| (*end, *to));
             let Some(partition) = self.partitions.get_mut(&tp) else {
                 continue;
             };
@@ -73,6 +101,10 @@ impl Flight {
             let Some(owned) = record.claim.as_mut() else {
                 continue;
             };
+            if !owned.release && offset >= covered && offset < in_flight_to {
+                later.push((tp, offset));
+                continue;
+            }
             if let Some(at) = owned.insert {
                 round.publish.inserts.push(Insert {
                     stream,
@@ -90,6 +122,7 @@ impl Flight {
             record.stage = Stage::Settling;
             round.settling_of.push((tp, offset));
         }
+        self.to_settle = later;
         // Claims: what is ready, oldest first.
         while round.claims.len() < max_claims {
             let Some((tp, offset)) = self.to_claim.pop_front() else {
@@ -189,15 +222,34 @@ impl Flight {
     }
 }
 
-/// Notes the end of the delivered prefix a raise of this round covers, for
-/// a partition whose raises hold (its watermark read, its range gap-free).
+/// Notes, for a partition whose raises hold (its watermark read, its range
+/// gap-free), the end of the delivered prefix a raise of this round covers
+/// and, when `wait_for_raises`, the end of the run above it of records
+/// delivered or with their outputs in flight: a delivered record below that
+/// end is settled by a later raise (see `take`).
 fn partition_covered(
-    covered_by: &mut Vec<(Tp, i64)>,
+    covered_by: &mut Vec<(Tp, i64, i64)>,
     tp: &Tp,
     partition: &super::Partition,
     end: i64,
+    wait_for_raises: bool,
 ) {
-    if partition.fresh && partition.gap_free {
-        covered_by.push((tp.clone(), end));
+    if !(partition.fresh && partition.gap_free) {
+        return;
     }
+    let in_flight_to = if wait_for_raises {
+        partition
+            .records
+            .range(end..)
+            .find(|(_, r)| {
+                !matches!(
+                    r.stage,
+                    Stage::Sending | Stage::Delivered | Stage::Settling | Stage::Finished
+                )
+            })
+            .map_or(i64::MAX, |(&offset, _)| offset)
+    } else {
+        i64::MIN
+    };
+    covered_by.push((tp.clone(), end, in_flight_to));
 }
