@@ -27,6 +27,16 @@ fn two_of_three_delivered() -> Flight {
     f
 }
 
+/// The offsets whose done flags a round sets.
+fn flagged(round: &Round) -> Vec<i64> {
+    round
+        .publish
+        .done
+        .iter()
+        .map(|held| held.holder.offset)
+        .collect()
+}
+
 fn report(f: &mut Flight, offset: i64, outcome: Result<(), Failure>) {
     let epoch = f.record(&tp(0), offset).expect("record").epoch;
     f.reported(&tp(0), offset, epoch, outcome, Instant::now());
@@ -59,13 +69,7 @@ fn a_record_delivered_above_a_failed_output_gets_its_done_flag_at_once() {
     report(&mut f, 0, Err(Failure::Retry("timed out".into())));
     assert!(matches!(stage(&f, 0, 0), Stage::Backoff { .. }));
     let round = answer_all(&mut f, vec![]);
-    let flagged: Vec<i64> = round
-        .publish
-        .done
-        .iter()
-        .map(|held| held.holder.offset)
-        .collect();
-    assert_eq!(flagged, vec![1, 2]);
+    assert_eq!(flagged(&round), vec![1, 2]);
     assert_eq!(stage(&f, 0, 2), Stage::Finished);
 }
 
@@ -76,11 +80,5 @@ fn a_handovers_last_round_flags_every_record_left_above_the_watermark() {
         .take_last_round(Instant::now(), TOKEN)
         .expect("the done flags of records 1 and 2");
     assert!(round.claims.is_empty());
-    let flagged: Vec<i64> = round
-        .publish
-        .done
-        .iter()
-        .map(|held| held.holder.offset)
-        .collect();
-    assert_eq!(flagged, vec![1, 2]);
+    assert_eq!(flagged(&round), vec![1, 2]);
 }
