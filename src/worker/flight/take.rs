@@ -49,6 +49,9 @@ impl Flight {
         // Per partition, the end of the delivered prefix a raise in this
         // round vouches for: settlements below it need no done flag.
         let mut covered_by: Vec<(Tp, i64, i64)> = Vec::new();
+        // The run of outputs in flight is looked for only when something
+        // is to be settled.
+        let scan_for_raises = wait_for_raises && !self.to_settle.is_empty();
         for (tp, partition) in &self.partitions {
             if !partition.fresh {
                 round.read.push(StreamId(partition.stream));
@@ -79,7 +82,7 @@ impl Flight {
                 });
                 round.raise_of.push((tp.clone(), RaiseFor::Prefix(end)));
             }
-            partition_covered(&mut covered_by, tp, partition, end, wait_for_raises);
+            partition_covered(&mut covered_by, tp, partition, end, scan_for_raises);
         }
         // Settlements: everything delivered since the last round.
         let mut later = Vec::new();
