@@ -85,6 +85,15 @@ pub enum Invalid {
     /// empty: hashing nothing would make every such record a duplicate.
     #[error("payload is empty")]
     EmptyPayload,
+    /// The payload gives a key on the identity's path more than once in one
+    /// object: a listed field, an object on its path or a key inside its
+    /// value (under `payload`, any key outside the ignored paths). JSON
+    /// readers disagree on which value wins, so hashing the one serde_json
+    /// keeps could dedupe another event than a downstream reader sees
+    /// (docs/design.md §10). `key` is the dotted path, `[]` for an array's
+    /// items.
+    #[error("key `{key}` is given more than once in its object: readers disagree on its value")]
+    DuplicateKey { key: String },
     /// A `fields` profile with no fields would give every record one hash;
     /// refusing each record fails safe (to the audit topic) instead of
     /// suppressing the stream.
@@ -114,6 +123,7 @@ impl Invalid {
             Invalid::EmptyKey => "empty-key",
             Invalid::EmptyPayload => "empty-payload",
             Invalid::NoFields => "no-fields",
+            Invalid::DuplicateKey { .. } => "duplicate-key",
         }
     }
 }

@@ -86,6 +86,10 @@ pub(super) struct Tree {
     arena: Vec<u8>,
     item_stack: Vec<u32>,
     entry_stack: Vec<Entry>,
+    /// An object gave a key twice: the reference decides such a record
+    /// (`duplicate-key` where the key is on the identity's path), so the
+    /// parse gives up, costing nothing to records without one.
+    duplicate: bool,
 }
 
 impl Tree {
@@ -97,6 +101,7 @@ impl Tree {
             arena: Vec::new(),
             item_stack: Vec::new(),
             entry_stack: Vec::new(),
+            duplicate: false,
         }
     }
 
@@ -109,6 +114,7 @@ impl Tree {
         self.arena.clear();
         self.item_stack.clear();
         self.entry_stack.clear();
+        self.duplicate = false;
     }
 
     /// Whether any buffer has grown past `limit` bytes.
@@ -133,7 +139,7 @@ impl Tree {
         };
         let root = parser.value(0)?;
         parser.skip_ws();
-        (parser.pos == input.len()).then_some(root)
+        (parser.pos == input.len() && !self.duplicate).then_some(root)
     }
 
     #[inline]
@@ -300,12 +306,14 @@ impl Tree {
     }
 
     /// Sorts the object's entries (from `base` on the entry stack) by key
-    /// bytes, keeps the last of equal keys, and stores them.
+    /// bytes, keeps the last of equal keys (noting that there were some),
+    /// and stores them.
     fn close_object(&mut self, input: &[u8], base: usize) -> Span {
         let Tree {
             entries,
             arena,
             entry_stack,
+            duplicate,
             ..
         } = self;
         let key = |span: Span| -> &[u8] {
@@ -324,7 +332,9 @@ impl Tree {
             let superseded = pending
                 .get(index + 1)
                 .is_some_and(|next| next.prefix == entry.prefix && key(next.key) == key(entry.key));
-            if !superseded {
+            if superseded {
+                *duplicate = true;
+            } else {
                 entries.push(*entry);
             }
         }

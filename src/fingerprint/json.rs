@@ -12,6 +12,7 @@
 //! everything serde_json has visited before a number is valid JSON, and
 //! outside strings only a number starts with `-` or a digit.
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -46,18 +47,44 @@ pub(crate) struct Num {
 
 /// Parses a payload as `serde_json::from_slice::<Value>` does, with the
 /// same errors.
+#[cfg(test)]
 pub(crate) fn parse(payload: &[u8]) -> Result<Json, serde_json::Error> {
+    parse_noting_duplicates(payload).map(|parsed| parsed.value)
+}
+
+/// A parsed payload, and every key an object of it gives more than once.
+pub(crate) struct Parsed {
+    /// The tree, the last of equal keys kept, as serde_json keeps it.
+    pub(crate) value: Json,
+    /// The path of each key given twice (or more) in its object, from the
+    /// root: object keys, and [`ARRAY_STEP`] for a step into an array.
+    /// Readers disagree on which of the values wins (docs/design.md §10), so
+    /// a key on an identity's path is refused, never hashed on one of them.
+    pub(crate) duplicates: Vec<Vec<String>>,
+}
+
+/// The step into an array's items in a [`Parsed::duplicates`] path: a dot
+/// cannot be a segment of a dotted field path, so it never matches one.
+pub(crate) const ARRAY_STEP: &str = ".";
+
+/// [`parse`], noting the keys given twice.
+pub(crate) fn parse_noting_duplicates(payload: &[u8]) -> Result<Parsed, serde_json::Error> {
     let mut deserializer = serde_json::Deserializer::from_slice(payload);
     let mut literals = Literals {
         input: payload,
         pos: 0,
+        path: Vec::new(),
+        duplicates: Vec::new(),
     };
     let value = Seed {
         literals: &mut literals,
     }
     .deserialize(&mut deserializer)?;
     deserializer.end()?;
-    Ok(value)
+    Ok(Parsed {
+        value,
+        duplicates: literals.duplicates,
+    })
 }
 
 /// The JSON type of a value, as named in `WrongType` errors.
@@ -72,10 +99,15 @@ pub(crate) fn type_name(value: &Json) -> &'static str {
     }
 }
 
-/// The number tokens of a payload, in document order.
+/// The number tokens of a payload, in document order; and, as the parse
+/// walks the tree, where it is and which keys it met twice.
 struct Literals<'a> {
     input: &'a [u8],
     pos: usize,
+    /// The keys (and array steps) from the root to the value being read:
+    /// each key is moved in while its value is read, then moved back out.
+    path: Vec<String>,
+    duplicates: Vec<Vec<String>>,
 }
 
 impl<'a> Literals<'a> {
@@ -184,11 +216,13 @@ impl<'de> Visitor<'de> for Seed<'_, '_> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Json, A::Error> {
         let literals = self.literals;
         let mut items = Vec::new();
+        literals.path.push(ARRAY_STEP.to_owned());
         while let Some(item) = seq.next_element_seed(Seed {
             literals: &mut *literals,
         })? {
             items.push(item);
         }
+        literals.path.pop();
         Ok(Json::Array(items))
     }
 
@@ -196,10 +230,24 @@ impl<'de> Visitor<'de> for Seed<'_, '_> {
         let literals = self.literals;
         let mut object = Object::new();
         while let Some(key) = map.next_key::<String>()? {
+            literals.path.push(key);
             let value = map.next_value_seed(Seed {
                 literals: &mut *literals,
             })?;
-            object.insert(key, value);
+            let Some(key) = literals.path.pop() else {
+                return Err(de::Error::custom("the parse lost its path"));
+            };
+            match object.entry(key) {
+                Entry::Vacant(entry) => {
+                    entry.insert(value);
+                }
+                Entry::Occupied(mut entry) => {
+                    let mut at = literals.path.clone();
+                    at.push(entry.key().clone());
+                    literals.duplicates.push(at);
+                    entry.insert(value);
+                }
+            }
         }
         Ok(Json::Object(object))
     }

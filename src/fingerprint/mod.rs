@@ -50,6 +50,8 @@ mod profile;
 mod profile_tests;
 
 #[cfg(test)]
+mod duplicate_key_tests;
+#[cfg(test)]
 mod fast_tests;
 #[cfg(test)]
 mod keys_tests;
@@ -174,7 +176,10 @@ pub fn fingerprint_reference(
             limit: max_bytes,
         });
     }
-    let mut parsed = json::parse(payload);
+    let (mut parsed, duplicates) = match json::parse_noting_duplicates(payload) {
+        Ok(parsed) => (Ok(parsed.value), parsed.duplicates),
+        Err(error) => (Err(error), Vec::new()),
+    };
     if let Ok(value) = &mut parsed {
         ignore::remove(value, &profile.ignore);
     }
@@ -192,6 +197,12 @@ pub fn fingerprint_reference(
         }
         Identity::Payload { raw: false } => {
             json(payload, &parsed)?;
+            if let Some(key) = duplicates
+                .iter()
+                .find(|key| !profile.ignore.iter().any(|path| holds(path, key)))
+            {
+                return Err(duplicate_key(key));
+            }
             // Parsed, so `canonical` is present.
             hash(
                 TAG_PAYLOAD,
@@ -211,6 +222,12 @@ pub fn fingerprint_reference(
             };
             let mut entries = Vec::with_capacity(specs.len());
             for spec in specs {
+                if let Some(key) = duplicates
+                    .iter()
+                    .find(|key| holds(&spec.name, key) || is_on_path(key, &spec.name))
+                {
+                    return Err(duplicate_key(key));
+                }
                 let value = normalise::lookup(root, &spec.name)?;
                 entries.push((
                     &spec.name,
@@ -285,6 +302,39 @@ fn record_key<'a>(record: &RecordView<'a>) -> Result<&'a [u8], Invalid> {
         Some([]) => Err(Invalid::EmptyKey),
         Some(key) => Ok(key),
     }
+}
+
+/// The dotted path `outer` is `key`'s path or one of its objects: `key`
+/// lies in (or is) the value at `outer`.
+fn holds(outer: &str, key: &[String]) -> bool {
+    let mut steps = key.iter();
+    outer
+        .split('.')
+        .all(|segment| steps.next().is_some_and(|step| step == segment))
+}
+
+/// `key` is an object on the dotted path `inner` (or the path itself).
+fn is_on_path(key: &[String], inner: &str) -> bool {
+    let mut segments = inner.split('.');
+    key.iter()
+        .all(|step| segments.next().is_some_and(|segment| segment == step))
+}
+
+/// A duplicated key's error, its path written dotted, `[]` for an array's
+/// items.
+fn duplicate_key(key: &[String]) -> Invalid {
+    let mut dotted = String::new();
+    for step in key {
+        if step == json::ARRAY_STEP {
+            dotted.push_str("[]");
+        } else {
+            if !dotted.is_empty() {
+                dotted.push('.');
+            }
+            dotted.push_str(step);
+        }
+    }
+    Invalid::DuplicateKey { key: dotted }
 }
 
 /// Sets the value at a dotted path that `normalise::lookup` has already
