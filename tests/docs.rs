@@ -109,7 +109,10 @@ fn anchors(text: &str) -> BTreeSet<String> {
 fn slugs_follow_github() {
     assert_eq!(slug(" 12. Known limits"), "12-known-limits");
     assert_eq!(slug(" `[store]`"), "store");
-    assert_eq!(slug(" The store user's rights (Redis)"), "the-store-users-rights-redis");
+    assert_eq!(
+        slug(" The store user's rights (Redis)"),
+        "the-store-users-rights-redis"
+    );
     let page = "# A\n## B c\n```\n# not a heading\n```\n## B c\n";
     let want: BTreeSet<String> = ["a", "b-c", "b-c-1"].map(String::from).into();
     assert_eq!(anchors(page), want);
@@ -127,7 +130,11 @@ fn every_relative_link_of_the_docs_resolves() {
     let mut checked = 0;
     for page in pages() {
         let text = read(&page);
-        let name = page.strip_prefix(repo()).unwrap_or(&page).display().to_string();
+        let name = page
+            .strip_prefix(repo())
+            .unwrap_or(&page)
+            .display()
+            .to_string();
         for link in links(&text) {
             if link.contains("://") || link.starts_with("mailto:") {
                 continue;
@@ -153,6 +160,13 @@ fn every_relative_link_of_the_docs_resolves() {
             }
         }
     }
-    assert!(checked > 20, "only {checked} links found: is the parser right?");
-    assert!(problems.is_empty(), "broken links:\n{}", problems.join("\n"));
+    assert!(
+        checked > 20,
+        "only {checked} links found: is the parser right?"
+    );
+    assert!(
+        problems.is_empty(),
+        "broken links:\n{}",
+        problems.join("\n")
+    );
 }

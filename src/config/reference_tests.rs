@@ -133,17 +133,17 @@ fn documented() -> BTreeMap<String, usize> {
             let name = name
                 .strip_prefix('`')
                 .and_then(|n| n.strip_suffix('`'))
-                .unwrap_or_else(|| panic!("docs/configuration.md: `{name}` is not a field name in backticks"));
+                .unwrap_or_else(|| {
+                    panic!("docs/configuration.md: `{name}` is not a field name in backticks")
+                });
             // A name that repeats its table (`kafka.consumer` under
             // `[kafka]`) is already a full path.
-            let full = if table.is_empty()
-                || name == table
-                || name.starts_with(&format!("{table}."))
-            {
-                name.to_string()
-            } else {
-                format!("{table}.{name}")
-            };
+            let full =
+                if table.is_empty() || name == table || name.starts_with(&format!("{table}.")) {
+                    name.to_string()
+                } else {
+                    format!("{table}.{name}")
+                };
             *found.entry(full).or_insert(0) += 1;
         }
     }
@@ -188,7 +188,9 @@ fn the_configuration_reference_lists_every_field_once_and_nothing_else() {
             .iter()
             .any(|(map, shape)| *shape == Shape::Map && path.starts_with(&format!("{map}.")));
         if !accepted.contains_key(path) && !below_a_map {
-            problems.push(format!("{path} is documented but no config struct accepts it"));
+            problems.push(format!(
+                "{path} is documented but no config struct accepts it"
+            ));
         }
     }
     assert!(

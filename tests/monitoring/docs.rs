@@ -75,9 +75,9 @@ fn the_documented_metric_table_lists_every_metric_of_the_catalog_with_its_type_a
     for (name, want) in &declared {
         match documented.get(name) {
             None => problems.push(format!("{name} {want:?} is missing")),
-            Some(got) if got != want => {
-                problems.push(format!("{name}: the docs have {got:?}, the catalog {want:?}"))
-            }
+            Some(got) if got != want => problems.push(format!(
+                "{name}: the docs have {got:?}, the catalog {want:?}"
+            )),
             Some(_) => {}
         }
     }
@@ -105,12 +105,17 @@ fn every_metric_the_docs_name_is_exported() {
         .collect();
     pages.sort();
     assert!(
-        pages.iter().any(|p| p.ends_with(MONITORING)) && pages.iter().any(|p| p.ends_with("design.md")),
+        pages.iter().any(|p| p.ends_with(MONITORING))
+            && pages.iter().any(|p| p.ends_with("design.md")),
         "docs/ holds monitoring.md and design.md: {pages:?}"
     );
     files.extend(pages);
     for path in files {
-        let file = path.strip_prefix(repo()).unwrap_or(&path).display().to_string();
+        let file = path
+            .strip_prefix(repo())
+            .unwrap_or(&path)
+            .display()
+            .to_string();
         for name in metric_names(&read(&path)) {
             let bare_prefix = PREFIXES.contains(&name.as_str());
             if !bare_prefix && exported(&name).is_err() && !CATALOG.iter().any(|m| m.name == name) {
