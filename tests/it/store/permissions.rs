@@ -113,7 +113,7 @@ async fn full_round(store: &dyn ClaimStore, salt: &str, base: i64) -> Result<(),
 }
 
 #[tokio::test]
-async fn the_user_readme_documents_can_run_every_round() {
+async fn the_documented_user_can_run_every_round() {
     let redis = RedisServer::start("acl-documented", ServerOptions::default());
     let salt = unique("acl-documented");
     let prefix = format!("{salt}:");
