@@ -50,8 +50,8 @@ EXPOSE 9464
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
     CMD ["/usr/local/bin/idemgate-healthcheck"]
 # SIGTERM (docker stop, a Kubernetes pod deletion) makes idemgate finish the batch in
-# flight, publish and commit before it exits: give it the grace period the README's
-# "Run it on Kubernetes" section gives.
+# flight, publish and commit before it exits: give it the grace period docs/kubernetes.md
+# gives.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/idemgate"]
 CMD ["run", "--config", "/etc/idemgate/idemgate.toml"]

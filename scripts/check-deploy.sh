@@ -6,7 +6,7 @@
 #   2. scripts/build-release.sh, the Dockerfile's build command, builds the release binary;
 #   3. helm lint --strict, with the default values and with every optional part on
 #      (deploy/helm/idemgate/ci/all-on-values.yaml);
-#   4. helm template with both and with the values README.md shows, and
+#   4. helm template with both and with the values docs/kubernetes.md shows, and
 #      scripts/deploy-check/validate.py validates the output offline: core objects against
 #      the Kubernetes JSON schemas (strict), the PodMonitor, PrometheusRule and
 #      ScaledObject against their CRD schemas, and what ties them together (selectors,
@@ -168,12 +168,12 @@ step "helm lint --strict (helm $("$helm" version --short))"
 "$helm" lint --strict --kube-version "$KUBE_VERSION" "$CHART" -f "$ALL_ON" 2> >(quiet_link)
 
 # --- 4. render and validate ------------------------------------------------------------
-step "helm template (defaults; every optional part on; the README's values) and offline schema validation"
+step "helm template (defaults; every optional part on; the documented values) and offline schema validation"
 "$helm" template idemgate "$CHART" --kube-version "$KUBE_VERSION" >"$out/default.yaml" 2> >(quiet_link)
 "$helm" template idemgate "$CHART" --kube-version "$KUBE_VERSION" -f "$ALL_ON" \
   >"$out/all-on.yaml" 2> >(quiet_link)
-# The values the README's "Run it on Kubernetes" section shows, so that they stay right.
-python3 - README.md "$out/readme-values.yaml" <<'EOF' || die "README.md: no yaml block after '**3. Write your values**'"
+# The values docs/kubernetes.md shows ("3. Write your values"), so that they stay right.
+python3 - docs/kubernetes.md "$out/readme-values.yaml" <<'EOF' || die "docs/kubernetes.md: no yaml block after '**3. Write your values**'"
 import sys
 text = open(sys.argv[1]).read()
 start = text.index("```yaml\n", text.index("**3. Write your values**")) + len("```yaml\n")

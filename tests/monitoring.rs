@@ -9,7 +9,8 @@
 //!   recording rule for `promtool check rules`);
 //! - every metric the dashboard, the rules and their tests name is one that
 //!   idemgate exports, and every exported metric is on the dashboard;
-//! - README.md's metric table lists every metric with its type and labels.
+//! - docs/monitoring.md's metric table lists every metric with its type and
+//!   labels, and no page of the docs names a metric idemgate does not export.
 //!
 //! What idemgate exports is `idemgate::metrics::CATALOG`, where each metric
 //! is declared once; nothing here keeps a list of its own.
@@ -26,8 +27,8 @@ use std::process::{Command, Output};
 use idemgate::metrics::{of_series, Kind, CATALOG};
 use serde_json::Value;
 
-#[path = "monitoring/readme.rs"]
-mod readme;
+#[path = "monitoring/docs.rs"]
+mod docs;
 #[path = "monitoring/variables.rs"]
 mod variables;
 

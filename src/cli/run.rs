@@ -6,7 +6,7 @@ use crate::config::{Config, ENV_CONFIG};
 
 #[derive(clap::Args)]
 pub struct RunArgs {
-    /// The TOML configuration (see README.md and config/).
+    /// The TOML configuration (see docs/configuration.md and config/).
     #[arg(long, env = ENV_CONFIG)]
     pub config: PathBuf,
 }

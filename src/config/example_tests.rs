@@ -1,5 +1,5 @@
 //! The files `config/` ships: each parses, and its derived figures are the
-//! ones README.md's use cases state, so the examples never rot.
+//! ones docs/configuration.md's use cases state, so the examples never rot.
 
 use super::tests::brokers;
 use super::*;

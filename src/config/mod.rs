@@ -466,4 +466,6 @@ mod postgres_tests;
 #[cfg(test)]
 mod profile_tests;
 #[cfg(test)]
+mod reference_tests;
+#[cfg(test)]
 mod tests;

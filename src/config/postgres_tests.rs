@@ -1,5 +1,5 @@
-//! `[store] kind = "postgres"`: the table as the README writes it, its
-//! defaults, and what it refuses.
+//! `[store] kind = "postgres"`: the table as docs/configuration.md writes
+//! it, its defaults, and what it refuses.
 
 use super::tests::{brokers, STREAM};
 use super::*;

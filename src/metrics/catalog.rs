@@ -2,9 +2,10 @@
 //! name, type, unit, help text, labels and (histograms) buckets. Everything
 //! else iterates [`CATALOG`]: `describe` and `register` here, the exporter's
 //! buckets, the recording functions (by the constants' `name`), the
-//! `/metrics` unit test, and `tests/monitoring.rs`, which holds README.md's
-//! metric table, the dashboard and the alert rules to it. A metric added
-//! here is created at zero on `/metrics` and demanded by those checks.
+//! `/metrics` unit test, and `tests/monitoring.rs`, which holds
+//! docs/monitoring.md's metric table, the dashboard and the alert rules to
+//! it. A metric added here is created at zero on `/metrics` and demanded by
+//! those checks.
 
 use metrics::Unit;
 

@@ -20,7 +20,7 @@ use super::client_logs::ClientLogs;
 use super::output::{OutputContext, OutputProducer, Reports};
 
 /// The second lane's transactional id is the first's with this suffix
-/// (README, "Exactly once").
+/// (docs/configuration.md, "Top level").
 pub(crate) const SECOND_LANE: &str = "~2";
 
 /// How many `init_transactions` calls a producer gets, each for the call

@@ -152,7 +152,7 @@ pub(crate) const CONSUMER_FIXED: [(&str, &str); 2] = [
     ("enable.auto.commit", "false"),
     ("enable.auto.offset.store", "false"),
 ];
-/// Consumer defaults (README, "librdkafka defaults"); `[kafka]` overrides
+/// Consumer defaults (docs/configuration.md, `[kafka]`); `[kafka]` overrides
 /// them.
 pub const CONSUMER_DEFAULTS: [(&str, &str); 4] = [
     ("group.id", "idemgate"),
@@ -168,7 +168,7 @@ pub const CONSUMER_DEFAULTS: [(&str, &str); 4] = [
 /// librdkafka refuses to create a consumer with a client-side assignor.
 pub const CLASSIC_CONSUMER_DEFAULTS: [(&str, &str); 1] =
     [("partition.assignment.strategy", "range,roundrobin")];
-/// Producer defaults (README, "librdkafka defaults"): outputs that must not
+/// Producer defaults (docs/configuration.md, `[kafka]`): outputs that must not
 /// be lost or doubled by the client itself, batched within 5 ms; `[kafka]`
 /// overrides them.
 pub const PRODUCER_DEFAULTS: [(&str, &str); 4] = [
@@ -221,7 +221,7 @@ pub fn client_configs(config: &Config) -> (ClientConfig, ClientConfig) {
 /// `idemgate-<group>-<host name>`: stable across restarts of a replica
 /// with a stable host name (a StatefulSet pod, a VM), so a restarted
 /// replica fences its own zombie. Replicas sharing a host name need
-/// `[kafka] "transactional.id"` set apart (README, "Exactly once").
+/// `[kafka] "transactional.id"` set apart (docs/configuration.md).
 pub fn default_transactional_id(group: &str) -> String {
     let host = std::env::var("HOSTNAME")
         .ok()

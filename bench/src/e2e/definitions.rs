@@ -115,3 +115,38 @@ ttl` round trip, produce its output and await the acknowledgement, then store it
 commit (librdkafka commits stored offsets every 100 ms, and once synchronously at the end). It \
 gets `linger.ms = 0` and a direct Redis connection, its best case. It runs over the first \
 records of the exact run's topic (see its record count); the ratio compares records/s.\n\n";
+
+/// The heading of the section BENCHMARKS.md keeps by hand at its end
+/// (earlier runs on other machines, experiments measured and not taken): a
+/// run replaces everything above it and keeps it.
+const HISTORY: &str = "\n## History\n";
+
+/// The report a run wrote, followed by the history section of the file it
+/// replaces (`previous`, empty where there was none).
+pub(super) fn with_history(generated: String, previous: &str) -> String {
+    match previous.find(HISTORY) {
+        Some(at) => format!("{}\n{}", generated.trim_end(), &previous[at..]),
+        None => generated,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_history;
+
+    #[test]
+    fn a_run_keeps_the_history_of_the_file_it_replaces() {
+        let previous = "# old\n\n| old figures |\n\n## History\n\n- e5ed40c: 0.84x\n";
+        let written = with_history("# new\n\n| new figures |\n\n".into(), previous);
+        assert_eq!(
+            written,
+            "# new\n\n| new figures |\n\n## History\n\n- e5ed40c: 0.84x\n"
+        );
+    }
+
+    #[test]
+    fn a_file_without_history_is_replaced_whole() {
+        let written = with_history("# new\n".into(), "# old\n## Historyless\n");
+        assert_eq!(written, "# new\n");
+    }
+}

@@ -372,7 +372,9 @@ async fn bench(args: BenchArgs) -> Result<()> {
         std::fs::create_dir_all(&args.out_dir)?;
         let md = args.out_dir.join("BENCHMARKS.md");
         let json = args.out_dir.join("BENCHMARKS.json");
-        std::fs::write(&md, report.markdown())?;
+        // What the file keeps by hand (its history) survives the run.
+        let previous = std::fs::read_to_string(&md).unwrap_or_default();
+        std::fs::write(&md, definitions::with_history(report.markdown(), &previous))?;
         std::fs::write(&json, serde_json::to_string_pretty(&report)?)?;
         eprintln!("wrote {} and {}", md.display(), json.display());
     }

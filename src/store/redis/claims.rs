@@ -167,7 +167,7 @@ impl ClaimStore for RedisStore {
         let mut info = redis::cmd("INFO");
         info.arg("stats");
         let mut evicted_keys = 0;
-        // A user the ACL keeps from INFO (README's minimal user, managed
+        // A user the ACL keeps from INFO (the documented minimal user, managed
         // services): the gauge stays 0 (the dry round warned at start),
         // and the filter fill and the store's reachability still count.
         let answers = match self.conn.on_every_node(&info).await {

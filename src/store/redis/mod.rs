@@ -117,7 +117,7 @@ const NOSCRIPT: &str = "NOSCRIPT";
 
 /// Whether the store user may run `EXISTS`, which lets tiered rounds on
 /// RedisBloom probe only the overflow parts that exist. Without it (an ACL
-/// of an earlier README) every part is probed in every round, as before,
+/// documented before) every part is probed in every round, as before,
 /// and a warning says what to grant.
 async fn may_ask_overflow(conn: &Conn, prefix: &str, backend: FilterBackend) -> bool {
     if backend != FilterBackend::RedisBloom {

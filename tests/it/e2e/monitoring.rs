@@ -385,9 +385,9 @@ fn prometheus_scrapes_the_gateway_and_every_panel_and_alert_works() {
     });
     say(TEST, format!("counts scraped at {:?}", began.elapsed()));
 
-    // What /metrics serves is the catalog (which README.md's table is held
-    // to), type for type, including the series nothing has incremented
-    // (they start at zero).
+    // What /metrics serves is the catalog (which docs/monitoring.md's table
+    // is held to), type for type, including the series nothing has
+    // incremented (they start at zero).
     let (status, text) =
         http_get(metrics.parse().expect("metrics address"), "/metrics").expect("GET /metrics");
     assert_eq!(status, 200, "/metrics answered {status}");

@@ -1,4 +1,4 @@
-//! The two consumer group protocols (README, "Group protocols";
+//! The two consumer group protocols (docs/operating.md, "Group protocols";
 //! docs/design.md §7): the classic one with idemgate's default eager
 //! assignor, and KIP-848's (`group.protocol = "consumer"`), where the
 //! broker assigns and every rebalance is incremental.

@@ -4,7 +4,7 @@
 //!
 //! The guarantees checked: a user missing any command a round uses is
 //! refused at connect (before a replica would join its group), naming the
-//! command; the user README.md documents is enough for every round; during
+//! command; the user docs/configuration.md documents is enough for every round; during
 //! a run each of NOPERM, WRONGTYPE, OOM and READONLY comes back as a
 //! rejection with its cause (not as an outage), and nothing of the round
 //! was judged.
@@ -18,15 +18,18 @@ use idemgate_testkit::{env, unique};
 
 use super::conformance::{claim, hash, streams, EXACT, PARTITION, T0, TIERED};
 
-/// The ACL line README.md gives for idemgate's user, with its user name,
+/// The ACL line docs/configuration.md gives for idemgate's user, with its user name,
 /// password and key pattern replaced.
 fn documented_acl(user: &str, password: &str, prefix: &str) -> Vec<String> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
-    let line = readme
+    let reference = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/configuration.md"
+    ))
+    .expect("docs/configuration.md");
+    let line = reference
         .lines()
         .find(|l| l.starts_with("ACL SETUSER gate on >secret ~ig:* "))
-        .expect("README.md gives the store user's ACL line");
+        .expect("docs/configuration.md gives the store user's ACL line");
     line.split_whitespace()
         .skip(2)
         .map(|word| match word {
@@ -110,7 +113,7 @@ async fn full_round(store: &dyn ClaimStore, salt: &str, base: i64) -> Result<(),
 }
 
 #[tokio::test]
-async fn the_user_readme_documents_can_run_every_round() {
+async fn the_documented_user_can_run_every_round() {
     let redis = RedisServer::start("acl-documented", ServerOptions::default());
     let salt = unique("acl-documented");
     let prefix = format!("{salt}:");
@@ -181,8 +184,8 @@ async fn a_user_without_redisblooms_probe_is_refused_naming_it() {
     assert!(why.contains("may not run BF.MEXISTS"), "{why}");
 }
 
-/// An ACL without `+exists` (README.md's before overflow parts were asked
-/// about): the store still connects and its rounds still run, every
+/// An ACL without `+exists` (the documented one before overflow parts
+/// were asked about): the store still connects and its rounds still run, every
 /// overflow part probed; with it, they run too.
 #[tokio::test]
 async fn a_user_without_exists_still_runs_rounds_on_redisbloom() {
