@@ -7,11 +7,12 @@
 mod kafka;
 mod raw;
 mod rules;
+mod source;
 mod store;
 mod substitute;
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub(crate) use kafka::{Client, ClientProperties, KafkaTables};
@@ -80,6 +81,9 @@ pub struct Config {
     pub(crate) batch: BatchConfig,
     pub guarantee: Guarantee,
     pub streams: Vec<StreamConfig>,
+    /// The file `load` read, as `--config` gave it: remedies name it
+    /// ([`Config::config_flag`]). None for a config parsed from text.
+    pub(crate) source: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Config {
@@ -105,6 +109,7 @@ impl std::fmt::Debug for Config {
             .field("batch", &self.batch)
             .field("guarantee", &self.guarantee)
             .field("streams", &self.streams)
+            .field("source", &self.source)
             .finish()
     }
 }
@@ -174,10 +179,12 @@ impl Config {
             path: shown.clone(),
             reason: error.to_string(),
         })?;
-        Config::parse_with_env(&text).map_err(|error| ConfigError::InFile {
+        let mut config = Config::parse_with_env(&text).map_err(|error| ConfigError::InFile {
             path: shown,
             error: Box::new(error),
-        })
+        })?;
+        config.source = Some(path.to_path_buf());
+        Ok(config)
     }
 
     /// The text as it is: no `${VAR}` expansion, no overrides.
@@ -317,6 +324,7 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         },
         guarantee: raw.guarantee,
         streams,
+        source: None,
     })
 }
 
