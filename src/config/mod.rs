@@ -12,6 +12,7 @@ mod store;
 mod substitute;
 
 use std::collections::{BTreeMap, HashSet};
+use std::num::NonZeroU64;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -163,8 +164,9 @@ pub struct StreamConfig {
     /// Every output goes to clean, decision headers kept (docs/design.md
     /// §2.1).
     pub(crate) shadow: bool,
-    /// Tiered: the expected peak records/s that sized the filter, kept for
-    /// `idemgate plan` and `check` (exact streams have none).
+    /// The expected peak records/s: tiered, what sized the filter (always
+    /// there); exact, optional. `idemgate plan` and `check` size the
+    /// stream's claims at it.
     pub(crate) peak_rate: Option<u64>,
     /// What the claim store needs: name, key id, mode, TTLs, filter plan.
     pub spec: StreamSpec,
@@ -406,10 +408,7 @@ fn validate_stream(
         max_record_bytes: raw.max_record_bytes.get(),
         fail_mode: raw.fail_mode,
         shadow: raw.shadow,
-        peak_rate: filter
-            .is_some()
-            .then(|| raw.peak_rate.map(|rate| rate.get()))
-            .flatten(),
+        peak_rate: raw.peak_rate.map(NonZeroU64::get),
         spec: StreamSpec {
             name: raw.name.clone(),
             key_id,
@@ -469,6 +468,8 @@ mod batch_tests;
 mod example_tests;
 #[cfg(test)]
 mod kafka_tests;
+#[cfg(test)]
+mod peak_rate_tests;
 #[cfg(test)]
 mod postgres_tests;
 #[cfg(test)]
