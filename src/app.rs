@@ -71,7 +71,8 @@ async fn refuse_what_the_brokers_rule_out(config: &Config) -> Result<()> {
             })
             .collect();
         anyhow::bail!(
-            "refused on the brokers' answers (`idemgate check --config F` lists every finding): {}",
+            "refused on the brokers' answers (`idemgate check {}` lists every finding): {}",
+            config.config_flag(),
             named.join("; ")
         );
     }

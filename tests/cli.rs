@@ -8,6 +8,8 @@ use std::process::{Command, Output, Stdio};
 
 #[path = "cli/hash_and_env.rs"]
 mod hash_and_env;
+#[path = "cli/plan_and_check.rs"]
+mod plan_and_check;
 
 fn idemgate(args: &[&str], stdin: &str) -> Output {
     idemgate_with(args, &[], stdin)
@@ -197,109 +199,6 @@ fn single_duplicates_are_not_logged_at_info_but_summed_up_per_stream() {
     );
 }
 
-const SCENARIO: [&str; 9] = [
-    "plan",
-    "--rate",
-    "40000",
-    "--horizon",
-    "12h",
-    "--tier1-ttl",
-    "2h",
-    "--fp-rate",
-    "0.001",
-];
-
-#[test]
-fn plan_puts_exact_and_tiered_side_by_side() {
-    let text = ok(&SCENARIO, "");
-    let row = |label: &str| {
-        text.lines()
-            .find(|l| l.starts_with(label))
-            .unwrap_or_else(|| panic!("no {label} row:\n{text}"))
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
-    assert!(
-        text.lines()
-            .nth(1)
-            .is_some_and(|l| l.contains("exact") && l.contains("tiered")),
-        "{text}"
-    );
-    assert_eq!(row("tier-1 keys"), "tier-1 keys 1,728,000,000 288,000,000");
-    assert_eq!(row("tier-1 memory"), "tier-1 memory 281.7 GB 46.9 GB");
-    assert_eq!(row("tier-2 bits per key"), "tier-2 bits per key - 14.38");
-    assert_eq!(
-        row("tier-2 generation"),
-        "tier-2 generation - 3.1 GB (1,728,000,000 keys)"
-    );
-    assert_eq!(
-        row("tier-2 memory"),
-        "tier-2 memory - 6.2 GB (2 generations)"
-    );
-    assert_eq!(row("total"), "total 281.7 GB 53.2 GB");
-    // 1,728,000,000 claims at 137 B on PostgreSQL's disk; tiered needs Redis.
-    assert_eq!(row("or postgres disk"), "or postgres disk 236.7 GB -");
-
-    let exact = ok(
-        &[
-            "plan",
-            "--rate",
-            "40000",
-            "--horizon",
-            "12h",
-            "--mode",
-            "exact",
-        ],
-        "",
-    );
-    assert!(
-        exact.contains("281.7 GB") && !exact.contains("tiered"),
-        "{exact}"
-    );
-}
-
-#[test]
-fn plan_refuses_what_the_config_would_refuse_naming_the_flag() {
-    let with = |flag: &str, value: &str| {
-        let mut args = SCENARIO.to_vec();
-        match args.iter().position(|a| *a == flag) {
-            Some(i) => args[i + 1] = value,
-            None => args.extend([flag, value]),
-        }
-        refused(&args, "")
-    };
-    assert!(with("--rate", "0").contains("--rate: must be above zero"));
-    assert!(with("--tier1-ttl", "12h").contains("--tier1-ttl: must be shorter than the horizon"));
-    assert!(with("--fp-rate", "0.7").contains("--fp-rate:"));
-    assert!(with("--slots", "1").contains("--slots:"));
-    assert!(with("--horizon", "12 hours").contains("--horizon"));
-    let untiered = refused(&["plan", "--rate", "10", "--horizon", "1h"], "");
-    assert!(untiered.contains("--tier1-ttl: needed"), "{untiered}");
-    let nothing = refused(&["plan"], "");
-    assert!(nothing.contains("--rate and --horizon"), "{nothing}");
-    let mixed = refused(
-        &["plan", "--config", "config/example.toml", "--horizon", "1h"],
-        "",
-    );
-    assert!(mixed.contains("--horizon"), "{mixed}");
-}
-
-#[test]
-fn plan_from_a_config_sizes_tiered_streams_at_their_peak_rate() {
-    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/example.toml");
-    let text = ok(&["plan", "--config", config], "");
-    // telemetry: 5,000/s over 24 h, the worked example of docs/design.md §5.
-    assert!(text.contains("stream telemetry (tiered)"), "{text}");
-    assert!(text.contains("5,000 events/s (peak_rate)"), "{text}");
-    assert!(text.contains("776.4 MB (432,000,000 keys)"), "{text}");
-    // Exact streams have no rate in the config.
-    assert!(text.contains("stream bank (exact)"), "{text}");
-    assert!(text.contains("figures per event/s"), "{text}");
-    let rated = ok(&["plan", "--config", config, "--rate", "200"], "");
-    assert!(rated.contains("200 events/s (--rate)"), "{rated}");
-}
-
 #[test]
 fn horizon_on_stdin_needs_the_unit_of_numeric_times_and_some_deliveries() {
     let log = "{\"delivery_id\":\"d\",\"sender\":\"a\",\"received_at\":\"2024-03-01T00:00:00Z\"}\n\
@@ -450,29 +349,6 @@ fn rebuild_refuses_unknown_streams_and_a_memory_store_before_reaching_a_broker()
     let text = refused(&["rebuild", "--config", &path, "--stream", "bank"], "");
     let _ = std::fs::remove_file(&memory);
     assert!(text.contains("store.kind"), "{text}");
-}
-
-#[test]
-fn check_warns_that_a_shadow_stream_suppresses_nothing() {
-    let path =
-        std::env::temp_dir().join(format!("idemgate-cli-shadow-{}.toml", std::process::id()));
-    std::fs::write(
-        &path,
-        "[kafka]\n\"bootstrap.servers\" = \"127.0.0.1:1\"\n[store]\nkind = \"memory\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n\n[[streams]]\nname = \"bank\"\ninputs = [\"raw.bank\"]\nclean = \"clean.bank\"\naudit = \"audit.bank\"\nprofile = \"bank-txn\"\nmode = \"exact\"\nttl = { explicit = \"1h\" }\nshadow = true\n",
-    )
-    .expect("writing a config");
-    let shown = path.to_string_lossy().into_owned();
-    let report = ok(&["check", "--config", &shown, "--offline"], "");
-    let _ = std::fs::remove_file(&path);
-    let line = report
-        .lines()
-        .find(|l| l.contains("streams[0].shadow"))
-        .unwrap_or_else(|| panic!("no shadow finding: {report}"));
-    assert!(line.starts_with("warn"), "{line}");
-    assert!(
-        line.contains("bank: shadow mode") && line.contains("clean.bank"),
-        "{line}"
-    );
 }
 
 /// Every line `run` writes with `--log-format json` is a JSON object: its

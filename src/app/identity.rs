@@ -15,12 +15,18 @@ use crate::store::{
 
 #[derive(Debug, thiserror::Error)]
 pub enum IdentityError {
+    /// `config_flag` names the file this replica read, so the command
+    /// pastes as it is.
     #[error(
-        "stream {stream}: {why}. Stop every replica and run `idemgate rebuild --config <file> \
+        "stream {stream}: {why}. Stop every replica and run `idemgate rebuild {config_flag} \
          --stream {stream}`, which writes the claims back from the clean topic, then start \
          again"
     )]
-    Refused { stream: String, why: Refusal },
+    Refused {
+        stream: String,
+        why: Refusal,
+        config_flag: String,
+    },
     #[error("stream {stream}: its store identity: {error}")]
     Store { stream: String, error: StoreError },
     #[error("stream {stream}: the group's committed offsets: {error}")]
@@ -43,6 +49,7 @@ pub(crate) async fn establish(
         let refused = |why| IdentityError::Refused {
             stream: name.clone(),
             why,
+            config_flag: config.config_flag(),
         };
         let found = store.find_identity(id).await.map_err(stored)?;
         let identity = match at_start(&found) {
@@ -96,4 +103,29 @@ async fn group_has_commits(config: &Config, index: usize) -> Result<bool, GroupE
     })
     .await
     .map_err(GroupError::Task)?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_names_the_config_file_this_replica_read() {
+        let text = include_str!("../../config/example.toml");
+        let mut config = Config::parse_with_vars(text, |name| {
+            (name == "IDEMGATE_KAFKA_BROKERS").then(|| "b:9092".to_string())
+        })
+        .unwrap();
+        config.source = Some("/etc/idemgate/gate.toml".into());
+        let refusal = IdentityError::Refused {
+            stream: "bank".into(),
+            why: Refusal::Lost,
+            config_flag: config.config_flag(),
+        }
+        .to_string();
+        assert!(
+            refusal.contains("`idemgate rebuild --config /etc/idemgate/gate.toml --stream bank`"),
+            "{refusal}"
+        );
+    }
 }

@@ -6,16 +6,18 @@ use anyhow::bail;
 
 use super::duration;
 use crate::config::Config;
-use crate::ops::plan::{for_stream, plan, PlanInput, PlanMode};
+use crate::ops::plan::{for_stream, plan, ClaimsIn, PlanInput, PlanMode};
 use crate::ops::plan_text;
 
 #[derive(clap::Args)]
 pub struct PlanArgs {
-    /// Plan every stream of this config (tiered ones at their peak_rate).
+    /// Plan every stream of this config at its peak_rate, figures of its
+    /// store first (an exact stream without one at --rate, else per
+    /// event/s).
     #[arg(long, conflicts_with_all = ["horizon", "tier1_ttl", "fp_rate", "slots"])]
     pub config: Option<PathBuf>,
     /// Distinct events per second; with --config, the rate of exact streams
-    /// (which have none in the config).
+    /// that set no peak_rate.
     #[arg(long)]
     pub rate: Option<u64>,
     /// How long a hash is remembered (exact: all of it in tier 1).
@@ -30,7 +32,8 @@ pub struct PlanArgs {
     /// Tiered: live generations [default: 2].
     #[arg(long)]
     pub slots: Option<u32>,
-    /// Which figures: exact, tiered, or both side by side.
+    /// Which figures: exact, tiered, or both side by side (without
+    /// --tier1-ttl, both is exact alone and a line on what tiered needs).
     #[arg(long, value_enum, default_value = "both")]
     pub mode: PlanMode,
 }
@@ -39,13 +42,14 @@ impl PlanArgs {
     pub fn run(self) -> anyhow::Result<()> {
         if let Some(path) = self.config {
             let config = Config::load(&path)?;
+            let claims_in = ClaimsIn::of(&config.store);
             for (index, stream) in config.streams.iter().enumerate() {
                 if index > 0 {
                     println!();
                 }
                 print!(
                     "{}",
-                    plan_text::stream(&for_stream(stream, self.rate, self.mode)?)
+                    plan_text::stream(&for_stream(stream, claims_in, self.rate, self.mode)?)
                 );
             }
             return Ok(());

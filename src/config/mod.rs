@@ -7,11 +7,13 @@
 mod kafka;
 mod raw;
 mod rules;
+mod source;
 mod store;
 mod substitute;
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::Path;
+use std::num::NonZeroU64;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub(crate) use kafka::{Client, ClientProperties, KafkaTables};
@@ -80,6 +82,9 @@ pub struct Config {
     pub(crate) batch: BatchConfig,
     pub guarantee: Guarantee,
     pub streams: Vec<StreamConfig>,
+    /// The file `load` read, as `--config` gave it: remedies name it
+    /// ([`Config::config_flag`]). None for a config parsed from text.
+    pub(crate) source: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Config {
@@ -105,6 +110,7 @@ impl std::fmt::Debug for Config {
             .field("batch", &self.batch)
             .field("guarantee", &self.guarantee)
             .field("streams", &self.streams)
+            .field("source", &self.source)
             .finish()
     }
 }
@@ -158,8 +164,9 @@ pub struct StreamConfig {
     /// Every output goes to clean, decision headers kept (docs/design.md
     /// §2.1).
     pub(crate) shadow: bool,
-    /// Tiered: the expected peak records/s that sized the filter, kept for
-    /// `idemgate plan` and `check` (exact streams have none).
+    /// The expected peak records/s: tiered, what sized the filter (always
+    /// there); exact, optional. `idemgate plan` and `check` size the
+    /// stream's claims at it.
     pub(crate) peak_rate: Option<u64>,
     /// What the claim store needs: name, key id, mode, TTLs, filter plan.
     pub spec: StreamSpec,
@@ -174,10 +181,12 @@ impl Config {
             path: shown.clone(),
             reason: error.to_string(),
         })?;
-        Config::parse_with_env(&text).map_err(|error| ConfigError::InFile {
+        let mut config = Config::parse_with_env(&text).map_err(|error| ConfigError::InFile {
             path: shown,
             error: Box::new(error),
-        })
+        })?;
+        config.source = Some(path.to_path_buf());
+        Ok(config)
     }
 
     /// The text as it is: no `${VAR}` expansion, no overrides.
@@ -317,6 +326,7 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         },
         guarantee: raw.guarantee,
         streams,
+        source: None,
     })
 }
 
@@ -398,10 +408,7 @@ fn validate_stream(
         max_record_bytes: raw.max_record_bytes.get(),
         fail_mode: raw.fail_mode,
         shadow: raw.shadow,
-        peak_rate: filter
-            .is_some()
-            .then(|| raw.peak_rate.map(|rate| rate.get()))
-            .flatten(),
+        peak_rate: raw.peak_rate.map(NonZeroU64::get),
         spec: StreamSpec {
             name: raw.name.clone(),
             key_id,
@@ -461,6 +468,8 @@ mod batch_tests;
 mod example_tests;
 #[cfg(test)]
 mod kafka_tests;
+#[cfg(test)]
+mod peak_rate_tests;
 #[cfg(test)]
 mod postgres_tests;
 #[cfg(test)]

@@ -378,8 +378,11 @@ pub(crate) struct RawStream {
     /// Tiered mode: false-positive rate of one generation. Default 0.001.
     #[serde(default = "default_fp_rate")]
     pub(crate) fp_rate: f64,
-    /// Tiered mode: expected peak records per second; with the horizon it
-    /// sizes each generation.
+    /// Expected peak records per second, above zero. Tiered mode: needed;
+    /// with the horizon it sizes each generation. Exact mode: optional,
+    /// default none; `idemgate plan --config` and `check` print the
+    /// stream's claims, memory and disk at this rate (without it, per
+    /// event/s).
     pub(crate) peak_rate: Option<NonZeroU64>,
     /// Tiered mode: largest clock difference between replicas that a
     /// rotation tolerates. Default 5s.

@@ -1,6 +1,6 @@
 use super::*;
 
-const BASE: &str = r#"
+pub(super) const BASE: &str = r#"
 [[streams]]
 name = "bank"
 inputs = ["raw.bank"]
@@ -31,18 +31,18 @@ pub(super) fn brokers(name: &str) -> Option<String> {
 }
 
 /// The text with brokers from the environment.
-fn parse(text: &str) -> Result<Config, ConfigError> {
+pub(super) fn parse(text: &str) -> Result<Config, ConfigError> {
     Config::parse_with_vars(text, brokers)
 }
 
-fn refused(text: &str) -> String {
+pub(super) fn refused(text: &str) -> String {
     match parse(text) {
         Ok(_) => panic!("config accepted:\n{text}"),
         Err(error) => error.to_string(),
     }
 }
 
-fn tiered(extra: &str) -> String {
+pub(super) fn tiered(extra: &str) -> String {
     format!(
         r#"
 [[streams]]
@@ -133,7 +133,7 @@ fn fewer_than_two_filter_slots_are_refused() {
 
 /// Refused by the TOML parser rather than by `validate`: the message must
 /// still show the user which field is wrong, and why.
-fn refused_by_the_parser(text: &str, field: &str, why: &str) {
+pub(super) fn refused_by_the_parser(text: &str, field: &str, why: &str) {
     let error = refused(text);
     let first = error.lines().next().unwrap_or_default();
     assert!(
@@ -212,21 +212,6 @@ fn a_zero_record_size_limit_is_refused_naming_the_field() {
         "max_record_bytes",
         "nonzero",
     );
-}
-
-#[test]
-fn a_zero_peak_rate_is_refused_naming_the_field() {
-    refused_by_the_parser(
-        &tiered("tier1_ttl = \"2h\"").replace("peak_rate = 1000", "peak_rate = 0"),
-        "peak_rate",
-        "nonzero",
-    );
-}
-
-#[test]
-fn a_tiered_stream_without_peak_rate_is_refused() {
-    let error = refused(&tiered("tier1_ttl = \"2h\"").replace("peak_rate = 1000", ""));
-    assert!(error.starts_with("streams[0].peak_rate:"), "{error}");
 }
 
 #[test]

@@ -8,7 +8,7 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use super::plan::{for_stream, PlanMode, StreamPlan};
+use super::plan::{for_stream, ClaimsIn, PlanMode, StreamPlan};
 use super::plan_text;
 use crate::config::{Config, StoreConfig};
 
@@ -134,7 +134,7 @@ pub async fn check(path: &Path, offline: bool) -> CheckReport {
     };
     report.findings.extend(offline_findings(path, &config));
     for (index, stream) in config.streams.iter().enumerate() {
-        match for_stream(stream, None, PlanMode::Both) {
+        match for_stream(stream, ClaimsIn::of(&config.store), None, PlanMode::Both) {
             Ok(plan) => report.streams.push(plan),
             Err(error) => report.findings.push(Finding::fail(
                 format!("streams[{index}]"),

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::config::StreamConfig;
+use crate::config::{StoreConfig, StreamConfig};
 use crate::store::{FilterSizing, Mode};
 
 /// Bytes one tier-1 key costs in Redis: 163, measured, not computed.
@@ -50,7 +50,8 @@ pub struct PlanInput {
 pub enum PlanMode {
     Exact,
     Tiered,
-    /// Both, side by side.
+    /// Both, side by side; exact only where no tier-1 TTL is given (the
+    /// text says how to get the tiered figures).
     Both,
 }
 
@@ -86,14 +87,38 @@ pub struct Plan {
     pub input: PlanInput,
     pub exact: Option<ExactPlan>,
     pub tiered: Option<TieredPlan>,
+    /// Both were asked for without a tier-1 TTL: the tiered figures are
+    /// left out, and the text says what they need.
+    pub tiered_needs_tier1: bool,
+}
+
+/// Where a configured stream's claims live: what its plan leads with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClaimsIn {
+    /// In the replica's memory (`store.kind = "memory"`).
+    Memory,
+    /// In Redis's memory (a server or a cluster).
+    Redis,
+    /// On PostgreSQL's disk (exact streams only).
+    Postgres,
+}
+
+impl ClaimsIn {
+    pub fn of(store: &StoreConfig) -> ClaimsIn {
+        match store {
+            StoreConfig::Memory { .. } => ClaimsIn::Memory,
+            StoreConfig::Redis(_) => ClaimsIn::Redis,
+            StoreConfig::Postgres(_) => ClaimsIn::Postgres,
+        }
+    }
 }
 
 /// Where a stream's rate came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RateSource {
-    /// A tiered stream's `peak_rate`.
+    /// The stream's `peak_rate` (always there for a tiered stream).
     PeakRate,
-    /// `--rate`, for an exact stream (the config has no rate for it).
+    /// `--rate`, for an exact stream without a `peak_rate`.
     Given,
     /// Neither: the figures are per event/s (a rate of 1).
     PerEventPerSecond,
@@ -108,6 +133,7 @@ pub struct StreamPlan {
     /// The filter's horizon (tiered); the tier-1 TTL in exact mode.
     pub horizon: Duration,
     pub rate: RateSource,
+    pub claims_in: ClaimsIn,
     pub plan: Plan,
 }
 
@@ -156,6 +182,7 @@ pub fn plan(input: PlanInput, mode: PlanMode) -> Result<Plan, PlanError> {
     if input.horizon.as_secs() == 0 {
         return Err(invalid("horizon", "must be at least 1s"));
     }
+    let tiered_needs_tier1 = mode == PlanMode::Both && input.tier1_ttl.is_none();
     let exact = match mode {
         PlanMode::Tiered => None,
         PlanMode::Exact | PlanMode::Both => {
@@ -169,12 +196,14 @@ pub fn plan(input: PlanInput, mode: PlanMode) -> Result<Plan, PlanError> {
     };
     let tiered = match mode {
         PlanMode::Exact => None,
+        PlanMode::Both if tiered_needs_tier1 => None,
         PlanMode::Tiered | PlanMode::Both => Some(tiered(input)?),
     };
     Ok(Plan {
         input,
         exact,
         tiered,
+        tiered_needs_tier1,
     })
 }
 
@@ -224,12 +253,13 @@ fn tiered(input: PlanInput) -> Result<TieredPlan, PlanError> {
     })
 }
 
-/// A configured stream's plan: a tiered stream at its `peak_rate` (exact
-/// and tiered, or what `mode` asks for), an exact stream at `rate` if
-/// given, else per event/s. The config has been validated, so only an
-/// overflow can fail.
+/// A configured stream's plan, its claims in `claims_in`: a tiered stream
+/// at its `peak_rate` (exact and tiered, or what `mode` asks for), an
+/// exact stream at its `peak_rate`, else at `rate` if given, else per
+/// event/s. The config has been validated, so only an overflow can fail.
 pub fn for_stream(
     stream: &StreamConfig,
+    claims_in: ClaimsIn,
     rate: Option<u64>,
     mode: PlanMode,
 ) -> Result<StreamPlan, PlanError> {
@@ -246,18 +276,18 @@ pub fn for_stream(
             RateSource::PeakRate,
             mode,
         ),
-        _ => (
+        (_, peak) => (
             PlanInput {
-                rate: rate.unwrap_or(1),
+                rate: peak.or(rate).unwrap_or(1),
                 horizon: spec.tier1_ttl,
                 tier1_ttl: None,
                 fp_rate: 0.0,
                 slots: 0,
             },
-            if rate.is_some() {
-                RateSource::Given
-            } else {
-                RateSource::PerEventPerSecond
+            match (peak, rate) {
+                (Some(_), _) => RateSource::PeakRate,
+                (None, Some(_)) => RateSource::Given,
+                (None, None) => RateSource::PerEventPerSecond,
             },
             PlanMode::Exact,
         ),
@@ -268,6 +298,7 @@ pub fn for_stream(
         tier1_ttl: spec.tier1_ttl,
         horizon: input.horizon,
         rate: source,
+        claims_in,
         plan: plan(input, mode)?,
     })
 }
@@ -342,7 +373,8 @@ mod tests {
         .unwrap();
         let stream = |name: &str| config.streams.iter().find(|s| s.spec.name == name).unwrap();
         // docs/design.md §5: 5,000/s over 24 h.
-        let telemetry = for_stream(stream("telemetry"), Some(7), PlanMode::Both).unwrap();
+        let on = ClaimsIn::Redis;
+        let telemetry = for_stream(stream("telemetry"), on, Some(7), PlanMode::Both).unwrap();
         assert_eq!(telemetry.rate, RateSource::PeakRate);
         let tiered = telemetry.plan.tiered.unwrap();
         assert_eq!(tiered.generation.capacity, 432_000_000);
@@ -350,14 +382,37 @@ mod tests {
         assert!(telemetry.plan.exact.is_some());
 
         let bank = stream("bank");
-        let per_event = for_stream(bank, None, PlanMode::Both).unwrap();
+        let per_event = for_stream(bank, on, None, PlanMode::Both).unwrap();
         assert_eq!(per_event.rate, RateSource::PerEventPerSecond);
         assert!(per_event.plan.tiered.is_none());
         let seconds = bank.spec.tier1_ttl.as_secs();
         assert_eq!(per_event.plan.exact.unwrap().keys, seconds);
-        let given = for_stream(bank, Some(200), PlanMode::Both).unwrap();
+        let given = for_stream(bank, on, Some(200), PlanMode::Both).unwrap();
         assert_eq!(given.rate, RateSource::Given);
         assert_eq!(given.plan.exact.unwrap().keys, 200 * seconds);
+        // An exact stream's own peak_rate wins over --rate, as a tiered one's.
+        let rated = StreamConfig {
+            peak_rate: Some(10),
+            ..bank.clone()
+        };
+        let own = for_stream(&rated, ClaimsIn::Postgres, Some(200), PlanMode::Both).unwrap();
+        assert_eq!(own.rate, RateSource::PeakRate);
+        assert_eq!(own.claims_in, ClaimsIn::Postgres);
+        assert_eq!(own.plan.exact.unwrap().keys, 10 * seconds);
+    }
+
+    #[test]
+    fn both_without_a_tier1_ttl_plans_exact_and_says_what_tiered_needs() {
+        let untiered = PlanInput {
+            tier1_ttl: None,
+            ..scenario()
+        };
+        let both = plan(untiered, PlanMode::Both).unwrap();
+        assert!(both.exact.is_some() && both.tiered.is_none());
+        assert!(both.tiered_needs_tier1);
+        let exact = plan(untiered, PlanMode::Exact).unwrap();
+        assert!(!exact.tiered_needs_tier1, "exact was asked for alone");
+        assert!(!plan(scenario(), PlanMode::Both).unwrap().tiered_needs_tier1);
     }
 
     #[test]

@@ -4,9 +4,12 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use super::plan::{Plan, RateSource, StreamPlan, POSTGRES_BYTES_PER_CLAIM, TIER1_BYTES_PER_KEY};
+use super::plan::{
+    ClaimsIn, ExactPlan, Plan, RateSource, StreamPlan, POSTGRES_BYTES_PER_CLAIM,
+    TIER1_BYTES_PER_KEY,
+};
 use crate::store::Mode;
-use crate::ttl::format_duration;
+use crate::ttl::{format_duration, format_years};
 
 /// `1728000000` -> `1,728,000,000`.
 pub fn thousands(n: u64) -> String {
@@ -39,12 +42,18 @@ pub fn human_bytes(bytes: u64) -> String {
     format!("{value:.1} {unit}")
 }
 
-/// Seconds first, for scripts; then as a config writes it.
+/// Seconds first, for scripts; then as a config writes it, and from a
+/// year up its length in years: `220903200 s (2556d18h, 7y)`.
 pub fn seconds(d: Duration) -> String {
-    format!("{} s ({})", d.as_secs(), format_duration(d))
+    let years = format_years(d)
+        .map(|y| format!(", {y}"))
+        .unwrap_or_default();
+    format!("{} s ({}{years})", d.as_secs(), format_duration(d))
 }
 
-/// The plan's inputs on one line, then its table.
+/// The plan's inputs on one line, then its table (Redis first: no store
+/// is named), then, where both were asked for without a tier-1 TTL, how
+/// to get the tiered figures.
 pub fn plan(plan: &Plan) -> String {
     let input = &plan.input;
     let mut out = format!(
@@ -64,50 +73,79 @@ pub fn plan(plan: &Plan) -> String {
         }
     }
     out.push('\n');
-    out.push_str(&table(plan));
+    out.push_str(&table(plan, ClaimsIn::Redis));
+    if plan.tiered_needs_tier1 {
+        out.push_str(
+            "tiered: add --tier1-ttl D (how long a hash stays an exact key, shorter than the horizon) for its figures\n",
+        );
+    }
     out
 }
 
-/// Rows of figures, one column per mode planned.
-fn table(plan: &Plan) -> String {
-    let mut columns: Vec<(&str, Vec<String>)> = Vec::new();
+/// The figures of the store the claims live in first: PostgreSQL's disk
+/// for an exact stream there, else memory, exact and tiered in columns.
+fn table(plan: &Plan, claims_in: ClaimsIn) -> String {
+    match (claims_in, &plan.exact, &plan.tiered) {
+        (ClaimsIn::Postgres, Some(exact), None) => on_disk(exact),
+        _ => in_memory(plan),
+    }
+}
+
+/// Exact claims on PostgreSQL's disk, with what Redis would hold beside.
+fn on_disk(exact: &ExactPlan) -> String {
+    let mut out = grid(
+        &["exact"],
+        &[
+            ("claims", vec![thousands(exact.keys)]),
+            ("postgres disk", vec![human_bytes(exact.disk_bytes)]),
+            ("or redis memory", vec![human_bytes(exact.bytes)]),
+        ],
+    );
+    let _ = writeln!(
+        out,
+        "({POSTGRES_BYTES_PER_CLAIM} B a claim on PostgreSQL's disk, dead row versions not \
+         counted; {TIER1_BYTES_PER_KEY} B a key in Redis; as measured in BENCHMARKS.md)"
+    );
+    out
+}
+
+/// Rows of memory figures, one column per mode planned.
+fn in_memory(plan: &Plan) -> String {
+    let mut columns = Vec::new();
+    let mut cells: Vec<Vec<String>> = Vec::new();
     let dash = || "-".to_string();
     if let Some(exact) = &plan.exact {
-        columns.push((
-            "exact",
-            vec![
-                thousands(exact.keys),
-                human_bytes(exact.bytes),
-                dash(),
-                dash(),
-                dash(),
-                human_bytes(exact.bytes),
-                human_bytes(exact.disk_bytes),
-            ],
-        ));
+        columns.push("exact");
+        cells.push(vec![
+            thousands(exact.keys),
+            human_bytes(exact.bytes),
+            dash(),
+            dash(),
+            dash(),
+            human_bytes(exact.bytes),
+            human_bytes(exact.disk_bytes),
+        ]);
     }
     if let Some(tiered) = &plan.tiered {
-        columns.push((
-            "tiered",
-            vec![
-                thousands(tiered.tier1_keys),
-                human_bytes(tiered.tier1_bytes),
-                format!("{:.2}", tiered.bits_per_key),
-                format!(
-                    "{} ({} keys)",
-                    human_bytes(tiered.generation_bytes),
-                    thousands(tiered.generation.capacity)
-                ),
-                format!(
-                    "{} ({} generations)",
-                    human_bytes(tiered.filter_bytes),
-                    tiered.slots
-                ),
-                human_bytes(tiered.total_bytes),
-                // Tiered streams need Redis (docs/design.md §6).
-                dash(),
-            ],
-        ));
+        columns.push("tiered");
+        cells.push(vec![
+            thousands(tiered.tier1_keys),
+            human_bytes(tiered.tier1_bytes),
+            format!("{:.2}", tiered.bits_per_key),
+            format!(
+                "{} ({} keys)",
+                human_bytes(tiered.generation_bytes),
+                thousands(tiered.generation.capacity)
+            ),
+            format!(
+                "{} ({} generations)",
+                human_bytes(tiered.filter_bytes),
+                tiered.slots
+            ),
+            human_bytes(tiered.total_bytes),
+            // Tiered streams need Redis (docs/design.md §6).
+            dash(),
+        ]);
     }
     let labels = [
         "tier-1 keys",
@@ -118,35 +156,14 @@ fn table(plan: &Plan) -> String {
         "total",
         "or postgres disk",
     ];
-    let widths: Vec<usize> = columns
+    let rows: Vec<(&str, Vec<String>)> = labels
         .iter()
-        .map(|(name, cells)| {
-            cells
-                .iter()
-                .map(String::len)
-                .chain([name.len()])
-                .max()
-                .unwrap_or(0)
-        })
+        .enumerate()
+        .filter(|(row, _)| plan.tiered.is_some() || !(2..5).contains(row))
+        .filter(|(row, _)| plan.exact.is_some() || *row != 6)
+        .map(|(row, label)| (*label, cells.iter().map(|c| c[row].clone()).collect()))
         .collect();
-    let mut out = format!("{:<20}", "");
-    for ((name, _), width) in columns.iter().zip(&widths) {
-        let _ = write!(out, "  {name:>width$}");
-    }
-    out.push('\n');
-    for (row, label) in labels.iter().enumerate() {
-        if plan.tiered.is_none() && (2..5).contains(&row) {
-            continue;
-        }
-        if plan.exact.is_none() && row == 6 {
-            continue;
-        }
-        let _ = write!(out, "{label:<20}");
-        for ((_, cells), width) in columns.iter().zip(&widths) {
-            let _ = write!(out, "  {:>width$}", cells[row]);
-        }
-        out.push('\n');
-    }
+    let mut out = grid(&columns, &rows);
     let _ = write!(out, "(tier 1 at {TIER1_BYTES_PER_KEY} B a key in Redis");
     if plan.exact.is_some() {
         let _ = write!(
@@ -162,7 +179,37 @@ fn table(plan: &Plan) -> String {
     out
 }
 
-/// A configured stream: its TTLs, where its rate came from, its plan.
+/// A header of column names over labelled rows, each column right-aligned
+/// to its widest cell.
+fn grid(columns: &[&str], rows: &[(&str, Vec<String>)]) -> String {
+    let widths: Vec<usize> = columns
+        .iter()
+        .enumerate()
+        .map(|(column, name)| {
+            rows.iter()
+                .map(|(_, cells)| cells[column].len())
+                .chain([name.len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = format!("{:<20}", "");
+    for (name, width) in columns.iter().zip(&widths) {
+        let _ = write!(out, "  {name:>width$}");
+    }
+    out.push('\n');
+    for (label, cells) in rows {
+        let _ = write!(out, "{label:<20}");
+        for (cell, width) in cells.iter().zip(&widths) {
+            let _ = write!(out, "  {cell:>width$}");
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// A configured stream: its TTLs, where its claims live and its rate came
+/// from, its plan.
 pub fn stream(stream: &StreamPlan) -> String {
     let mode = match stream.mode {
         Mode::Exact => "exact",
@@ -179,6 +226,12 @@ pub fn stream(stream: &StreamPlan) -> String {
         "  horizon     {}{horizon_note}",
         seconds(stream.horizon)
     );
+    let store = match stream.claims_in {
+        ClaimsIn::Memory => "memory: claims in this replica's memory",
+        ClaimsIn::Redis => "redis: claims in its memory",
+        ClaimsIn::Postgres => "postgres: claims on its disk",
+    };
+    let _ = writeln!(out, "  store       {store}");
     let rate = thousands(stream.plan.input.rate);
     let _ = writeln!(
         out,
@@ -187,11 +240,11 @@ pub fn stream(stream: &StreamPlan) -> String {
             RateSource::PeakRate => format!("{rate} events/s (peak_rate)"),
             RateSource::Given => format!("{rate} events/s (--rate)"),
             RateSource::PerEventPerSecond => {
-                "none in the config: figures per event/s (plan --rate N for yours)".into()
+                "none in the config: figures per event/s (set the stream's peak_rate, or plan --rate N)".into()
             }
         }
     );
-    for line in table(&stream.plan).lines() {
+    for line in table(&stream.plan, stream.claims_in).lines() {
         let _ = writeln!(out, "  {line}");
     }
     out
@@ -201,6 +254,87 @@ pub fn stream(stream: &StreamPlan) -> String {
 mod tests {
     use super::super::plan::{plan as make_plan, PlanInput, PlanMode};
     use super::*;
+
+    /// 7 x 365.25 days, as `ttl = { retention_years = 7 }` derives it.
+    const SEVEN_YEARS: Duration = Duration::from_secs(220_903_200);
+
+    fn bank(claims_in: ClaimsIn) -> StreamPlan {
+        let input = PlanInput {
+            rate: 10,
+            horizon: SEVEN_YEARS,
+            tier1_ttl: None,
+            fp_rate: 0.0,
+            slots: 0,
+        };
+        StreamPlan {
+            name: "bank".into(),
+            mode: Mode::Exact,
+            tier1_ttl: SEVEN_YEARS,
+            horizon: SEVEN_YEARS,
+            rate: RateSource::PeakRate,
+            claims_in,
+            plan: make_plan(input, PlanMode::Exact).unwrap(),
+        }
+    }
+
+    /// The labels of a stream's table rows, in order.
+    fn row_labels(text: &str) -> Vec<String> {
+        text.lines()
+            .skip_while(|l| !l.trim_start().starts_with("rate"))
+            .skip(2)
+            .take_while(|l| !l.trim_start().starts_with('('))
+            .map(|l| {
+                let cells: Vec<&str> = l.split("  ").filter(|c| !c.trim().is_empty()).collect();
+                cells
+                    .first()
+                    .map_or(String::new(), |c| c.trim().to_string())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_stream_leads_with_the_figures_of_the_store_its_claims_live_in() {
+        let on_disk = stream(&bank(ClaimsIn::Postgres));
+        assert_eq!(
+            row_labels(&on_disk),
+            ["claims", "postgres disk", "or redis memory"],
+            "{on_disk}"
+        );
+        assert!(on_disk.contains("302.6 GB") && on_disk.contains("360.1 GB"));
+        let in_memory = stream(&bank(ClaimsIn::Redis));
+        assert_eq!(
+            row_labels(&in_memory),
+            ["tier-1 keys", "tier-1 memory", "total", "or postgres disk"],
+            "{in_memory}"
+        );
+    }
+
+    #[test]
+    fn seven_years_are_printed_in_seconds_days_and_years() {
+        assert_eq!(seconds(SEVEN_YEARS), "220903200 s (2556d18h, 7y)");
+        assert_eq!(seconds(Duration::from_secs(3_600)), "3600 s (1h)");
+        let text = stream(&bank(ClaimsIn::Postgres));
+        assert!(
+            text.contains("tier-1 ttl  220903200 s (2556d18h, 7y)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn both_without_a_tier1_ttl_ends_with_what_the_tiered_figures_need() {
+        let input = PlanInput {
+            rate: 40_000,
+            horizon: Duration::from_secs(43_200),
+            tier1_ttl: None,
+            fp_rate: 0.001,
+            slots: 2,
+        };
+        let text = plan(&make_plan(input, PlanMode::Both).unwrap());
+        let last = text.lines().last().unwrap_or_default();
+        assert!(last.starts_with("tiered: add --tier1-ttl"), "{text}");
+        let exact = plan(&make_plan(input, PlanMode::Exact).unwrap());
+        assert!(!exact.contains("--tier1-ttl"), "{exact}");
+    }
 
     #[test]
     fn counts_and_bytes_are_written_as_people_read_them() {

@@ -10,7 +10,8 @@
 //! "30m1h") are refused too: they are far more often a typo than an intent.
 //!
 //! [`format_duration`] writes the same grammar back, so anything it prints can
-//! be pasted into a config file and means the same duration.
+//! be pasted into a config file and means the same duration; [`format_years`]
+//! adds, for people only, a long retention's length in years.
 //!
 //! Why this is not a crate: `humantime` (2.4, the usual choice) was checked
 //! against this grammar. It reads every form above except the bare number,
@@ -204,6 +205,24 @@ pub fn format_duration(d: Duration) -> String {
     out
 }
 
+/// A duration of a year or more in Julian years of 365.25 days, the years
+/// `ttl = { retention_years = N }` counts in: `"7y"` for 7 x 365.25 days,
+/// `"~1.1y"` for 400 days; `None` under a year. For people reading a
+/// retention beside [`format_duration`]'s `2556d18h`, never for a config:
+/// `y` is no unit of the grammar, so nothing pastes it back.
+pub fn format_years(d: Duration) -> Option<String> {
+    let year = super::policy::SECONDS_PER_YEAR;
+    let secs = d.as_secs();
+    if secs < year {
+        return None;
+    }
+    Some(if secs.is_multiple_of(year) && d.subsec_nanos() == 0 {
+        format!("{}y", secs / year)
+    } else {
+        format!("~{:.1}y", d.as_secs_f64() / year as f64)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,6 +327,18 @@ mod tests {
         assert_eq!(format_duration(Duration::from_millis(60_500)), "1m500ms");
         assert_eq!(format_duration(Duration::from_micros(1_001)), "1001us");
         assert_eq!(format_duration(Duration::from_nanos(1)), "1ns");
+    }
+
+    #[test]
+    fn seven_retention_years_read_as_seven_years_beside_their_days() {
+        // `ttl --retention-years 7`: 7 x 365.25 days.
+        let seven = secs(7 * 31_557_600);
+        assert_eq!(format_duration(seven), "2556d18h");
+        assert_eq!(format_years(seven).as_deref(), Some("7y"));
+        assert_eq!(format_years(secs(31_557_600)).as_deref(), Some("1y"));
+        assert_eq!(format_years(secs(400 * 86_400)).as_deref(), Some("~1.1y"));
+        assert_eq!(format_years(secs(365 * 86_400)), None);
+        assert_eq!(format_years(secs(43_200)), None);
     }
 
     #[test]

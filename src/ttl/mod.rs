@@ -6,7 +6,8 @@
 //! computed here.
 //!
 //! - `duration`: [`parse_duration`] and [`format_duration`], the one human
-//!   duration grammar of configs, CLI flags and logs.
+//!   duration grammar of configs, CLI flags and logs; [`format_years`], a
+//!   long retention in years beside it, for people.
 //! - [`serde_duration`], [`serde_duration_opt`]: that grammar for serde
 //!   fields, e.g. `#[serde(with = "crate::ttl::serde_duration")]`.
 //! - `policy`: [`TtlPolicy`] (explicit, retention years, job policy, measured
@@ -20,6 +21,6 @@ mod policy;
 pub mod serde_duration;
 pub mod serde_duration_opt;
 
-pub use duration::{format_duration, parse_duration, DurationError};
+pub use duration::{format_duration, format_years, parse_duration, DurationError};
 pub use horizon::{measure_horizon, Delivery, Horizon};
 pub use policy::{TtlError, TtlPolicy};

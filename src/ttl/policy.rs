@@ -27,7 +27,7 @@ use super::serde_duration;
 
 /// Seconds in a Julian year of 365.25 days, the year retention rules count in:
 /// 365.25 x 86,400 = 31,557,600.
-const SECONDS_PER_YEAR: u64 = 31_557_600;
+pub(super) const SECONDS_PER_YEAR: u64 = 31_557_600;
 
 /// The job margin is honoured to this many parts (nine decimal places), so
 /// that a margin written as `0.15` means exactly 15 % and not the binary

@@ -144,6 +144,9 @@ pub(crate) struct Worker {
     /// Set once a round finds a stream's store lost its state
     /// (docs/design.md §8.2): `/readyz` says so until the restart.
     store_lost: Arc<AtomicBool>,
+    /// `--config` and the file read (`Config::config_flag`), for the
+    /// command a lost store's ERROR line names (`store_lost.rs`).
+    config_flag: String,
 }
 
 /// Consumer properties the protocol depends on; the config cannot change
@@ -322,6 +325,7 @@ impl Worker {
             token: OwnerToken::new(incarnation, 0),
             stop,
             store_lost: Arc::default(),
+            config_flag: config.config_flag(),
         })
     }
 

@@ -34,8 +34,9 @@ impl Worker {
         } else {
             "it stops deciding: nothing is committed past what was decided"
         };
-        error!(stream = %name, identity, fail_mode = if fail_open { "open" } else { "closed" }, then,
+        let remedy = format!("idemgate rebuild {} --stream {name}", self.config_flag);
+        error!(stream = %name, identity, fail_mode = if fail_open { "open" } else { "closed" }, then, remedy = %remedy,
             "the claim store lost this stream's state (its store identity is not the one adopted at start): \
-             stop every replica, run `idemgate rebuild --config <file> --stream <stream>`, then start them again");
+             stop every replica, run the remedy, then start them again");
     }
 }
