@@ -134,7 +134,7 @@ cmd_all() {
   run scripts/kafka.sh consumer-groups --bootstrap-server "$b" --describe --group "$TRY"
   for topic in clean audit; do
     run scripts/kafka.sh console-consumer --bootstrap-server "$b" --topic "$TRY-$topic" \
-      --from-beginning --isolation-level read_committed --max-messages 5 --timeout-ms 20000 \
+      --from-beginning --isolation-level read_committed --max-messages 5 \
       --formatter-property print.headers=true --formatter-property print.key=true
   done
   run kill "${REPLICAS[@]}"
