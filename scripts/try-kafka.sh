@@ -151,7 +151,7 @@ case ${1:-all} in
   wait) shift; cmd_wait "$@" ;;
   down) cmd_down ;;
   *)
-    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

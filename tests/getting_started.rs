@@ -100,6 +100,9 @@ fn stand_ins(name: &str) -> PathBuf {
             built.display()
         );
     }
+    // Where the page writes the replicas' logs, whichever folder cargo
+    // built in.
+    std::fs::create_dir_all(Path::new(ROOT).join("target")).unwrap();
     let dir = std::env::temp_dir().join(unique(name));
     std::fs::create_dir_all(&dir).unwrap();
     let cargo = dir.join("cargo");
@@ -137,6 +140,35 @@ impl Drop for Group {
     }
 }
 
+/// The replicas' logs of one walk-through (where the page writes them):
+/// removed when the test passes, their tails shown when it fails.
+struct ReplicaLogs(Vec<PathBuf>);
+
+impl ReplicaLogs {
+    fn of(try_name: &str) -> ReplicaLogs {
+        ReplicaLogs(
+            (1..=2)
+                .map(|n| Path::new(ROOT).join(format!("target/{try_name}-{n}.log")))
+                .collect(),
+        )
+    }
+}
+
+impl Drop for ReplicaLogs {
+    fn drop(&mut self) {
+        for log in &self.0 {
+            if std::thread::panicking() {
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+                eprintln!("[{}] tail:\n{tail}", log.display());
+            } else {
+                let _ = std::fs::remove_file(log);
+            }
+        }
+    }
+}
+
 /// Runs `script` in bash from the repository's root, as a reader's
 /// terminal with the test services' addresses and a `TRY` of its own;
 /// returns what it printed.
@@ -162,11 +194,12 @@ fn run_as_reader(name: &str, try_name: &str, script: &str) -> String {
     let _group = Group(reader.pid());
     let status = reader.wait_exit(BOUND);
     let printed = reader.log_text();
+    let _ = std::fs::remove_dir_all(stand_ins);
     assert!(
         status.success(),
         "[{name}] exited with {status}; it printed:\n{printed}"
     );
-    let _ = std::fs::remove_dir_all(stand_ins);
+    let _ = std::fs::remove_file(&log);
     printed
 }
 
@@ -229,6 +262,7 @@ fn assert_the_feed_was_decided(try_name: &str, printed: &str) {
 fn the_steps_by_hand_decide_the_sample_feed() {
     let blocks = page_blocks();
     let try_name = unique("gs-hand");
+    let _logs = ReplicaLogs::of(&try_name);
     let printed = run_as_reader("by hand", &try_name, &blocks[1..].join("\n"));
     assert_the_feed_was_decided(&try_name, &printed);
 }
@@ -237,6 +271,7 @@ fn the_steps_by_hand_decide_the_sample_feed() {
 fn the_one_command_decides_the_sample_feed() {
     let blocks = page_blocks();
     let try_name = unique("gs-one");
+    let _logs = ReplicaLogs::of(&try_name);
     let printed = run_as_reader("one command", &try_name, &blocks[0]);
     assert_the_feed_was_decided(&try_name, &printed);
 }
