@@ -1,7 +1,7 @@
 //! `idemgate reset`, the built binary against Apache Kafka and Redis
 //! (DESIGN.md §4 rules 2 and 7; docs/design.md §4.9):
 //!
-//! - refused while the group has a member;
+//! - `--execute` refused while the group has a member;
 //! - backward to earliest without `--re-emit`: the replay repeats no
 //!   output, audit included (duplicates, conflicts and invalid records in
 //!   the workload);
@@ -62,7 +62,7 @@ fn a_reset_without_re_emission_repeats_nothing_and_with_it_clean_gets_the_novel_
     } = process(TEST, &config, &topics, &plan, &mut [&mut first]);
 
     // Refused while the gateway is a member, and nothing moved.
-    let refused = idemgate_reset(&config, &["--to-earliest"]);
+    let refused = idemgate_reset(&config, &["--to-earliest", "--execute"]);
     assert!(
         !refused.ok,
         "a reset while the group has a member was not refused"
@@ -81,15 +81,16 @@ fn a_reset_without_re_emission_repeats_nothing_and_with_it_clean_gets_the_novel_
 
     // A dry run says what would happen and moves nothing.
     let report = reset_ok(&config, &["--to-earliest", "--dry-run"]);
-    assert!(report.contains("dry run, nothing written"), "{report}");
-    assert!(report.contains("backward replay"), "{report}");
+    assert!(report.contains("dry run: nothing was changed"), "{report}");
+    assert!(report.contains("replay "), "{report}");
     let committed = committed_offsets(&kafka_brokers(), &config.group, &topics.input, &partitions);
     assert_eq!(committed, want, "a dry run moved the offsets");
 
     // Without re-emission: nothing, audit included.
-    let report = reset_ok(&config, &["--to-earliest"]);
-    assert!(report.contains("backward replay"), "{report}");
+    let report = reset_ok(&config, &["--to-earliest", "--execute"]);
+    assert!(report.contains("replay "), "{report}");
     assert!(report.contains("nothing produced again"), "{report}");
+    assert!(report.contains("store updated"), "{report}");
     let earliest: Vec<Option<i64>> = ends.iter().map(|_| Some(0)).collect();
     let committed = committed_offsets(&kafka_brokers(), &config.group, &topics.input, &partitions);
     assert_eq!(committed, earliest, "the reset's commit");
@@ -127,7 +128,7 @@ fn a_reset_without_re_emission_repeats_nothing_and_with_it_clean_gets_the_novel_
         .map(|o| o.test_id().to_string())
         .collect();
     assert_eq!(novel.len(), bank.events(), "one clean output per event");
-    let report = reset_ok(&config, &["--to-earliest", "--re-emit"]);
+    let report = reset_ok(&config, &["--to-earliest", "--re-emit", "--execute"]);
     assert!(report.contains("go to clean again"), "{report}");
     let before = reader.records.len();
     let mut third = Gate::start(&format!("{TEST}-3"), &config);
@@ -219,8 +220,11 @@ fn forward_skip(test: &str, skipped: &str) {
         "a forward skip without --skipped was not refused"
     );
     assert!(refused.stderr.contains("--skipped"), "{}", refused.stderr);
-    let report = reset_ok(&config, &["--to-offset", &to, "--skipped", skipped]);
-    assert!(report.contains("forward skip"), "{report}");
+    let report = reset_ok(
+        &config,
+        &["--to-offset", &to, "--skipped", skipped, "--execute"],
+    );
+    assert!(report.contains("skip "), "{report}");
     let risk = if skipped == "abandoned" {
         "DOUBLE"
     } else {
