@@ -1,6 +1,8 @@
 //! `idemgate reset`, the built binary against Apache Kafka and Redis
 //! (DESIGN.md §4 rules 2 and 7; docs/design.md §4.9):
 //!
+//! - without `--execute` (a plan, with `--re-emit` or a forward skip):
+//!   no committed offset moves and no store key changes;
 //! - `--execute` refused while the group has a member;
 //! - backward to earliest without `--re-emit`: the replay repeats no
 //!   output, audit included (duplicates, conflicts and invalid records in
@@ -11,16 +13,16 @@
 //!   each skipped event takes its claim over and reaches clean, exactly
 //!   once; with `--skipped delivered` the copies are duplicates.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use idemgate::decision::REPLAY;
 use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{
-    committed_offsets, read_inputs_as_delivered, Out, Producer, Reader, Topics,
+    committed_metadata, committed_offsets, read_inputs_as_delivered, Out, Producer, Reader, Topics,
 };
 use idemgate_testkit::process::scrape_metric;
-use idemgate_testkit::servers::free_port;
+use idemgate_testkit::servers::{free_port, scan};
 use idemgate_testkit::workload::{Bank, Planned};
 use idemgate_testkit::{env, kafka_brokers, say, BOUND};
 
@@ -321,4 +323,116 @@ fn forward_skip(test: &str, skipped: &str) {
     let status = second.terminate(Duration::from_secs(20));
     assert!(status.success(), "idemgate exited with {status} on SIGTERM");
     say(test, format!("took {:?}", began.elapsed()));
+}
+
+/// The group's committed offsets and their metadata, per partition.
+type Commits = Vec<Option<(i64, String)>>;
+
+fn commits(config: &GateConfig, topics: &Topics, partitions: &[i32]) -> Commits {
+    let offsets = committed_offsets(&kafka_brokers(), &config.group, &topics.input, partitions);
+    let metadata = committed_metadata(&kafka_brokers(), &config.group, &topics.input, partitions);
+    offsets
+        .into_iter()
+        .zip(metadata)
+        .map(|(offset, metadata)| Some((offset?, metadata.unwrap_or_default())))
+        .collect()
+}
+
+/// Every key under the test's prefix with its value as `DUMP` serialises
+/// it (type, encoding and contents; not the expiry, which runs down).
+fn keyspace(config: &GateConfig) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let client = redis::Client::open(config.redis_url.as_str()).expect("redis url");
+    let mut connection = client.get_connection().expect("redis connection");
+    scan(&mut connection, &format!("{}*", config.key_prefix))
+        .into_iter()
+        .filter_map(|key| {
+            let dump: Option<Vec<u8>> = redis::cmd("DUMP")
+                .arg(&key)
+                .query(&mut connection)
+                .expect("DUMP");
+            // Gone between SCAN and DUMP: an expired claim.
+            Some((key, dump?))
+        })
+        .collect()
+}
+
+/// The guarantee: as with `kafka-consumer-groups --reset-offsets`, a reset
+/// without `--execute` only prints its plan. A backward replay with
+/// `--re-emit` (whose execution writes the re-emit range) and forward
+/// skips with either `--skipped` (whose executions raise the watermark or
+/// write the abandoned range), planned by default or with `--dry-run`,
+/// leave every committed offset with its metadata and every store key
+/// with its value as they were. The same replay with `--execute` changes
+/// both, as the comparison sees.
+#[test]
+fn a_reset_without_execute_changes_no_offset_and_no_store_key() {
+    const TEST: &str = "reset-cmd-plan";
+    let topics = Topics::create(&kafka_brokers(), TEST, 3, 2);
+    let mut bank = Bank::new(TEST, 24);
+    let plan = bank.phase(120, 0, 6);
+    let config = GateConfig::new(TEST, &topics, env("IDEMGATE_TEST_REDIS_URL"));
+    let mut gate = Gate::start(&format!("{TEST}-1"), &config);
+    gate.wait_assigned(Duration::from_secs(30));
+    let Processed { ends, .. } = process(TEST, &config, &topics, &plan, &mut [&mut gate]);
+    let status = gate.terminate(Duration::from_secs(20));
+    assert!(status.success(), "idemgate exited with {status} on SIGTERM");
+    // Records no gateway read: room for a forward skip.
+    let later = bank.phase(30, 0, 6);
+    Producer::new(&kafka_brokers()).send(&topics.input, &later, 100, Duration::ZERO);
+    let partitions: Vec<i32> = ends.iter().map(|(p, _)| *p).collect();
+    let offsets_before = commits(&config, &topics, &partitions);
+    let keys_before = keyspace(&config);
+    assert!(
+        offsets_before.iter().all(Option::is_some),
+        "{offsets_before:?}"
+    );
+    assert!(!keys_before.is_empty(), "the run left no store key");
+
+    for args in [
+        &["--to-earliest", "--re-emit"][..],
+        &["--to-earliest", "--re-emit", "--dry-run"],
+        &["--to-latest", "--skipped", "abandoned"],
+        &["--to-latest", "--skipped", "delivered", "--dry-run"],
+        &["--shift-by", "5", "--skipped", "delivered", "--export"],
+    ] {
+        let report = reset_ok(&config, args);
+        let export = args.contains(&"--export");
+        let dry = args.contains(&"--dry-run");
+        let said = if dry {
+            "dry run: nothing was changed"
+        } else {
+            "nothing was changed: --execute is missing"
+        };
+        if !export {
+            assert!(report.contains(said), "{args:?}: {report}");
+            assert!(
+                report.starts_with("\nGROUP "),
+                "{args:?}: Kafka's table first: {report}"
+            );
+        }
+        assert_eq!(
+            commits(&config, &topics, &partitions),
+            offsets_before,
+            "{args:?} moved a committed offset"
+        );
+        assert_eq!(
+            keyspace(&config),
+            keys_before,
+            "{args:?} changed a store key"
+        );
+    }
+    say(
+        TEST,
+        format!(
+            "five plans: {} commits and {} store keys unchanged",
+            offsets_before.len(),
+            keys_before.len()
+        ),
+    );
+
+    // The comparison sees an executed reset: offsets and a key change.
+    let report = reset_ok(&config, &["--to-earliest", "--re-emit", "--execute"]);
+    assert!(report.contains("store updated"), "{report}");
+    assert_ne!(commits(&config, &topics, &partitions), offsets_before);
+    assert_ne!(keyspace(&config), keys_before, "--execute wrote no key");
 }
