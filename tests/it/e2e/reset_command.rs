@@ -38,6 +38,43 @@ fn reset_ok(config: &GateConfig, args: &[&str]) -> String {
     run.stdout
 }
 
+/// A gateway's replay in its log (`idemgate::worker::pipeline`): one
+/// `replay started` and one `replay finished` line per partition with
+/// records, from 0 to its end; the sum of `field` over the end lines.
+fn replay_lines(gate: &Gate, ends: &[(i32, i64)], field: &str) -> u64 {
+    let log = gate.log_text();
+    let value = |line: &str, key: &str| -> Option<i64> {
+        line.split_whitespace()
+            .find_map(|cell| cell.strip_prefix(&format!("{key}="))?.parse().ok())
+    };
+    let mut sum = 0;
+    for (partition, end) in ends.iter().filter(|(_, end)| *end > 0) {
+        for what in ["replay started", "replay finished"] {
+            let lines: Vec<&str> = log
+                .lines()
+                .filter(|l| {
+                    l.contains(what) && value(l, "partition") == Some(i64::from(*partition))
+                })
+                .collect();
+            assert_eq!(
+                lines.len(),
+                1,
+                "one `{what}` line for partition {partition}:\n{log}"
+            );
+            let line = lines[0];
+            assert_eq!(
+                (value(line, "from"), value(line, "to")),
+                (Some(0), Some(*end)),
+                "{line}"
+            );
+            if what == "replay finished" {
+                sum += value(line, field).unwrap_or_else(|| panic!("no {field} in {line}"));
+            }
+        }
+    }
+    sum as u64
+}
+
 fn shown(outputs: &[Out]) -> Vec<String> {
     outputs
         .iter()
@@ -112,6 +149,12 @@ fn a_reset_without_re_emission_repeats_nothing_and_with_it_clean_gets_the_novel_
         plan.len() as f64,
         "every record read again was replayed"
     );
+    let suppressed = replay_lines(&second, &ends, "suppressed");
+    assert_eq!(
+        suppressed,
+        plan.len() as u64,
+        "the replay's end lines count every record read again"
+    );
     let status = second.terminate(Duration::from_secs(20));
     assert!(status.success(), "idemgate exited with {status} on SIGTERM");
     say(
@@ -169,6 +212,12 @@ fn a_reset_without_re_emission_repeats_nothing_and_with_it_clean_gets_the_novel_
         again.len(),
         novel.len(),
         "each novel record re-emitted once"
+    );
+    let re_emitted = replay_lines(&third, &ends, "re_emitted");
+    assert_eq!(
+        re_emitted,
+        novel.len() as u64,
+        "the replay's end lines count every record re-emitted"
     );
     assert_eq!(ids.len(), novel.len());
     let status = third.terminate(Duration::from_secs(20));
