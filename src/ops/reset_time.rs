@@ -8,7 +8,13 @@
 //! `Utils.getDateTime` appends `Z` to a value whose time part has no `+`,
 //! `-` or `Z`, then parses `yyyy-MM-dd'T'HH:mm:ss.SSSXXX` (or `...SSSX`).
 //! idemgate does the same: the same text names the same instant in both
-//! tools, whatever the zone of the machine each runs on.
+//! tools, whatever the zone of the machine each runs on (checked against
+//! Kafka 4.4's `Utils.getDateTime` in a JVM set to Asia/Tokyo).
+//!
+//! One difference, on a value Kafka's documentation does not allow: a
+//! fraction of other than three digits with a zone (`09:00:00.25Z`) is
+//! RFC 3339 here, 250 ms, where Java's `SSS` reads the digits as a count
+//! of milliseconds, 25.
 
 use time::format_description::well_known::Rfc3339;
 use time::macros::format_description;
@@ -102,6 +108,7 @@ mod tests {
             assert_eq!(parse_time(text), Ok(NINE), "{text}");
         }
         assert_eq!(parse_time("2026-03-01T09:00:00.250"), Ok(NINE + 250));
+        // RFC 3339's fraction (Kafka's tool would read 25 ms).
         assert_eq!(parse_time("2026-03-01T09:00:00.25Z"), Ok(NINE + 250));
     }
 
