@@ -288,6 +288,17 @@ fn reset_refuses_bad_flags_and_unknown_streams_before_reaching_a_broker() {
         let text = refused(&with(&pair), "");
         assert!(text.contains("cannot be used with"), "{pair:?}: {text}");
     }
+    // As Kafka's tool: a plan or its execution, not both.
+    let text = refused(&with(&["--to-earliest", "--dry-run", "--execute"]), "");
+    assert!(
+        text.contains("--dry-run") && text.contains("--execute"),
+        "{text}"
+    );
+    let text = refused(&with(&["--to-time", "2026-03-01T09:00:00"]), "");
+    assert!(
+        text.contains("--to-time") && text.contains("YYYY-MM-DDTHH:mm:SS.sss"),
+        "{text}"
+    );
     let text = refused(&with(&["--by-duration", "P1Y"]), "");
     assert!(
         text.contains("--by-duration") && text.contains("ISO-8601"),

@@ -61,10 +61,10 @@ pub enum Command {
     /// config.
     Plan(plan::PlanArgs),
     /// Reset a stream's input offsets for the group, with the scenarios of
-    /// kafka-consumer-groups --reset-offsets (and its CSV), while the group
-    /// has no members; prints every partition's offsets before and after.
-    /// A forward skip needs --skipped; a replay produces nothing again
-    /// unless --re-emit.
+    /// kafka-consumer-groups --reset-offsets (and its CSV); prints the plan
+    /// and, as Kafka's tool, changes nothing without --execute (refused
+    /// while the group has members). A forward skip needs --skipped; a
+    /// replay produces nothing again unless --re-emit.
     Reset(reset::ResetCli),
     /// Write back a stream's store after it lost its state (a Redis
     /// restarted without persistence, flushed, or replaced): settled claims

@@ -1,18 +1,19 @@
 //! `idemgate reset`'s command line, as `kafka-consumer-groups
 //! --reset-offsets` users know it: exactly one scenario (`--to-earliest`,
 //! `--to-latest`, `--to-offset`, `--to-time`, `--shift-by`,
-//! `--by-duration`, `--from-file`), `--dry-run`, `--export`; and idemgate's
+//! `--by-duration`, `--from-file`), `--dry-run` or `--execute` (nothing
+//! changes without the latter), `--export`; and idemgate's
 //! own `--skipped` and `--re-emit`, which say what the store records
 //! (docs/design.md §4.9) whichever scenario moved the offsets.
 
 use std::path::PathBuf;
 
 use crate::config::Config;
-use crate::ops::horizon::{rfc3339_ms, TimeError};
 use crate::ops::kafka_duration::{DurationError, KafkaDuration};
-use crate::ops::reset::{parse_offsets, OffsetsError, Skipped, Target};
+use crate::ops::reset::{parse_offsets, Mode, OffsetsError, Skipped, Target};
 use crate::ops::reset_csv::{CsvError, Rows};
 use crate::ops::reset_run::{self, ResetArgs};
+use crate::ops::reset_time::{parse_time, TimeError};
 
 /// The scenarios; clap refuses two of them together, naming both.
 const SCENARIOS: [&str; 7] = [
@@ -44,9 +45,12 @@ pub struct ResetCli {
     /// every input partition; each must lie inside its log.
     #[arg(long)]
     pub to_offset: Option<String>,
-    /// The first offset at or after this RFC 3339 time (the log's end where
-    /// none is).
-    #[arg(long)]
+    /// The first offset at or after this time (the log's end where none
+    /// is): RFC 3339 (2026-03-01T10:00:00+01:00), or Kafka's --to-datetime
+    /// format YYYY-MM-DDTHH:mm:SS.sss with an optional zone (Z, +01,
+    /// +0100, +01:00). Without a zone it is UTC, as Kafka's tool reads it,
+    /// never the machine's local time.
+    #[arg(long, value_name = "TIME")]
     pub to_time: Option<String>,
     /// Each committed offset moved by N (negative: back), kept inside the
     /// log as Kafka's tool keeps it; every partition needs a commit.
@@ -71,10 +75,16 @@ pub struct ResetCli {
     /// claim's holder go to clean again, marked `idemgate-replay: true`.
     #[arg(long)]
     pub re_emit: bool,
-    /// Print what would happen; write nothing. Allowed while the group has
-    /// members (the plan is then a snapshot); the reset itself is not.
-    #[arg(long)]
+    /// Print the plan and change nothing: what the command does anyway
+    /// without --execute, said explicitly (as with kafka-consumer-groups).
+    /// Allowed while the group has members (the plan is then a snapshot).
+    #[arg(long, conflicts_with = "execute")]
     pub dry_run: bool,
+    /// Apply the plan: record it in the store, then commit the new offsets.
+    /// Without it nothing is changed, as with kafka-consumer-groups
+    /// --reset-offsets. Refused while the group has members.
+    #[arg(long)]
+    pub execute: bool,
     /// Print the new offsets on stdout as Kafka's reset CSV (what
     /// `--from-file` of either tool reads); the report goes to stderr.
     #[arg(long)]
@@ -127,7 +137,7 @@ impl ResetCli {
         } else if let Some(offsets) = &self.to_offset {
             parse_offsets(offsets)?
         } else if let Some(time) = &self.to_time {
-            Target::Time(rfc3339_ms(time).map_err(ArgsError::ToTime)?)
+            Target::Time(parse_time(time).map_err(ArgsError::ToTime)?)
         } else if let Some(by) = self.shift_by {
             Target::ShiftBy(by)
         } else if let Some(text) = &self.by_duration {
@@ -156,7 +166,13 @@ impl ResetCli {
             target,
             skipped: self.skipped,
             re_emit: self.re_emit,
-            dry_run: self.dry_run,
+            mode: if self.execute {
+                Mode::Execute
+            } else if self.dry_run {
+                Mode::DryRun
+            } else {
+                Mode::Plan
+            },
             export: self.export,
         })
     }
@@ -214,7 +230,29 @@ mod tests {
         let _ = std::fs::remove_file(&file);
         let args = parse(&["--to-earliest", "--dry-run", "--export"]).unwrap();
         let args = args.args(NOW).unwrap();
-        assert!(args.dry_run && args.export);
+        assert!(args.mode == Mode::DryRun && args.export);
+        assert_eq!(
+            target(&["--to-time", "2026-03-01T10:00:00.000+01:00"]),
+            Target::Time(NOW)
+        );
+        assert_eq!(
+            target(&["--to-time", "2026-03-01T09:00:00.000"]),
+            Target::Time(NOW)
+        );
+    }
+
+    #[test]
+    fn nothing_changes_without_execute_and_dry_run_and_execute_exclude_each_other() {
+        let mode = |args: &[&str]| parse(args).unwrap().args(NOW).unwrap().mode;
+        assert_eq!(mode(&["--to-earliest"]), Mode::Plan);
+        assert_eq!(mode(&["--to-earliest", "--dry-run"]), Mode::DryRun);
+        assert_eq!(mode(&["--to-earliest", "--execute"]), Mode::Execute);
+        let error = clap_refusal(&["--to-earliest", "--dry-run", "--execute"]);
+        assert!(
+            error.contains("--dry-run") && error.contains("--execute"),
+            "{error}"
+        );
+        assert!(error.contains("cannot be used with"), "{error}");
     }
 
     #[test]
@@ -244,7 +282,9 @@ mod tests {
             missing.starts_with("--from-file /nonexistent/plan.csv"),
             "{missing}"
         );
-        assert!(refused(&["--to-time", "yesterday"]).starts_with("--to-time"));
+        let time = refused(&["--to-time", "yesterday"]);
+        assert!(time.starts_with("--to-time: `yesterday`"), "{time}");
+        assert!(time.contains("2026-03-01T10:00:00.000+01:00"), "{time}");
         let lost = clap_refusal(&["--to-earliest", "--skipped", "lost"]);
         assert!(
             lost.contains("--skipped") && lost.contains("lost"),

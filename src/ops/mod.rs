@@ -20,7 +20,7 @@
 //!   recording in the store what a forward skip passed over and what a
 //!   replay re-emits; the pure plan in `reset`, its report in
 //!   [`reset_text`], Kafka's CSV in [`reset_csv`], `--by-duration`'s syntax
-//!   in [`kafka_duration`], the command line in `cli::reset`, the I/O in
+//!   in [`kafka_duration`], `--to-time`'s in [`reset_time`], the command line in `cli::reset`, the I/O in
 //!   [`reset_run`].
 //! - [`rebuild`]: a stream's store written back after it lost its state,
 //!   from the clean topic and the group's commits; the pure plan and report
@@ -47,3 +47,4 @@ pub mod reset;
 pub mod reset_csv;
 pub mod reset_run;
 pub mod reset_text;
+pub mod reset_time;

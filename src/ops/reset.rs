@@ -60,6 +60,29 @@ impl Target {
     }
 }
 
+/// Whether the reset is applied. As `kafka-consumer-groups
+/// --reset-offsets`, only `--execute` changes anything: without it the
+/// command prints its plan, commits no offset and writes no store key
+/// (Kafka 4 plans by default too, and warns that 5.0 will ask for one of
+/// the two flags).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Neither flag: the plan, then a line saying nothing changed and how
+    /// to apply it.
+    Plan,
+    /// `--dry-run`: the plan, asked for explicitly.
+    DryRun,
+    /// `--execute`: the store written, then the offsets committed.
+    Execute,
+}
+
+impl Mode {
+    /// The store and the group are written to.
+    pub fn writes(self) -> bool {
+        self == Mode::Execute
+    }
+}
+
 /// `--skipped`: what the records a forward skip passes over count as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Skipped {

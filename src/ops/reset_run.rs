@@ -1,9 +1,8 @@
 //! `idemgate reset`, the I/O around [`super::reset::plan`]: asks the
 //! brokers for the group, its committed offsets and the logs' bounds, and
-//! the store for the watermarks; then (unless a dry run, which may run
-//! while the group has members) records in the
-//! store what the plan says, and only then commits the new offsets for the
-//! group. The store goes first: a commit that fails after it leaves the
+//! the store for the watermarks; then, only with `--execute` (a plan may
+//! be printed while the group has members), records in the store what the
+//! plan says, and only then commits the new offsets for the group. The store goes first: a commit that fails after it leaves the
 //! group where it was and the command can be run again (every store write
 //! is idempotent: raises never lower, ranges merge), whereas offsets moved
 //! without the store knowing would leave the skipped holders' copies
@@ -17,7 +16,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::group::{refuse_if_active, GroupError};
 use super::kafka::{group_members, QuietContext, REQUEST_TIMEOUT};
-use super::reset::{plan, Change, Request, Seen, Skipped, Target};
+use super::reset::{plan, Change, Mode, Request, Seen, Skipped, Target};
 use super::reset_text::text;
 use crate::config::Config;
 use crate::store::{PartitionReset, Publish, StoreError, StreamId, TopicTag};
@@ -107,7 +106,8 @@ pub struct ResetArgs {
     pub target: Target,
     pub skipped: Option<Skipped>,
     pub re_emit: bool,
-    pub dry_run: bool,
+    /// Plan (the default), dry run or execute.
+    pub mode: Mode,
     /// The new offsets on stdout as Kafka's reset CSV, the report on
     /// stderr.
     pub export: bool,
@@ -161,16 +161,16 @@ async fn run(config: &Config, args: ResetArgs) -> Result<(String, super::reset::
     );
     let inputs = stream.inputs.clone();
     let target = args.target.clone();
-    let dry_run = args.dry_run;
+    let mode = args.mode;
     let (consumer, members, (mut seen, metadata)) = {
         let group = group.clone();
         tokio::task::spawn_blocking(move || -> Result<_, ResetError> {
             let consumer: BaseConsumer<QuietContext> = consumer_config
                 .create_with_context(QuietContext)
                 .map_err(ResetError::Client)?;
-            // A dry run writes nothing, so members do not race it: it
-            // plans from what they have committed so far.
-            let members = if dry_run {
+            // A plan writes nothing, so members do not race it: it plans
+            // from what they have committed so far.
+            let members = if !mode.writes() {
                 group_members(consumer.client(), &group, REQUEST_TIMEOUT).map_err(|error| {
                     GroupError::Describe {
                         group: group.clone(),
@@ -209,15 +209,15 @@ async fn run(config: &Config, args: ResetArgs) -> Result<(String, super::reset::
         resume_at_end,
     };
     let plan = plan(&request, &seen)?;
-    let mut report = format!("group {group}\n");
+    let mut report = text(&plan, &group, mode);
     if members > 0 {
         report.push_str(&format!(
             "group {group} has {members} active member(s): this plan is from the offsets \
-             committed so far; the reset itself is refused until every replica has stopped\n"
+             committed so far; --execute is refused until every replica has stopped\n"
         ));
     }
-    report.push_str(&text(&plan, args.dry_run));
-    if args.dry_run {
+    if let Some(closing) = super::reset_text::closing(mode) {
+        report.push_str(closing);
         return Ok((report, plan));
     }
 

@@ -68,7 +68,7 @@ fn a_forward_skip_needs_a_choice_and_records_it() {
     .unwrap();
     assert_eq!(p.partitions[0].raise_to, Some(50));
     assert_eq!(p.partitions[0].abandon, None);
-    assert!(text(&p, true).contains("LOSS"));
+    assert!(text(&p, "idemgate", Mode::DryRun).contains("LOSS"));
 }
 
 #[test]
@@ -84,7 +84,7 @@ fn a_re_emitting_replay_covers_up_to_the_watermark() {
     assert_eq!(p.partitions[0].after, 40);
     assert_eq!(p.partitions[0].change, Change::Backward);
     assert_eq!(p.partitions[0].replay, None);
-    assert!(text(&p, false).contains("nothing produced again"));
+    assert!(text(&p, "idemgate", Mode::Execute).contains("nothing produced again"));
 }
 
 #[test]
@@ -122,7 +122,7 @@ fn shift_by_stays_inside_the_log_as_kafkas_tool_and_needs_a_commit() {
     // The store's ranges are those of any backward reset.
     assert_eq!(p.partitions[0].replay, Some((20, 30)));
     assert_eq!(p.partitions[1].replay, Some((75, 90)));
-    assert!(text(&p, true).contains("shifted to 15, kept at the log's start"));
+    assert!(text(&p, "idemgate", Mode::DryRun).contains("shifted to 15, kept at the log's start"));
     let p = plan(
         &request(Target::ShiftBy(50), Some(Skipped::Abandoned), false),
         &parts,
@@ -178,7 +178,9 @@ fn a_file_plan_takes_the_groups_rows_and_every_partition_must_be_named() {
     assert_eq!(p.partitions[1].after, 60);
     assert_eq!(p.partitions[1].abandon, Some((50, 60)));
     assert_eq!(p.other_groups, vec!["other".to_string()]);
-    assert!(text(&p, true).contains("rows of other groups were left alone (other)"));
+    assert!(
+        text(&p, "idemgate", Mode::DryRun).contains("rows of other groups were left alone (other)")
+    );
     let one = Rows::parse("f.csv", "raw,0,10\n").unwrap();
     let error = plan(&request(Target::File(one), None, false), &parts)
         .unwrap_err()

@@ -325,6 +325,7 @@ impl Worker {
                 if settled.lost > 0 {
                     warn!(claims = settled.lost, "done flags refused: those claims carry another owner now (this replica's partition moved on)");
                 }
+                self.log_replays(p);
             }
             Err(error) => {
                 p.breaker.failure(now, &error);
@@ -345,6 +346,7 @@ impl Worker {
                 for stream in p.flight.take_replayed() {
                     p.tally.replayed(stream);
                 }
+                self.log_replays(p);
             }
             Event::Assigned(partitions) => {
                 self.token = self.token.next_attempt();
@@ -405,6 +407,41 @@ impl Worker {
             if let Some(held_back) = NOT_OWNED.allow() {
                 warn!(stream = %self.streams[stream].config.spec.name, partition, offset, held_back,
                     "a record read from a partition this replica does not own was not kept");
+            }
+        }
+    }
+
+    /// A replay's start and end, as the flight noted them
+    /// (`flight/replay.rs`): once each per partition, at INFO, so that an
+    /// operator's reset and what it replayed are in the log.
+    fn log_replays(&self, p: &mut Pipeline) {
+        for line in p.flight.take_replay_log() {
+            let stream = &self.streams[line.stream].config.spec.name;
+            let (topic, partition, r) = (&line.tp.0, line.tp.1, line.replay);
+            if line.ended {
+                info!(
+                    stream = %stream,
+                    %topic,
+                    partition,
+                    from = r.from,
+                    to = r.to,
+                    replayed = r.replayed(),
+                    suppressed = r.suppressed,
+                    re_emitted = r.re_emitted,
+                    decided_anew = r.anew,
+                    "replay finished"
+                );
+            } else {
+                info!(
+                    stream = %stream,
+                    %topic,
+                    partition,
+                    from = r.from,
+                    to = r.to,
+                    records = r.to - r.from,
+                    re_emit = ?r.re_emit,
+                    "replay started: records below the delivered watermark are read again"
+                );
             }
         }
     }

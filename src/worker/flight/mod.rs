@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 mod deliver;
 mod lost;
 mod records;
+mod replay;
+pub(crate) use replay::ReplayLog;
 mod take;
 pub(crate) use deliver::{Commit, Reported};
 pub(crate) use lost::Lost;
@@ -155,6 +157,8 @@ pub(crate) struct Flight {
     /// Some partition has a re-emit range: the rounds' answers are read
     /// for them until none has.
     replaying: bool,
+    /// Replays' starts and ends, until the loop logs them (`replay.rs`).
+    replay_log: Vec<ReplayLog>,
     /// Streams whose store lost its state (docs/design.md §8.2), and what
     /// their records do from then on (`lost.rs`).
     lost: HashMap<usize, Lost>,
@@ -186,6 +190,7 @@ impl Flight {
             committed,
             watermark: None,
             replay: None,
+            replaying: None,
             fresh: false,
             gap_free: true,
             raised: i64::MIN,
@@ -329,6 +334,9 @@ impl Flight {
         record.already_out = settle_again;
         let stage = record.stage;
         partition.records.insert(offset, record);
+        if first {
+            self.replay_begins(&tp);
+        }
         if stage == Stage::Finished {
             self.replayed.push(stream);
         }
@@ -338,6 +346,7 @@ impl Flight {
 
     /// Follows a record into the stage it just entered.
     fn entered(&mut self, tp: &Tp, offset: i64, stage: Stage) {
+        self.replay_step(tp, offset, stage);
         match stage {
             Stage::Finished => self.finish_at(tp, offset),
             Stage::Produce => self.queue.push((tp.clone(), offset)),

@@ -298,6 +298,7 @@ impl Flight {
                 moved.push((offset, record.stage));
             }
         }
+        self.replay_begins(tp);
         for (offset, stage) in moved {
             self.entered(tp, offset, stage);
         }

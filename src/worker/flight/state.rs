@@ -124,6 +124,9 @@ pub(crate) struct Partition {
     /// records below the watermark are claimed (the store says whether to
     /// produce them again) rather than finished on arrival.
     pub(super) replay: Option<(i64, i64)>,
+    /// A replay under way below the watermark, counted for the log
+    /// (`replay.rs`).
+    pub(super) replaying: Option<super::replay::Replay>,
     /// The watermark was read after the assignment.
     pub(super) fresh: bool,
     /// This owner's range starts at or below the watermark: its raises

@@ -206,27 +206,17 @@ fn idemgate(config: &GateConfig, command: &str, args: &[&str]) -> CommandRun {
 }
 
 /// The rows of an `idemgate reset` report, as (topic, partition, new
-/// offset), sorted: `  <topic>/<partition> <committed> <new> <watermark>
-/// <what>`, where a partition without a commit shows `none (<offset>)`.
+/// offset), sorted: its first table is Kafka's (`GROUP TOPIC PARTITION
+/// NEW-OFFSET`), read as Kafka's tool's is.
 pub fn idemgate_reset_rows(report: &str) -> Vec<(String, i32, i64)> {
-    let mut rows: Vec<(String, i32, i64)> = report
-        .lines()
-        .filter(|line| line.starts_with("  "))
-        .filter_map(|line| {
-            let mut cells = line.split_whitespace();
-            let (topic, partition) = cells.next()?.rsplit_once('/')?;
-            let mut committed = cells.next()?;
-            if committed == "none" {
-                committed = cells.next()?;
-            }
-            committed
-                .trim_matches(|c| c == '(' || c == ')')
-                .parse::<i64>()
-                .ok()?;
-            let new = cells.next()?.parse().ok()?;
-            Some((topic.to_string(), partition.parse().ok()?, new))
-        })
-        .collect();
-    rows.sort();
-    rows
+    let table = report
+        .trim_start_matches('\n')
+        .split("\n\n")
+        .next()
+        .unwrap_or("");
+    assert!(
+        table.starts_with("GROUP "),
+        "no Kafka reset table first in:\n{report}"
+    );
+    idemgate_testkit::tools::reset_rows(table)
 }

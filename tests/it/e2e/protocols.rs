@@ -170,7 +170,7 @@ fn join_and_leave(test: &str, protocol: Protocol, exactly_once: bool) {
         dry.stdout,
         dry.stderr
     );
-    let refused = idemgate_reset(&config, &["--to-earliest"]);
+    let refused = idemgate_reset(&config, &["--to-earliest", "--execute"]);
     assert!(
         !refused.ok && refused.stderr.contains("2 active member"),
         "idemgate reset did not see the two members: {}",
@@ -249,8 +249,12 @@ fn join_and_leave(test: &str, protocol: Protocol, exactly_once: bool) {
     );
     // With every member gone, `idemgate reset` (its client made from the
     // same [kafka] table) commits for the group from outside it.
-    let reset = idemgate_reset(&config, &["--to-earliest"]);
-    assert!(reset.ok, "idemgate reset --to-earliest: {}", reset.stderr);
+    let reset = idemgate_reset(&config, &["--to-earliest", "--execute"]);
+    assert!(
+        reset.ok,
+        "idemgate reset --to-earliest --execute: {}",
+        reset.stderr
+    );
     let all: Vec<i32> = (0..partitions).collect();
     let committed = committed_offsets(&kafka_brokers(), &config.group, &topics.input, &all);
     assert_eq!(committed, vec![Some(0); all.len()], "the reset's commit");

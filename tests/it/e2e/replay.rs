@@ -11,7 +11,9 @@
 //! - `idemgate reset --to-time T --dry-run` and Kafka's `--reset-offsets
 //!   --to-datetime T --dry-run` name the same offset for every partition
 //!   (both ask the broker for the first offset at or after T, the log's end
-//!   where there is none), and the one the records' timestamps say.
+//!   where there is none), and the one the records' timestamps say; T
+//!   written in RFC 3339 or in Kafka's own format (with a zone or without,
+//!   which both tools read as UTC) for idemgate.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -215,6 +217,18 @@ fn kafka_datetime(at: i64) -> String {
         .expect("formatting the datetime")
 }
 
+/// Kafka's `--to-datetime` without a zone, which Kafka's tool (and
+/// idemgate) reads as UTC: the instant written in UTC.
+fn kafka_datetime_utc(at: i64) -> String {
+    let format = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]"
+    );
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(at) * 1_000_000)
+        .expect("a time in range")
+        .format(format)
+        .expect("formatting the datetime")
+}
+
 /// The guarantee: for every instant tried (before every record, on one
 /// record's timestamp, between two records' timestamps, after every
 /// record), `idemgate reset --stream bank --to-time T --dry-run` and
@@ -290,10 +304,24 @@ fn idemgate_reset_to_a_time_and_kafkas_reset_to_a_datetime_name_the_same_offsets
             run.stderr
         );
         assert!(
-            run.stdout.contains("dry run, nothing written"),
+            run.stdout.contains("dry run: nothing was changed"),
             "{}",
             run.stdout
         );
+        // Kafka's format, with its zone and without, names the same rows.
+        for kafka_form in [theirs.clone(), kafka_datetime_utc(at)] {
+            let again = idemgate_reset(&config, &["--to-time", &kafka_form]);
+            assert!(
+                again.ok,
+                "idemgate reset --to-time {kafka_form}: {}",
+                again.stderr
+            );
+            assert_eq!(
+                idemgate_reset_rows(&again.stdout),
+                idemgate_reset_rows(&run.stdout),
+                "{what}: --to-time {kafka_form} and {ours} differ"
+            );
+        }
         let printed = reset_offsets(
             &kafka_brokers(),
             &config.group,

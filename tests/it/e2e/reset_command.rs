@@ -1,7 +1,9 @@
 //! `idemgate reset`, the built binary against Apache Kafka and Redis
 //! (DESIGN.md §4 rules 2 and 7; docs/design.md §4.9):
 //!
-//! - refused while the group has a member;
+//! - without `--execute` (a plan, with `--re-emit` or a forward skip):
+//!   no committed offset moves and no store key changes;
+//! - `--execute` refused while the group has a member;
 //! - backward to earliest without `--re-emit`: the replay repeats no
 //!   output, audit included (duplicates, conflicts and invalid records in
 //!   the workload);
@@ -11,16 +13,16 @@
 //!   each skipped event takes its claim over and reaches clean, exactly
 //!   once; with `--skipped delivered` the copies are duplicates.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use idemgate::decision::REPLAY;
 use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{
-    committed_offsets, read_inputs_as_delivered, Out, Producer, Reader, Topics,
+    committed_metadata, committed_offsets, read_inputs_as_delivered, Out, Producer, Reader, Topics,
 };
 use idemgate_testkit::process::scrape_metric;
-use idemgate_testkit::servers::free_port;
+use idemgate_testkit::servers::{free_port, scan};
 use idemgate_testkit::workload::{Bank, Planned};
 use idemgate_testkit::{env, kafka_brokers, say, BOUND};
 
@@ -34,6 +36,43 @@ fn reset_ok(config: &GateConfig, args: &[&str]) -> String {
     let run = idemgate_reset(config, args);
     assert!(run.ok, "idemgate reset {args:?} failed: {}", run.stderr);
     run.stdout
+}
+
+/// A gateway's replay in its log (`idemgate::worker::pipeline`): one
+/// `replay started` and one `replay finished` line per partition with
+/// records, from 0 to its end; the sum of `field` over the end lines.
+fn replay_lines(gate: &Gate, ends: &[(i32, i64)], field: &str) -> u64 {
+    let log = gate.log_text();
+    let value = |line: &str, key: &str| -> Option<i64> {
+        line.split_whitespace()
+            .find_map(|cell| cell.strip_prefix(&format!("{key}="))?.parse().ok())
+    };
+    let mut sum = 0;
+    for (partition, end) in ends.iter().filter(|(_, end)| *end > 0) {
+        for what in ["replay started", "replay finished"] {
+            let lines: Vec<&str> = log
+                .lines()
+                .filter(|l| {
+                    l.contains(what) && value(l, "partition") == Some(i64::from(*partition))
+                })
+                .collect();
+            assert_eq!(
+                lines.len(),
+                1,
+                "one `{what}` line for partition {partition}:\n{log}"
+            );
+            let line = lines[0];
+            assert_eq!(
+                (value(line, "from"), value(line, "to")),
+                (Some(0), Some(*end)),
+                "{line}"
+            );
+            if what == "replay finished" {
+                sum += value(line, field).unwrap_or_else(|| panic!("no {field} in {line}"));
+            }
+        }
+    }
+    sum as u64
 }
 
 fn shown(outputs: &[Out]) -> Vec<String> {
@@ -62,7 +101,7 @@ fn a_reset_without_re_emission_repeats_nothing_and_with_it_clean_gets_the_novel_
     } = process(TEST, &config, &topics, &plan, &mut [&mut first]);
 
     // Refused while the gateway is a member, and nothing moved.
-    let refused = idemgate_reset(&config, &["--to-earliest"]);
+    let refused = idemgate_reset(&config, &["--to-earliest", "--execute"]);
     assert!(
         !refused.ok,
         "a reset while the group has a member was not refused"
@@ -81,15 +120,16 @@ fn a_reset_without_re_emission_repeats_nothing_and_with_it_clean_gets_the_novel_
 
     // A dry run says what would happen and moves nothing.
     let report = reset_ok(&config, &["--to-earliest", "--dry-run"]);
-    assert!(report.contains("dry run, nothing written"), "{report}");
-    assert!(report.contains("backward replay"), "{report}");
+    assert!(report.contains("dry run: nothing was changed"), "{report}");
+    assert!(report.contains("replay "), "{report}");
     let committed = committed_offsets(&kafka_brokers(), &config.group, &topics.input, &partitions);
     assert_eq!(committed, want, "a dry run moved the offsets");
 
     // Without re-emission: nothing, audit included.
-    let report = reset_ok(&config, &["--to-earliest"]);
-    assert!(report.contains("backward replay"), "{report}");
+    let report = reset_ok(&config, &["--to-earliest", "--execute"]);
+    assert!(report.contains("replay "), "{report}");
     assert!(report.contains("nothing produced again"), "{report}");
+    assert!(report.contains("store updated"), "{report}");
     let earliest: Vec<Option<i64>> = ends.iter().map(|_| Some(0)).collect();
     let committed = committed_offsets(&kafka_brokers(), &config.group, &topics.input, &partitions);
     assert_eq!(committed, earliest, "the reset's commit");
@@ -109,6 +149,12 @@ fn a_reset_without_re_emission_repeats_nothing_and_with_it_clean_gets_the_novel_
         plan.len() as f64,
         "every record read again was replayed"
     );
+    let suppressed = replay_lines(&second, &ends, "suppressed");
+    assert_eq!(
+        suppressed,
+        plan.len() as u64,
+        "the replay's end lines count every record read again"
+    );
     let status = second.terminate(Duration::from_secs(20));
     assert!(status.success(), "idemgate exited with {status} on SIGTERM");
     say(
@@ -127,7 +173,7 @@ fn a_reset_without_re_emission_repeats_nothing_and_with_it_clean_gets_the_novel_
         .map(|o| o.test_id().to_string())
         .collect();
     assert_eq!(novel.len(), bank.events(), "one clean output per event");
-    let report = reset_ok(&config, &["--to-earliest", "--re-emit"]);
+    let report = reset_ok(&config, &["--to-earliest", "--re-emit", "--execute"]);
     assert!(report.contains("go to clean again"), "{report}");
     let before = reader.records.len();
     let mut third = Gate::start(&format!("{TEST}-3"), &config);
@@ -166,6 +212,12 @@ fn a_reset_without_re_emission_repeats_nothing_and_with_it_clean_gets_the_novel_
         again.len(),
         novel.len(),
         "each novel record re-emitted once"
+    );
+    let re_emitted = replay_lines(&third, &ends, "re_emitted");
+    assert_eq!(
+        re_emitted,
+        novel.len() as u64,
+        "the replay's end lines count every record re-emitted"
     );
     assert_eq!(ids.len(), novel.len());
     let status = third.terminate(Duration::from_secs(20));
@@ -219,8 +271,11 @@ fn forward_skip(test: &str, skipped: &str) {
         "a forward skip without --skipped was not refused"
     );
     assert!(refused.stderr.contains("--skipped"), "{}", refused.stderr);
-    let report = reset_ok(&config, &["--to-offset", &to, "--skipped", skipped]);
-    assert!(report.contains("forward skip"), "{report}");
+    let report = reset_ok(
+        &config,
+        &["--to-offset", &to, "--skipped", skipped, "--execute"],
+    );
+    assert!(report.contains("skip "), "{report}");
     let risk = if skipped == "abandoned" {
         "DOUBLE"
     } else {
@@ -317,4 +372,116 @@ fn forward_skip(test: &str, skipped: &str) {
     let status = second.terminate(Duration::from_secs(20));
     assert!(status.success(), "idemgate exited with {status} on SIGTERM");
     say(test, format!("took {:?}", began.elapsed()));
+}
+
+/// The group's committed offsets and their metadata, per partition.
+type Commits = Vec<Option<(i64, String)>>;
+
+fn commits(config: &GateConfig, topics: &Topics, partitions: &[i32]) -> Commits {
+    let offsets = committed_offsets(&kafka_brokers(), &config.group, &topics.input, partitions);
+    let metadata = committed_metadata(&kafka_brokers(), &config.group, &topics.input, partitions);
+    offsets
+        .into_iter()
+        .zip(metadata)
+        .map(|(offset, metadata)| Some((offset?, metadata.unwrap_or_default())))
+        .collect()
+}
+
+/// Every key under the test's prefix with its value as `DUMP` serialises
+/// it (type, encoding and contents; not the expiry, which runs down).
+fn keyspace(config: &GateConfig) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let client = redis::Client::open(config.redis_url.as_str()).expect("redis url");
+    let mut connection = client.get_connection().expect("redis connection");
+    scan(&mut connection, &format!("{}*", config.key_prefix))
+        .into_iter()
+        .filter_map(|key| {
+            let dump: Option<Vec<u8>> = redis::cmd("DUMP")
+                .arg(&key)
+                .query(&mut connection)
+                .expect("DUMP");
+            // Gone between SCAN and DUMP: an expired claim.
+            Some((key, dump?))
+        })
+        .collect()
+}
+
+/// The guarantee: as with `kafka-consumer-groups --reset-offsets`, a reset
+/// without `--execute` only prints its plan. A backward replay with
+/// `--re-emit` (whose execution writes the re-emit range) and forward
+/// skips with either `--skipped` (whose executions raise the watermark or
+/// write the abandoned range), planned by default or with `--dry-run`,
+/// leave every committed offset with its metadata and every store key
+/// with its value as they were. The same replay with `--execute` changes
+/// both, as the comparison sees.
+#[test]
+fn a_reset_without_execute_changes_no_offset_and_no_store_key() {
+    const TEST: &str = "reset-cmd-plan";
+    let topics = Topics::create(&kafka_brokers(), TEST, 3, 2);
+    let mut bank = Bank::new(TEST, 24);
+    let plan = bank.phase(120, 0, 6);
+    let config = GateConfig::new(TEST, &topics, env("IDEMGATE_TEST_REDIS_URL"));
+    let mut gate = Gate::start(&format!("{TEST}-1"), &config);
+    gate.wait_assigned(Duration::from_secs(30));
+    let Processed { ends, .. } = process(TEST, &config, &topics, &plan, &mut [&mut gate]);
+    let status = gate.terminate(Duration::from_secs(20));
+    assert!(status.success(), "idemgate exited with {status} on SIGTERM");
+    // Records no gateway read: room for a forward skip.
+    let later = bank.phase(30, 0, 6);
+    Producer::new(&kafka_brokers()).send(&topics.input, &later, 100, Duration::ZERO);
+    let partitions: Vec<i32> = ends.iter().map(|(p, _)| *p).collect();
+    let offsets_before = commits(&config, &topics, &partitions);
+    let keys_before = keyspace(&config);
+    assert!(
+        offsets_before.iter().all(Option::is_some),
+        "{offsets_before:?}"
+    );
+    assert!(!keys_before.is_empty(), "the run left no store key");
+
+    for args in [
+        &["--to-earliest", "--re-emit"][..],
+        &["--to-earliest", "--re-emit", "--dry-run"],
+        &["--to-latest", "--skipped", "abandoned"],
+        &["--to-latest", "--skipped", "delivered", "--dry-run"],
+        &["--shift-by", "5", "--skipped", "delivered", "--export"],
+    ] {
+        let report = reset_ok(&config, args);
+        let export = args.contains(&"--export");
+        let dry = args.contains(&"--dry-run");
+        let said = if dry {
+            "dry run: nothing was changed"
+        } else {
+            "nothing was changed: --execute is missing"
+        };
+        if !export {
+            assert!(report.contains(said), "{args:?}: {report}");
+            assert!(
+                report.starts_with("\nGROUP "),
+                "{args:?}: Kafka's table first: {report}"
+            );
+        }
+        assert_eq!(
+            commits(&config, &topics, &partitions),
+            offsets_before,
+            "{args:?} moved a committed offset"
+        );
+        assert_eq!(
+            keyspace(&config),
+            keys_before,
+            "{args:?} changed a store key"
+        );
+    }
+    say(
+        TEST,
+        format!(
+            "five plans: {} commits and {} store keys unchanged",
+            offsets_before.len(),
+            keys_before.len()
+        ),
+    );
+
+    // The comparison sees an executed reset: offsets and a key change.
+    let report = reset_ok(&config, &["--to-earliest", "--re-emit", "--execute"]);
+    assert!(report.contains("store updated"), "{report}");
+    assert_ne!(commits(&config, &topics, &partitions), offsets_before);
+    assert_ne!(keyspace(&config), keys_before, "--execute wrote no key");
 }

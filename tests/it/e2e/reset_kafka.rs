@@ -145,7 +145,13 @@ fn every_scenario_plans_as_kafkas_tool_and_each_tool_reads_the_others_csv() {
     // counted as abandoned.
     idemgate_ok(
         &config,
-        &["--to-offset", &offsets.join(","), "--skipped", "abandoned"],
+        &[
+            "--to-offset",
+            &offsets.join(","),
+            "--skipped",
+            "abandoned",
+            "--execute",
+        ],
     );
     let all: Vec<i32> = (0..partitions).collect();
     let at_middle: Vec<Option<i64>> = middle.iter().map(|(_, o)| Some(*o)).collect();
@@ -292,7 +298,7 @@ fn every_scenario_plans_as_kafkas_tool_and_each_tool_reads_the_others_csv() {
         back_three,
         "idemgate --from-file of Kafka's export"
     );
-    assert!(run.stderr.contains("backward replay"), "{}", run.stderr);
+    assert!(run.stderr.contains("replay 3"), "{}", run.stderr);
 
     let ours = idemgate_ok(
         &config,
@@ -351,7 +357,7 @@ fn every_scenario_plans_as_kafkas_tool_and_each_tool_reads_the_others_csv() {
     let _ = std::fs::remove_file(two_file);
 
     // And the resets themselves, from the other tool's file.
-    let run = idemgate_ok(&config, &["--from-file", &kafka_file]);
+    let run = idemgate_ok(&config, &["--from-file", &kafka_file, "--execute"]);
     assert!(run.stdout.contains("store updated"), "{}", run.stdout);
     let want: Vec<Option<i64>> = back_three.iter().map(|(_, _, o)| Some(*o)).collect();
     assert_eq!(
@@ -417,7 +423,7 @@ fn a_dry_run_plans_while_the_group_has_a_member_and_a_shift_back_re_emits_its_ra
     .unwrap_or_else(|e| e.to_string());
     assert!(theirs.contains("inactive"), "Kafka's dry run: {theirs}");
     // The resets themselves: both refused.
-    let refused = idemgate_reset(&config, &["--shift-by", &shift, "--re-emit"]);
+    let refused = idemgate_reset(&config, &["--shift-by", &shift, "--re-emit", "--execute"]);
     assert!(!refused.ok, "a reset while the group has a member");
     assert!(
         refused.stderr.contains("active member"),
@@ -437,7 +443,7 @@ fn a_dry_run_plans_while_the_group_has_a_member_and_a_shift_back_re_emits_its_ra
     assert!(status.success(), "idemgate exited with {status} on SIGTERM");
 
     // Stopped: the shift back with re-emission.
-    let run = idemgate_ok(&config, &["--shift-by", &shift, "--re-emit"]);
+    let run = idemgate_ok(&config, &["--shift-by", &shift, "--re-emit", "--execute"]);
     assert!(run.stdout.contains("go to clean again"), "{}", run.stdout);
     let want: Vec<Option<i64>> = back.iter().map(|(_, _, o)| Some(*o)).collect();
     assert_eq!(committed(), want, "the shift's commit");
