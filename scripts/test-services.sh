@@ -163,6 +163,23 @@ pid_alive() {
 }
 pid_gone() { ! pid_alive "$1"; }
 
+# Servers started here keep no descriptor but 0-2: bash sets no close-on-exec, so a
+# server would otherwise hold whatever this script has open for its whole life: our lock
+# (fd 9), and the caller's, such as the lock of `flock FILE scripts/test-services.sh start`
+# (its waiters would wait until `stop`). `close_fds` closes every descriptor above 2 of
+# the (sub)shell it runs in; `unshared` runs "$@" in a subshell that did so.
+close_fds() {
+  local fd
+  for fd in /proc/"$BASHPID"/fd/*; do
+    fd=${fd##*/}
+    # The glob's own directory descriptor is listed, and already closed.
+    if ((fd > 2)) && [[ -e /proc/$BASHPID/fd/$fd ]]; then
+      exec {fd}>&-
+    fi
+  done
+}
+unshared() { (close_fds && "$@"); }
+
 read_pid() { [[ -s $1 ]] && tr -dc '0-9' <"$1" || true; }
 
 # Anything listening on <port> (any address), or accepting on 127.0.0.1?
@@ -273,7 +290,7 @@ start_plain() {
   mkdir -p "$dir"
   : >"$logf"
   log "starting the plain Redis on 127.0.0.1:$port"
-  redis-server 9>&- --bind 127.0.0.1 --port "$port" --daemonize yes \
+  unshared redis-server --bind 127.0.0.1 --port "$port" --daemonize yes \
     --pidfile "$RUN_DIR/plain.pid" --logfile "$logf" --dir "$dir" \
     --save "" --appendonly no --maxmemory-policy noeviction \
     || { show_log "$logf"; die "redis-server (plain) refused to start"; }
@@ -354,7 +371,7 @@ start_bloom() {
   mkdir -p "$dir"
   : >"$logf"
   log "starting RedisBloom server on 127.0.0.1:$port"
-  redis-server 9>&- --bind 127.0.0.1 --port "$port" --daemonize yes \
+  unshared redis-server --bind 127.0.0.1 --port "$port" --daemonize yes \
     --pidfile "$RUN_DIR/bloom.pid" --logfile "$logf" --dir "$dir" \
     --save "" --appendonly no --loadmodule "$REDISBLOOM_SO" \
     || { show_log "$logf"; die "redis-server (RedisBloom) refused to start"; }
@@ -418,7 +435,7 @@ start_tls() {
   tls_port=$(pick_port $((port + 1)) 0 "$port")
   : >"$logf"
   log "starting TLS Redis on 127.0.0.1:$tls_port (tls-port; admin port $port)"
-  redis-server 9>&- --bind 127.0.0.1 --port "$port" --tls-port "$tls_port" --daemonize yes \
+  unshared redis-server --bind 127.0.0.1 --port "$port" --tls-port "$tls_port" --daemonize yes \
     --pidfile "$RUN_DIR/tls.pid" --logfile "$logf" --dir "$TLS_DIR" \
     --save "" --appendonly no --maxmemory-policy noeviction \
     --tls-cert-file "$TLS_DIR/server.pem" --tls-key-file "$TLS_DIR/server.key" \
@@ -481,7 +498,7 @@ start_cluster() {
     logf=$LOG_DIR/cluster-$p.log
     rm -rf "$DATA_DIR/cluster-$p"; mkdir -p "$DATA_DIR/cluster-$p"
     : >"$logf"
-    redis-server 9>&- --bind 127.0.0.1 --port "$p" --daemonize yes \
+    unshared redis-server --bind 127.0.0.1 --port "$p" --daemonize yes \
       --pidfile "$RUN_DIR/cluster-$p.pid" --logfile "$logf" --dir "$DATA_DIR/cluster-$p" \
       --save "" --appendonly no \
       --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 5000 \
@@ -661,10 +678,11 @@ start_kafka() {
   # process group takes it down; `stop` does. The subshell is no process-group leader, so
   # setsid execs in place and $! is the JVM's own pid.
   (
+    close_fds
     exec setsid java $KAFKA_HEAP -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
       -Djava.awt.headless=true -Dlog4j2.configurationFile="$KAFKA_CONF/log4j2.properties" \
       -cp "$KAFKA_LIBS/*" kafka.Kafka "$KAFKA_DIR/server.properties" \
-      </dev/null >>"$logf" 2>&1 9>&-
+      </dev/null >>"$logf" 2>&1
   ) &
   pid=$!
   echo "$pid" >"$RUN_DIR/kafka.pid"
@@ -794,7 +812,7 @@ start_postgres() {
   printf 'local all postgres trust\nhostssl all all 127.0.0.1/32 scram-sha-256\nhost all all 127.0.0.1/32 scram-sha-256\n' \
     | as_pg tee "$PG_DATA/pg_hba.conf" >/dev/null
   echo "$port" >"$RUN_DIR/postgres.port"
-  as_pg "$PG_BIN/pg_ctl" 9>&- -D "$PG_DATA" -l "$logf" -w -t "$TIMEOUT" -o \
+  unshared as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$logf" -w -t "$TIMEOUT" -o \
     "-c port=$port -c listen_addresses=127.0.0.1 -c unix_socket_directories=$PG_DATA -c ssl=on -c ssl_cert_file=$PG_TLS/server.pem -c ssl_key_file=$PG_TLS/server.key -c fsync=off -c max_connections=200" \
     start >/dev/null || { show_log "$logf"; die "PostgreSQL did not start"; }
   psql_admin -d postgres <<SQL || { show_log "$logf"; die "could not create the test roles"; }
@@ -849,8 +867,7 @@ need_tools() {
 }
 
 # Serialise start/stop of the same state dir (two terminals, or test.sh run twice at once).
-# The lock is fd 9. Daemons must not inherit it (bash sets no close-on-exec), or they would
-# hold the lock for their whole life: hence `9>&-` on every redis-server we start.
+# The lock is fd 9; the servers do not inherit it (`unshared`).
 take_lock() {
   mkdir -p "$RUN_DIR" "$LOG_DIR" "$DATA_DIR"
   exec 9>"$STATE_DIR/.lock"

@@ -137,15 +137,19 @@ impl Replica {
         let (stop, stop_rx) = watch::channel(false);
         let worker = Worker::new(config, store.clone(), stop_rx.clone(), clock).await?;
         let group = worker.group();
-        let health = crate::http::Health::new(group.clone(), worker.store_lost());
-        let (server, metrics_address) =
-            crate::http::serve(&config.metrics_listen, health.clone(), stop_rx.clone()).await?;
-        // After the listener installed the recorder: every series at zero.
         let names: Vec<&str> = config
             .streams
             .iter()
             .map(|s| s.spec.name.as_str())
             .collect();
+        let health = crate::http::Health::new(
+            group.clone(),
+            names.iter().map(|n| n.to_string()).collect(),
+            worker.store_lost(),
+        );
+        let (server, metrics_address) =
+            crate::http::serve(&config.metrics_listen, health.clone(), stop_rx.clone()).await?;
+        // After the listener installed the recorder: every series at zero.
         let tiered: Vec<&str> = config
             .streams
             .iter()

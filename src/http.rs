@@ -1,8 +1,9 @@
 //! /metrics (Prometheus text), /healthz (the process serves) and /readyz
 //! (partitions assigned, the store answering, and no stream's store lost
-//! its state), on one small listener: hyper parses HTTP/1 (a head in
-//! pieces, keep-alive, HEAD); GET and HEAD are answered, another method is
-//! a 405 with `Allow`.
+//! its state; each stream that is not ready named with why:
+//! `crate::readiness`), on one small listener: hyper parses HTTP/1 (a
+//! head in pieces, keep-alive, HEAD); GET and HEAD are answered, another
+//! method is a 405 with `Allow`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -23,32 +24,54 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
+use crate::readiness;
 use crate::store::ClaimStore;
 use crate::worker::Group;
 
-/// What readiness is judged from.
+/// What readiness is judged from (`crate::readiness`).
 #[derive(Clone)]
 pub(crate) struct Health {
     group: Arc<Group>,
     store_ok: Arc<AtomicBool>,
-    /// Set by the worker once a stream's store lost its state
-    /// (docs/design.md §8.2): not ready until a restart after the rebuild.
-    store_lost: Arc<AtomicBool>,
+    /// The streams' names, in stream order.
+    streams: Arc<[String]>,
+    /// Per stream, in stream order: set by the worker once the stream's
+    /// store lost its state (docs/design.md §8.2); not ready until a
+    /// restart after the rebuild.
+    store_lost: Arc<[AtomicBool]>,
 }
 
 impl Health {
-    pub(crate) fn new(group: Arc<Group>, store_lost: Arc<AtomicBool>) -> Health {
+    pub(crate) fn new(
+        group: Arc<Group>,
+        streams: Vec<String>,
+        store_lost: Arc<[AtomicBool]>,
+    ) -> Health {
         Health {
             group,
             store_ok: Arc::new(AtomicBool::new(true)),
+            streams: streams.into(),
             store_lost,
         }
     }
 
-    pub(crate) fn ready(&self) -> bool {
-        self.group.assigned.load(Ordering::SeqCst)
-            && self.store_ok.load(Ordering::SeqCst)
-            && !self.store_lost.load(Ordering::SeqCst)
+    /// Judges every stream now, sets `idemgate_not_ready` to match, and
+    /// says whether all are ready with the `/readyz` body.
+    pub(crate) fn judge(&self) -> (bool, String) {
+        let lost: Vec<bool> = self
+            .store_lost
+            .iter()
+            .map(|l| l.load(Ordering::SeqCst))
+            .collect();
+        let observed = readiness::Observed {
+            assigned: self.group.assigned.load(Ordering::SeqCst),
+            store_answers: self.store_ok.load(Ordering::SeqCst),
+            identity_lost: &lost,
+        };
+        let judged = readiness::judge(&self.streams, &observed);
+        crate::metrics::not_ready(&judged);
+        let not_ready = readiness::not_ready(&judged);
+        (not_ready.is_empty(), readiness::body(&not_ready))
     }
 }
 
@@ -163,10 +186,12 @@ fn answer(method: &Method, path: &str, health: &Health) -> Response<Full<Bytes>>
             StatusCode::METHOD_NOT_ALLOWED,
             "method not allowed\n".to_string(),
         ),
-        "/metrics" => (StatusCode::OK, render_metrics()),
+        "/metrics" => (StatusCode::OK, render_metrics(health)),
         "/healthz" => (StatusCode::OK, "ok\n".to_string()),
-        _ if health.ready() => (StatusCode::OK, "ready\n".to_string()),
-        _ => (StatusCode::SERVICE_UNAVAILABLE, "not ready\n".to_string()),
+        _ => match health.judge() {
+            (true, body) => (StatusCode::OK, body),
+            (false, body) => (StatusCode::SERVICE_UNAVAILABLE, body),
+        },
     };
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
@@ -181,10 +206,11 @@ fn answer(method: &Method, path: &str, health: &Health) -> Response<Full<Bytes>>
     response
 }
 
-/// The body of `/metrics`: the recorder's series, then the consumer lag
-/// gauges the worker keeps itself.
-fn render_metrics() -> String {
+/// The body of `/metrics`: the recorder's series (the readiness gauges
+/// judged afresh), then the consumer lag gauges the worker keeps itself.
+fn render_metrics(health: &Health) -> String {
     crate::metrics::process();
+    health.judge();
     let mut body = prometheus().map(|h| h.render()).unwrap_or_default();
     crate::metrics::render_lags(&mut body);
     body
@@ -247,7 +273,11 @@ mod tests {
     async fn start() -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
-        let health = Health::new(Arc::default(), Arc::default());
+        let health = Health::new(
+            Arc::default(),
+            vec!["bank".into(), "telemetry".into()],
+            [false, false].map(AtomicBool::new).into(),
+        );
         let (stop, stop_rx) = watch::channel(false);
         let task = tokio::spawn(serve_on(listener, health.clone(), stop_rx));
         Server {
@@ -363,27 +393,45 @@ mod tests {
         let server = start().await;
         let request = get("/readyz");
         let readyz = || ask(server.address, std::slice::from_ref(&request));
+        let answer = readyz().await;
         assert_eq!(
-            status(&readyz().await),
+            status(&answer),
             "HTTP/1.1 503 Service Unavailable",
-            "nothing assigned yet"
+            "{answer}"
+        );
+        assert!(
+            answer.ends_with(
+                "\r\n\r\nnot ready: stream=bank cause=not-assigned\n\
+                 not ready: stream=telemetry cause=not-assigned\n"
+            ),
+            "nothing assigned yet: {answer}"
         );
         server.health.group.assigned.store(true, Ordering::SeqCst);
         let answer = readyz().await;
         assert_eq!(status(&answer), "HTTP/1.1 200 OK", "{answer}");
-        assert!(answer.ends_with("ready\n"), "{answer}");
+        assert!(answer.ends_with("\r\n\r\nready\n"), "{answer}");
         server.health.store_ok.store(false, Ordering::SeqCst);
+        let answer = readyz().await;
         assert_eq!(
-            status(&readyz().await),
+            status(&answer),
             "HTTP/1.1 503 Service Unavailable",
-            "store not answering"
+            "{answer}"
+        );
+        assert!(
+            answer.contains("not ready: stream=telemetry cause=store-unreachable\n"),
+            "store not answering: {answer}"
         );
         server.health.store_ok.store(true, Ordering::SeqCst);
-        server.health.store_lost.store(true, Ordering::SeqCst);
+        server.health.store_lost[1].store(true, Ordering::SeqCst);
+        let answer = readyz().await;
         assert_eq!(
-            status(&readyz().await),
+            status(&answer),
             "HTTP/1.1 503 Service Unavailable",
-            "store lost its state"
+            "{answer}"
+        );
+        assert!(
+            answer.ends_with("\r\n\r\nnot ready: stream=telemetry cause=store-identity-lost\n"),
+            "only the stream whose store lost its state: {answer}"
         );
     }
 

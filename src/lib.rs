@@ -35,8 +35,8 @@
 //!   its `run`). `anyhow` is spoken only at this top: here, in `app` and
 //!   in `demo` (an application of `app`); below them errors are typed
 //!   (`worker::WorkerError`, `store::StoreError`, `config::ConfigError`).
-//! - [`metrics`], `http`: every metric declared once; /metrics, /healthz
-//!   and /readyz.
+//! - [`metrics`], `http`, `readiness`: every metric declared once;
+//!   /metrics, /healthz and /readyz (each stream not ready, and why).
 
 pub mod app;
 pub mod cli;
@@ -49,6 +49,7 @@ pub(crate) mod http;
 pub mod logging;
 pub mod metrics;
 pub mod ops;
+pub(crate) mod readiness;
 pub mod store;
 pub mod ttl;
 pub mod worker;

@@ -140,8 +140,9 @@ fn a_key_for_a_profile_that_reads_no_header_is_refused() {
     assert_eq!(keyed.trim().len(), 64, "{keyed}");
 }
 
-/// A short demo: its log lines on stderr (RUST_LOG=info).
-fn demo_logs(format: &str) -> String {
+/// A short demo: what it prints (stdout) and its log lines (stderr, at
+/// RUST_LOG=info).
+fn demo(format: &str) -> (String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
         .args([
             "--log-format",
@@ -162,7 +163,47 @@ fn demo_logs(format: &str) -> String {
         "demo failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8_lossy(&out.stderr).into_owned()
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn demo_logs(format: &str) -> String {
+    demo(format).1
+}
+
+#[test]
+fn the_demo_says_first_what_runs_and_last_what_to_try_next() {
+    let (printed, _) = demo("text");
+    let first = printed.lines().next().unwrap_or_default();
+    for part in [
+        "2 replicas",
+        "librdkafka's in-process mock cluster",
+        "memory store",
+        "streams bank (exact",
+        "telemetry (tiered",
+    ] {
+        assert!(
+            first.contains(part),
+            "{part:?} not in the first line: {printed}"
+        );
+    }
+    let last: Vec<&str> = printed.lines().rev().take(4).collect();
+    for part in [
+        "docs/getting-started.md",
+        "idemgate check --config",
+        "docs/",
+    ] {
+        assert!(
+            last.iter().any(|l| l.contains(part)),
+            "{part:?} not in the last lines: {printed}"
+        );
+    }
+    assert!(
+        printed.contains("every distinct event reached its clean topic exactly once"),
+        "{printed}"
+    );
 }
 
 #[test]

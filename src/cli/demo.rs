@@ -19,11 +19,13 @@ impl DemoArgs {
             self.transactions,
             self.vehicles,
             self.minutes,
+            |intro| println!("{intro}\n"),
         ))?;
         println!("{}", report.table());
         if !report.ok() {
             anyhow::bail!("the demo's check failed");
         }
+        println!("{}", crate::demo::NEXT);
         Ok(())
     }
 }

@@ -5,6 +5,8 @@
 //! every distinct event reached the clean topic exactly once.
 
 pub mod mock;
+mod say;
+pub(crate) use say::NEXT;
 pub(crate) mod workload;
 
 use std::collections::{BTreeMap, HashMap};
@@ -28,6 +30,9 @@ use workload::{Kind, Raw};
 
 const CONFIG: &str = include_str!("../../config/demo.toml");
 const PARTITIONS: i32 = 4;
+/// The mock cluster's brokers, and the replicas in the consumer group.
+const BROKERS: u32 = 3;
+const REPLICAS: usize = 2;
 
 /// What the demo counted, per stream.
 #[derive(Default, Debug)]
@@ -102,10 +107,16 @@ impl Report {
 }
 
 /// Runs the demo: `transactions` bank transactions, `vehicles` x
-/// `minutes` telemetry readings.
-pub async fn run(transactions: u64, vehicles: u64, minutes: u64) -> Result<Report> {
+/// `minutes` telemetry readings. `say` gets the line that says what runs,
+/// before anything starts.
+pub async fn run(
+    transactions: u64,
+    vehicles: u64,
+    minutes: u64,
+    say: impl FnOnce(&str),
+) -> Result<Report> {
     let started = Instant::now();
-    let kafka = MockKafka::start(3, 100)?;
+    let kafka = MockKafka::start(BROKERS, 100)?;
     let brokers = kafka.bootstrap_servers()?;
     // The brokers go in before validation, as IDEMGATE_KAFKA_BROKERS would:
     // a config without brokers is refused.
@@ -113,6 +124,7 @@ pub async fn run(transactions: u64, vehicles: u64, minutes: u64) -> Result<Repor
         (name == crate::config::ENV_BROKERS).then(|| brokers.clone())
     })
     .context("the embedded demo config")?;
+    say(&say::intro(&config, REPLICAS, BROKERS));
     for stream in &config.streams {
         for topic in stream.inputs.iter().chain([&stream.clean, &stream.audit]) {
             kafka.create_topic(topic, PARTITIONS)?;
@@ -124,7 +136,7 @@ pub async fn run(transactions: u64, vehicles: u64, minutes: u64) -> Result<Repor
     // `idemgate run` would build it.
     let store: Arc<dyn ClaimStore> = Arc::new(MemoryStore::on_event_time(streams));
     let mut replicas = Vec::new();
-    for _ in 0..2 {
+    for _ in 0..REPLICAS {
         replicas.push(Replica::start(&config, store.clone()).await?);
     }
     wait_until(Duration::from_secs(30), || {

@@ -375,6 +375,17 @@ pub(crate) const IDENTITY_LOST: Metric = gauge(
     "1 once a round found the stream's store identity missing or changed: the store lost the stream's claims; closed streams stop deciding, open ones pass records unverified, until idemgate rebuild and a restart",
     &[STREAM],
 );
+pub(crate) const NOT_READY: Metric = gauge(
+    "idemgate_not_ready",
+    "1 while the cause keeps the stream from being ready on this replica (/readyz answers 503 and names it), 0 otherwise",
+    &[
+        STREAM,
+        Label {
+            name: "cause",
+            values: Values::Fixed(crate::readiness::Cause::NAMES),
+        },
+    ],
+);
 pub(crate) const PARTITIONS_ASSIGNED: Metric = gauge(
     "idemgate_partitions_assigned",
     "input partitions this replica owns, by stream: summed over the replicas, below the stream's input partitions means part of the stream is read by nobody",
@@ -423,6 +434,7 @@ pub const CATALOG: &[Metric] = &[
     IN_FLIGHT,
     TAKEN_OVER,
     IDENTITY_LOST,
+    NOT_READY,
     PARTITIONS_ASSIGNED,
     PARTITIONS_PAUSED,
     INPUT_PARTITIONS,

@@ -247,6 +247,17 @@ pub(crate) fn identity_lost(stream: &str) {
     gauge!(IDENTITY_LOST.name, "stream" => stream.to_string()).set(1.0);
 }
 
+/// Each stream's readiness: 1 for each cause that holds, 0 for the others
+/// (set as /metrics or /readyz is asked).
+pub(crate) fn not_ready(judged: &[(&str, Vec<crate::readiness::Cause>)]) {
+    for (stream, causes) in judged {
+        for cause in crate::readiness::Cause::ALL {
+            gauge!(NOT_READY.name, "stream" => stream.to_string(), "cause" => cause.name())
+                .set(if causes.contains(cause) { 1.0 } else { 0.0 });
+        }
+    }
+}
+
 /// Input partitions this replica owns, per stream (set every second).
 pub(crate) fn partitions_assigned(stream: &str, partitions: usize) {
     gauge!(PARTITIONS_ASSIGNED.name, "stream" => stream.to_string()).set(partitions as f64);

@@ -59,6 +59,7 @@ fn record_everything() {
     breaker(true);
     waiting("bank", 1, Duration::from_secs(2));
     identity_lost("bank");
+    not_ready(&[("bank", vec![crate::readiness::Cause::StoreIdentityLost])]);
     partitions_assigned("bank", 3);
     input_partitions("bank", 3);
     in_flight(2);

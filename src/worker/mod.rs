@@ -141,9 +141,10 @@ pub(crate) struct Worker {
     /// assignment.
     token: OwnerToken,
     stop: tokio::sync::watch::Receiver<bool>,
-    /// Set once a round finds a stream's store lost its state
-    /// (docs/design.md §8.2): `/readyz` says so until the restart.
-    store_lost: Arc<AtomicBool>,
+    /// Per stream, in stream order: set once a round finds the stream's
+    /// store lost its state (docs/design.md §8.2): `/readyz` says so until
+    /// the restart.
+    store_lost: Arc<[AtomicBool]>,
     /// `--config` and the file read (`Config::config_flag`), for the
     /// command a lost store's ERROR line names (`store_lost.rs`).
     config_flag: String,
@@ -324,7 +325,11 @@ impl Worker {
             read_ahead: config.batch.read_ahead,
             token: OwnerToken::new(incarnation, 0),
             stop,
-            store_lost: Arc::default(),
+            store_lost: config
+                .streams
+                .iter()
+                .map(|_| AtomicBool::new(false))
+                .collect(),
             config_flag: config.config_flag(),
         })
     }
@@ -333,8 +338,8 @@ impl Worker {
         self.group.clone()
     }
 
-    /// Whether a round found some stream's store lost its state.
-    pub(crate) fn store_lost(&self) -> Arc<AtomicBool> {
+    /// Per stream, whether a round found its store lost its state.
+    pub(crate) fn store_lost(&self) -> Arc<[AtomicBool]> {
         self.store_lost.clone()
     }
 }

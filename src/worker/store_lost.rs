@@ -23,8 +23,7 @@ impl Worker {
         }
         let name = &self.streams[stream].config.spec.name;
         crate::metrics::identity_lost(name);
-        self.store_lost
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.store_lost[stream].store(true, std::sync::atomic::Ordering::SeqCst);
         let identity = match lost.how {
             Check::Changed => "changed",
             _ => "missing",

@@ -53,7 +53,10 @@ pub struct PgClaim {
 pub fn claims(url: &str, schema: &str, key_id: &str) -> Vec<PgClaim> {
     psql(
         url,
-        &format!("SELECT encode(value, 'hex'), expires_at FROM \"{schema}\".\"claims_{key_id}\""),
+        &format!(
+            "SELECT encode(value, 'hex'), expires_at FROM \"{schema}\".{}",
+            idemgate::store::postgres::claims_name(key_id)
+        ),
     )
     .into_iter()
     .map(|row| {

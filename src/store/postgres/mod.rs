@@ -5,7 +5,7 @@
 //! refuses it first).
 //!
 //! By role: `options` (the config's side), `connect` (pool, TLS, errors),
-//! `schema` (tables), `sql` (statements), `round`, `reads` and `followup`
+//! `schema` (tables; `legacy`: their names of before, renamed), `sql` (statements), `round`, `reads` and `followup`
 //! (the claim protocol), `identity` (identities, restores, resets), `janitor`
 //! (expired rows), `inspect` (what `check` asks).
 
@@ -14,6 +14,7 @@ mod followup;
 mod identity;
 mod inspect;
 mod janitor;
+mod legacy;
 mod options;
 mod reads;
 mod round;
@@ -33,6 +34,7 @@ pub use options::{
     redact, split_sslmode, JanitorOptions, PostgresOptions, SslMode, DEFAULT_JANITOR_BATCH_ROWS,
     DEFAULT_JANITOR_INTERVAL, DEFAULT_POOL_SIZE, DEFAULT_SCHEMA,
 };
+pub use schema::claims_name;
 
 use super::{
     ClaimStore, IdentityFound, Millis, Mode, PartitionReset, Publish, Restored, RoundAnswer,

@@ -1,7 +1,8 @@
 //! The store's tables, all in `store.schema`, created at the first start
 //! where the role may (docs/design.md §6.1):
 //!
-//! - `claims_<key_id>`, one per stream: the 16 first bytes of the source
+//! - `claims_<key id in hex>`, one per stream ([`claims_name`]: lower
+//!   case, so a query needs no quotes): the 16 first bytes of the source
 //!   hash (the key, as on Redis), the 28-byte claim value of `value.rs`
 //!   (holder, owner token, payload digest, claim time and done flag, so a
 //!   compare and set compares its first 16 bytes and the done flag is one
@@ -29,11 +30,25 @@ use crate::store::{StoreError, StreamSpec};
 /// place) instead of a second copy of the row elsewhere.
 const FILLFACTOR: u32 = 100;
 
-/// Names of one schema's tables, quoted: a key id is case-sensitive
-/// (`Ab` and `ab` are two streams), so every name is.
+/// A stream's claims table, unqualified: `claims_` and the bytes of its
+/// key id in hex, zero-padded to 8 digits (`Uj`: `claims_0000556a`). A key
+/// id is case-sensitive (`Ab` and `ab` are two streams); its hex keeps
+/// them apart in lower case, and 8 digits (a key id has at most 4 bytes)
+/// never equal a name of before, `claims_<key id>` (`legacy.rs`).
+pub fn claims_name(key_id: &str) -> String {
+    format!("claims_{:0>8}", hex::encode(key_id))
+}
+
+/// The BRIN index on a claims table's expiry.
+pub(super) fn expiry_index(table: &str) -> String {
+    format!("{table}_expires_at")
+}
+
+/// Names of one schema's tables, qualified and quoted (the schema's name
+/// is the config's, of any case; the tables' are lower case).
 #[derive(Clone, Debug)]
 pub(super) struct Tables {
-    schema: String,
+    pub(super) schema: String,
     pub(super) watermarks: String,
     pub(super) ranges: String,
     pub(super) identities: String,
@@ -51,7 +66,7 @@ impl Tables {
             identities: name("identities"),
             claims: streams
                 .iter()
-                .map(|s| name(&format!("claims_{}", s.key_id)))
+                .map(|s| name(&claims_name(&s.key_id)))
                 .collect(),
         }
     }
@@ -85,9 +100,8 @@ impl Tables {
                  hash bytea PRIMARY KEY, value bytea NOT NULL) WITH (fillfactor = {FILLFACTOR})"
             ));
             out.push(format!(
-                "CREATE INDEX IF NOT EXISTS \"claims_{}_expires_at\" ON {table} \
-                 USING brin (expires_at)",
-                spec.key_id
+                "CREATE INDEX IF NOT EXISTS \"{}\" ON {table} USING brin (expires_at)",
+                expiry_index(&claims_name(&spec.key_id))
             ));
         }
         out
@@ -128,6 +142,7 @@ pub(super) async fn ensure(
     user: &str,
 ) -> Result<(), StoreError> {
     let mut client = client(pool).await?;
+    super::legacy::rename(&mut client, tables, streams).await?;
     let names: Vec<&str> = tables.all().collect();
     let mut attempt = 0;
     loop {

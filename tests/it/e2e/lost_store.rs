@@ -82,9 +82,22 @@ pub fn lose_the_store(test: &str) -> (Lost, Gate) {
         line.contains("ERROR") && line.contains("stream=bank") && line.contains("idemgate rebuild"),
         "{line}"
     );
-    let (status, _) = http_get(metrics, "/readyz").unwrap();
+    let (status, readyz) = http_get(metrics, "/readyz").unwrap();
     assert_eq!(status, 503, "/readyz must say the store lost its state");
+    assert_eq!(
+        readyz, "not ready: stream=bank cause=store-identity-lost\n",
+        "/readyz names the stream and why"
+    );
     let (_, body) = http_get(metrics, "/metrics").unwrap();
+    assert!(
+        body.lines().any(|l| l
+            .starts_with("idemgate_not_ready{stream=\"bank\",cause=\"store-identity-lost\"} 1")),
+        "{}",
+        body.lines()
+            .filter(|l| l.contains("not_ready"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     assert!(
         body.lines()
             .any(|l| l.starts_with("idemgate_store_identity_lost{stream=\"bank\"} 1")),

@@ -20,7 +20,7 @@ use super::Harness;
 pub struct Postgres {
     salt: String,
     /// The test's own schema: `t` and 20 hex digits of its salt's hash.
-    schema: String,
+    pub(super) schema: String,
     /// The janitor's clock, shared by every store the test opens.
     clock: Arc<ManualClock>,
     opened: Mutex<Vec<Arc<PostgresStore>>>,
@@ -54,7 +54,7 @@ fn exact(streams: Vec<StreamSpec>) -> Vec<StreamSpec> {
 
 /// A plain connection to the test database, as the store's own role, for
 /// the harness's checks.
-async fn admin() -> tokio_postgres::Client {
+pub(super) async fn admin() -> tokio_postgres::Client {
     let url = env("IDEMGATE_TEST_POSTGRES_URL").replace("sslmode=verify-full", "sslmode=disable");
     let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
         .await
@@ -190,7 +190,11 @@ async fn a_role_that_may_not_create_the_tables_is_refused_with_the_sql_to_run() 
     };
     for sql in [
         format!("CREATE SCHEMA IF NOT EXISTS \"{}\";", pg.schema),
-        format!("CREATE TABLE IF NOT EXISTS \"{}\".\"claims_ex\"", pg.schema),
+        // `claims_` and the key id `ex` in hex.
+        format!(
+            "CREATE TABLE IF NOT EXISTS \"{}\".\"claims_00006578\"",
+            pg.schema
+        ),
         format!("GRANT USAGE ON SCHEMA \"{}\" TO \"nocreate\";", pg.schema),
     ] {
         assert!(why.contains(&sql), "{sql:?} not in: {why}");
@@ -445,7 +449,7 @@ ttl = {{ explicit = "1h" }}
         .get(0);
     assert_eq!(
         tables, 4,
-        "claims_<key id>, watermarks, reset_ranges, identities"
+        "claims_<key id in hex>, watermarks, reset_ranges, identities"
     );
 }
 

@@ -9,7 +9,7 @@ use idemgate_testkit::say;
 async fn the_demo_reports_every_event_exactly_once() {
     super::support::logs();
     let started = Instant::now();
-    let report = idemgate::demo::run(300, 5, 30)
+    let report = idemgate::demo::run(300, 5, 30, |_| {})
         .await
         .expect("the demo failed to run");
     assert!(report.ok(), "the demo check failed:\n{}", report.table());
