@@ -5,6 +5,15 @@
 //! ([`claims_name`]) gets it and its indexes renamed, its claims kept: an
 //! upgraded deployment finds its tables.
 //!
+//! Replicas of the version before may still be running while the first
+//! upgraded one starts (a rolling upgrade): their statements name the old
+//! table, quoted. So the rename leaves a view of the old name over the new
+//! table, `SELECT *` and nothing else, which PostgreSQL updates through
+//! (`INSERT ... ON CONFLICT`, `UPDATE ... FROM`, `DELETE ... USING`
+//! included): they go on claiming in the same rows until they are
+//! replaced. The view costs nothing; an administrator may drop it once no
+//! replica of before runs (docs/operating.md, "Upgrading").
+//!
 //! Replicas starting together rename once: the renames run in one
 //! transaction under the advisory lock the schema's creation takes, and
 //! each looks again under the lock, so a later replica finds the new names
@@ -54,7 +63,8 @@ pub(super) fn renamings(streams: &[StreamSpec]) -> Vec<Renaming> {
 
 impl Renaming {
     /// The statements, in `schema`: the indexes renamed with their table
-    /// (the primary key's constraint with its index).
+    /// (the primary key's constraint with its index), then the view of the
+    /// old name that replicas of before still write through.
     fn sql(&self, schema: &str) -> Vec<String> {
         let table = format!(
             "ALTER TABLE \"{schema}\".\"{}\" RENAME TO \"{}\"",
@@ -63,7 +73,14 @@ impl Renaming {
         let indexes = self.indexes.iter().map(|(old, new)| {
             format!("ALTER INDEX IF EXISTS \"{schema}\".\"{old}\" RENAME TO \"{new}\"")
         });
-        std::iter::once(table).chain(indexes).collect()
+        let view = format!(
+            "CREATE VIEW \"{schema}\".\"{}\" AS SELECT * FROM \"{schema}\".\"{}\"",
+            self.old_table, self.new_table
+        );
+        std::iter::once(table)
+            .chain(indexes)
+            .chain(std::iter::once(view))
+            .collect()
     }
 }
 
@@ -108,7 +125,8 @@ pub(super) async fn rename(
     Ok(())
 }
 
-/// Whether each stream's old and new table exists. Read from `pg_class`
+/// Whether each stream's old and new table exists (a table: the view a
+/// rename leaves under the old name is not one). Read from `pg_class`
 /// with the statement's snapshot, not `to_regclass`: a name looked up
 /// without a lock may come from this connection's catalog cache, stale
 /// after another replica's rename committed.
@@ -124,9 +142,9 @@ async fn found(
     let rows = client
         .query(
             "SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace \
-                            WHERE s.nspname = $1 AND c.relname = t.o), \
+                            WHERE s.nspname = $1 AND c.relname = t.o AND c.relkind IN ('r', 'p')), \
                     EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace \
-                            WHERE s.nspname = $1 AND c.relname = t.n) \
+                            WHERE s.nspname = $1 AND c.relname = t.n AND c.relkind IN ('r', 'p')) \
              FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS t(o, n, i) ORDER BY t.i",
             &[&schema, &old, &new],
         )

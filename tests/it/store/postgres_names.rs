@@ -136,4 +136,72 @@ async fn claims_tables_of_mixed_case_names_are_renamed_at_start_with_their_claim
         vec![ClaimOutcome::Held { holder: on(0, 1) }],
         "the claim made before the rename is still there"
     );
+
+    // A replica of before, still running in a rolling upgrade, writes under
+    // the old name: a view over the new table takes its statements, in the
+    // shapes its claim, done flag and release have (a CTE's INSERT ... ON
+    // CONFLICT, UPDATE ... FROM, DELETE ... USING), into the same rows.
+    let db = admin().await;
+    let old = format!("\"{schema}\".\"claims_Uj\"");
+    let new = format!("\"{schema}\".claims_0000556a");
+    assert_eq!(
+        kind_of(&db, schema, "claims_Uj").await,
+        Some(b'v'),
+        "the old name is a view"
+    );
+    let rows = |sql: String| {
+        let db = &db;
+        async move { db.execute(&sql, &[]).await.unwrap() }
+    };
+    let claimed = rows(format!(
+        "WITH input AS (SELECT * FROM (VALUES (9::bigint, '\\x0102'::bytea, '\\x00'::bytea)) \
+           AS i(expires_at, hash, value)), \
+         ins AS (INSERT INTO {old} (expires_at, hash, value) SELECT * FROM input \
+           ON CONFLICT (hash) DO NOTHING RETURNING hash) SELECT * FROM ins"
+    ))
+    .await;
+    assert_eq!(claimed, 1, "an old replica's claim through the view");
+    let again = rows(format!(
+        "INSERT INTO {old} (expires_at, hash, value) VALUES (9, '\\x0102', '\\x01') \
+         ON CONFLICT (hash) DO NOTHING"
+    ))
+    .await;
+    assert_eq!(again, 0, "the new table's key decides a conflict");
+    let flagged = rows(format!(
+        "UPDATE {old} AS c SET value = '\\x02' FROM unnest(ARRAY['\\x0102'::bytea]) AS d(hash) \
+         WHERE c.hash = d.hash"
+    ))
+    .await;
+    assert_eq!(flagged, 1);
+    let seen: Vec<u8> = db
+        .query_one(
+            &format!("SELECT value FROM {new} WHERE hash = '\\x0102'"),
+            &[],
+        )
+        .await
+        .expect("the row is in the new table")
+        .get(0);
+    assert_eq!(seen, vec![2]);
+    let released = rows(format!(
+        "DELETE FROM {old} AS c USING unnest(ARRAY['\\x0102'::bytea]) AS d(hash) \
+         WHERE c.hash = d.hash"
+    ))
+    .await;
+    assert_eq!(released, 1);
+    // Started again, an upgraded replica renames nothing and keeps the view.
+    drop(stores);
+    pg.store(streams()).await;
+    assert_eq!(kind_of(&db, schema, "claims_Uj").await, Some(b'v'));
+}
+
+/// The kind of a relation of the schema (`r` table, `v` view), if there.
+async fn kind_of(db: &tokio_postgres::Client, schema: &str, name: &str) -> Option<u8> {
+    db.query_opt(
+        "SELECT c.relkind::\"char\" FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = $1 AND c.relname = $2",
+        &[&schema, &name],
+    )
+    .await
+    .unwrap()
+    .map(|row| row.get::<_, i8>(0) as u8)
 }
