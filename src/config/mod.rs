@@ -78,6 +78,9 @@ pub struct Config {
     /// (`worker::client_configs`).
     pub(crate) group_protocol: GroupProtocol,
     pub store: StoreConfig,
+    /// How often the worker reads every stream's store identity on its
+    /// own (`[store] identity_check_interval`, docs/design.md §8).
+    pub(crate) identity_check_interval: Duration,
     pub(crate) metrics_listen: String,
     pub(crate) batch: BatchConfig,
     pub guarantee: Guarantee,
@@ -106,6 +109,7 @@ impl std::fmt::Debug for Config {
             .field("kafka.producer", &hidden(&self.kafka.producer))
             .field("group_protocol", &self.group_protocol)
             .field("store", &self.store)
+            .field("identity_check_interval", &self.identity_check_interval)
             .field("metrics_listen", &self.metrics_listen)
             .field("batch", &self.batch)
             .field("guarantee", &self.guarantee)
@@ -309,10 +313,17 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             "at least 1s: shorter, a commit that is merely slow is taken for one whose outcome is unknown".to_string(),
         ));
     }
+    if raw.store.identity_check_interval.is_zero() {
+        return Err(invalid(
+            "store.identity_check_interval",
+            "must be above zero: without it a store that lost a quiet stream's state is seen only at its next record",
+        ));
+    }
     Ok(Config {
         kafka,
         group_protocol,
         store,
+        identity_check_interval: raw.store.identity_check_interval,
         metrics_listen: raw.metrics.listen,
         batch: BatchConfig {
             max_records: raw.batch.max_records.get(),
@@ -466,6 +477,8 @@ fn filter_plan(
 mod batch_tests;
 #[cfg(test)]
 mod example_tests;
+#[cfg(test)]
+mod identity_check_tests;
 #[cfg(test)]
 mod kafka_tests;
 #[cfg(test)]

@@ -137,6 +137,19 @@ pub(crate) struct RawStore {
     /// expires keys on its own wall clock. Default `wall`.
     #[serde(default)]
     pub(crate) clock: Clock,
+    /// How often the worker reads every stream's store identity at every
+    /// place it is kept, so a store that lost a quiet stream's state is
+    /// seen without waiting for its next record (docs/design.md §8).
+    /// Above zero. Default 5s.
+    #[serde(
+        default = "default_identity_check_interval",
+        with = "crate::ttl::serde_duration"
+    )]
+    pub(crate) identity_check_interval: Duration,
+}
+
+fn default_identity_check_interval() -> Duration {
+    Duration::from_secs(5)
 }
 
 /// Where claims live (`store.kind`).
@@ -225,6 +238,7 @@ impl Default for RawStore {
             pool_size: None,
             janitor: None,
             clock: Clock::default(),
+            identity_check_interval: default_identity_check_interval(),
         }
     }
 }

@@ -149,7 +149,7 @@ const TIERED_STREAM: Label = Label {
 /// publish of what was delivered and the claims of what arrived.
 const OP: Label = Label {
     name: "op",
-    values: Values::Fixed(&["round"]),
+    values: Values::Fixed(&["round", "identity"]),
 };
 /// Decisions by their `decision` label, in the order of a
 /// [`super::Tally`]'s counts.
@@ -221,7 +221,7 @@ pub(crate) const PRODUCE_FAILURES: Metric = counter(
 pub(crate) const STORE_LATENCY: Metric = histogram(
     "idemgate_store_latency_seconds",
     Unit::Seconds,
-    "claim store rounds (publish and claims in one round trip), by operation",
+    "claim store calls by operation: round (publish and claims in one round trip), identity (the timed check of the streams' store identities)",
     &[OP],
     &LATENCY_BUCKETS,
 );
@@ -372,7 +372,7 @@ pub(crate) const TAKEN_OVER: Metric = counter(
 );
 pub(crate) const IDENTITY_LOST: Metric = gauge(
     "idemgate_store_identity_lost",
-    "1 once a round found the stream's store identity missing or changed: the store lost the stream's claims; closed streams stop deciding, open ones pass records unverified, until idemgate rebuild and a restart",
+    "1 once a round or the timed check found the stream's store identity missing or changed: the store lost the stream's claims; closed streams stop deciding, open ones pass records unverified, until idemgate rebuild and a restart",
     &[STREAM],
 );
 pub(crate) const NOT_READY: Metric = gauge(

@@ -10,9 +10,12 @@
 //! with the identity the replica adopted at start. The decisions here are
 //! pure: what the store found goes in, a verdict comes out.
 
+use std::collections::HashMap;
 use std::fmt;
 
 use sha2::{Digest, Sha256};
+
+use super::{StreamId, StreamLost};
 
 /// One stream's store identity, shown (and stored on Redis) as 32 hex
 /// digits.
@@ -116,6 +119,24 @@ pub fn check_identity<'a>(
         }
     }
     verdict
+}
+
+/// The streams whose identity, as found at every place the store keeps
+/// it, is not the one adopted: what the timed check answers
+/// (`ClaimStore::verify_identity`, docs/design.md §8.2). A stream never
+/// adopted is not judged.
+pub(crate) fn lost_among(
+    adopted: &HashMap<usize, StoreIdentity>,
+    found: impl IntoIterator<Item = (StreamId, IdentityFound)>,
+) -> Vec<StreamLost> {
+    found
+        .into_iter()
+        .filter_map(|(stream, found)| {
+            let identity = adopted.get(&stream.0)?;
+            let how = check_identity(identity, found.places.iter().map(Option::as_deref));
+            how.lost().then_some(StreamLost { stream, how })
+        })
+        .collect()
 }
 
 /// What a replica does with a stream's identity at start.
@@ -235,6 +256,34 @@ mod tests {
             "missing is named first"
         );
         assert!(Check::Changed.lost() && Check::Missing.lost() && !Check::Intact.lost());
+    }
+
+    #[test]
+    fn the_timed_check_names_each_adopted_stream_missing_or_changed_at_any_place() {
+        let adopted = HashMap::from([(0, id(1)), (1, id(2)), (2, id(3))]);
+        let lost = lost_among(
+            &adopted,
+            [
+                (StreamId(0), found(&[Some(id(1)), Some(id(1))])),
+                (StreamId(1), found(&[Some(id(2)), None])),
+                (StreamId(2), found(&[Some(id(4)), Some(id(3))])),
+                (StreamId(3), found(&[None, None])),
+            ],
+        );
+        assert_eq!(
+            lost,
+            [
+                StreamLost {
+                    stream: StreamId(1),
+                    how: Check::Missing
+                },
+                StreamLost {
+                    stream: StreamId(2),
+                    how: Check::Changed
+                },
+            ],
+            "stream 0 intact, stream 3 never adopted"
+        );
     }
 
     #[test]

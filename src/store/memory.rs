@@ -12,7 +12,7 @@ use fastbloom::BloomFilter;
 use super::judge::{judge_reset, raise, ResetMarks, Verdict};
 use super::value::ClaimValue;
 use super::{
-    add_abandoned, check_identity, millis, spec, Claim, ClaimOutcome, ClaimStore, Coordinates,
+    add_abandoned, lost_among, millis, spec, Claim, ClaimOutcome, ClaimStore, Coordinates,
     FilterFill, IdentityFound, Millis, PartitionRanges, PartitionReset, Publish, Restored,
     RoundAnswer, StoreError, StoreIdentity, StoreStats, StreamId, StreamLost, StreamSpec, TopicTag,
     Watermark,
@@ -100,23 +100,18 @@ impl MemoryStore {
         }
     }
 
-    /// The streams whose adopted identity the state no longer holds.
+    /// The streams whose adopted identity the state no longer holds (its
+    /// one place: never made anew here, as `find_identity` would).
     fn lost(&self, state: &State, streams: &[usize]) -> Vec<StreamLost> {
         let Ok(adopted) = self.adopted.lock() else {
             return Vec::new();
         };
-        streams
-            .iter()
-            .filter_map(|&stream| {
-                let adopted = adopted.get(&stream)?;
-                let held = state.identities.get(&stream).map(StoreIdentity::to_hex);
-                let how = check_identity(adopted, [held.as_deref().map(str::as_bytes)]);
-                how.lost().then_some(StreamLost {
-                    stream: StreamId(stream),
-                    how,
-                })
-            })
-            .collect()
+        let found = streams.iter().map(|&stream| {
+            let held = state.identities.get(&stream);
+            let places = vec![held.map(|i| i.to_hex().into_bytes())];
+            (StreamId(stream), IdentityFound { places })
+        });
+        lost_among(&adopted, found)
     }
 }
 
@@ -431,6 +426,12 @@ impl ClaimStore for MemoryStore {
             self.lock()?.identities.insert(stream.0, identity);
         }
         self.find_identity(stream).await
+    }
+
+    async fn verify_identity(&self, streams: &[StreamId]) -> Result<Vec<StreamLost>, StoreError> {
+        let ids: Vec<usize> = streams.iter().map(|s| s.0).collect();
+        let state = self.lock()?;
+        Ok(self.lost(&state, &ids))
     }
 
     fn adopt_identity(&self, stream: StreamId, identity: StoreIdentity) {

@@ -29,6 +29,7 @@ use crate::fingerprint::{PayloadDigest, SourceHash};
 
 pub use error::{Rejection, RejectionCause, StoreError};
 pub use generations::{FilterSizing, GenerationPlan};
+pub(crate) use identity::lost_among;
 pub use identity::{
     at_start, check_identity, first_or_lost, AtStart, Check, IdentityFound, Refusal, StoreIdentity,
 };
@@ -421,6 +422,15 @@ pub trait ClaimStore: Send + Sync {
         identity: StoreIdentity,
         replace: bool,
     ) -> Result<IdentityFound, StoreError>;
+
+    /// Reads the identity of each stream in `streams` that adopted one, at
+    /// every place the store keeps it (on Redis each of the 64 hash tags,
+    /// so every cluster node serving one), in one pipelined read, and
+    /// answers those whose identity is missing or changed at some place
+    /// (docs/design.md §8.2): the worker's timed check, which sees a quiet
+    /// stream's loss without a round. Writes nothing. A store that does
+    /// not answer is an error (an outage), never a loss.
+    async fn verify_identity(&self, streams: &[StreamId]) -> Result<Vec<StreamLost>, StoreError>;
 
     /// From now on every round reads the stream's identity beside the
     /// claims it makes and compares it with this one; a stream whose

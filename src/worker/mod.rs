@@ -21,7 +21,8 @@
 //! - `output`: the producer side; `breaker`: the store circuit breaker;
 //! - `pressure`: pausing at the in-flight bounds, the waiting gauges;
 //! - `store_lost`: a stream whose store lost its state stops (or passes
-//!   records unverified) and says so;
+//!   records unverified) and says so; `identity_check`: the timed check
+//!   that finds a quiet stream's loss;
 //! - `progress`, `client_logs`: what the worker says in its logs;
 //! - `fault_point`: a test-only hook that stops the process at a step of
 //!   an exactly-once seal;
@@ -37,6 +38,7 @@ mod error;
 mod fault_point;
 mod flight;
 mod handover;
+mod identity_check;
 mod lane;
 pub(crate) mod metadata;
 mod output;
@@ -111,6 +113,9 @@ pub(crate) struct Worker {
     /// (`crate::clock`): the machine's, or a test's.
     clock: Arc<dyn Clock>,
     commit_interval: std::time::Duration,
+    /// How often the streams' store identities are checked without a
+    /// round (`[store] identity_check_interval`, `identity_check.rs`).
+    identity_check_interval: std::time::Duration,
     /// Exactly once: the longest a handover lets the records read finish
     /// (`batch.handover_drain`).
     handover_drain: std::time::Duration,
@@ -308,6 +313,7 @@ impl Worker {
             guarantee: config.guarantee,
             clock,
             commit_interval: config.batch.commit_interval,
+            identity_check_interval: config.identity_check_interval,
             handover_drain: config.batch.handover_drain,
             reports,
             group,

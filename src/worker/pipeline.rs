@@ -20,6 +20,7 @@ use super::breaker::Breaker;
 use super::consumer::{Arrival, Reader};
 use super::error::WorkerError;
 use super::flight::{Arrived, Flight, Resume, Round, Tp};
+use super::identity_check::{answered, IdentityCheck};
 use super::metadata;
 use super::output::Sent;
 use super::poller::{self, Event};
@@ -101,10 +102,17 @@ pub(crate) struct Pipeline {
     /// At least once: the periodic commit running off the loop
     /// (`handover.rs`), one at a time.
     pub(super) commit_in_flight: Option<(Instant, JoinHandle<()>)>,
+    /// The timed check of the streams' store identities
+    /// (`identity_check.rs`).
+    pub(super) identity: IdentityCheck,
 }
 
 impl Pipeline {
-    pub(crate) fn new(metrics: Vec<StreamMetrics>, now: Instant) -> Pipeline {
+    pub(crate) fn new(
+        metrics: Vec<StreamMetrics>,
+        now: Instant,
+        identity_check_interval: Duration,
+    ) -> Pipeline {
         Pipeline {
             metrics,
             tally: Tally::default(),
@@ -119,6 +127,7 @@ impl Pipeline {
             committed_at: now,
             txn: Default::default(),
             commit_in_flight: None,
+            identity: IdentityCheck::new(identity_check_interval, now),
         }
     }
 }
@@ -150,7 +159,7 @@ impl Worker {
             .iter()
             .map(|s| StreamMetrics::new(&s.config.spec.name))
             .collect();
-        let mut p = Pipeline::new(metrics, self.clock.now());
+        let mut p = Pipeline::new(metrics, self.clock.now(), self.identity_check_interval);
         self.start_committing(&mut p).await?;
         let mut stop = self.stop.clone();
         loop {
@@ -165,11 +174,16 @@ impl Worker {
             let now = self.clock.now();
             let idle = now + Duration::from_secs(1);
             let commit = p.committed_at + self.commit_interval;
-            let wake = [p.flight.next_due(), p.breaker.next_trial(), Some(commit)]
-                .into_iter()
-                .flatten()
-                .filter(|at| *at > now)
-                .fold(idle, Instant::min);
+            let wake = [
+                p.flight.next_due(),
+                p.breaker.next_trial(),
+                Some(commit),
+                Some(p.identity.timer.next()),
+            ]
+            .into_iter()
+            .flatten()
+            .filter(|at| *at > now)
+            .fold(idle, Instant::min);
             tokio::select! {
                 _ = stop.changed() => {}
                 event = self.events.recv() => match event {
@@ -177,6 +191,7 @@ impl Worker {
                     None => break,
                 },
                 result = answer(&mut p.round) => self.on_answer(&mut p, result),
+                checked = answered(&mut p.identity) => self.on_identity_checked(&mut p, checked),
                 _ = self.reports.ready() => self.on_reports(&mut p),
                 joined = committed(&mut p.txn.committing) => {
                     self.on_committed(&mut p, joined).await?;
@@ -247,6 +262,7 @@ impl Worker {
             }
             p.dirty = false;
         }
+        self.check_identity_when_due(p, now);
         let sends = p.flight.take_sends(now);
         if !sends.is_empty() {
             self.before_sends(p)?;

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use idemgate::store::{
     Claim, ClaimOutcome, ClaimStore, IdentityFound, Millis, Publish, RoundAnswer, StoreError,
-    StoreIdentity, StoreStats, StreamId, Tier,
+    StoreIdentity, StoreStats, StreamId, StreamLost, Tier,
 };
 
 /// What one replica's store calls showed.
@@ -230,6 +230,11 @@ impl ClaimStore for CountingStore {
         replace: bool,
     ) -> Result<IdentityFound, StoreError> {
         self.inner.write_identity(stream, identity, replace).await
+    }
+
+    /// The worker's timed identity check, off its rounds: not counted.
+    async fn verify_identity(&self, streams: &[StreamId]) -> Result<Vec<StreamLost>, StoreError> {
+        self.inner.verify_identity(streams).await
     }
 
     fn adopt_identity(&self, stream: StreamId, identity: StoreIdentity) {

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 
 use idemgate::store::{
     Claim, ClaimOutcome, ClaimStore, Coordinates, IdentityFound, Millis, Publish, RoundAnswer,
-    StoreError, StoreIdentity, StoreStats, StreamId,
+    StoreError, StoreIdentity, StoreStats, StreamId, StreamLost,
 };
 
 /// What the store does with a round.
@@ -160,6 +160,13 @@ impl ClaimStore for FaultyStore {
         replace: bool,
     ) -> Result<IdentityFound, StoreError> {
         self.inner.write_identity(stream, identity, replace).await
+    }
+
+    async fn verify_identity(&self, streams: &[StreamId]) -> Result<Vec<StreamLost>, StoreError> {
+        match self.fault() {
+            Fault::Down => Err(StoreError::Unavailable("injected: store down".into())),
+            _ => self.inner.verify_identity(streams).await,
+        }
     }
 
     fn adopt_identity(&self, stream: StreamId, identity: StoreIdentity) {

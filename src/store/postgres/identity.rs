@@ -11,7 +11,7 @@ use super::{PostgresStore, Session};
 use crate::store::value::ClaimValue;
 use crate::store::{
     add_abandoned, spec, IdentityFound, PartitionReset, Restored, StoreError, StoreIdentity,
-    StreamId,
+    StreamId, StreamLost,
 };
 
 /// Claims per restore statement.
@@ -38,6 +38,34 @@ impl PostgresStore {
         Ok(IdentityFound {
             places: vec![held.map(String::into_bytes)],
         })
+    }
+
+    /// The timed check (docs/design.md §8.2): the identity rows of the
+    /// streams given that adopted one, in one statement.
+    pub(super) async fn verify_identity_on(
+        &self,
+        session: &Session,
+        streams: &[StreamId],
+    ) -> Result<Vec<StreamLost>, StoreError> {
+        let adopted = self.adopted();
+        let mut checked = Vec::new();
+        let mut key_ids = Vec::new();
+        for &stream in streams {
+            if adopted.contains_key(&stream.0) {
+                key_ids.push(spec(&self.streams, stream)?.key_id.clone());
+                checked.push(stream.0);
+            }
+        }
+        if checked.is_empty() {
+            return Ok(Vec::new());
+        }
+        let read = Step::new(&self.sql.identities, vec![boxed(key_ids)]);
+        let rows = pipeline(session, &[read]).await?;
+        self.lost(
+            rows.into_iter().next().unwrap_or_default(),
+            &checked,
+            &adopted,
+        )
     }
 
     /// Without `replace` a row already there stays (replicas starting at

@@ -38,7 +38,7 @@ pub use schema::claims_name;
 
 use super::{
     ClaimStore, IdentityFound, Millis, Mode, PartitionReset, Publish, Restored, RoundAnswer,
-    StoreError, StoreIdentity, StoreStats, StreamId, StreamSpec,
+    StoreError, StoreIdentity, StoreStats, StreamId, StreamLost, StreamSpec,
 };
 use crate::clock::{Clock, SystemClock};
 use janitor::{Janitor, Swept};
@@ -213,6 +213,13 @@ impl ClaimStore for PostgresStore {
     ) -> Result<IdentityFound, StoreError> {
         let session = self.checkout().await?;
         let result = timed(self.write_identity_on(&session, stream, identity, replace)).await;
+        checkin(session, &result);
+        result
+    }
+
+    async fn verify_identity(&self, streams: &[StreamId]) -> Result<Vec<StreamLost>, StoreError> {
+        let session = self.checkout().await?;
+        let result = timed(self.verify_identity_on(&session, streams)).await;
         checkin(session, &result);
         result
     }

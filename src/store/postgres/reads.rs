@@ -9,8 +9,8 @@ use tokio_postgres::Row;
 use super::connect::store_error;
 use super::PostgresStore;
 use crate::store::{
-    check_identity, PartitionRanges, StoreError, StoreIdentity, StreamId, StreamLost, TopicTag,
-    Watermark,
+    lost_among, IdentityFound, PartitionRanges, StoreError, StoreIdentity, StreamId, StreamLost,
+    TopicTag, Watermark,
 };
 
 impl PostgresStore {
@@ -85,17 +85,11 @@ impl PostgresStore {
             };
             held.insert(key_id, identity);
         }
-        Ok(checked
-            .iter()
-            .filter_map(|&stream| {
-                let identity = adopted.get(&stream)?;
-                let found = held.get(&self.streams[stream].key_id);
-                let how = check_identity(identity, [found.map(|s| s.as_bytes())]);
-                how.lost().then_some(StreamLost {
-                    stream: StreamId(stream),
-                    how,
-                })
-            })
-            .collect())
+        let found = checked.iter().map(|&stream| {
+            let found = held.remove(&self.streams[stream].key_id);
+            let places = vec![found.map(String::into_bytes)];
+            (StreamId(stream), IdentityFound { places })
+        });
+        Ok(lost_among(adopted, found))
     }
 }

@@ -151,6 +151,10 @@ impl ClaimStore for RedisStore {
         self.write_identity_at(stream, identity, replace).await
     }
 
+    async fn verify_identity(&self, streams: &[StreamId]) -> Result<Vec<StreamLost>, StoreError> {
+        self.verify_identity_at(streams).await
+    }
+
     fn adopt_identity(&self, stream: StreamId, identity: StoreIdentity) {
         self.adopt(stream, identity);
     }

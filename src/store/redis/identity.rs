@@ -19,8 +19,8 @@ use redis::{RedisResult, Value};
 use super::conn::{reply_error, Keyed};
 use super::{tier1, RedisStore};
 use crate::store::{
-    check_identity, spec, Claim, IdentityFound, StoreError, StoreIdentity, StreamId, StreamLost,
-    StreamSpec,
+    check_identity, lost_among, spec, Claim, IdentityFound, StoreError, StoreIdentity, StreamId,
+    StreamLost, StreamSpec,
 };
 
 /// Hash tags a stream's tier-1 keys fall in (`tier1::tag`: 6 bits).
@@ -266,6 +266,34 @@ impl RedisStore {
             answer.map_err(|e| reply_error("store identity write", e))?;
         }
         self.find_identity_at(stream).await
+    }
+
+    /// The timed check (docs/design.md §8.2): every tag's identity of each
+    /// adopted stream given, in one trip (standalone one `MGET` per
+    /// stream; on a cluster one `GET` per tag, each node's in one
+    /// pipeline), so a node that came back empty shows whatever tags it
+    /// serves.
+    pub(super) async fn verify_identity_at(
+        &self,
+        streams: &[StreamId],
+    ) -> Result<Vec<StreamLost>, StoreError> {
+        let adopted = self.adopted();
+        let cluster = self.conn.is_cluster();
+        let mut counts = Vec::new();
+        let mut commands = Vec::new();
+        for &stream in streams {
+            if adopted.contains_key(&stream.0) {
+                let reads = find(&self.prefix, spec(&self.streams, stream)?, cluster);
+                counts.push((stream, reads.len()));
+                commands.extend(reads);
+            }
+        }
+        let mut answers = self.conn.run(commands).await?.into_iter();
+        let mut found_all = Vec::with_capacity(counts.len());
+        for (stream, count) in counts {
+            found_all.push((stream, found(answers.by_ref().take(count).collect())?));
+        }
+        Ok(lost_among(&adopted, found_all))
     }
 
     pub(super) fn adopt(&self, stream: StreamId, identity: StoreIdentity) {

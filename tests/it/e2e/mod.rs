@@ -5,7 +5,9 @@
 //!
 //! - `process`: the gateway binary as a guard;
 //! - `exact`, `restart`, `failover`, `outage`, `lost_store`, `zombie`,
-//!   `seal_faults` (a replica stopped at each step of an exactly-once seal),
+//!   `quiet_loss` (a store that lost a quiet stream's state, seen by the
+//!   timed check), `seal_faults` (a replica stopped at each step of an
+//!   exactly-once seal),
 //!   `resets`, `cluster`, `postgres` (the exact ones on PostgreSQL): the
 //!   scenarios, on the test kit's workload, Kafka
 //!   readers, exactly-once check and server guards;
@@ -41,6 +43,7 @@ mod outage;
 mod postgres;
 mod process;
 mod protocols;
+mod quiet_loss;
 mod replay;
 mod reset_command;
 mod reset_kafka;

@@ -379,6 +379,7 @@ conformance!(
         a_streams_identity_is_written_once_and_found_everywhere,
         a_round_on_a_store_that_lost_its_state_judges_none_of_the_streams_claims,
         a_round_on_a_store_rebuilt_under_the_replica_answers_changed,
+        the_timed_check_sees_a_lost_store_without_a_round,
         a_restored_claim_is_settled_and_its_copies_are_duplicates,
         a_late_copy_after_its_claim_expired_is_novel,
     ],

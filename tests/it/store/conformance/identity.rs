@@ -78,6 +78,47 @@ pub async fn a_round_on_a_store_that_lost_its_state_judges_none_of_the_streams_c
     assert_eq!(answer.outcomes, vec![ClaimOutcome::StoreLost, WON]);
 }
 
+/// The worker's timed check (docs/design.md §8.2): with no round at all,
+/// a store that lost its state answers the stream lost, from every place
+/// the identity is kept; an intact store, and a stream that never adopted
+/// an identity, answer nothing. Nothing is written: asked again, it
+/// answers the same.
+pub async fn the_timed_check_sees_a_lost_store_without_a_round(h: &dyn Harness) {
+    let store = h.open(streams()).await;
+    adopted(&*store, EXACT).await;
+    deliver(&*store, claim(EXACT, hash(h.salt(), 1), 10, T0)).await;
+    let checked = store.verify_identity(&[EXACT, TIERED]).await.unwrap();
+    assert_eq!(checked, vec![], "intact");
+
+    h.lose_state().await;
+    let lost = vec![StreamLost {
+        stream: EXACT,
+        how: Check::Missing,
+    }];
+    assert_eq!(store.verify_identity(&[EXACT, TIERED]).await.unwrap(), lost);
+    assert_eq!(
+        store.verify_identity(&[EXACT]).await.unwrap(),
+        lost,
+        "again"
+    );
+    assert_eq!(store.verify_identity(&[TIERED]).await.unwrap(), vec![]);
+    assert_eq!(store.verify_identity(&[]).await.unwrap(), vec![]);
+
+    // Rebuilt under the replica: changed.
+    store
+        .write_identity(EXACT, StoreIdentity::random(), true)
+        .await
+        .unwrap();
+    let changed = store.verify_identity(&[EXACT]).await.unwrap();
+    assert_eq!(
+        changed,
+        vec![StreamLost {
+            stream: EXACT,
+            how: Check::Changed
+        }]
+    );
+}
+
 pub async fn a_round_on_a_store_rebuilt_under_the_replica_answers_changed(h: &dyn Harness) {
     let store = h.open(streams()).await;
     adopted(&*store, EXACT).await;
@@ -121,6 +162,15 @@ pub async fn a_tag_that_lost_its_identity_is_seen_by_the_claims_in_it(r: &Redis)
         // On a cluster only the slot's owner deletes.
         let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(&key).query_async(&mut conn).await;
     }
+    // The timed check reads every tag, so no claim needs to touch it.
+    let checked = store.verify_identity(&[EXACT]).await.unwrap();
+    assert_eq!(
+        checked,
+        vec![StreamLost {
+            stream: EXACT,
+            how: Check::Missing
+        }]
+    );
     let intact = store
         .round(&Publish::default(), &[claim(EXACT, kept, 10, T0)], &[])
         .await
