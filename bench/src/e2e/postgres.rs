@@ -61,7 +61,7 @@ fn number(text: &str) -> u64 {
     text.trim().parse().unwrap_or(0)
 }
 
-/// The stream's claims table (the one `claims_<key id>` of the schema: the
+/// The stream's claims table (the one `claims_<hex key id>` of the schema: the
 /// bench runs one stream), its partitions if it has any, on disk.
 pub(crate) fn disk(setup: &Setup) -> Result<PgDisk> {
     disk_of(server(setup)?)

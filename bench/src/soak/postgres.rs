@@ -42,7 +42,9 @@ pub(crate) fn unsettled_claims(pg: &PgServer) -> Result<Vec<String>> {
     ))?;
     let mut unsettled = Vec::new();
     for table in tables.lines().filter(|l| !l.is_empty()) {
-        let key_id = table.trim_start_matches("claims_");
+        let Some(key_id) = idemgate::store::postgres::claims_key_id(table) else {
+            continue;
+        };
         let rows = pg.query(&format!(
             "WITH c AS (SELECT \
                (get_byte(value, 0)::bigint << 16) | (get_byte(value, 1) << 8) | get_byte(value, 2) AS topic, \
@@ -231,13 +233,14 @@ mod tests {
         let live = "(extract(epoch FROM now()) * 1000)::bigint + 600000";
         pg.query(&format!(
             "CREATE SCHEMA {DEFAULT_SCHEMA}; \
-             CREATE TABLE {DEFAULT_SCHEMA}.claims_k1 (expires_at bigint NOT NULL, hash bytea PRIMARY KEY, value bytea NOT NULL); \
+             CREATE TABLE {DEFAULT_SCHEMA}.{k1} (expires_at bigint NOT NULL, hash bytea PRIMARY KEY, value bytea NOT NULL); \
              CREATE TABLE {DEFAULT_SCHEMA}.watermarks (stream text, topic integer, partition integer, below bigint); \
              INSERT INTO {DEFAULT_SCHEMA}.watermarks VALUES ('k1', {tag}, 1, 500), ('other', {tag}, 2, 900); \
-             INSERT INTO {DEFAULT_SCHEMA}.claims_k1 VALUES \
+             INSERT INTO {DEFAULT_SCHEMA}.{k1} VALUES \
                ({live}, '\\x01', {done}), ({live}, '\\x02', {below}), ({live}, '\\x03', {above}), \
                ({live}, '\\x04', {elsewhere}), (1000, '\\x05', {expired})",
             tag = 0x0a0b0c,
+            k1 = idemgate::store::postgres::claims_name("k1"),
             done = value(1, 700, true),
             below = value(1, 499, false),
             above = value(1, 500, false),
@@ -249,8 +252,8 @@ mod tests {
         assert_eq!(
             found,
             vec![
-                "claims_k1: a0b0c/1/500 (watermark 500)".to_string(),
-                "claims_k1: a0b0c/2/3 (watermark none)".to_string(),
+                "claims_00006b31: a0b0c/1/500 (watermark 500)".to_string(),
+                "claims_00006b31: a0b0c/2/3 (watermark none)".to_string(),
             ]
         );
         drop(pg);

@@ -230,6 +230,14 @@ mod tests {
                 assert_ne!(r.new_table, other.old_table, "{r:?} and {other:?}");
             }
         }
+        for (r, id) in all.iter().zip(ids) {
+            assert_eq!(
+                super::super::schema::claims_key_id(&r.new_table).as_deref(),
+                Some(id),
+                "a table's name gives its key id back"
+            );
+        }
+        assert_eq!(super::super::schema::claims_key_id("claims_Uj"), None);
         let mut new: Vec<&str> = all.iter().map(|r| r.new_table.as_str()).collect();
         new.sort();
         new.dedup();

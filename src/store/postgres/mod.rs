@@ -34,7 +34,7 @@ pub use options::{
     redact, split_sslmode, JanitorOptions, PostgresOptions, SslMode, DEFAULT_JANITOR_BATCH_ROWS,
     DEFAULT_JANITOR_INTERVAL, DEFAULT_POOL_SIZE, DEFAULT_SCHEMA,
 };
-pub use schema::claims_name;
+pub use schema::{claims_key_id, claims_name};
 
 use super::{
     ClaimStore, IdentityFound, Millis, Mode, PartitionReset, Publish, Restored, RoundAnswer,

@@ -39,6 +39,15 @@ pub fn claims_name(key_id: &str) -> String {
     format!("claims_{:0>8}", hex::encode(key_id))
 }
 
+/// The key id whose claims table this is ([`claims_name`]'s inverse), for
+/// a reader that finds the tables before it knows the streams (the soak's
+/// check of unsettled claims); `None` for any other name.
+pub fn claims_key_id(table: &str) -> Option<String> {
+    let bytes = hex::decode(table.strip_prefix("claims_")?).ok()?;
+    let start = bytes.iter().position(|&b| b != 0)?;
+    String::from_utf8(bytes.get(start..)?.to_vec()).ok()
+}
+
 /// The BRIN index on a claims table's expiry.
 pub(super) fn expiry_index(table: &str) -> String {
     format!("{table}_expires_at")
