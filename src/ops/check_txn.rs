@@ -172,7 +172,7 @@ pub(crate) fn probe(config: &Config) -> Option<Finding> {
     );
     // Named after the replicas' own group and transactional id, so the
     // prefixed ACLs a deployment grants its replicas cover the probe too.
-    let (mut consumer_config, mut producer_config) = crate::worker::client_configs(config);
+    let (mut consumer_config, mut producer_config) = crate::config::client_configs(config);
     let group = format!(
         "{}-check-{suffix}",
         consumer_config.get("group.id").unwrap_or("idemgate")
@@ -243,7 +243,7 @@ pub(crate) fn probe(config: &Config) -> Option<Finding> {
 /// The probe group goes again; a group left behind is harmless (no
 /// member, offsets that expire with `offsets.retention.minutes`).
 fn delete_group(config: &Config, group: &str) {
-    let (consumer_config, _) = crate::worker::client_configs(config);
+    let (consumer_config, _) = crate::config::client_configs(config);
     let admin: Result<rdkafka::admin::AdminClient<super::kafka::QuietContext>, _> =
         consumer_config.create_with_context(super::kafka::QuietContext);
     if let Ok(admin) = admin {

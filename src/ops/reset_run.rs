@@ -150,7 +150,7 @@ async fn run(config: &Config, args: ResetArgs) -> Result<(String, super::reset::
     if matches!(config.store, crate::config::StoreConfig::Memory { .. }) {
         return Err(ResetError::MemoryStore);
     }
-    let (consumer_config, _) = crate::worker::client_configs(config);
+    let (consumer_config, _) = crate::config::client_configs(config);
     let group = consumer_config
         .get("group.id")
         .unwrap_or("idemgate")
