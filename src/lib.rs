@@ -27,6 +27,9 @@
 //! - [`demo`]: the whole product in one process on librdkafka's mock
 //!   cluster, with a realistic at-least-once workload.
 //! - [`logging`]: text or JSON logs, rate limits for repeated errors.
+//! - `group`: a consumer group as its coordinator answers for it (its
+//!   member count, a transactional commit read back and judged), asked by
+//!   the worker and by `ops` alike, so that neither imports the other.
 //! - [`ops`]: the operator's commands: `check` a config and its servers,
 //!   `plan` memory, measure a `horizon` from a log or a recorded topic,
 //!   `reset` a stream's offsets (replay, re-emit, skip forward), `rebuild`
@@ -45,6 +48,7 @@ pub mod config;
 pub mod decision;
 pub mod demo;
 pub mod fingerprint;
+pub(crate) mod group;
 pub(crate) mod http;
 pub mod logging;
 pub mod metrics;

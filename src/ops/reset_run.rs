@@ -15,10 +15,11 @@ use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::group::{refuse_if_active, GroupError};
-use super::kafka::{group_members, QuietContext, REQUEST_TIMEOUT};
+use super::kafka::{QuietContext, REQUEST_TIMEOUT};
 use super::reset::{plan, Change, Mode, Request, Seen, Skipped, Target};
 use super::reset_text::text;
 use crate::config::Config;
+use crate::group::group_members;
 use crate::store::{PartitionReset, Publish, StoreError, StreamId, TopicTag};
 
 /// The commit metadata a reset writes: idemgate's, for the stream, never
