@@ -9,6 +9,10 @@
 //!   `spatial-job`). Pure functions, typed errors naming the field.
 //! - [`ttl`]: TTLs derived from evidence: explicit durations, retention
 //!   years, job policies, and horizons measured from delivery logs.
+//! - [`coordinates`] and [`tier`]: the words the store, the decisions and
+//!   the worker share (where a record is: its input topic's tag, partition
+//!   and offset; which tier of the store knew a hash). Leaves, like
+//!   [`clock`] (which also names `Millis`): they import nothing of the crate.
 //! - [`config`]: the stream and store settings, parsed then validated.
 //! - [`store`]: the `ClaimStore` contract (one round: publish what was
 //!   delivered, claim what arrived, compare the stream's store identity)
@@ -45,6 +49,7 @@ pub mod app;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod coordinates;
 pub mod decision;
 pub mod demo;
 pub mod fingerprint;
@@ -55,5 +60,6 @@ pub mod metrics;
 pub mod ops;
 pub(crate) mod readiness;
 pub mod store;
+pub mod tier;
 pub mod ttl;
 pub mod worker;

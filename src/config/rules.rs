@@ -133,7 +133,7 @@ pub(super) fn check_key_ids(streams: &[StreamConfig]) -> Result<(), ConfigError>
         }
         let mut tags = std::collections::HashMap::new();
         for topic in &stream.inputs {
-            if let Some(other) = tags.insert(crate::store::TopicTag::of(topic), topic) {
+            if let Some(other) = tags.insert(crate::coordinates::TopicTag::of(topic), topic) {
                 return Err(invalid(
                     format!("streams[{index}].inputs"),
                     format!(

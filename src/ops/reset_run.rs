@@ -19,8 +19,9 @@ use super::kafka::{QuietContext, REQUEST_TIMEOUT};
 use super::reset::{plan, Change, Mode, Request, Seen, Skipped, Target};
 use super::reset_text::text;
 use crate::config::Config;
+use crate::coordinates::TopicTag;
 use crate::group::group_members;
-use crate::store::{PartitionReset, Publish, StoreError, StreamId, TopicTag};
+use crate::store::{PartitionReset, Publish, StoreError, StreamId};
 
 /// The commit metadata a reset writes: idemgate's, for the stream, never
 /// `gap-free` (the next owner raises no watermark from it, docs/design.md

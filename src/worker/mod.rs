@@ -63,7 +63,8 @@ use crate::clock::Clock;
 use crate::config::{
     client_configs, Config, Guarantee, StoreConfig, StreamConfig, MAX_HANDOVER_DRAIN,
 };
-use crate::store::{ClaimStore, OwnerToken, TopicTag};
+use crate::coordinates::TopicTag;
+use crate::store::{ClaimStore, OwnerToken};
 use error::Doing;
 pub(crate) use error::WorkerError;
 use output::Reports;
