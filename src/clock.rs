@@ -12,7 +12,8 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::store::Millis;
+/// Milliseconds since the Unix epoch, on whichever clock the caller runs.
+pub type Millis = i64;
 
 pub trait Clock: Send + Sync + 'static {
     fn now(&self) -> Instant;

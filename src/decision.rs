@@ -1,8 +1,9 @@
 //! Decisions (docs/design.md §2): what happens to a record, where it goes, and
 //! the headers that say why. Pure functions over plain data.
 
+use crate::coordinates::Coordinates;
 use crate::fingerprint::{Invalid, SourceHash};
-use crate::store::{Coordinates, Tier};
+use crate::tier::Tier;
 
 /// The one decision a record gets, carried on its output.
 #[derive(Clone, Debug, PartialEq)]
@@ -193,7 +194,7 @@ pub(crate) fn headers(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::TopicTag;
+    use crate::coordinates::TopicTag;
 
     fn texts(headers: &Headers) -> Vec<(&'static str, String)> {
         headers

@@ -9,6 +9,10 @@
 //!   `spatial-job`). Pure functions, typed errors naming the field.
 //! - [`ttl`]: TTLs derived from evidence: explicit durations, retention
 //!   years, job policies, and horizons measured from delivery logs.
+//! - [`coordinates`] and [`tier`]: the words the store, the decisions and
+//!   the worker share (where a record is: its input topic's tag, partition
+//!   and offset; which tier of the store knew a hash). Leaves, like
+//!   [`clock`] (which also names `Millis`): they import nothing of the crate.
 //! - [`config`]: the stream and store settings, parsed then validated.
 //! - [`store`]: the `ClaimStore` contract (one round: publish what was
 //!   delivered, claim what arrived, compare the stream's store identity)
@@ -27,6 +31,9 @@
 //! - [`demo`]: the whole product in one process on librdkafka's mock
 //!   cluster, with a realistic at-least-once workload.
 //! - [`logging`]: text or JSON logs, rate limits for repeated errors.
+//! - `group`: a consumer group as its coordinator answers for it (its
+//!   member count, a transactional commit read back and judged), asked by
+//!   the worker and by `ops` alike, so that neither imports the other.
 //! - [`ops`]: the operator's commands: `check` a config and its servers,
 //!   `plan` memory, measure a `horizon` from a log or a recorded topic,
 //!   `reset` a stream's offsets (replay, re-emit, skip forward), `rebuild`
@@ -42,14 +49,17 @@ pub mod app;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod coordinates;
 pub mod decision;
 pub mod demo;
 pub mod fingerprint;
+pub(crate) mod group;
 pub(crate) mod http;
 pub mod logging;
 pub mod metrics;
 pub mod ops;
 pub(crate) mod readiness;
 pub mod store;
+pub mod tier;
 pub mod ttl;
 pub mod worker;

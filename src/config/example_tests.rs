@@ -114,7 +114,7 @@ fn the_demo_config_is_valid_once_the_demo_supplies_its_brokers() {
 #[test]
 fn the_production_example_gives_each_client_its_own_table() {
     let config = example("example.toml");
-    let (consumer, producer) = crate::worker::client_configs(&config);
+    let (consumer, producer) = crate::config::client_configs(&config);
     assert_eq!(consumer.get("client.id"), Some("idemgate-in"));
     assert_eq!(producer.get("client.id"), Some("idemgate-out"));
     assert_eq!(producer.get("compression.type"), Some("lz4"));

@@ -12,10 +12,11 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use rdkafka::ClientConfig;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
-use super::{invalid, ConfigError, KafkaValue};
+use super::{invalid, Config, ConfigError, GroupProtocol, Guarantee, KafkaValue};
 
 /// The `[kafka]` table as written.
 #[derive(Debug, Default)]
@@ -127,7 +128,7 @@ impl KafkaTables {
     }
 
     /// The client's properties from the config (idemgate's defaults and
-    /// fixed properties are the worker's, `worker::client_configs`).
+    /// fixed properties go around them in `client_configs`).
     pub(crate) fn client(&self, client: Client) -> ClientProperties<'_> {
         let (own, belongs_elsewhere): (_, fn(&str) -> bool) = match client {
             Client::Consumer => (&self.consumer, is_producer_only),
@@ -230,4 +231,90 @@ pub(crate) fn is_consumer_only(key: &str) -> bool {
         || key == "isolation.level"
         || key.starts_with("enable.auto")
         || key == "check.crcs"
+}
+
+/// Consumer properties the protocol depends on; the config cannot change
+/// them.
+pub(crate) const CONSUMER_FIXED: [(&str, &str); 2] = [
+    ("enable.auto.commit", "false"),
+    ("enable.auto.offset.store", "false"),
+];
+/// Consumer defaults (docs/configuration.md, `[kafka]`); `[kafka]` overrides
+/// them.
+const CONSUMER_DEFAULTS: [(&str, &str); 4] = [
+    ("group.id", "idemgate"),
+    ("auto.offset.reset", "earliest"),
+    // Lag per partition comes from librdkafka's statistics.
+    ("statistics.interval.ms", "5000"),
+    // A fetch that finds nothing waits 100 ms, not librdkafka's 500: the
+    // first records after a quiet spell are not held half a second.
+    ("fetch.wait.max.ms", "100"),
+];
+/// Consumer defaults of the classic group protocol only: under
+/// `group.protocol = "consumer"` (KIP-848) the broker assigns, and
+/// librdkafka refuses to create a consumer with a client-side assignor.
+const CLASSIC_CONSUMER_DEFAULTS: [(&str, &str); 1] =
+    [("partition.assignment.strategy", "range,roundrobin")];
+/// Producer defaults (docs/configuration.md, `[kafka]`): outputs that must not
+/// be lost or doubled by the client itself, batched within 5 ms; `[kafka]`
+/// overrides them.
+const PRODUCER_DEFAULTS: [(&str, &str); 4] = [
+    ("enable.idempotence", "true"),
+    ("acks", "all"),
+    ("linger.ms", "5"),
+    ("message.timeout.ms", "30000"),
+];
+
+/// The consumer's and the producer's librdkafka configuration: the
+/// defaults above, then `[kafka]`, then `[kafka.consumer]` or
+/// `[kafka.producer]`, then the consumer's fixed properties. Common
+/// properties (bootstrap servers, TLS, SASL) go to both.
+pub fn client_configs(config: &Config) -> (ClientConfig, ClientConfig) {
+    let mut consumer = ClientConfig::new();
+    for (key, value) in CONSUMER_DEFAULTS {
+        consumer.set(key, value);
+    }
+    if config.group_protocol == GroupProtocol::Classic {
+        for (key, value) in CLASSIC_CONSUMER_DEFAULTS {
+            consumer.set(key, value);
+        }
+    }
+    let mut producer = ClientConfig::new();
+    for (key, value) in PRODUCER_DEFAULTS {
+        producer.set(key, value);
+    }
+    // `[kafka]` (the common properties to both clients: librdkafka tells
+    // consumer-only from producer-only ones only with warnings), then each
+    // client's own table over it (`config::kafka`).
+    for (key, value) in config.client_properties(Client::Consumer).iter() {
+        consumer.set(key, value);
+    }
+    let producer_properties = config.client_properties(Client::Producer);
+    for (key, value) in producer_properties.iter() {
+        producer.set(key, value);
+    }
+    for (key, value) in CONSUMER_FIXED {
+        consumer.set(key, value);
+    }
+    if config.guarantee == Guarantee::ExactlyOnce
+        && !producer_properties.contains_key("transactional.id")
+    {
+        let group = consumer.get("group.id").unwrap_or("idemgate").to_string();
+        producer.set("transactional.id", default_transactional_id(&group));
+    }
+    (consumer, producer)
+}
+
+/// `idemgate-<group>-<host name>`: stable across restarts of a replica
+/// with a stable host name (a StatefulSet pod, a VM), so a restarted
+/// replica fences its own zombie. Replicas sharing a host name need
+/// `[kafka] "transactional.id"` set apart (docs/configuration.md).
+fn default_transactional_id(group: &str) -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|| "localhost".into());
+    format!("idemgate-{group}-{host}")
 }

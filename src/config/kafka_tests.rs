@@ -4,7 +4,7 @@
 
 use super::tests::{brokers, STREAM};
 use super::*;
-use crate::worker::client_configs;
+use crate::config::client_configs;
 
 fn parse(tables: &str) -> Result<Config, ConfigError> {
     Config::parse_with_vars(&format!("{tables}\n{STREAM}"), brokers)

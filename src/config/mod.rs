@@ -16,6 +16,7 @@ use std::num::NonZeroU64;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use kafka::client_configs;
 pub(crate) use kafka::{Client, ClientProperties, KafkaTables};
 /// The variable `--config` is read from where the flag is not given
 /// (`run`, `check`, `reset`, `rebuild`).
@@ -24,6 +25,7 @@ pub const ENV_CONFIG: &str = "IDEMGATE_CONFIG";
 pub use raw::Guarantee;
 pub(crate) use raw::{
     Clock, FailMode, FilterChoice, KafkaValue, RawConfig, RawStore, RawStream, RawTls, StoreKind,
+    MAX_HANDOVER_DRAIN,
 };
 pub(crate) use rules::GroupProtocol;
 pub(crate) use rules::OUTPUT_HEADROOM;
@@ -75,7 +77,7 @@ pub struct Config {
     /// [`Config::client_properties`].
     pub(crate) kafka: KafkaTables,
     /// `[kafka] "group.protocol"`: which idemgate defaults apply
-    /// (`worker::client_configs`).
+    /// (`client_configs`).
     pub(crate) group_protocol: GroupProtocol,
     pub store: StoreConfig,
     /// How often the worker reads every stream's store identity on its
@@ -300,7 +302,7 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             "must be at least batch.max_records",
         ));
     }
-    let most = crate::worker::MAX_HANDOVER_DRAIN;
+    let most = MAX_HANDOVER_DRAIN;
     if raw.batch.handover_drain > most {
         return Err(invalid(
             "batch.handover_drain",

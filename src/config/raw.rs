@@ -327,6 +327,11 @@ fn default_handover_drain() -> Duration {
     Duration::from_secs(10)
 }
 
+/// The longest `handover_drain`: the drain and the wait for deliveries
+/// after it fit in the time a revoke waits for the loop (the worker holds
+/// its patience to this at compile time).
+pub(crate) const MAX_HANDOVER_DRAIN: Duration = Duration::from_secs(30);
+
 fn default_commit_interval() -> Duration {
     Duration::from_millis(100)
 }

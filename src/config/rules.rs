@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::kafka::BROKER_KEYS;
+use super::kafka::{BROKER_KEYS, CONSUMER_FIXED};
 use super::{invalid, Client, ClientProperties, ConfigError, StreamConfig, ENV_BROKERS};
 
 impl super::Config {
@@ -133,7 +133,7 @@ pub(super) fn check_key_ids(streams: &[StreamConfig]) -> Result<(), ConfigError>
         }
         let mut tags = std::collections::HashMap::new();
         for topic in &stream.inputs {
-            if let Some(other) = tags.insert(crate::store::TopicTag::of(topic), topic) {
+            if let Some(other) = tags.insert(crate::coordinates::TopicTag::of(topic), topic) {
                 return Err(invalid(
                     format!("streams[{index}].inputs"),
                     format!(
@@ -184,11 +184,11 @@ pub(super) fn check_guarantee(
     }
 }
 
-/// The consumer properties the protocol rests on (`worker::CONSUMER_FIXED`:
+/// The consumer properties the protocol rests on (`kafka::CONSUMER_FIXED`:
 /// offsets are stored and committed by idemgate, only after delivery) may
 /// be written, but only with the value idemgate gives them anyway.
 pub(super) fn check_fixed(consumer: &ClientProperties<'_>) -> Result<(), ConfigError> {
-    for (key, fixed) in crate::worker::CONSUMER_FIXED {
+    for (key, fixed) in CONSUMER_FIXED {
         if let Some(value) = consumer.get(key).filter(|v| v.trim() != fixed) {
             return Err(invalid(
                 consumer.field(key),
@@ -355,13 +355,13 @@ mod tests {
 
     #[test]
     fn the_eager_assignor_default_is_the_classic_protocols_only() {
-        let (classic, _) = crate::worker::client_configs(&with_kafka("").unwrap());
+        let (classic, _) = crate::config::client_configs(&with_kafka("").unwrap());
         assert_eq!(
             classic.get("partition.assignment.strategy"),
             Some("range,roundrobin")
         );
         let consumer = with_kafka("\"group.protocol\" = \"consumer\"").unwrap();
-        let (consumer, producer) = crate::worker::client_configs(&consumer);
+        let (consumer, producer) = crate::config::client_configs(&consumer);
         assert_eq!(consumer.get("partition.assignment.strategy"), None);
         assert_eq!(consumer.get("group.protocol"), Some("consumer"));
         assert_eq!(producer.get("group.protocol"), None, "a consumer property");

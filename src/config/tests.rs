@@ -443,7 +443,7 @@ fn exactly_once_is_a_top_level_choice_with_its_producer_settings_checked() {
     let config = parse(&eos).expect("exactly once accepted");
     assert_eq!(config.guarantee, Guarantee::ExactlyOnce);
     assert_eq!(parse(BASE).unwrap().guarantee, Guarantee::AtLeastOnce);
-    let (_, producer) = crate::worker::client_configs(&config);
+    let (_, producer) = crate::config::client_configs(&config);
     assert!(
         producer
             .get("transactional.id")
@@ -453,7 +453,7 @@ fn exactly_once_is_a_top_level_choice_with_its_producer_settings_checked() {
     );
     let named =
         format!("guarantee = \"exactly-once\"\n[kafka]\n\"transactional.id\" = \"gate-0\"\n{BASE}");
-    let (_, producer) = crate::worker::client_configs(&parse(&named).unwrap());
+    let (_, producer) = crate::config::client_configs(&parse(&named).unwrap());
     assert_eq!(producer.get("transactional.id"), Some("gate-0"));
     let cases = [
         (

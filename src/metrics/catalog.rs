@@ -9,7 +9,8 @@
 
 use metrics::Unit;
 
-use crate::store::{StoreError, Tier};
+use crate::store::StoreError;
+use crate::tier::Tier;
 
 /// A metric's Prometheus type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

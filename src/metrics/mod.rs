@@ -11,7 +11,8 @@ use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gau
 use metrics::{Counter, Histogram};
 
 use crate::decision::Decision;
-use crate::store::{StoreError, StoreStats, Tier};
+use crate::store::{StoreError, StoreStats};
+use crate::tier::Tier;
 
 pub mod catalog;
 #[cfg(test)]

@@ -7,8 +7,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::kafka::{group_members, MembersError, QuietContext, REQUEST_TIMEOUT};
+use super::kafka::{QuietContext, REQUEST_TIMEOUT};
 use crate::config::Config;
+use crate::group::{group_members, MembersError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GroupError {
@@ -36,7 +37,7 @@ pub enum GroupError {
 
 /// A client of the group `config` names, outside it, and the group's name.
 pub(crate) fn client(config: &Config) -> Result<(BaseConsumer<QuietContext>, String), GroupError> {
-    let (consumer_config, _) = crate::worker::client_configs(config);
+    let (consumer_config, _) = crate::config::client_configs(config);
     let group = consumer_config
         .get("group.id")
         .unwrap_or("idemgate")
@@ -48,7 +49,7 @@ pub(crate) fn client(config: &Config) -> Result<(BaseConsumer<QuietContext>, Str
 }
 
 /// Refused while the group has members, asked in a way that sees the
-/// members of either group protocol (`kafka::group_members`).
+/// members of either group protocol (`group::group_members`).
 pub(crate) fn refuse_if_active(
     consumer: &BaseConsumer<QuietContext>,
     group: &str,

@@ -16,10 +16,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 
+use crate::clock::Millis;
 use crate::config::StreamConfig;
+use crate::coordinates::{Coordinates, TopicTag};
 use crate::decision::{DECISION, INPUT, SOURCE_HASH};
 use crate::fingerprint::{fingerprint, RecordView, SourceHash};
-use crate::store::{millis, Coordinates, Insert, Millis, Raise, Restored, StreamId, TopicTag};
+use crate::store::{millis, Insert, Raise, Restored, StreamId};
 use crate::worker::metadata;
 
 use super::group::Committed;

@@ -187,7 +187,7 @@ async fn adopt(
 /// plan's window start to its end, each output into the plan.
 fn read_clean(config: &Config, clean: &str, plan: &mut Rebuild<'_>) -> Result<(), RebuildError> {
     let kafka = RebuildError::Kafka;
-    let (mut client, _) = crate::worker::client_configs(config);
+    let (mut client, _) = crate::config::client_configs(config);
     client
         .set("group.id", "idemgate-rebuild")
         .set("isolation.level", "read_committed")

@@ -15,11 +15,13 @@ use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::group::{refuse_if_active, GroupError};
-use super::kafka::{group_members, QuietContext, REQUEST_TIMEOUT};
+use super::kafka::{QuietContext, REQUEST_TIMEOUT};
 use super::reset::{plan, Change, Mode, Request, Seen, Skipped, Target};
 use super::reset_text::text;
 use crate::config::Config;
-use crate::store::{PartitionReset, Publish, StoreError, StreamId, TopicTag};
+use crate::coordinates::TopicTag;
+use crate::group::group_members;
+use crate::store::{PartitionReset, Publish, StoreError, StreamId};
 
 /// The commit metadata a reset writes: idemgate's, for the stream, never
 /// `gap-free` (the next owner raises no watermark from it, docs/design.md
@@ -150,7 +152,7 @@ async fn run(config: &Config, args: ResetArgs) -> Result<(String, super::reset::
     if matches!(config.store, crate::config::StoreConfig::Memory { .. }) {
         return Err(ResetError::MemoryStore);
     }
-    let (consumer_config, _) = crate::worker::client_configs(config);
+    let (consumer_config, _) = crate::config::client_configs(config);
     let group = consumer_config
         .get("group.id")
         .unwrap_or("idemgate")

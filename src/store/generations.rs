@@ -11,7 +11,8 @@
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
-use super::{millis, Millis};
+use super::millis;
+use crate::clock::Millis;
 use crate::fingerprint::SourceHash;
 
 /// How one stream's filter generations rotate and are sized.

@@ -3,7 +3,8 @@
 //! (docs/design.md §4.2-§4.4).
 
 use super::value::ClaimValue;
-use super::{Claim, ClaimOutcome, Tier};
+use super::{Claim, ClaimOutcome};
+use crate::tier::Tier;
 
 /// A claim is settled when its holder is below its partition's watermark
 /// (`holder_below` is that watermark, `None` where none is known) or its
@@ -181,8 +182,9 @@ pub(crate) fn raise(current: Option<i64>, start: i64, end: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::coordinates::{Coordinates, TopicTag};
     use crate::fingerprint::{PayloadDigest, SourceHash};
-    use crate::store::{Coordinates, OwnerToken, StreamId, TopicTag};
+    use crate::store::{OwnerToken, StreamId};
 
     fn at(partition: i32, offset: i64) -> Coordinates {
         Coordinates {

@@ -12,11 +12,12 @@ use fastbloom::BloomFilter;
 use super::judge::{judge_reset, raise, ResetMarks, Verdict};
 use super::value::ClaimValue;
 use super::{
-    add_abandoned, lost_among, millis, spec, Claim, ClaimOutcome, ClaimStore, Coordinates,
-    FilterFill, IdentityFound, Millis, PartitionRanges, PartitionReset, Publish, Restored,
-    RoundAnswer, StoreError, StoreIdentity, StoreStats, StreamId, StreamLost, StreamSpec, TopicTag,
-    Watermark,
+    add_abandoned, lost_among, millis, spec, Claim, ClaimOutcome, ClaimStore, FilterFill,
+    IdentityFound, PartitionRanges, PartitionReset, Publish, Restored, RoundAnswer, StoreError,
+    StoreIdentity, StoreStats, StreamId, StreamLost, StreamSpec, Watermark,
 };
+use crate::clock::Millis;
+use crate::coordinates::{Coordinates, TopicTag};
 use crate::fingerprint::SourceHash;
 
 /// Lapsed keys and generations are swept after this many writes.

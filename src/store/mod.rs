@@ -20,12 +20,14 @@ pub mod postgres;
 pub mod redis;
 mod value;
 
-use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::clock::Millis;
+use crate::coordinates::{Coordinates, TopicTag};
 use crate::fingerprint::{PayloadDigest, SourceHash};
+use crate::tier::Tier;
 
 pub use error::{Rejection, RejectionCause, StoreError};
 pub use generations::{FilterSizing, GenerationPlan};
@@ -34,41 +36,6 @@ pub use identity::{
     at_start, check_identity, first_or_lost, AtStart, Check, IdentityFound, Refusal, StoreIdentity,
 };
 pub use operator::{add_abandoned, PartitionRanges, PartitionReset, Restored, MAX_ABANDONED};
-
-/// Milliseconds since the Unix epoch, on whichever clock the caller runs.
-pub type Millis = i64;
-
-/// Identifies a record within the stream: the claim holder. Compared
-/// field for field to recognise a record meeting its own claim.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Coordinates {
-    pub topic: TopicTag,
-    pub partition: i32,
-    pub offset: i64,
-}
-
-/// A 24-bit tag of an input topic's name. Stored instead of the name so
-/// every tier-1 value has the same small size; the worker maps tags back to
-/// the names of its stream's input topics (the config refuses two inputs of
-/// one stream with the same tag).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TopicTag(pub u32);
-
-impl TopicTag {
-    /// The first three bytes of SHA-256 over the topic name: stable across
-    /// restarts, config reorderings and replicas.
-    pub fn of(topic: &str) -> TopicTag {
-        use sha2::{Digest, Sha256};
-        let digest = Sha256::digest(topic.as_bytes());
-        TopicTag(u32::from_be_bytes([0, digest[0], digest[1], digest[2]]))
-    }
-}
-
-impl fmt::Display for Coordinates {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:06x}/{}/{}", self.topic.0, self.partition, self.offset)
-    }
-}
 
 /// Who holds a claim: the replica's incarnation (random at every start) in
 /// the high 24 bits, its assignment attempt in the low 8. Written into the
@@ -291,22 +258,6 @@ pub struct RoundAnswer {
 pub struct StreamLost {
     pub stream: StreamId,
     pub how: Check,
-}
-
-/// Which tier recognised a duplicate.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Tier {
-    Exact,
-    Filter,
-}
-
-impl Tier {
-    pub(crate) const fn as_str(self) -> &'static str {
-        match self {
-            Tier::Exact => "exact",
-            Tier::Filter => "filter",
-        }
-    }
 }
 
 /// The store's answer for one claimed record (docs/design.md §4.2, §4.4).

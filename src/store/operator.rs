@@ -2,7 +2,9 @@
 //! partition (`idemgate reset`, docs/design.md §4.9) and the claims a
 //! rebuild writes back from the clean topic (`idemgate rebuild`, §8.3).
 
-use super::{Coordinates, Millis, StreamId, TopicTag};
+use super::StreamId;
+use crate::clock::Millis;
+use crate::coordinates::{Coordinates, TopicTag};
 use crate::fingerprint::{PayloadDigest, SourceHash};
 
 /// What an operator's reset (`idemgate reset`) recorded for one partition,

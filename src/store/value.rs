@@ -16,9 +16,11 @@
 //! first 16 bytes and set the done flag in byte 25 without decoding the
 //! rest. Integers are big endian.
 
+use crate::clock::Millis;
+use crate::coordinates::{Coordinates, TopicTag};
 use crate::fingerprint::PayloadDigest;
 
-use super::{Coordinates, Millis, OwnerToken, StoreError, TopicTag};
+use super::{OwnerToken, StoreError};
 
 pub(crate) const VALUE_LEN: usize = 28;
 /// Bytes of holder and token, the compare-and-set operand.

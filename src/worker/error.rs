@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use rdkafka::error::KafkaError;
 
-use crate::ops::check_txn::MetadataDropped;
+use crate::group::MetadataDropped;
 use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]

@@ -58,11 +58,13 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use rdkafka::consumer::Consumer;
-use rdkafka::ClientConfig;
 
 use crate::clock::Clock;
-use crate::config::{Client, Config, GroupProtocol, Guarantee, StoreConfig, StreamConfig};
-use crate::store::{ClaimStore, OwnerToken, TopicTag};
+use crate::config::{
+    client_configs, Config, Guarantee, StoreConfig, StreamConfig, MAX_HANDOVER_DRAIN,
+};
+use crate::coordinates::TopicTag;
+use crate::store::{ClaimStore, OwnerToken};
 use error::Doing;
 pub(crate) use error::WorkerError;
 use output::Reports;
@@ -73,10 +75,13 @@ pub use consumer::read_headers;
 pub use poller::GroupState as Group;
 pub use record::HeaderList;
 
-/// The longest `[batch] handover_drain`: the drain and the wait for
-/// deliveries after it fit in the time a revoke waits for the loop.
-pub(crate) const MAX_HANDOVER_DRAIN: std::time::Duration =
-    poller::REVOKE_PATIENCE.saturating_sub(pipeline::FLUSH_PATIENCE);
+// The longest drain the config lets through (`config::MAX_HANDOVER_DRAIN`)
+// and the wait for deliveries after it fit in the time a revoke waits for
+// the loop.
+const _: () = assert!(
+    MAX_HANDOVER_DRAIN.as_millis() + pipeline::FLUSH_PATIENCE.as_millis()
+        <= poller::REVOKE_PATIENCE.as_millis()
+);
 
 /// A stream as the loop sees it.
 struct StreamRuntime {
@@ -153,92 +158,6 @@ pub(crate) struct Worker {
     /// `--config` and the file read (`Config::config_flag`), for the
     /// command a lost store's ERROR line names (`store_lost.rs`).
     config_flag: String,
-}
-
-/// Consumer properties the protocol depends on; the config cannot change
-/// them.
-pub(crate) const CONSUMER_FIXED: [(&str, &str); 2] = [
-    ("enable.auto.commit", "false"),
-    ("enable.auto.offset.store", "false"),
-];
-/// Consumer defaults (docs/configuration.md, `[kafka]`); `[kafka]` overrides
-/// them.
-pub const CONSUMER_DEFAULTS: [(&str, &str); 4] = [
-    ("group.id", "idemgate"),
-    ("auto.offset.reset", "earliest"),
-    // Lag per partition comes from librdkafka's statistics.
-    ("statistics.interval.ms", "5000"),
-    // A fetch that finds nothing waits 100 ms, not librdkafka's 500: the
-    // first records after a quiet spell are not held half a second.
-    ("fetch.wait.max.ms", "100"),
-];
-/// Consumer defaults of the classic group protocol only: under
-/// `group.protocol = "consumer"` (KIP-848) the broker assigns, and
-/// librdkafka refuses to create a consumer with a client-side assignor.
-pub const CLASSIC_CONSUMER_DEFAULTS: [(&str, &str); 1] =
-    [("partition.assignment.strategy", "range,roundrobin")];
-/// Producer defaults (docs/configuration.md, `[kafka]`): outputs that must not
-/// be lost or doubled by the client itself, batched within 5 ms; `[kafka]`
-/// overrides them.
-pub const PRODUCER_DEFAULTS: [(&str, &str); 4] = [
-    ("enable.idempotence", "true"),
-    ("acks", "all"),
-    ("linger.ms", "5"),
-    ("message.timeout.ms", "30000"),
-];
-
-/// The consumer's and the producer's librdkafka configuration: the
-/// defaults above, then `[kafka]`, then `[kafka.consumer]` or
-/// `[kafka.producer]`, then the consumer's fixed properties. Common
-/// properties (bootstrap servers, TLS, SASL) go to both.
-pub fn client_configs(config: &Config) -> (ClientConfig, ClientConfig) {
-    let mut consumer = ClientConfig::new();
-    for (key, value) in CONSUMER_DEFAULTS {
-        consumer.set(key, value);
-    }
-    if config.group_protocol == GroupProtocol::Classic {
-        for (key, value) in CLASSIC_CONSUMER_DEFAULTS {
-            consumer.set(key, value);
-        }
-    }
-    let mut producer = ClientConfig::new();
-    for (key, value) in PRODUCER_DEFAULTS {
-        producer.set(key, value);
-    }
-    // `[kafka]` (the common properties to both clients: librdkafka tells
-    // consumer-only from producer-only ones only with warnings), then each
-    // client's own table over it (`config::kafka`).
-    for (key, value) in config.client_properties(Client::Consumer).iter() {
-        consumer.set(key, value);
-    }
-    let producer_properties = config.client_properties(Client::Producer);
-    for (key, value) in producer_properties.iter() {
-        producer.set(key, value);
-    }
-    for (key, value) in CONSUMER_FIXED {
-        consumer.set(key, value);
-    }
-    if config.guarantee == Guarantee::ExactlyOnce
-        && !producer_properties.contains_key("transactional.id")
-    {
-        let group = consumer.get("group.id").unwrap_or("idemgate").to_string();
-        producer.set("transactional.id", default_transactional_id(&group));
-    }
-    (consumer, producer)
-}
-
-/// `idemgate-<group>-<host name>`: stable across restarts of a replica
-/// with a stable host name (a StatefulSet pod, a VM), so a restarted
-/// replica fences its own zombie. Replicas sharing a host name need
-/// `[kafka] "transactional.id"` set apart (docs/configuration.md).
-pub fn default_transactional_id(group: &str) -> String {
-    let host = std::env::var("HOSTNAME")
-        .ok()
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|| "localhost".into());
-    format!("idemgate-{group}-{host}")
 }
 
 impl Worker {

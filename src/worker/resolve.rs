@@ -24,6 +24,9 @@ use super::poller::GroupConsumer;
 
 /// How many times the committed offsets are asked for.
 const READ_ATTEMPTS: u32 = 10;
+/// How long the read-back of a first commit may take: one that does not
+/// answer is read again after the next commit.
+const READ_BACK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What a transaction's offsets were, per partition: what it wrote, and
 /// whether that differs from the last commit seen succeed there.
@@ -101,7 +104,7 @@ impl super::Worker {
     ) -> Result<bool, WorkerError> {
         let consumer = self.consumer.clone();
         let read = tokio::task::spawn_blocking(move || {
-            crate::ops::check_txn::read_back(&consumer, &written)
+            crate::group::read_back(&consumer, &written, READ_BACK_TIMEOUT)
         })
         .await
         .doing("reading the first transactional commit back")?;
@@ -110,7 +113,7 @@ impl super::Worker {
                 warn!(%why, "the first transactional commit could not be read back: read again after the next one");
                 Ok(false)
             }
-            Ok(read) => match crate::ops::check_txn::verdict(&read) {
+            Ok(read) => match crate::group::verdict(&read) {
                 Some(Ok(())) => {
                     info!("exactly once: the brokers keep transactional offset metadata (this replica's first commit read back)");
                     Ok(true)

@@ -40,7 +40,7 @@ impl Worker {
             .as_ref()
             .and_then(|p| p.as_ref().ok())
             .map(|p| &p.hash);
-        let name = |c: &crate::store::Coordinates| stream.topic_name(c.topic);
+        let name = |c: &crate::coordinates::Coordinates| stream.topic_name(c.topic);
         let mut decision_headers = headers(decision, hash, &name);
         if record.replay {
             decision_headers.mark_replay();

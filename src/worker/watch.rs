@@ -97,8 +97,7 @@ impl Watch {
     }
 
     fn warn_unassigned(&self, consumer: &GroupConsumer, waited: Duration) {
-        let members =
-            crate::ops::kafka::group_members(consumer.client(), &self.group, METADATA_TIMEOUT);
+        let members = crate::group::group_members(consumer.client(), &self.group, METADATA_TIMEOUT);
         let streams: Vec<&str> = self.streams.iter().map(|(s, _)| s.as_str()).collect();
         match members {
             Ok(members) => warn!(

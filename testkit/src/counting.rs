@@ -15,10 +15,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use idemgate::clock::Millis;
 use idemgate::store::{
-    Claim, ClaimOutcome, ClaimStore, IdentityFound, Millis, Publish, RoundAnswer, StoreError,
-    StoreIdentity, StoreStats, StreamId, StreamLost, Tier,
+    Claim, ClaimOutcome, ClaimStore, IdentityFound, Publish, RoundAnswer, StoreError,
+    StoreIdentity, StoreStats, StreamId, StreamLost,
 };
+use idemgate::tier::Tier;
 
 /// What one replica's store calls showed.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -251,9 +253,10 @@ impl ClaimStore for CountingStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use idemgate::coordinates::{Coordinates, TopicTag};
     use idemgate::fingerprint::{PayloadDigest, SourceHash};
     use idemgate::store::memory::MemoryStore;
-    use idemgate::store::{Coordinates, Held, Mode, OwnerToken, StreamSpec, TopicTag};
+    use idemgate::store::{Held, Mode, OwnerToken, StreamSpec};
     use std::time::Duration;
 
     fn claim(offset: i64, hash: u8) -> Claim {

@@ -9,9 +9,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use idemgate::clock::Millis;
+use idemgate::coordinates::Coordinates;
 use idemgate::store::{
-    Claim, ClaimOutcome, ClaimStore, Coordinates, IdentityFound, Millis, Publish, RoundAnswer,
-    StoreError, StoreIdentity, StoreStats, StreamId, StreamLost,
+    Claim, ClaimOutcome, ClaimStore, IdentityFound, Publish, RoundAnswer, StoreError,
+    StoreIdentity, StoreStats, StreamId, StreamLost,
 };
 
 /// What the store does with a round.

@@ -21,11 +21,13 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::ensure;
+use idemgate::coordinates::{Coordinates, TopicTag};
 use idemgate::fingerprint::{PayloadDigest, SourceHash};
 use idemgate::store::{
-    Claim, ClaimOutcome, ClaimStore, Coordinates, FilterSizing, GenerationPlan, Held, Insert, Mode,
-    OwnerToken, Publish, Raise, StreamId, StreamSpec, Tier, TopicTag, Watermark,
+    Claim, ClaimOutcome, ClaimStore, FilterSizing, GenerationPlan, Held, Insert, Mode, OwnerToken,
+    Publish, Raise, StreamId, StreamSpec, Watermark,
 };
+use idemgate::tier::Tier;
 use sha2::{Digest, Sha256};
 
 use crate::proxy::{Counts, Snapshot};

@@ -24,8 +24,8 @@ use tokio::io::{BufReader, Lines, Stdin};
 
 use super::histogram::Histogram;
 use super::replica::{wait_for, CONNECTED, GO};
+use idemgate::coordinates::TopicTag;
 use idemgate::fingerprint::{fingerprint, Profile, RecordView};
-use idemgate::store::TopicTag;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct BaselineSpec {

@@ -32,7 +32,7 @@ and latency carry the counting and are never reported as the mode's.\n\
 consumer settings, produces every record (key, payload, headers, timestamp) to a clean topic \
 and commits every 100 ms the offsets whose outputs (and every output before them in the \
 partition) are delivered, with no store, no fingerprint, no decision. Its clients are built by \
-the worker's own `idemgate::worker::client_configs` from the same TOML as the exact run (its \
+the worker's own `idemgate::config::client_configs` from the same TOML as the exact run (its \
 own `group.id`), and it reads batches of `batch.max_records` within `batch.linger`, as the \
 worker's polling thread does. It is the ceiling any Kafka-to-Kafka worker has on this machine: \
 *x passthrough* is each run's records/s over it.\n\

@@ -5,7 +5,7 @@
 //! those whose outputs (and every output before them in the partition) are
 //! delivered.
 //!
-//! Its clients are the worker's own: `idemgate::worker::client_configs` of
+//! Its clients are the worker's own: `idemgate::config::client_configs` of
 //! the same TOML the exact run uses (its own `group.id`), so the consumer
 //! and producer settings are exactly the worker's. Like the worker's
 //! polling thread it reads batches of up to `batch.max_records` within
@@ -129,7 +129,7 @@ pub(crate) async fn run(
     stdin: &mut Lines<BufReader<Stdin>>,
 ) -> Result<PassthroughReport> {
     let config = Config::parse(&spec.config).context("the passthrough's config")?;
-    let (consumer_config, producer_config) = idemgate::worker::client_configs(&config);
+    let (consumer_config, producer_config) = idemgate::config::client_configs(&config);
     let consumer: BaseConsumer = consumer_config
         .create()
         .context("creating the passthrough's consumer")?;

@@ -37,10 +37,10 @@ pub use options::{
 pub use schema::{claims_key_id, claims_name};
 
 use super::{
-    ClaimStore, IdentityFound, Millis, Mode, PartitionReset, Publish, Restored, RoundAnswer,
-    StoreError, StoreIdentity, StoreStats, StreamId, StreamLost, StreamSpec,
+    ClaimStore, IdentityFound, Mode, PartitionReset, Publish, Restored, RoundAnswer, StoreError,
+    StoreIdentity, StoreStats, StreamId, StreamLost, StreamSpec,
 };
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, Millis, SystemClock};
 use janitor::{Janitor, Swept};
 use schema::Tables;
 use sql::Sql;

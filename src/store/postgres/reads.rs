@@ -8,9 +8,10 @@ use tokio_postgres::Row;
 
 use super::connect::store_error;
 use super::PostgresStore;
+use crate::coordinates::TopicTag;
 use crate::store::{
     lost_among, IdentityFound, PartitionRanges, StoreError, StoreIdentity, StreamId, StreamLost,
-    TopicTag, Watermark,
+    Watermark,
 };
 
 impl PostgresStore {

@@ -15,11 +15,11 @@ use tokio_postgres::Row;
 
 use super::connect::store_error;
 use super::{PostgresStore, Session};
+use crate::coordinates::TopicTag;
 use crate::store::judge::{judge_reset, ResetMarks, Verdict};
 use crate::store::value::{encode_owner, ClaimValue};
 use crate::store::{
     millis, spec, Claim, Held, PartitionRanges, Publish, RoundAnswer, StoreError, StreamId,
-    TopicTag,
 };
 
 pub(super) type Key = (usize, TopicTag, i32);

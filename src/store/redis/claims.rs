@@ -10,12 +10,14 @@ use redis::{RedisResult, Value};
 use super::round::{self, claim_command, existing, noscript, values, Answers, Plan};
 use super::tier2::{self, counter_key};
 use super::{protocol, tier1, unparsable, watermarks, Keyed, RedisStore};
+use crate::clock::Millis;
+use crate::coordinates::TopicTag;
 use crate::store::judge::{judge_reset, ResetMarks, Verdict};
 use crate::store::value::ClaimValue;
 use crate::store::{
-    millis, spec, Claim, ClaimOutcome, ClaimStore, FilterFill, IdentityFound, Millis,
-    PartitionRanges, PartitionReset, Publish, Restored, RoundAnswer, StoreError, StoreIdentity,
-    StoreStats, StreamId, StreamLost, TopicTag,
+    millis, spec, Claim, ClaimOutcome, ClaimStore, FilterFill, IdentityFound, PartitionRanges,
+    PartitionReset, Publish, Restored, RoundAnswer, StoreError, StoreIdentity, StoreStats,
+    StreamId, StreamLost,
 };
 
 /// A re-stamp meets a value changed under it at most this often in one

@@ -311,8 +311,9 @@ impl RedisStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::coordinates::{Coordinates, TopicTag};
     use crate::fingerprint::{PayloadDigest, SourceHash};
-    use crate::store::{Coordinates, Mode, OwnerToken, TopicTag};
+    use crate::store::{Mode, OwnerToken};
 
     fn claim(stream: usize, tag: u8) -> Claim {
         let mut hash = SourceHash([0; 32]);

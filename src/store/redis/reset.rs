@@ -5,9 +5,9 @@ use std::collections::HashMap;
 
 use super::round::values;
 use super::{watermarks, Keyed, RedisStore};
+use crate::coordinates::TopicTag;
 use crate::store::{
     millis, spec, PartitionRanges, PartitionReset, Raise, StoreError, StreamId, StreamSpec,
-    TopicTag,
 };
 
 type Ranges = HashMap<(usize, TopicTag, i32), PartitionRanges>;

@@ -32,8 +32,9 @@ use std::collections::{BTreeMap, HashSet};
 use redis::{RedisResult, Value};
 
 use super::conn::{reply_error, server_error, Keyed};
+use crate::clock::Millis;
 use crate::fingerprint::SourceHash;
-use crate::store::{GenerationPlan, Millis, StoreError};
+use crate::store::{GenerationPlan, StoreError};
 
 /// Which data structure holds the generations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -18,9 +18,8 @@ use redis::Value;
 
 use super::conn::Keyed;
 use super::tier1::LuaScript;
-use crate::store::{
-    millis, PartitionRanges, Raise, StoreError, StreamId, StreamSpec, TopicTag, Watermark,
-};
+use crate::coordinates::TopicTag;
+use crate::store::{millis, PartitionRanges, Raise, StoreError, StreamId, StreamSpec, Watermark};
 
 pub(crate) fn key(prefix: &str, key_id: &str) -> Vec<u8> {
     format!("{prefix}{key_id}:w").into_bytes()

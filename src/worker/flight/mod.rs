@@ -45,9 +45,11 @@ mod txn;
 mod txn_tests;
 
 use super::record::Input;
+use crate::clock::Millis;
+use crate::coordinates::{Coordinates, TopicTag};
 use crate::decision::Decision;
 use crate::fingerprint::{Fingerprint, Invalid};
-use crate::store::{Claim, Coordinates, Millis, OwnerToken, Publish, StreamId, TopicTag};
+use crate::store::{Claim, OwnerToken, Publish, StreamId};
 
 /// A partition: topic (shared, cheap to clone) and number.
 pub(crate) type Tp = (Arc<str>, i32);

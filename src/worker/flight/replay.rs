@@ -140,8 +140,9 @@ mod tests {
 
     use super::super::tests::{input, print, tp, TOKEN};
     use super::*;
+    use crate::coordinates::TopicTag;
     use crate::fingerprint::Invalid;
-    use crate::store::{ClaimOutcome, PartitionRanges, RoundAnswer, StreamId, TopicTag, Watermark};
+    use crate::store::{ClaimOutcome, PartitionRanges, RoundAnswer, StreamId, Watermark};
     use crate::worker::flight::Resume;
 
     /// Partition 0 committed at `committed`, its watermark at 10 and, where

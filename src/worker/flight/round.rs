@@ -4,7 +4,8 @@ use std::time::Instant;
 
 use super::{entry_stage, Flight, Owned, RaiseFor, Round, Settled, Stage, Tp, MAX_BACKOFF};
 use crate::decision::Decision;
-use crate::store::{ClaimOutcome, Held, RoundAnswer, Tier};
+use crate::store::{ClaimOutcome, Held, RoundAnswer};
+use crate::tier::Tier;
 
 impl Flight {
     /// Applies a round's answer. `tiered(stream)` says whether a delivered

@@ -4,9 +4,11 @@
 use std::time::{Duration, Instant};
 
 use super::super::record::Input;
+use crate::clock::Millis;
+use crate::coordinates::{Coordinates, TopicTag};
 use crate::decision::Decision;
 use crate::fingerprint::{Fingerprint, Invalid};
-use crate::store::{Coordinates, Held, Millis, TopicTag};
+use crate::store::Held;
 
 /// Where a record stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,7 +4,8 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::fingerprint::{PayloadDigest, SourceHash};
-use crate::store::{ClaimOutcome, RoundAnswer, Tier, Watermark};
+use crate::store::{ClaimOutcome, RoundAnswer, Watermark};
+use crate::tier::Tier;
 use crate::worker::record::Failure;
 
 pub(super) const TOKEN: OwnerToken = OwnerToken(0x0100);

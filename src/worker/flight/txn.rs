@@ -154,7 +154,7 @@ impl Flight {
     /// partition this replica does not own (which may take any time): what
     /// a handover drains to.
     pub(crate) fn drained(&self) -> bool {
-        let owned = |holder: &crate::store::Coordinates, stream: usize| {
+        let owned = |holder: &crate::coordinates::Coordinates, stream: usize| {
             self.partitions.iter().any(|(tp, p)| {
                 p.stream == stream && p.tag == holder.topic && tp.1 == holder.partition
             })

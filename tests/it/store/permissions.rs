@@ -9,9 +9,10 @@
 //! rejection with its cause (not as an outage), and nothing of the round
 //! was judged.
 
+use idemgate::coordinates::TopicTag;
 use idemgate::store::redis::{Auth, RedisOptions, RedisStore, RedisTarget};
 use idemgate::store::{
-    ClaimOutcome, ClaimStore, Publish, Raise, RejectionCause, StoreError, StreamSpec, TopicTag,
+    ClaimOutcome, ClaimStore, Publish, Raise, RejectionCause, StoreError, StreamSpec,
 };
 use idemgate_testkit::servers::{RedisServer, ServerOptions};
 use idemgate_testkit::{env, unique};

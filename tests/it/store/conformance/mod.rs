@@ -8,11 +8,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use idemgate::coordinates::{Coordinates, TopicTag};
 use idemgate::fingerprint::{PayloadDigest, SourceHash};
 use idemgate::store::{
-    Claim, ClaimOutcome, ClaimStore, Coordinates, FilterSizing, GenerationPlan, Held, Insert, Mode,
-    OwnerToken, Publish, Raise, RoundAnswer, StreamId, StreamSpec, Tier, TopicTag, Watermark,
+    Claim, ClaimOutcome, ClaimStore, FilterSizing, GenerationPlan, Held, Insert, Mode, OwnerToken,
+    Publish, Raise, RoundAnswer, StreamId, StreamSpec, Watermark,
 };
+use idemgate::tier::Tier;
 use idemgate::ttl::{measure_horizon, Delivery};
 use sha2::{Digest, Sha256};
 
