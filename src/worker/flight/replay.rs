@@ -138,45 +138,10 @@ impl Flight {
 mod tests {
     use std::time::Instant;
 
-    use super::super::tests::{input, print, tp, TOKEN};
+    use super::super::tests::{assigned, input, print, tp, TOKEN};
     use super::*;
-    use crate::coordinates::TopicTag;
     use crate::fingerprint::Invalid;
-    use crate::store::{ClaimOutcome, PartitionRanges, RoundAnswer, StreamId, Watermark};
-    use crate::worker::flight::Resume;
-
-    /// Partition 0 committed at `committed`, its watermark at 10 and, where
-    /// given, a re-emit range: the round that reads them answered.
-    fn assigned(committed: Option<i64>, re_emit: Option<(i64, i64)>) -> Flight {
-        let mut f = Flight::default();
-        let from = Resume {
-            committed,
-            ..Resume::default()
-        };
-        f.assign(tp(0), 0, from);
-        let round = f.take_round(Instant::now(), 100, TOKEN).expect("round");
-        let answer = RoundAnswer {
-            watermarks: vec![Watermark {
-                stream: StreamId(0),
-                topic: TopicTag::of("raw"),
-                partition: 0,
-                below: 10,
-            }],
-            ranges: re_emit
-                .map(|range| PartitionRanges {
-                    stream: StreamId(0),
-                    topic: TopicTag::of("raw"),
-                    partition: 0,
-                    abandoned: Vec::new(),
-                    replay: Some(range),
-                })
-                .into_iter()
-                .collect(),
-            ..RoundAnswer::default()
-        };
-        f.answered(round, answer, Instant::now(), |_| false);
-        f
-    }
+    use crate::store::{ClaimOutcome, RoundAnswer};
 
     fn replay(from: i64, re_emit: Option<(i64, i64)>, counts: [u64; 3]) -> Replay {
         Replay {

@@ -496,11 +496,15 @@ fn a_report_from_an_earlier_assignment_is_not_the_new_records() {
     );
 }
 
-/// Partition 0 assigned, its watermark at 10 and, where given, a re-emit
-/// range read in the same round.
-fn replaying(replay: Option<(i64, i64)>) -> Flight {
+/// Partition 0 committed at `committed`, its watermark at 10 and, where
+/// given, a re-emit range: the round that reads them answered.
+pub(super) fn assigned(committed: Option<i64>, re_emit: Option<(i64, i64)>) -> Flight {
     let mut f = Flight::default();
-    f.assign(tp(0), 0, Resume::default());
+    let from = Resume {
+        committed,
+        ..Resume::default()
+    };
+    f.assign(tp(0), 0, from);
     let round = f.take_round(Instant::now(), 100, TOKEN).expect("round");
     let answer = RoundAnswer {
         watermarks: vec![Watermark {
@@ -509,7 +513,7 @@ fn replaying(replay: Option<(i64, i64)>) -> Flight {
             partition: 0,
             below: 10,
         }],
-        ranges: replay
+        ranges: re_emit
             .map(|range| crate::store::PartitionRanges {
                 stream: StreamId(0),
                 topic: TopicTag::of("raw"),
@@ -527,14 +531,14 @@ fn replaying(replay: Option<(i64, i64)>) -> Flight {
 
 #[test]
 fn a_replay_without_re_emission_finishes_records_below_the_watermark_on_arrival() {
-    let mut f = replaying(None);
+    let mut f = assigned(None, None);
     f.arrive(input(0, 3), 0, print(1), 1);
     assert_eq!(stage(&f, 0, 3), Stage::Finished);
 }
 
 #[test]
 fn a_re_emitted_record_is_claimed_then_produced_marked_with_nothing_to_settle() {
-    let mut f = replaying(Some((0, 5)));
+    let mut f = assigned(None, Some((0, 5)));
     f.arrive(input(0, 3), 0, print(1), 1);
     f.arrive(input(0, 4), 0, Err(Invalid::NotObject), 1);
     f.arrive(input(0, 6), 0, print(2), 1);
