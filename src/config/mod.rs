@@ -79,6 +79,9 @@ pub struct Config {
     pub(crate) group_protocol: GroupProtocol,
     pub store: StoreConfig,
     pub(crate) metrics_listen: String,
+    /// `[metrics] output_stall_after`, its default resolved from the
+    /// producer's `transaction.timeout.ms` (`worker::stalls`).
+    pub(crate) output_stall_after: Duration,
     pub(crate) batch: BatchConfig,
     pub guarantee: Guarantee,
     pub streams: Vec<StreamConfig>,
@@ -107,6 +110,7 @@ impl std::fmt::Debug for Config {
             .field("group_protocol", &self.group_protocol)
             .field("store", &self.store)
             .field("metrics_listen", &self.metrics_listen)
+            .field("output_stall_after", &self.output_stall_after)
             .field("batch", &self.batch)
             .field("guarantee", &self.guarantee)
             .field("streams", &self.streams)
@@ -303,6 +307,16 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             format!("at most {}s: the drain and the wait for deliveries after it must fit in the time a revoke waits for the loop", most.as_secs()),
         ));
     }
+    let output_stall_after = match raw.metrics.output_stall_after {
+        Some(bound) if bound < Duration::from_secs(1) => {
+            return Err(invalid(
+                "metrics.output_stall_after",
+                "at least 1s: shorter, a transaction that is merely open counts as stalled",
+            ))
+        }
+        Some(bound) => bound,
+        None => default_output_stall_after(&producer),
+    };
     if raw.batch.transaction_call_timeout < Duration::from_secs(1) {
         return Err(invalid(
             "batch.transaction_call_timeout",
@@ -314,6 +328,7 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         group_protocol,
         store,
         metrics_listen: raw.metrics.listen,
+        output_stall_after,
         batch: BatchConfig {
             max_records: raw.batch.max_records.get(),
             linger: raw.batch.linger,
@@ -328,6 +343,24 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         streams,
         source: None,
     })
+}
+
+/// The broker's default `transaction.abort.timed.out.transaction.cleanup.interval.ms`:
+/// how often it aborts the transactions past their timeout.
+const BROKER_ABORT_INTERVAL: Duration = Duration::from_secs(10);
+/// What the stall bound allows beyond them: the abort's own markers, a
+/// look or two of the watch.
+const STALL_MARGIN: Duration = Duration::from_secs(20);
+
+/// `[metrics] output_stall_after` when unset: the longest a live
+/// transaction holds an output partition's last stable offset (its
+/// timeout, then the broker's next abort check), and a margin.
+fn default_output_stall_after(producer: &ClientProperties<'_>) -> Duration {
+    let timeout = producer
+        .get("transaction.timeout.ms")
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .map_or(crate::worker::TXN_TIMEOUT_DEFAULT, Duration::from_millis);
+    timeout + BROKER_ABORT_INTERVAL + STALL_MARGIN
 }
 
 pub(super) fn is_plain_name(text: &str, extra: &str) -> bool {
