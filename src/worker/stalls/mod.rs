@@ -35,7 +35,7 @@ const MOST_EVERY: Duration = Duration::from_secs(5);
 
 /// How often the offsets are asked: three looks per bound, at most every
 /// 5 s, at least every 100 ms.
-pub(crate) fn look_every(bound: Duration) -> Duration {
+fn look_every(bound: Duration) -> Duration {
     (bound / 3).clamp(Duration::from_millis(100), MOST_EVERY)
 }
 
@@ -161,11 +161,16 @@ pub(crate) async fn watch_outputs(
         .streams
         .iter()
         .flat_map(|s| {
-            [("clean", &s.clean), ("audit", &s.audit)].map(|(output, topic)| Output {
-                stream: s.spec.name.clone(),
-                output,
-                topic: Arc::from(topic.as_str()),
-            })
+            // The `output` label's values, in the catalog's order.
+            let topics = [&s.clean, &s.audit];
+            crate::metrics::OUTPUTS
+                .into_iter()
+                .zip(topics)
+                .map(|(output, topic)| Output {
+                    stream: s.spec.name.clone(),
+                    output,
+                    topic: Arc::from(topic.as_str()),
+                })
         })
         .collect();
     let mut topics: Vec<Arc<str>> = outputs.iter().map(|o| o.topic.clone()).collect();
@@ -189,20 +194,24 @@ pub(crate) async fn watch_outputs(
     let mut next_list = clock.now();
     loop {
         let list_now = clock.now() >= next_list;
-        if list_now {
-            next_list = clock.now() + METADATA_EVERY;
-        }
         let (asking, topics_now, known) = (clients.clone(), topics.clone(), partitions.clone());
-        let looked = tokio::task::spawn_blocking(move || {
+        let look = tokio::task::spawn_blocking(move || {
             let listed = list_now.then(|| asking.partitions(&topics_now)).flatten();
             let offsets = asking.offsets(listed.as_ref().unwrap_or(&known));
             (listed, offsets)
-        })
-        .await;
+        });
+        // A stop does not wait for brokers that do not answer.
+        let looked = tokio::select! {
+            looked = look => looked,
+            _ = stop.changed() => break,
+        };
         if let Ok((listed, offsets)) = looked {
             let now = clock.now();
             let mut changes = Vec::new();
+            // Listed again in 30 s; a list that did not come is asked
+            // for again at the next look.
             if let Some(listed) = listed {
+                next_list = now + METADATA_EVERY;
                 changes.extend(stalls.retain(&listed, now));
                 partitions = listed;
             }
