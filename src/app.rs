@@ -109,7 +109,8 @@ pub async fn run_with_store(
 pub struct Replica {
     stop: watch::Sender<bool>,
     worker: JoinHandle<Result<(), crate::worker::WorkerError>>,
-    /// The /metrics listener and the store watcher: they end with `stop`.
+    /// The /metrics listener, the store watcher and the outputs' watch
+    /// (`worker::stalls`): they end with `stop`.
     serving: Vec<JoinHandle<()>>,
     group: Arc<Group>,
     /// Where `/metrics` answers (`metrics.listen`, its port chosen when 0).
@@ -135,6 +136,7 @@ impl Replica {
         // never joins the group (docs/design.md §8.2).
         identity::establish(config, &*store).await?;
         let (stop, stop_rx) = watch::channel(false);
+        let clock_for_outputs = clock.clone();
         let worker = Worker::new(config, store.clone(), stop_rx.clone(), clock).await?;
         let group = worker.group();
         let names: Vec<&str> = config
@@ -157,11 +159,17 @@ impl Replica {
             .map(|s| s.spec.name.as_str())
             .collect();
         crate::metrics::register(&names, &tiered);
-        let watcher = tokio::spawn(crate::http::watch_store(store, health, stop_rx));
+        let watcher = tokio::spawn(crate::http::watch_store(store, health, stop_rx.clone()));
+        let outputs = {
+            let config = config.clone();
+            tokio::spawn(async move {
+                crate::worker::watch_outputs(&config, clock_for_outputs, stop_rx).await
+            })
+        };
         Ok(Replica {
             stop,
             worker: tokio::spawn(worker.run()),
-            serving: vec![server, watcher],
+            serving: vec![server, watcher, outputs],
             group,
             metrics_address,
         })
@@ -200,7 +208,7 @@ impl Replica {
     }
 }
 
-/// Tells the listener and the store watcher to end, and waits for them.
+/// Tells the listener and the watchers to end, and waits for them.
 async fn stop_serving(stop: &watch::Sender<bool>, serving: Vec<JoinHandle<()>>) {
     let _ = stop.send(true);
     for task in serving {

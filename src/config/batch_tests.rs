@@ -1,4 +1,5 @@
-//! `[batch] handover_drain`: its default and its bound.
+//! `[batch] handover_drain` and `[metrics] output_stall_after`: their
+//! defaults and their bounds.
 
 use std::time::Duration;
 
@@ -25,4 +26,26 @@ fn a_handover_drain_past_thirty_seconds_is_refused_naming_the_field() {
         .to_string();
     assert!(error.starts_with("batch.handover_drain:"), "{error}");
     assert!(error.contains("at most 30s"), "{error}");
+}
+
+fn with_metrics(top: &str, metrics: &str) -> Result<Config, super::ConfigError> {
+    Config::parse_with_vars(&format!("{top}\n[metrics]\n{metrics}\n{STREAM}"), brokers)
+}
+
+#[test]
+fn the_output_stall_bound_outlasts_the_transaction_timeout_and_the_brokers_abort_check() {
+    let config = with_metrics("", "").expect("config");
+    assert_eq!(config.output_stall_after, Duration::from_secs(90));
+    let config = with_metrics(
+        "guarantee = \"exactly-once\"\n[kafka]\n\"transaction.timeout.ms\" = 15000",
+        "",
+    )
+    .expect("config");
+    assert_eq!(config.output_stall_after, Duration::from_secs(45));
+    let config = with_metrics("", "output_stall_after = \"3s\"").expect("config");
+    assert_eq!(config.output_stall_after, Duration::from_secs(3));
+    let error = with_metrics("", "output_stall_after = \"500ms\"")
+        .expect_err("500ms accepted")
+        .to_string();
+    assert!(error.starts_with("metrics.output_stall_after:"), "{error}");
 }

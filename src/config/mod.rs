@@ -84,6 +84,9 @@ pub struct Config {
     /// own (`[store] identity_check_interval`, docs/design.md §8).
     pub(crate) identity_check_interval: Duration,
     pub(crate) metrics_listen: String,
+    /// `[metrics] output_stall_after`, its default resolved from the
+    /// producer's `transaction.timeout.ms` (`worker::stalls`).
+    pub(crate) output_stall_after: Duration,
     pub(crate) batch: BatchConfig,
     pub guarantee: Guarantee,
     pub streams: Vec<StreamConfig>,
@@ -113,6 +116,7 @@ impl std::fmt::Debug for Config {
             .field("store", &self.store)
             .field("identity_check_interval", &self.identity_check_interval)
             .field("metrics_listen", &self.metrics_listen)
+            .field("output_stall_after", &self.output_stall_after)
             .field("batch", &self.batch)
             .field("guarantee", &self.guarantee)
             .field("streams", &self.streams)
@@ -309,6 +313,16 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             format!("at most {}s: the drain and the wait for deliveries after it must fit in the time a revoke waits for the loop", most.as_secs()),
         ));
     }
+    let output_stall_after = match raw.metrics.output_stall_after {
+        Some(bound) if bound < Duration::from_secs(1) => {
+            return Err(invalid(
+                "metrics.output_stall_after",
+                "at least 1s: shorter, a transaction that is merely open counts as stalled",
+            ))
+        }
+        Some(bound) => bound,
+        None => default_output_stall_after(&producer),
+    };
     if raw.batch.transaction_call_timeout < Duration::from_secs(1) {
         return Err(invalid(
             "batch.transaction_call_timeout",
@@ -327,6 +341,7 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         store,
         identity_check_interval: raw.store.identity_check_interval,
         metrics_listen: raw.metrics.listen,
+        output_stall_after,
         batch: BatchConfig {
             max_records: raw.batch.max_records.get(),
             linger: raw.batch.linger,
@@ -341,6 +356,24 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         streams,
         source: None,
     })
+}
+
+/// The broker's default `transaction.abort.timed.out.transaction.cleanup.interval.ms`:
+/// how often it aborts the transactions past their timeout.
+const BROKER_ABORT_INTERVAL: Duration = Duration::from_secs(10);
+/// What the stall bound allows beyond them: the abort's own markers, a
+/// look or two of the watch.
+const STALL_MARGIN: Duration = Duration::from_secs(20);
+
+/// `[metrics] output_stall_after` when unset: the longest a live
+/// transaction holds an output partition's last stable offset (its
+/// timeout, then the broker's next abort check), and a margin.
+fn default_output_stall_after(producer: &ClientProperties<'_>) -> Duration {
+    let timeout = producer
+        .get("transaction.timeout.ms")
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .map_or(crate::worker::TXN_TIMEOUT_DEFAULT, Duration::from_millis);
+    timeout + BROKER_ABORT_INTERVAL + STALL_MARGIN
 }
 
 pub(super) fn is_plain_name(text: &str, extra: &str) -> bool {

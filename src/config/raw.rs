@@ -249,12 +249,24 @@ pub(crate) struct RawMetrics {
     /// Address of /metrics, /healthz and /readyz. Default `127.0.0.1:9464`.
     #[serde(default = "default_listen")]
     pub(crate) listen: String,
+    /// How long an output partition's last stable offset may stand below
+    /// its high watermark before it counts as stalled by a transaction
+    /// (`idemgate_output_partitions_stalled`, a WARN line). A live
+    /// transaction holds it at most until the coordinator aborts it: the
+    /// producer's `transaction.timeout.ms` (librdkafka's default 60 s),
+    /// found past by the broker's next check
+    /// (`transaction.abort.timed.out.transaction.cleanup.interval.ms`,
+    /// 10 s by default). Default: those two plus a 20 s margin (90 s
+    /// with librdkafka's defaults). At least 1s.
+    #[serde(default, with = "crate::ttl::serde_duration_opt")]
+    pub(crate) output_stall_after: Option<Duration>,
 }
 
 impl Default for RawMetrics {
     fn default() -> RawMetrics {
         RawMetrics {
             listen: default_listen(),
+            output_stall_after: None,
         }
     }
 }

@@ -402,6 +402,19 @@ pub(crate) const INPUT_PARTITIONS: Metric = gauge(
     "partitions of the stream's input topics, as the brokers' metadata lists them (0 for a topic that is gone)",
     &[STREAM],
 );
+/// A stream's outputs, as the `output` label names them.
+pub(crate) const OUTPUTS: [&str; 2] = ["clean", "audit"];
+pub(crate) const OUTPUT_STALLED: Metric = gauge(
+    "idemgate_output_partitions_stalled",
+    "partitions of the stream's clean or audit topic whose last stable offset has stood below the high watermark for longer than metrics.output_stall_after: an open transaction stops every read_committed reader there (a WARN line names the partition)",
+    &[
+        STREAM,
+        Label {
+            name: "output",
+            values: Values::Fixed(&OUTPUTS),
+        },
+    ],
+);
 
 /// Every metric on `/metrics`, idemgate's own and the process metrics.
 /// CPU seconds count whole seconds (a `metrics` counter is an integer); an
@@ -439,6 +452,7 @@ pub const CATALOG: &[Metric] = &[
     PARTITIONS_ASSIGNED,
     PARTITIONS_PAUSED,
     INPUT_PARTITIONS,
+    OUTPUT_STALLED,
     process(
         "process_cpu_seconds_total",
         Kind::Counter,

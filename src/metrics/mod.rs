@@ -275,6 +275,13 @@ pub(crate) fn input_partitions(stream: &str, partitions: usize) {
     gauge!(INPUT_PARTITIONS.name, "stream" => stream.to_string()).set(partitions as f64);
 }
 
+/// Partitions of a stream's clean or audit topic held by a stalled
+/// transaction (`worker::stalls`).
+pub(crate) fn output_partitions_stalled(stream: &str, output: &'static str, partitions: usize) {
+    gauge!(OUTPUT_STALLED.name, "stream" => stream.to_string(), "output" => output)
+        .set(partitions as f64);
+}
+
 pub(crate) fn in_flight(batches: usize) {
     gauge!(IN_FLIGHT.name).set(batches as f64);
 }

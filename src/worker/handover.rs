@@ -30,9 +30,12 @@ impl Worker {
         let written = metadata::write(&self.streams[stream].config.spec.key_id, metadata);
         if written.dropped > 0 {
             crate::metrics::ranges_dropped(name, written.dropped);
-            if let Some(held_back) = RANGES_DROPPED.allow() {
-                warn!(stream = %name, topic = %tp.0, partition = tp.1, dropped = written.dropped, held_back,
-                    "finished ranges above the committed offset did not fit in the commit's metadata: the next owner decides their records again (under exactly once, a second output each)");
+            if let Some(through) = RANGES_DROPPED.allow_counting(written.dropped as u64) {
+                // `dropped` is every range dropped since the last such
+                // line (`held_back` lines ago, any partition), this
+                // partition's commit included.
+                warn!(stream = %name, topic = %tp.0, partition = tp.1, dropped = through.total, held_back = through.held_back,
+                    "finished ranges above committed offsets did not fit in the commits' metadata: the next owner decides their records again (under exactly once, a second output each); dropped counts every range since the last such line, this partition's included");
             }
         }
         written.text

@@ -27,7 +27,9 @@
 //! - `fault_point`: a test-only hook that stops the process at a step of
 //!   an exactly-once seal;
 //! - `watch`: the polling thread's look at the streams' input partitions
-//!   and at a wait for an assignment.
+//!   and at a wait for an assignment;
+//! - `stalls`: a task of its own watching the outputs for a transaction
+//!   that holds their last stable offset (docs/design.md §11).
 
 mod breaker;
 mod client_logs;
@@ -49,6 +51,7 @@ mod progress;
 mod record;
 mod resolve;
 mod sends;
+mod stalls;
 mod store_lost;
 mod transaction;
 mod watch;
@@ -73,7 +76,9 @@ use poller::{Event, GroupConsumer, GroupContext, GroupState};
 pub use crate::clock::wall_ms;
 pub use consumer::read_headers;
 pub use poller::GroupState as Group;
+pub(crate) use poller::TXN_TIMEOUT_DEFAULT;
 pub use record::HeaderList;
+pub(crate) use stalls::watch_outputs;
 
 // The longest drain the config lets through (`config::MAX_HANDOVER_DRAIN`)
 // and the wait for deliveries after it fit in the time a revoke waits for

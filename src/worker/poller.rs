@@ -268,7 +268,7 @@ pub(crate) enum CommittedPatience {
 /// At least once's patience with the committed offsets.
 const COMMITTED_PATIENCE: Duration = Duration::from_secs(30);
 /// librdkafka's `transaction.timeout.ms` when the configuration sets none.
-const TXN_TIMEOUT_DEFAULT_MS: u64 = 60_000;
+pub(crate) const TXN_TIMEOUT_DEFAULT: Duration = Duration::from_secs(60);
 
 impl CommittedPatience {
     /// The patience for `guarantee`, exactly once from the producer's
@@ -278,11 +278,11 @@ impl CommittedPatience {
         match guarantee {
             Guarantee::AtLeastOnce => Self::DecideAgainAfter(COMMITTED_PATIENCE),
             Guarantee::ExactlyOnce => {
-                let txn_ms = producer
+                let txn = producer
                     .get("transaction.timeout.ms")
                     .and_then(|ms| ms.parse::<u64>().ok())
-                    .unwrap_or(TXN_TIMEOUT_DEFAULT_MS);
-                Self::EndAfter(Duration::from_millis(txn_ms) + COMMITTED_PATIENCE)
+                    .map_or(TXN_TIMEOUT_DEFAULT, Duration::from_millis);
+                Self::EndAfter(txn + COMMITTED_PATIENCE)
             }
         }
     }

@@ -13,6 +13,8 @@
 //!   readers, exactly-once check and server guards;
 //! - `txn_timeout`: a broker of its own, frozen while a transaction
 //!   commits;
+//! - `stalled_output`: a transaction of the test's own held open on an
+//!   output partition, reported stalled; transactions that commit, not;
 //! - `check`, `horizon`: the operator's commands against the same servers;
 //!   `reset_command`, `reset_kafka`: `idemgate reset`, the latter beside
 //!   Kafka's `kafka-consumer-groups --reset-offsets` on the same group.
@@ -50,6 +52,7 @@ mod reset_kafka;
 mod resets;
 mod restart;
 mod seal_faults;
+mod stalled_output;
 mod start_checks;
 mod store_rights;
 mod tiered;

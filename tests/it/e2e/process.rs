@@ -41,6 +41,8 @@ pub struct GateConfig {
     /// `[metrics] listen`: `127.0.0.1:0` (any free port) unless a test
     /// scrapes it and needs to know where.
     pub metrics_listen: String,
+    /// Further `[metrics]` lines (`output_stall_after = "3s"`).
+    pub metrics: String,
     /// Further `[[streams]]` tables, after the bank one.
     pub more_streams: String,
     /// Top-level lines, before `[kafka]` (`guarantee = "exactly-once"`).
@@ -81,6 +83,7 @@ impl GateConfig {
             store: String::new(),
             stream: None,
             metrics_listen: "127.0.0.1:0".into(),
+            metrics: String::new(),
             more_streams: String::new(),
             top: String::new(),
             postgres_schema: None,
@@ -176,6 +179,7 @@ key_prefix = "{prefix}"
 {store}
 [metrics]
 listen = "{listen}"
+{metrics}
 
 [batch]
 max_records = {max_records}
@@ -201,6 +205,7 @@ audit = "{audit}"
             },
             top = self.top,
             listen = self.metrics_listen,
+            metrics = self.metrics,
             more_streams = self.more_streams,
             prefix = self.key_prefix,
             store = self.store,

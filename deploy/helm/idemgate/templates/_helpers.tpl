@@ -32,7 +32,7 @@ from `kafka` and `metrics.port` (after the user's text, so its top-level keys su
 */}}
 {{- define "idemgate.config" -}}
 {{- if regexMatch "(?m)^\\s*\\[\\s*(kafka|metrics)\\s*\\]" .Values.config }}
-{{- fail "config: leave out [kafka] and [metrics]; the chart writes them from kafka.* and metrics.port" }}
+{{- fail "config: leave out [kafka] and [metrics]; the chart writes them from kafka.* and metrics.*" }}
 {{- end }}
 {{- if not .Values.kafka.bootstrapServers }}
 {{- fail "kafka.bootstrapServers is required" }}
@@ -47,7 +47,7 @@ from `kafka` and `metrics.port` (after the user's text, so its top-level keys su
 {{- end }}
 {{- .Values.config | trimSuffix "\n" }}
 
-# Written by the chart from kafka.* and metrics.port.
+# Written by the chart from kafka.* and metrics.*.
 [kafka]
 "bootstrap.servers" = {{ .Values.kafka.bootstrapServers | toJson }}
 "group.id" = {{ .Values.kafka.groupId | toJson }}
@@ -57,4 +57,7 @@ from `kafka` and `metrics.port` (after the user's text, so its top-level keys su
 
 [metrics]
 listen = {{ printf "0.0.0.0:%d" (int .Values.metrics.port) | toJson }}
+{{- with .Values.metrics.outputStallAfter }}
+output_stall_after = {{ . | toJson }}
+{{- end }}
 {{ end }}
