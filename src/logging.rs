@@ -167,6 +167,23 @@ impl<C: Clock> RateLimit<C> {
     }
 }
 
+/// A side client's context (the operator's commands, the outputs' stall
+/// watch): librdkafka's logs and errors go to `tracing` at debug, since the
+/// client reports what fails through its calls' results.
+pub(crate) struct QuietContext;
+
+impl rdkafka::client::ClientContext for QuietContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        tracing::debug!(target: "librdkafka", ?level, fac, message = log_message);
+    }
+
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        tracing::debug!(target: "librdkafka", %error, reason);
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for QuietContext {}
+
 #[cfg(test)]
 mod tests {
     use super::*;

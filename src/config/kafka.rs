@@ -199,6 +199,19 @@ impl super::Config {
 /// The bootstrap list and librdkafka's alias for it.
 pub(crate) const BROKER_KEYS: [&str; 2] = ["bootstrap.servers", "metadata.broker.list"];
 
+/// librdkafka's `transaction.timeout.ms` when the configuration sets none.
+const TXN_TIMEOUT_DEFAULT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A producer's transaction timeout, from its `transaction.timeout.ms` as
+/// set (librdkafka's default where unset): how long a transaction of it may
+/// hold its partitions, which the worker's patience with the committed
+/// offsets and the outputs' stall bound both wait out.
+pub(crate) fn transaction_timeout(property: Option<&str>) -> std::time::Duration {
+    property
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .map_or(TXN_TIMEOUT_DEFAULT, std::time::Duration::from_millis)
+}
+
 /// Producer-only properties: `[kafka]` gives them to the producer alone.
 pub(crate) fn is_producer_only(key: &str) -> bool {
     key.starts_with("compression.")

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use kafka::client_configs;
-pub(crate) use kafka::{Client, ClientProperties, KafkaTables};
+pub(crate) use kafka::{transaction_timeout, Client, ClientProperties, KafkaTables};
 /// The variable `--config` is read from where the flag is not given
 /// (`run`, `check`, `reset`, `rebuild`).
 pub const ENV_CONFIG: &str = "IDEMGATE_CONFIG";
@@ -369,11 +369,9 @@ const STALL_MARGIN: Duration = Duration::from_secs(20);
 /// transaction holds an output partition's last stable offset (its
 /// timeout, then the broker's next abort check), and a margin.
 fn default_output_stall_after(producer: &ClientProperties<'_>) -> Duration {
-    let timeout = producer
-        .get("transaction.timeout.ms")
-        .and_then(|ms| ms.parse::<u64>().ok())
-        .map_or(crate::worker::TXN_TIMEOUT_DEFAULT, Duration::from_millis);
-    timeout + BROKER_ABORT_INTERVAL + STALL_MARGIN
+    transaction_timeout(producer.get("transaction.timeout.ms"))
+        + BROKER_ABORT_INTERVAL
+        + STALL_MARGIN
 }
 
 pub(super) fn is_plain_name(text: &str, extra: &str) -> bool {

@@ -3,26 +3,11 @@
 //! a producer property a consumer ignores) would bury the command's report,
 //! which states the outcome itself; they stay at `debug` (`RUST_LOG`).
 
-use rdkafka::client::ClientContext;
-use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, ConsumerContext};
+use rdkafka::consumer::BaseConsumer;
 use rdkafka::error::KafkaError;
 use rdkafka::ClientConfig;
 
-/// Sends librdkafka's logs and errors to `tracing` at debug.
-pub(crate) struct QuietContext;
-
-impl ClientContext for QuietContext {
-    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
-        tracing::debug!(target: "librdkafka", ?level, fac, message = log_message);
-    }
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        tracing::debug!(target: "librdkafka", %error, reason);
-    }
-}
-
-impl ConsumerContext for QuietContext {}
+pub(crate) use crate::logging::QuietContext;
 
 /// How long a metadata or offsets request may take before the brokers
 /// count as unreachable.

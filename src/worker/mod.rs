@@ -76,7 +76,6 @@ use poller::{Event, GroupConsumer, GroupContext, GroupState};
 pub use crate::clock::wall_ms;
 pub use consumer::read_headers;
 pub use poller::GroupState as Group;
-pub(crate) use poller::TXN_TIMEOUT_DEFAULT;
 pub use record::HeaderList;
 pub(crate) use stalls::watch_outputs;
 

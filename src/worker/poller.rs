@@ -267,8 +267,6 @@ pub(crate) enum CommittedPatience {
 
 /// At least once's patience with the committed offsets.
 const COMMITTED_PATIENCE: Duration = Duration::from_secs(30);
-/// librdkafka's `transaction.timeout.ms` when the configuration sets none.
-pub(crate) const TXN_TIMEOUT_DEFAULT: Duration = Duration::from_secs(60);
 
 impl CommittedPatience {
     /// The patience for `guarantee`, exactly once from the producer's
@@ -278,10 +276,8 @@ impl CommittedPatience {
         match guarantee {
             Guarantee::AtLeastOnce => Self::DecideAgainAfter(COMMITTED_PATIENCE),
             Guarantee::ExactlyOnce => {
-                let txn = producer
-                    .get("transaction.timeout.ms")
-                    .and_then(|ms| ms.parse::<u64>().ok())
-                    .map_or(TXN_TIMEOUT_DEFAULT, Duration::from_millis);
+                let txn =
+                    crate::config::transaction_timeout(producer.get("transaction.timeout.ms"));
                 Self::EndAfter(txn + COMMITTED_PATIENCE)
             }
         }

@@ -23,7 +23,7 @@ use tracing::{debug, info, warn};
 
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::ops::kafka::QuietContext;
+use crate::logging::QuietContext;
 use decide::{Change, Offsets, OutputPartition, Stalls};
 
 /// How often the output topics' partitions are listed again.
