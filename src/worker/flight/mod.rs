@@ -161,6 +161,9 @@ pub(crate) struct Flight {
     replaying: bool,
     /// Replays' starts and ends, until the loop logs them (`replay.rs`).
     replay_log: Vec<ReplayLog>,
+    /// Partitions with a replay under way: while none has, a record's
+    /// step costs no lookup of its partition (`replay_step`).
+    open_replays: usize,
     /// Streams whose store lost its state (docs/design.md §8.2), and what
     /// their records do from then on (`lost.rs`).
     lost: HashMap<usize, Lost>,
@@ -210,6 +213,9 @@ impl Flight {
     /// the next owner, who meets them as its own.
     pub(crate) fn revoke(&mut self, tp: &Tp) {
         if let Some(partition) = self.partitions.remove(tp) {
+            if partition.replaying.is_some() {
+                self.open_replays -= 1;
+            }
             for record in partition.records.values().filter(|r| r.counted) {
                 self.unfinished -= 1;
                 self.bytes -= record.bytes;

@@ -80,6 +80,7 @@ impl Flight {
         }
         p.replaying = Replay::begins(p.range_start, p.watermark, p.replay);
         if let Some(replay) = p.replaying {
+            self.open_replays += 1;
             self.replay_log.push(ReplayLog {
                 tp: tp.clone(),
                 stream: p.stream,
@@ -93,6 +94,9 @@ impl Flight {
     /// a replayed record; the replay ends with its last record, or with a
     /// record above it.
     pub(super) fn replay_step(&mut self, tp: &Tp, offset: i64, stage: Stage) {
+        if self.open_replays == 0 {
+            return;
+        }
         let Some(p) = self.partitions.get_mut(tp) else {
             return;
         };
@@ -120,6 +124,7 @@ impl Flight {
         }
         let replay = *replay;
         p.replaying = None;
+        self.open_replays -= 1;
         self.replay_log.push(ReplayLog {
             tp: tp.clone(),
             stream: p.stream,
