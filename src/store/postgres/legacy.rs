@@ -161,6 +161,12 @@ async fn locked(
     all: &[Renaming],
 ) -> Result<Vec<Renaming>, tokio_postgres::Error> {
     let transaction = client.transaction().await?;
+    // A rename waits for the table's ACCESS EXCLUSIVE lock, and every
+    // statement on it (the replicas of before go on claiming) queues behind
+    // the wait: bounded, the start fails and is tried again instead.
+    transaction
+        .batch_execute("SET LOCAL lock_timeout = '5s'")
+        .await?;
     transaction
         .execute(
             "SELECT pg_advisory_xact_lock(hashtext('idemgate schema ' || $1::text))",
