@@ -18,13 +18,16 @@ fn the_identity_check_runs_every_five_seconds_unless_set() {
 }
 
 #[test]
-fn a_zero_identity_check_interval_is_refused_naming_the_field() {
-    let error = parse("identity_check_interval = \"0s\"")
-        .expect_err("0s accepted")
-        .to_string();
-    assert!(
-        error.starts_with("store.identity_check_interval:"),
-        "{error}"
-    );
-    assert!(error.contains("above zero"), "{error}");
+fn an_identity_check_interval_under_100ms_is_refused_naming_the_field() {
+    for short in ["0s", "1ms", "99ms"] {
+        let error = parse(&format!("identity_check_interval = \"{short}\""))
+            .expect_err("a short interval accepted")
+            .to_string();
+        assert!(
+            error.starts_with("store.identity_check_interval:"),
+            "{error}"
+        );
+        assert!(error.contains("at least 100ms"), "{error}");
+    }
+    assert!(parse("identity_check_interval = \"100ms\"").is_ok());
 }

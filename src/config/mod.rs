@@ -329,10 +329,10 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             "at least 1s: shorter, a commit that is merely slow is taken for one whose outcome is unknown".to_string(),
         ));
     }
-    if raw.store.identity_check_interval.is_zero() {
+    if raw.store.identity_check_interval < Duration::from_millis(100) {
         return Err(invalid(
             "store.identity_check_interval",
-            "must be above zero: without it a store that lost a quiet stream's state is seen only at its next record",
+            "at least 100ms: each check reads every place a stream's identity is kept (every hash tag), so a shorter one loads the store for nothing",
         ));
     }
     Ok(Config {

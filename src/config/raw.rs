@@ -140,7 +140,7 @@ pub(crate) struct RawStore {
     /// How often the worker reads every stream's store identity at every
     /// place it is kept, so a store that lost a quiet stream's state is
     /// seen without waiting for its next record (docs/design.md §8).
-    /// Above zero. Default 5s.
+    /// At least 100ms. Default 5s.
     #[serde(
         default = "default_identity_check_interval",
         with = "crate::ttl::serde_duration"
