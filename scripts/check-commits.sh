@@ -10,6 +10,8 @@
 # A shallow clone that lacks BASE checks the commits it has, and says so.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# Characters, not bytes: a subject may hold `§` or `—`.
+export LC_ALL=C.UTF-8
 
 # The last commit with the old, long subjects (issue 46 set the limit after it).
 BASE=${1:-2edf6f3be944e07e7f180db4f79dec64974df319}
@@ -17,10 +19,16 @@ MAX=72
 
 if git cat-file -e "$BASE^{commit}" 2>/dev/null; then
   range="$BASE..HEAD"
-else
-  echo "check-commits: $BASE is not in this clone (shallow?); checking every commit it has" >&2
+elif [[ $(git rev-parse --is-shallow-repository) == true ]]; then
+  echo "check-commits: $BASE is not in this shallow clone; checking every commit it has" >&2
   range=HEAD
+else
+  echo "check-commits: $BASE is not in this repository's history" >&2
+  exit 1
 fi
+# Read first, so that a failing `git log` fails the script (a process
+# substitution's status is lost).
+subjects=$(git log --no-merges --format='%h%x09%s' "$range")
 
 bad=0
 while IFS=$'\t' read -r hash subject; do
@@ -29,7 +37,7 @@ while IFS=$'\t' read -r hash subject; do
       "$hash" "${#subject}" "$MAX" "$subject" >&2
     bad=$((bad + 1))
   fi
-done < <(git log --no-merges --format='%h%x09%s' "$range")
+done <<<"$subjects"
 
 if ((bad > 0)); then
   echo "check-commits: $bad commit subject(s) too long: a short subject, the why in the body" >&2

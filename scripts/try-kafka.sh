@@ -125,6 +125,7 @@ cmd_all() {
   scripts/kafka.sh console-producer --bootstrap-server "$b" --topic "$TRY-raw" \
     --reader-property parse.key=true <config/sample-feed.tsv
   trap '((${#REPLICAS[@]} == 0)) || kill "${REPLICAS[@]}" 2>/dev/null || true' EXIT
+  mkdir -p target # the replicas' logs (a build elsewhere, CARGO_TARGET_DIR, leaves none)
   for n in 1 2; do
     printf '\n$ idemgate run --config config/try.toml 2>target/%s-%s.log &\n' "$TRY" "$n" >&2
     idemgate run --config config/try.toml 2>"target/$TRY-$n.log" &
