@@ -344,6 +344,8 @@ impl Flight {
         partition.records.insert(offset, record);
         if first {
             self.replay_begins(&tp);
+        } else {
+            self.replay_read(&tp, offset);
         }
         if stage == Stage::Finished {
             self.replayed.push(stream);

@@ -8,14 +8,26 @@
 //! watermark read, the first offset known), counts its records as they are
 //! decided, and hands the loop two lines to log: its start and its end.
 //!
-//! The end is the decision of the record just below the watermark, or the
-//! arrival of a record at or above it (the last offsets of the range held
-//! no record: a transaction marker, a compacted one). The counts are those
-//! decided by then: a re-emitted record still waiting on a claim then is
-//! not in them. A partition revoked mid-replay logs no end; its next owner
-//! logs a replay of its own.
+//! The end comes once the range is read to its last record (the record just
+//! below the watermark, or one at or above it where the last offsets of the
+//! range held none: a transaction marker, a compacted one) and every record
+//! of the range read so far is decided. A `--re-emit` range decides its
+//! records as their claims are answered, after a record without a hash
+//! (finished as it arrives) that may be the range's last: the end waits
+//! for them, so its counts are the whole range's. A partition revoked
+//! mid-replay logs no end; its next owner logs a replay of its own.
 
 use super::{Flight, Stage, Tp};
+
+/// A replay under way, with what its end waits for.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Replaying {
+    replay: Replay,
+    /// Records of the range read so far (each is decided once).
+    read: u64,
+    /// The range is read to its end.
+    read_all: bool,
+}
 
 /// A replay under way: `[from, to)`, to the watermark, and its records
 /// decided so far.
@@ -78,21 +90,49 @@ impl Flight {
         if p.replaying.is_some() || !p.fresh {
             return;
         }
-        p.replaying = Replay::begins(p.range_start, p.watermark, p.replay);
-        if let Some(replay) = p.replaying {
-            self.open_replays += 1;
-            self.replay_log.push(ReplayLog {
-                tp: tp.clone(),
-                stream: p.stream,
-                replay,
-                ended: false,
-            });
+        let Some(replay) = Replay::begins(p.range_start, p.watermark, p.replay) else {
+            return;
+        };
+        // The records read before the watermark was known, undecided yet.
+        let read = p
+            .records
+            .range(replay.from..)
+            .take_while(|(offset, _)| **offset < replay.to)
+            .count() as u64;
+        p.replaying = Some(Replaying {
+            replay,
+            read,
+            read_all: false,
+        });
+        self.open_replays += 1;
+        self.replay_log.push(ReplayLog {
+            tp: tp.clone(),
+            stream: p.stream,
+            replay,
+            ended: false,
+        });
+    }
+
+    /// A record of the partition was read after its replay began.
+    pub(super) fn replay_read(&mut self, tp: &Tp, offset: i64) {
+        if self.open_replays == 0 {
+            return;
+        }
+        let Some(replaying) = self
+            .partitions
+            .get_mut(tp)
+            .and_then(|p| p.replaying.as_mut())
+        else {
+            return;
+        };
+        if (replaying.replay.from..replaying.replay.to).contains(&offset) {
+            replaying.read += 1;
         }
     }
 
     /// A record of the partition entered `stage`: counted if that decided
-    /// a replayed record; the replay ends with its last record, or with a
-    /// record above it.
+    /// a replayed record; the replay ends once it is read to its last
+    /// record (or a record above it) and every record read is decided.
     pub(super) fn replay_step(&mut self, tp: &Tp, offset: i64, stage: Stage) {
         if self.open_replays == 0 {
             return;
@@ -100,9 +140,10 @@ impl Flight {
         let Some(p) = self.partitions.get_mut(tp) else {
             return;
         };
-        let Some(replay) = p.replaying.as_mut() else {
+        let Some(replaying) = p.replaying.as_mut() else {
             return;
         };
+        let replay = &mut replaying.replay;
         if offset < replay.from {
             return;
         }
@@ -118,11 +159,14 @@ impl Flight {
                 // Not decided yet (claimed, waiting).
                 _ => return,
             }
-            if offset + 1 < replay.to {
-                return;
-            }
         }
-        let replay = *replay;
+        if offset + 1 >= replay.to {
+            replaying.read_all = true;
+        }
+        if !replaying.read_all || replaying.replay.replayed() < replaying.read {
+            return;
+        }
+        let replay = replaying.replay;
         p.replaying = None;
         self.open_replays -= 1;
         self.replay_log.push(ReplayLog {
@@ -214,6 +258,59 @@ mod tests {
         f.answered(round, answer, Instant::now(), |_| false);
         let ended = replay(7, Some((7, 10)), [1, 2, 0]);
         assert_eq!(f.take_replay_log(), vec![line(ended, true)]);
+    }
+
+    #[test]
+    fn a_re_emitting_replay_whose_last_record_has_no_hash_ends_once_the_claims_are_answered() {
+        // 9 has no hash: finished as it arrives, while 7 and 8 wait for
+        // their round. The end counts them too.
+        let mut f = assigned(None, Some((7, 10)));
+        for offset in 7..9 {
+            f.arrive(input(0, offset), 0, print(offset as u8), 1);
+        }
+        f.arrive(input(0, 9), 0, Err(Invalid::NotObject), 1);
+        let started = replay(7, Some((7, 10)), [0; 3]);
+        assert_eq!(f.take_replay_log(), vec![line(started, false)]);
+        let round = f.take_round(Instant::now(), 100, TOKEN).expect("round");
+        let answer = RoundAnswer {
+            outcomes: vec![ClaimOutcome::Reemit, ClaimOutcome::Reemit],
+            ..RoundAnswer::default()
+        };
+        f.answered(round, answer, Instant::now(), |_| false);
+        let ended = replay(7, Some((7, 10)), [1, 2, 0]);
+        assert_eq!(f.take_replay_log(), vec![line(ended, true)]);
+    }
+
+    #[test]
+    fn records_read_before_the_watermark_is_known_are_in_the_replay_they_begin() {
+        let mut f = Flight::default();
+        let from = crate::worker::flight::Resume {
+            committed: Some(7),
+            ..Default::default()
+        };
+        f.assign(tp(0), 0, from);
+        for offset in 7..10 {
+            f.arrive(input(0, offset), 0, print(offset as u8), 1);
+        }
+        assert!(f.take_replay_log().is_empty(), "the watermark is not known");
+        let round = f.take_round(Instant::now(), 100, TOKEN).expect("round");
+        let answer = RoundAnswer {
+            watermarks: vec![crate::store::Watermark {
+                stream: crate::store::StreamId(0),
+                topic: super::super::TopicTag::of("raw"),
+                partition: 0,
+                below: 10,
+            }],
+            ..RoundAnswer::default()
+        };
+        f.answered(round, answer, Instant::now(), |_| false);
+        assert_eq!(
+            f.take_replay_log(),
+            vec![
+                line(replay(7, None, [0; 3]), false),
+                line(replay(7, None, [3, 0, 0]), true)
+            ]
+        );
     }
 
     #[test]

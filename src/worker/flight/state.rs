@@ -128,7 +128,7 @@ pub(crate) struct Partition {
     pub(super) replay: Option<(i64, i64)>,
     /// A replay under way below the watermark, counted for the log
     /// (`replay.rs`).
-    pub(super) replaying: Option<super::replay::Replay>,
+    pub(super) replaying: Option<super::replay::Replaying>,
     /// The watermark was read after the assignment.
     pub(super) fresh: bool,
     /// This owner's range starts at or below the watermark: its raises
