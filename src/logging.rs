@@ -66,10 +66,7 @@ pub fn log_settings(config: &crate::config::Config) {
     };
     tracing::info!(
         brokers = config.brokers().unwrap_or_default(),
-        group = config
-            .client_properties(crate::config::Client::Consumer)
-            .get("group.id")
-            .unwrap_or("idemgate"),
+        group = config.group_id(),
         guarantee,
         store,
         store_at = %store_at,

@@ -194,7 +194,18 @@ impl super::Config {
     pub(crate) fn client_properties(&self, client: Client) -> ClientProperties<'_> {
         self.kafka.client(client)
     }
+
+    /// The consumer group the replicas join: `group.id` as the config sets
+    /// it for the consumer, else the default.
+    pub fn group_id(&self) -> &str {
+        self.client_properties(Client::Consumer)
+            .get("group.id")
+            .unwrap_or(DEFAULT_GROUP_ID)
+    }
 }
+
+/// The consumer group's name when the config sets none.
+const DEFAULT_GROUP_ID: &str = "idemgate";
 
 /// The bootstrap list and librdkafka's alias for it.
 pub(crate) const BROKER_KEYS: [&str; 2] = ["bootstrap.servers", "metadata.broker.list"];
@@ -255,7 +266,7 @@ pub(crate) const CONSUMER_FIXED: [(&str, &str); 2] = [
 /// Consumer defaults (docs/configuration.md, `[kafka]`); `[kafka]` overrides
 /// them.
 const CONSUMER_DEFAULTS: [(&str, &str); 4] = [
-    ("group.id", "idemgate"),
+    ("group.id", DEFAULT_GROUP_ID),
     ("auto.offset.reset", "earliest"),
     // Lag per partition comes from librdkafka's statistics.
     ("statistics.interval.ms", "5000"),
@@ -312,8 +323,7 @@ pub fn client_configs(config: &Config) -> (ClientConfig, ClientConfig) {
     if config.guarantee == Guarantee::ExactlyOnce
         && !producer_properties.contains_key("transactional.id")
     {
-        let group = consumer.get("group.id").unwrap_or("idemgate").to_string();
-        producer.set("transactional.id", default_transactional_id(&group));
+        producer.set("transactional.id", default_transactional_id(config.group_id()));
     }
     (consumer, producer)
 }

@@ -85,10 +85,7 @@ pub(crate) fn probe(config: &Config) -> Option<Finding> {
     // Named after the replicas' own group and transactional id, so the
     // prefixed ACLs a deployment grants its replicas cover the probe too.
     let (mut consumer_config, mut producer_config) = crate::config::client_configs(config);
-    let group = format!(
-        "{}-check-{suffix}",
-        consumer_config.get("group.id").unwrap_or("idemgate")
-    );
+    let group = format!("{}-check-{suffix}", config.group_id());
     let transactional_id = format!(
         "{}-check-{suffix}",
         producer_config

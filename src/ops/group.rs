@@ -38,10 +38,7 @@ pub enum GroupError {
 /// A client of the group `config` names, outside it, and the group's name.
 pub(crate) fn client(config: &Config) -> Result<(BaseConsumer<QuietContext>, String), GroupError> {
     let (consumer_config, _) = crate::config::client_configs(config);
-    let group = consumer_config
-        .get("group.id")
-        .unwrap_or("idemgate")
-        .to_string();
+    let group = config.group_id().to_string();
     let consumer = consumer_config
         .create_with_context(QuietContext)
         .map_err(GroupError::Client)?;

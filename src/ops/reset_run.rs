@@ -153,10 +153,7 @@ async fn run(config: &Config, args: ResetArgs) -> Result<(String, super::reset::
         return Err(ResetError::MemoryStore);
     }
     let (consumer_config, _) = crate::config::client_configs(config);
-    let group = consumer_config
-        .get("group.id")
-        .unwrap_or("idemgate")
-        .to_string();
+    let group = config.group_id().to_string();
     let resume_at_end = matches!(
         consumer_config.get("auto.offset.reset"),
         Some("latest" | "end" | "largest")

@@ -175,10 +175,7 @@ impl Worker {
         let (sender, events) = tokio::sync::mpsc::channel(16);
         let closing = Arc::new(AtomicBool::new(false));
         let (consumer_config, producer_config) = client_configs(config);
-        let group_id = consumer_config
-            .get("group.id")
-            .unwrap_or("idemgate")
-            .to_string();
+        let group_id = config.group_id().to_string();
         let consumer: GroupConsumer = consumer_config
             .create_with_context(GroupContext {
                 state: group.clone(),
