@@ -5,16 +5,21 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use idemgate::app::Replica;
+use idemgate::demo::mock::MockKafka;
 use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::Reader;
 use idemgate_testkit::workload::Planned;
-use idemgate_testkit::{say, BOUND};
+use idemgate_testkit::{say, unique, BOUND};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::future_producer::OwnedDeliveryResult;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use rdkafka::util::Timeout;
-use rdkafka::ClientConfig;
+use rdkafka::{ClientConfig, Offset};
 
-use super::support::{bank, count, start_assigned, stop, wait_until, Options, Setup};
+use super::support::{
+    bank, count, start_assigned, stop, wait_until, Options, Setup, ONE_PRODUCE_IN_FLIGHT,
+};
 
 /// How many Produce requests the brokers answer with a timeout.
 const TIMED_OUT_REQUESTS: usize = 8;
@@ -35,14 +40,18 @@ const TIMED_OUT_REQUESTS: usize = 8;
 /// claims); once it is lifted, every input gets its output. Evidence that
 /// the broker errors were met: a probe produce after the run succeeds, so
 /// the worker's Produce requests (the only ones made since the errors were
-/// pushed) used every one of them up.
+/// pushed) used every one of them up. The worker sends one Produce request
+/// at a time per broker (`ONE_PRODUCE_IN_FLIGHT`, see the next test).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn failed_deliveries_keep_their_claims_and_are_produced_again_without_loss(
 ) -> anyhow::Result<()> {
     const TEST: &str = "produce-errors";
     let started = Instant::now();
     let setup = Setup::new(TEST, 3);
-    let config = setup.config(&Options::default());
+    let config = setup.config(&Options {
+        kafka: &[ONE_PRODUCE_IN_FLIGHT],
+        ..Options::default()
+    });
     let store = setup.store(&config);
     let plan = bank(TEST).phase(300, 0, 0);
     let landed = setup
@@ -112,6 +121,98 @@ async fn failed_deliveries_keep_their_claims_and_are_produced_again_without_loss
         format!("{summary}; no claim released, took {:?}", started.elapsed()),
     );
     Ok(())
+}
+
+/// Why `ONE_PRODUCE_IN_FLIGHT`: on the mock cluster, a Produce request
+/// answered with an injected error while the next request of its partition
+/// is in flight loses its record behind a delivery report of success. The
+/// brokers answer 300 ms late, so `a` and `b` go as two requests before
+/// either is answered; the first is answered "request timed out" and
+/// written nowhere, the second is written (the mock checks the sequence
+/// numbers of a transactional producer only), and librdkafka takes its
+/// acknowledgement to mean `a` landed too: a report without an offset. One
+/// request in flight, and `a` is sent again before `b` goes: both land.
+/// If the mock ever refuses the out-of-order batch, the first half fails
+/// and the setting can go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mock_acknowledges_a_failed_produce_unless_one_request_is_in_flight(
+) -> anyhow::Result<()> {
+    let (a, log) = timed_out_behind_a_later_request("5").await?;
+    assert_eq!(a, Offset::Invalid, "a's delivery report, five in flight");
+    assert_eq!(log, ["warm-up", "b"], "the log, five in flight");
+
+    let (a, log) = timed_out_behind_a_later_request(ONE_PRODUCE_IN_FLIGHT.1).await?;
+    assert_eq!(a, Offset::Offset(1), "a's delivery report, one in flight");
+    assert_eq!(log, ["warm-up", "a", "b"], "the log, one in flight");
+    Ok(())
+}
+
+/// On a mock cluster of its own, an idempotent producer with `in_flight`
+/// requests in flight per connection and one record per request sends
+/// `warm-up`; then, the brokers answering 300 ms late and the next Produce
+/// request with "request timed out", `a` and `b`. Both are reported
+/// delivered; returns the offset `a`'s report gave and the payloads the
+/// partition holds.
+async fn timed_out_behind_a_later_request(
+    in_flight: &str,
+) -> anyhow::Result<(Offset, Vec<String>)> {
+    let kafka = MockKafka::start(1, 100)?;
+    let brokers = kafka.bootstrap_servers()?;
+    let topic = unique("in-flight");
+    kafka.create_topic(&topic, 1)?;
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "0")
+        .set("batch.num.messages", "1")
+        .set(ONE_PRODUCE_IN_FLIGHT.0, in_flight)
+        .create()?;
+    let send = |payload: &'static str| {
+        producer
+            .send_result(
+                FutureRecord::<[u8], [u8]>::to(&topic)
+                    .partition(0)
+                    .payload(payload.as_bytes()),
+            )
+            .map_err(|(error, _)| error)
+    };
+    let delivered = |result: OwnedDeliveryResult| result.map_err(|(error, _)| error);
+    delivered(send("warm-up")?.await?)?;
+
+    let cluster = kafka.cluster()?;
+    cluster.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT],
+    );
+    cluster.broker_round_trip_time(-1, Duration::from_millis(300))?;
+    let (a, b) = (send("a")?, send("b")?);
+    let a = delivered(a.await?)?;
+    delivered(b.await?)?;
+    cluster.broker_round_trip_time(-1, Duration::ZERO)?;
+
+    let (brokers, topic) = (brokers.clone(), topic.clone());
+    let log = tokio::task::spawn_blocking(move || {
+        let (_, end) = ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .create::<BaseConsumer>()
+            .expect("a consumer")
+            .fetch_watermarks(&topic, 0, BOUND)
+            .expect("the partition's watermarks");
+        let mut reader = Reader::new(&brokers, &[(&topic, 1)]);
+        let read = reader.read_until(BOUND, |r| r.records.len() as i64 >= end, || {});
+        assert!(
+            read,
+            "{topic}: fewer than {end} records read within {BOUND:?}"
+        );
+        reader
+            .records
+            .iter()
+            .map(|r| String::from_utf8_lossy(r.payload.as_deref().unwrap_or_default()).into_owned())
+            .collect::<Vec<_>>()
+    })
+    .await?;
+    Ok((Offset::from_raw(a.offset), log))
 }
 
 /// Every broker goes down mid-stream for three seconds while more records

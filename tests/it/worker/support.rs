@@ -68,6 +68,12 @@ impl Default for Options<'_> {
     }
 }
 
+/// For a test that injects Produce errors on the mock cluster: one Produce
+/// request in flight per broker connection (librdkafka allows an idempotent
+/// producer 5). With more, the mock can report a record delivered that it
+/// never wrote: `faults.rs` shows how, and that one in flight holds.
+pub const ONE_PRODUCE_IN_FLIGHT: (&str, &str) = ("max.in.flight.requests.per.connection", "1");
+
 /// The payments stream: bank-txn preset, exact keys, failing closed.
 pub const BANK_STREAM: &str = r#"profile = "bank-txn"
 mode = "exact"
