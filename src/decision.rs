@@ -74,6 +74,11 @@ pub const REPLAY: &str = "idemgate-replay";
 /// input itself, and `idemgate rebuild` can tell where a clean record came
 /// from.
 pub const INPUT: &str = "idemgate-input";
+/// On every output: when its record was decided, in milliseconds since the
+/// epoch (its claim's time). `idemgate rebuild` dates a claim by it: the
+/// input's timestamp, which the output keeps, may be far older (a batch
+/// re-sent from a file keeps its CreateTime).
+pub const DECIDED_AT: &str = "idemgate-decided-at";
 
 /// A decision header's value: most are fixed texts or the hash, written
 /// without a heap allocation (the novel path writes two such headers per

@@ -323,7 +323,10 @@ pub fn client_configs(config: &Config) -> (ClientConfig, ClientConfig) {
     if config.guarantee == Guarantee::ExactlyOnce
         && !producer_properties.contains_key("transactional.id")
     {
-        producer.set("transactional.id", default_transactional_id(config.group_id()));
+        producer.set(
+            "transactional.id",
+            default_transactional_id(config.group_id()),
+        );
     }
     (consumer, producer)
 }

@@ -43,6 +43,7 @@ pub mod plan;
 pub mod plan_text;
 pub mod rebuild;
 pub mod rebuild_run;
+mod rebuild_start;
 pub mod reset;
 pub mod reset_csv;
 pub mod reset_run;

@@ -19,7 +19,7 @@ use std::fmt::Write;
 use crate::clock::Millis;
 use crate::config::StreamConfig;
 use crate::coordinates::{Coordinates, TopicTag};
-use crate::decision::{DECISION, INPUT, SOURCE_HASH};
+use crate::decision::{DECIDED_AT, DECISION, INPUT, SOURCE_HASH};
 use crate::fingerprint::{fingerprint, RecordView, SourceHash};
 use crate::store::{millis, Insert, Raise, Restored, StreamId};
 use crate::worker::metadata;
@@ -28,7 +28,9 @@ use super::group::Committed;
 
 /// A clean output as read back.
 pub struct CleanOutput<'a> {
-    /// Its timestamp: the input's, which the output keeps.
+    /// Its timestamp: the input's, which the output keeps (it dates the
+    /// claim only where the output has no `idemgate-decided-at`: one
+    /// written before that header was).
     pub timestamp: Option<Millis>,
     pub headers: &'a [(String, Option<Vec<u8>>)],
     /// Its key: the input's, which a clean output keeps (the
@@ -48,7 +50,7 @@ pub enum Skip {
     OtherStream,
     /// No readable `idemgate-input` or `idemgate-source-hash`.
     Unreadable,
-    /// No timestamp: its claim's expiry is unknown.
+    /// No decision time and no timestamp: its claim's expiry is unknown.
     NoTimestamp,
     /// The stream's profile no longer gives the hash it carries.
     ProfileChanged,
@@ -112,6 +114,14 @@ impl<'a> Rebuild<'a> {
         self.now.saturating_sub(millis(longest))
     }
 
+    /// The decision time from which `rebuild_start` searches the clean
+    /// topic: a window before the window's start, for outputs written up
+    /// to a window after they were decided.
+    pub fn decided_since(&self) -> Millis {
+        let start = self.window_start();
+        start.saturating_sub(self.now - start)
+    }
+
     /// One clean output.
     pub fn add(&mut self, output: &CleanOutput<'_>) {
         self.read += 1;
@@ -140,7 +150,12 @@ impl<'a> Rebuild<'a> {
             .map(SourceHash)
             .ok_or(Skip::Unreadable)?;
         let tag = *self.inputs.get(topic).ok_or(Skip::OtherStream)?;
-        let at = output.timestamp.ok_or(Skip::NoTimestamp)?;
+        // Its claim was made when it was decided, whatever its input's
+        // timestamp says.
+        let at = header(DECIDED_AT)
+            .and_then(|at| at.parse::<Millis>().ok())
+            .or(output.timestamp)
+            .ok_or(Skip::NoTimestamp)?;
         let headers: Vec<(&str, Option<&[u8]>)> = output
             .headers
             .iter()
@@ -265,7 +280,7 @@ pub fn report(
     );
     let _ = writeln!(
         out,
-        "wrote {} settled tier-1 claim(s) (holder = the output's input, done, expiring at its timestamp + tier1_ttl)",
+        "wrote {} settled tier-1 claim(s) (holder = the output's input, done, expiring at its decision time + tier1_ttl)",
         rebuild.claims.len()
     );
     if rebuild.config.spec.filter.is_some() {

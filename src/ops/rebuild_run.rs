@@ -74,7 +74,7 @@ pub struct RebuildArgs {
 /// A clean partition read longer than this without a record is taken to
 /// be held back by an open transaction: the rebuild fails rather than
 /// write a store that misses what it holds.
-const QUIET: Duration = Duration::from_secs(30);
+pub(crate) const QUIET: Duration = Duration::from_secs(30);
 /// Tier-2 inserts per round.
 const INSERTS_PER_ROUND: usize = 1000;
 
@@ -183,8 +183,10 @@ async fn adopt(
     }
 }
 
-/// Reads every partition of `clean` from the first offset at or after the
-/// plan's window start to its end, each output into the plan.
+/// Reads every partition of `clean` from the first output that may hold a
+/// live claim to its end, each output into the plan: from the earlier of
+/// the first at or after the plan's window start by the time index, and
+/// the first decided since (`rebuild_start`).
 fn read_clean(config: &Config, clean: &str, plan: &mut Rebuild<'_>) -> Result<(), RebuildError> {
     let kafka = RebuildError::Kafka;
     let (mut client, _) = crate::config::client_configs(config);
@@ -208,16 +210,37 @@ fn read_clean(config: &Config, clean: &str, plan: &mut Rebuild<'_>) -> Result<()
             clean: clean.to_string(),
             error,
         })?;
+    let numbers: Vec<i32> = partitions.iter().map(|(_, p)| *p).collect();
+    let decided =
+        super::rebuild_start::by_decision(&consumer, clean, &numbers, plan.decided_since())?;
     let mut assignment = TopicPartitionList::new();
     let mut open: HashSet<i32> = HashSet::new();
     for element in found.elements() {
-        if let Offset::Offset(offset) = element.offset() {
-            assignment
-                .add_partition_offset(clean, element.partition(), Offset::Offset(offset))
-                .map_err(kafka)?;
-            open.insert(element.partition());
+        let partition = element.partition();
+        // Offset::End by time: nothing stamped in the window there.
+        let by_time = match element.offset() {
+            Offset::Offset(offset) => Some(offset),
+            _ => None,
+        };
+        let by_decision = decided.get(&partition).copied();
+        let end = consumer
+            .fetch_watermarks(clean, partition, REQUEST_TIMEOUT)
+            .map_err(kafka)?
+            .1;
+        let start = match (by_time, by_decision) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => match a.or(b) {
+                Some(start) => start,
+                None => continue,
+            },
+        };
+        if start >= end {
+            continue;
         }
-        // Offset::End: nothing in the window there.
+        assignment
+            .add_partition_offset(clean, partition, Offset::Offset(start))
+            .map_err(kafka)?;
+        open.insert(partition);
     }
     if open.is_empty() {
         return Ok(());

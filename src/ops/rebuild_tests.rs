@@ -91,6 +91,33 @@ fn a_novel_output_restores_its_inputs_settled_claim_with_the_digest_computed_aga
 }
 
 #[test]
+fn a_claim_is_dated_by_its_decision_not_by_its_inputs_old_timestamp() {
+    // A batch re-sent from a file: its CreateTime is two days old, but it
+    // was decided ten minutes ago, and its claim lives until then + 1h.
+    let config = exact();
+    let payload = br#"{"amount":"3.00","id":9}"#;
+    let print = print_of(&config, payload);
+    let mut rebuild = Rebuild::new(StreamId(0), &config.streams[0], NOW);
+    let decided = NOW - 10 * 60_000;
+    let mut written = headers("novel", &print.hash, "raw.bank/0/4");
+    written.push((
+        DECIDED_AT.to_string(),
+        Some(decided.to_string().into_bytes()),
+    ));
+    add(&mut rebuild, &written, payload, NOW - 48 * HOUR);
+    let claims = rebuild.claims();
+    assert_eq!(
+        claims
+            .iter()
+            .map(|c| (c.at, c.expires_at))
+            .collect::<Vec<_>>(),
+        vec![(decided, decided + HOUR)],
+        "{:?}",
+        rebuild.skipped
+    );
+}
+
+#[test]
 fn outputs_that_held_no_live_claim_restore_nothing_and_are_counted() {
     let config = exact();
     let payload = br#"{"id":1}"#;

@@ -115,6 +115,8 @@ pub(crate) struct Output<'a> {
     pub(crate) topic: &'a str,
     pub(crate) input: &'a Input,
     pub(crate) decision_headers: crate::decision::Headers,
+    /// When the record was decided (`idemgate-decided-at`).
+    pub(crate) decided_at: crate::clock::Millis,
     /// What of the input goes out with it.
     pub(crate) carry: Carry,
 }
@@ -143,7 +145,7 @@ pub(crate) fn classify(error: &KafkaError) -> Failure {
 /// reported there too, as a failure to retry like any other that may pass.
 pub(crate) fn send(producer: &OutputProducer, reports: &Reports, output: &Output<'_>, slot: usize) {
     let mut headers = OwnedHeaders::new_with_capacity(
-        output.input.headers.len() + output.decision_headers.len() + 1,
+        output.input.headers.len() + output.decision_headers.len() + 2,
     );
     // Decision headers from an upstream idemgate are replaced, not
     // stacked: an output carries exactly one decision.
@@ -183,6 +185,17 @@ pub(crate) fn send(producer: &OutputProducer, reports: &Reports, output: &Output
     headers = headers.insert(Header {
         key: crate::decision::INPUT,
         value: Some(&coordinates[..written]),
+    });
+    let mut decided_at = [0u8; 20];
+    let written = {
+        use std::io::Write;
+        let mut cursor = std::io::Cursor::new(&mut decided_at[..]);
+        let _ = write!(cursor, "{}", output.decided_at);
+        cursor.position() as usize
+    };
+    headers = headers.insert(Header {
+        key: crate::decision::DECIDED_AT,
+        value: Some(&decided_at[..written]),
     });
     let mut record: BaseRecord<'_, [u8], [u8], usize> =
         BaseRecord::with_opaque_to(output.topic, slot).headers(headers);

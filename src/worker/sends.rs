@@ -49,6 +49,7 @@ impl Worker {
             topic,
             input: &record.input,
             decision_headers,
+            decided_at: record.at,
             carry: carry_of(decision, &record.input, self.sendable),
         };
         let slot = p.sent.insert((tp.clone(), offset, record.epoch));

@@ -125,6 +125,19 @@ pub fn judge(
                 ));
             }
         }
+        if out
+            .header(idemgate::decision::DECIDED_AT)
+            .and_then(|at| at.parse::<i64>().ok())
+            .is_none()
+        {
+            bad.push(format!(
+                "output {}/{}/{} of {id} says not when it was decided: {:?}",
+                out.topic,
+                out.partition,
+                out.offset,
+                out.header(idemgate::decision::DECIDED_AT)
+            ));
+        }
         by_input.entry(id).or_default().push(out);
         *summary
             .decisions

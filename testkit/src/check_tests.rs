@@ -44,6 +44,7 @@ fn faithful(plan: &[Planned]) -> (HashMap<String, Landed>, Vec<Out>) {
             idemgate::decision::INPUT,
             format!("raw/0/{}", landed[&p.id].offset),
         );
+        add(idemgate::decision::DECIDED_AT, "1800000000000".into());
         let topic = match (&p.kind, p.event) {
             (Kind::Original, Some(event)) => {
                 first.insert(event, format!("raw/0/{}", landed[&p.id].offset));
@@ -202,8 +203,9 @@ fn a_copy_in_another_partition_may_win_but_one_beside_its_original_may_not() {
             if p.event != copy.event {
                 continue;
             }
-            out.headers
-                .retain(|(k, _)| k == TEST_ID || k == SOURCE_HASH);
+            out.headers.retain(|(k, _)| {
+                k == TEST_ID || k == SOURCE_HASH || k == idemgate::decision::DECIDED_AT
+            });
             out.headers.push((
                 idemgate::decision::INPUT.into(),
                 Some(named(&p.id, landed).into_bytes()),
@@ -341,4 +343,14 @@ fn an_output_that_names_another_input_fails() {
         fails(&plan, &outs, &landed, Expect::Exact),
         "without the header"
     );
+}
+
+#[test]
+fn an_output_that_says_not_when_it_was_decided_fails() {
+    let plan = plan();
+    let (landed, mut outs) = faithful(&plan);
+    outs[0]
+        .headers
+        .retain(|(k, _)| k != idemgate::decision::DECIDED_AT);
+    assert!(fails(&plan, &outs, &landed, Expect::Exact));
 }

@@ -8,7 +8,7 @@
 //! after the rebuild the late copies are duplicates of what was delivered.
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{committed_offsets, read_inputs_as_delivered, Producer, Topics};
@@ -42,11 +42,27 @@ pub struct Lost {
 /// loss: nothing of them decided, the loss said, the offsets where they
 /// were. Returns with the gateway still running.
 pub fn lose_the_store(test: &str) -> (Lost, Gate) {
+    lose_the_store_stamped(test, None)
+}
+
+/// [`lose_the_store`], every input stamped `stamp` (a millisecond a
+/// record later than the one before) where given.
+pub fn lose_the_store_stamped(test: &str, stamp: Option<i64>) -> (Lost, Gate) {
+    let stamped = |plan: Vec<Planned>, from: usize| -> Vec<Planned> {
+        match stamp {
+            None => plan,
+            Some(at) => plan
+                .into_iter()
+                .enumerate()
+                .map(|(n, p)| p.stamped(at + (from + n) as i64))
+                .collect(),
+        }
+    };
     let began = Instant::now();
     let topics = Topics::create(&kafka_brokers(), test, 3, 2);
     let mut redis = RedisServer::start(test, ServerOptions::default());
     let mut bank = Bank::new(test, 24);
-    let before = bank.phase(300, 0, 6);
+    let before = stamped(bank.phase(300, 0, 6), 0);
     let mut config = GateConfig::new(test, &topics, redis.url());
     let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     config.metrics_listen = metrics.to_string();
@@ -61,7 +77,7 @@ pub fn lose_the_store(test: &str) -> (Lost, Gate) {
 
     redis.restart_empty();
     say(test, "redis killed and started again, empty");
-    let late = bank.phase(40, 150, 0);
+    let late = stamped(bank.phase(40, 150, 0), before.len());
     let late_delivered =
         Producer::new(&kafka_brokers()).send(&topics.input, &late, 100, Duration::ZERO);
 
@@ -178,16 +194,34 @@ fn a_redis_restarted_empty_stops_a_fail_closed_stream_and_refuses_its_restart() 
 /// event once in clean, every input one output.
 #[test]
 fn rebuild_restores_a_lost_store_and_late_copies_stay_duplicates() {
-    const TEST: &str = "rebuild";
+    rebuild_and_send_late_copies("rebuild", None);
+}
+
+/// The same with inputs whose timestamps are 30 days old (a batch re-sent
+/// from a file keeps its CreateTime), far beyond the 1 h TTL: their
+/// outputs keep those timestamps, but their claims were made when they
+/// were decided, minutes ago, and the rebuild finds and restores every one
+/// (docs/design.md §8.3).
+#[test]
+fn rebuild_restores_the_claims_of_inputs_with_old_timestamps() {
+    let month_ago = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64
+        - 30 * 24 * 3_600_000;
+    rebuild_and_send_late_copies("rebuild-old-times", Some(month_ago));
+}
+
+fn rebuild_and_send_late_copies(test: &str, stamp: Option<i64>) {
     let began = Instant::now();
-    let (lost, gate) = lose_the_store(TEST);
+    let (lost, gate) = lose_the_store_stamped(test, stamp);
     let refused = idemgate_rebuild(&lost.config, &[]);
     assert!(
         !refused.ok && refused.stderr.contains("active member"),
         "a rebuild while the gateway runs: {}",
         refused.stderr
     );
-    stop_and_see_the_restart_refused(TEST, &lost, gate);
+    stop_and_see_the_restart_refused(test, &lost, gate);
 
     let run = idemgate_rebuild(&lost.config, &[]);
     assert!(run.ok, "rebuild failed: {}", run.stderr);
@@ -212,9 +246,9 @@ fn rebuild_restores_a_lost_store_and_late_copies_stay_duplicates() {
         assert!(run.stdout.contains(&row), "no {row:?} in\n{}", run.stdout);
     }
     assert!(run.stdout.contains("store identity"), "{}", run.stdout);
-    say(TEST, format!("rebuilt at {:?}", began.elapsed()));
+    say(test, format!("rebuilt at {:?}", began.elapsed()));
 
-    let mut gate = Gate::start(&format!("{TEST}-rebuilt"), &lost.config);
+    let mut gate = Gate::start(&format!("{test}-rebuilt"), &lost.config);
     let plan: Vec<Planned> = lost.before.iter().chain(&lost.late).cloned().collect();
     let mut reader = lost.first.reader;
     reader.read_every_input(plan.len(), BOUND, "after the rebuild", || {
@@ -226,7 +260,7 @@ fn rebuild_restores_a_lost_store_and_late_copies_stay_duplicates() {
     // Exact: a late copy of a first-run event passing as novel again, or an
     // input decided twice, fails it.
     let summary = check(&plan, &landed, &lost.topics, &reader.records, Expect::Exact);
-    say(TEST, &summary);
+    say(test, &summary);
     let claims = claim_ttls(&lost.redis.url(), &lost.config.key_prefix);
     assert_eq!(
         claims.len(),
@@ -237,7 +271,7 @@ fn rebuild_restores_a_lost_store_and_late_copies_stay_duplicates() {
     assert!(unsettled.is_empty(), "claims left unsettled: {unsettled:?}");
     let status = gate.terminate(Duration::from_secs(30));
     assert!(status.success(), "idemgate exited with {status} on SIGTERM");
-    say(TEST, format!("took {:?}", began.elapsed()));
+    say(test, format!("took {:?}", began.elapsed()));
 }
 
 /// The first start after upgrading from a version without store identities
