@@ -1,6 +1,7 @@
-//! The PostgreSQL store, as `check` asks it: the server's version, the
-//! tables the store needs (missing ones with the SQL an administrator
-//! runs), the role's rights on them and how bloated each claims table is.
+//! The PostgreSQL store, as `check` asks it: the server's version, what a
+//! crash keeps, the tables the store needs (missing ones with the SQL an
+//! administrator runs), the role's rights on them and how bloated each
+//! claims table is.
 //! The store's `inspect` asks without creating anything; the verdicts here
 //! are pure, each with its test without a server.
 
@@ -8,7 +9,9 @@ use std::time::Duration;
 
 use super::check::Finding;
 use crate::config::Config;
-use crate::store::postgres::{inspect, redact, PostgresOptions, ServerFacts, TableFacts};
+use crate::store::postgres::{
+    inspect, redact, Durability, PostgresOptions, ServerFacts, TableFacts,
+};
 
 /// The longest the connect and the questions may take.
 const CONNECT_BOUND: Duration = Duration::from_secs(30);
@@ -39,7 +42,10 @@ const BLOAT_SHARE: f64 = 0.2;
 /// Every finding, in the order `check` prints them.
 fn verdicts(target: &str, facts: &ServerFacts) -> Vec<Finding> {
     let subject = "store.url";
-    let mut findings = vec![version(subject, target, facts)];
+    let mut findings = vec![
+        version(subject, target, facts),
+        durability(&facts.durability),
+    ];
     findings.extend(tables(subject, facts));
     findings.extend(rights(subject, facts));
     findings.extend(facts.tables.iter().filter_map(bloat));
@@ -65,6 +71,46 @@ fn version(subject: &str, target: &str, facts: &ServerFacts) -> Finding {
             ),
         )
     }
+}
+
+/// What a crash or a failover costs the claims (docs/operating.md,
+/// "Persistence"): with `fsync` or `synchronous_commit` off a server
+/// crash can lose rounds the worker was answered, which idemgate does not
+/// see (design §12); on, it loses none, and what remains is a standby or a
+/// backup that lacks the last rounds.
+fn durability(settings: &Durability) -> Finding {
+    const SUBJECT: &str = "store persistence";
+    let off = |value: &str| value.trim() == "off";
+    if off(&settings.fsync) {
+        return Finding::warn(
+            SUBJECT,
+            "fsync off: a server crash can lose or corrupt claims, unseen; set fsync = on"
+                .to_string(),
+        );
+    }
+    if off(&settings.synchronous_commit) {
+        return Finding::warn(
+            SUBJECT,
+            "synchronous_commit off: a server crash can lose the last claim rounds the \
+             worker was answered, unseen, and copies of events decided in them pass as novel; \
+             set synchronous_commit = on"
+                .to_string(),
+        );
+    }
+    let standbys = if settings.synchronous_standby_names.trim().is_empty() {
+        "no synchronous standby: a promoted asynchronous standby or a restored backup \
+         lacks the last rounds, unseen; run `idemgate rebuild` after either"
+    } else {
+        "a synchronous standby: a promoted one has every round; a restored backup lacks \
+         the last ones, unseen; run `idemgate rebuild` after one"
+    };
+    Finding::ok(
+        SUBJECT,
+        format!(
+            "synchronous_commit {}: a server crash loses no round the worker was answered; {standbys}",
+            settings.synchronous_commit.trim()
+        ),
+    )
 }
 
 fn tables(subject: &str, facts: &ServerFacts) -> Option<Finding> {
@@ -200,6 +246,11 @@ mod tests {
                 table("idemgate.watermarks", None),
             ],
             create_sql: "CREATE SCHEMA idemgate;".into(),
+            durability: Durability {
+                fsync: "on".into(),
+                synchronous_commit: "on".into(),
+                synchronous_standby_names: String::new(),
+            },
         }
     }
 
@@ -286,5 +337,22 @@ mod tests {
         facts.version = "12.0".into();
         let findings = verdicts("postgres://db/x", &facts);
         assert_eq!(findings[0].status, Status::Warn);
+    }
+
+    #[test]
+    fn a_server_that_may_lose_answered_rounds_is_a_warning() {
+        let ok = durability(&facts().durability);
+        assert_eq!(ok.status, Status::Ok, "{ok:?}");
+        assert!(ok.detail.contains("no synchronous standby"), "{ok:?}");
+        for (fsync, commit) in [("off", "on"), ("on", "off")] {
+            let settings = Durability {
+                fsync: fsync.into(),
+                synchronous_commit: commit.into(),
+                synchronous_standby_names: "standby1".into(),
+            };
+            let found = durability(&settings);
+            assert_eq!(found.status, Status::Warn, "{found:?}");
+            assert!(found.detail.contains("unseen"), "{found:?}");
+        }
     }
 }

@@ -113,17 +113,20 @@ async fn eviction_policy(store: &RedisStore, options: &RedisOptions) -> Finding 
     }
 }
 
-/// Whether the server keeps its data on disk: an exact stream's claims
-/// are its only memory of what passed, and a restart without persistence
-/// loses them (the streams then refuse to start, or stop deciding, until
-/// `idemgate rebuild`: docs/design.md §8.2).
+/// What the server's persistence means for an exact stream's claims, its
+/// only memory of what passed (docs/operating.md, "Persistence"): a
+/// restart with nothing on disk is a loss idemgate sees (the streams stop
+/// until `idemgate rebuild`, docs/design.md §8.2); one that brings back an
+/// older state (the last RDB snapshot, an AOF missing its last writes) is
+/// not seen (design §12).
 async fn persistence(store: &RedisStore, exact: &[&str]) -> Finding {
     const SUBJECT: &str = "store persistence";
     let saves = ask(store, &["CONFIG", "GET", "save"]).await;
     let aofs = ask(store, &["CONFIG", "GET", "appendonly"]).await;
-    let (saves, aofs) = match (saves, aofs) {
-        (Ok(saves), Ok(aofs)) => (saves, aofs),
-        (Err(error), _) | (_, Err(error)) => {
+    let fsyncs = ask(store, &["CONFIG", "GET", "appendfsync"]).await;
+    let (saves, aofs, fsyncs) = match (saves, aofs, fsyncs) {
+        (Ok(saves), Ok(aofs), Ok(fsyncs)) => (saves, aofs, fsyncs),
+        (Err(error), _, _) | (_, Err(error), _) | (_, _, Err(error)) => {
             return Finding::warn(
                 SUBJECT,
                 format!(
@@ -137,52 +140,92 @@ async fn persistence(store: &RedisStore, exact: &[&str]) -> Finding {
     let nodes: Vec<Persistence> = saves
         .into_iter()
         .zip(aofs)
-        .map(|(save, aof)| Persistence {
+        .zip(fsyncs)
+        .map(|((save, aof), fsync)| Persistence {
             save: config_value(save).unwrap_or_default(),
             appendonly: config_value(aof).unwrap_or_default(),
+            appendfsync: config_value(fsync).unwrap_or_default(),
         })
         .collect();
     persistence_finding(&nodes, exact)
 }
 
-/// One node's `save` and `appendonly` settings.
+/// One node's `save`, `appendonly` and `appendfsync` settings.
 struct Persistence {
     save: String,
     appendonly: String,
+    appendfsync: String,
+}
+
+/// A node's persistence, worst first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Kept {
+    Nothing,
+    Snapshots,
+    AofNoFsync,
+    AofEverySec,
+    AofAlways,
 }
 
 impl Persistence {
-    fn on_disk(&self) -> bool {
-        !self.save.trim().is_empty() || self.appendonly.trim() == "yes"
+    fn kept(&self) -> Kept {
+        if self.appendonly.trim() == "yes" {
+            match self.appendfsync.trim() {
+                "always" => Kept::AofAlways,
+                "no" => Kept::AofNoFsync,
+                _ => Kept::AofEverySec,
+            }
+        } else if !self.save.trim().is_empty() {
+            Kept::Snapshots
+        } else {
+            Kept::Nothing
+        }
     }
 }
 
+/// The weakest node's persistence, and what a crash then costs.
 fn persistence_finding(nodes: &[Persistence], exact: &[&str]) -> Finding {
     const SUBJECT: &str = "store persistence";
-    let volatile = nodes.iter().filter(|n| !n.on_disk()).count();
-    if volatile == 0 {
-        let aof = nodes.iter().all(|n| n.appendonly.trim() == "yes");
-        return Finding::ok(
-            SUBJECT,
-            if aof {
-                "appendonly yes".to_string()
-            } else {
-                format!(
-                    "RDB snapshots (save {})",
-                    nodes.first().map_or("", |n| n.save.trim())
-                )
-            },
-        );
+    let Some(worst) = nodes.iter().map(Persistence::kept).min() else {
+        return Finding::warn(SUBJECT, "no node answered".to_string());
+    };
+    let count = nodes.iter().filter(|n| n.kept() == worst).count();
+    let streams = exact.join(", ");
+    let save = nodes
+        .iter()
+        .find(|n| n.kept() == worst)
+        .map_or("", |n| n.save.trim());
+    let said = match worst {
+        Kept::Nothing => format!(
+            "keep nothing on disk (save \"\", appendonly no): a restart loses every claim of the \
+             exact stream(s) {streams}; idemgate sees it and they stop until `idemgate rebuild`; \
+             enable AOF (appendonly yes, appendfsync always)"
+        ),
+        Kept::Snapshots => format!(
+            "keep RDB snapshots only (save {save}): a crash brings back the last snapshot, \
+             without the claims written since, and idemgate does not see it: copies of events \
+             of {streams} decided after the snapshot pass as novel; enable AOF (appendonly yes, \
+             appendfsync always), and after any restart from a snapshot run `idemgate rebuild`"
+        ),
+        Kept::AofNoFsync => format!(
+            "keep an AOF the OS flushes when it likes (appendfsync no): a crash can lose the \
+             last seconds of claims, unseen, and copies of events of {streams} decided then \
+             pass as novel; set appendfsync always"
+        ),
+        Kept::AofEverySec => "appendonly yes, appendfsync everysec: a crash can lose the last \
+             second of claims, unseen (a copy of an event decided in it can pass once); \
+             appendfsync always loses none"
+            .to_string(),
+        Kept::AofAlways => {
+            "appendonly yes, appendfsync always: a crash loses no acknowledged claim".to_string()
+        }
+    };
+    if worst >= Kept::AofEverySec {
+        return Finding::ok(SUBJECT, said);
     }
     Finding::warn(
         SUBJECT,
-        format!(
-            "{volatile} of {} node(s) keep nothing on disk (save \"\", appendonly no): a restart \
-             loses every claim of the exact stream(s) {}, which then stop until `idemgate \
-             rebuild`; enable AOF (appendonly yes) or RDB snapshots",
-            nodes.len(),
-            exact.join(", ")
-        ),
+        format!("{count} of {} node(s) {said}", nodes.len()),
     )
 }
 
@@ -269,6 +312,7 @@ mod tests {
         Persistence {
             save: save.into(),
             appendonly: appendonly.into(),
+            appendfsync: "everysec".into(),
         }
     }
 
@@ -279,9 +323,29 @@ mod tests {
         assert_eq!(volatile.status, Status::Warn, "{volatile:?}");
         assert!(volatile.detail.contains("bank"), "{volatile:?}");
         let rdb = persistence_finding(&[node("3600 1 300 100", "no")], &bank);
-        assert_eq!(rdb.status, Status::Ok, "{rdb:?}");
+        assert_eq!(rdb.status, Status::Warn, "{rdb:?}");
+        assert!(
+            rdb.detail.contains("does not see it") && rdb.detail.contains("idemgate rebuild"),
+            "{rdb:?}"
+        );
         let aof = persistence_finding(&[node("", "yes")], &bank);
         assert_eq!(aof.status, Status::Ok, "{aof:?}");
+        assert!(aof.detail.contains("last second"), "{aof:?}");
+        let always = Persistence {
+            appendfsync: "always".into(),
+            ..node("", "yes")
+        };
+        let always = persistence_finding(&[always], &bank);
+        assert_eq!(always.status, Status::Ok, "{always:?}");
+        assert!(
+            always.detail.contains("no acknowledged claim"),
+            "{always:?}"
+        );
+        let no_fsync = Persistence {
+            appendfsync: "no".into(),
+            ..node("", "yes")
+        };
+        assert_eq!(persistence_finding(&[no_fsync], &bank).status, Status::Warn);
         let one_of_three = persistence_finding(
             &[node("", "yes"), node("", "no"), node("60 1", "no")],
             &bank,

@@ -44,6 +44,17 @@ pub struct ServerFacts {
     pub tables: Vec<TableFacts>,
     /// The SQL an administrator runs to create what the store needs.
     pub create_sql: String,
+    /// `fsync`, `synchronous_commit` and `synchronous_standby_names`: what
+    /// a crash or a failover costs the claims.
+    pub durability: Durability,
+}
+
+/// The server's settings that decide what a crash keeps.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Durability {
+    pub fsync: String,
+    pub synchronous_commit: String,
+    pub synchronous_standby_names: String,
 }
 
 /// Asks the server; an error is the connection's or a refused query's.
@@ -60,7 +71,9 @@ pub async fn inspect(
              current_user::text, \
              CASE WHEN EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1) \
                THEN has_schema_privilege($1, 'CREATE') \
-               ELSE has_database_privilege(current_database(), 'CREATE') END",
+               ELSE has_database_privilege(current_database(), 'CREATE') END, \
+             current_setting('fsync'), current_setting('synchronous_commit'), \
+             current_setting('synchronous_standby_names')",
             &[&options.schema],
         )
         .await
@@ -119,6 +132,11 @@ pub async fn inspect(
         may_create: row.get(3),
         tables: facts,
         create_sql: tables.for_an_administrator(streams, &role),
+        durability: Durability {
+            fsync: row.get(4),
+            synchronous_commit: row.get(5),
+            synchronous_standby_names: row.get(6),
+        },
         role,
     })
 }

@@ -29,7 +29,7 @@ use async_trait::async_trait;
 use deadpool_postgres::Pool;
 use tokio::task::JoinHandle;
 
-pub use inspect::{inspect, ServerFacts, TableFacts, RIGHTS};
+pub use inspect::{inspect, Durability, ServerFacts, TableFacts, RIGHTS};
 pub use options::{
     redact, split_sslmode, JanitorOptions, PostgresOptions, SslMode, DEFAULT_JANITOR_BATCH_ROWS,
     DEFAULT_JANITOR_INTERVAL, DEFAULT_POOL_SIZE, DEFAULT_SCHEMA,
