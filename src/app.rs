@@ -52,8 +52,8 @@ pub async fn open_store(config: &Config) -> Result<Arc<dyn ClaimStore>, StoreErr
 async fn refuse_what_the_brokers_rule_out(config: &Config) -> Result<()> {
     let probe = config.clone();
     let findings =
-        tokio::task::spawn_blocking(move || crate::ops::check_kafka::probe(&probe)).await?;
-    let refused = crate::ops::check_kafka::refusals(&findings);
+        tokio::task::spawn_blocking(move || crate::ops::check::kafka::probe(&probe)).await?;
+    let refused = crate::ops::check::kafka::refusals(&findings);
     if !refused.is_empty() {
         let named: Vec<String> = refused
             .iter()

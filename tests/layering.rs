@@ -264,7 +264,7 @@ fn each_rule_refuses_what_issue_47_found() {
     for (module_path, text) in [
         (
             "worker::error",
-            "use crate::ops::check_txn::MetadataDropped;",
+            "use crate::ops::check::txn::MetadataDropped;",
         ),
         (
             "worker::watch",
@@ -285,7 +285,7 @@ fn each_rule_refuses_what_issue_47_found() {
     for (module_path, text) in [
         ("worker::resolve", "use crate::group::read_back;"),
         ("worker::flight::state", "use super::super::record::Input;"),
-        ("ops::check_txn", "use crate::worker::metadata::MAX_LEN;"),
+        ("ops::check::txn", "use crate::worker::metadata::MAX_LEN;"),
         ("clock", "mod tests { use super::*; }"),
     ] {
         assert_eq!(refused(module_path, text), 0, "{module_path}: {text}");

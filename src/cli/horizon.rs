@@ -6,8 +6,8 @@ use std::io::Read;
 use anyhow::Context;
 
 use super::duration;
+use crate::ops::horizon::topic::{read_topic, Locator, TopicSource};
 use crate::ops::horizon::{measure, parse_log, report, rfc3339_ms, NumericTimes};
-use crate::ops::horizon_topic::{read_topic, Locator, TopicSource};
 
 #[derive(clap::Args)]
 pub struct HorizonArgs {

@@ -6,8 +6,8 @@ use anyhow::bail;
 
 use super::duration;
 use crate::config::Config;
+use crate::ops::plan::text as plan_text;
 use crate::ops::plan::{for_stream, plan, ClaimsIn, PlanInput, PlanMode};
-use crate::ops::plan_text;
 
 #[derive(clap::Args)]
 pub struct PlanArgs {

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use crate::config::{Config, ENV_CONFIG};
-use crate::ops::rebuild_run;
+use crate::ops::rebuild::run as rebuild_run;
 
 #[derive(clap::Args)]
 pub struct RebuildArgs {

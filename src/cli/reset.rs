@@ -9,11 +9,11 @@
 use std::path::PathBuf;
 
 use crate::config::Config;
-use crate::ops::kafka_duration::{DurationError, KafkaDuration};
+use crate::ops::reset::csv::{CsvError, Rows};
+use crate::ops::reset::duration::{DurationError, KafkaDuration};
+use crate::ops::reset::run::{self as reset_run, ResetArgs};
+use crate::ops::reset::time::{parse_time, TimeError};
 use crate::ops::reset::{parse_offsets, Mode, OffsetsError, Skipped, Target};
-use crate::ops::reset_csv::{CsvError, Rows};
-use crate::ops::reset_run::{self, ResetArgs};
-use crate::ops::reset_time::{parse_time, TimeError};
 
 /// The scenarios; clap refuses two of them together, naming both.
 const SCENARIOS: [&str; 7] = [

@@ -7,7 +7,7 @@
 //! claims expire.
 //!
 //! Two readers of one rule, `verdict`: `check` commits a probe transaction
-//! on a group of its own (`ops::check_txn`), and the worker reads back its
+//! on a group of its own (`ops::check::txn`), and the worker reads back its
 //! own first transactional commit (`worker/resolve.rs`).
 
 use std::time::Duration;

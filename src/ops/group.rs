@@ -7,9 +7,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::kafka::{QuietContext, REQUEST_TIMEOUT};
 use crate::config::Config;
 use crate::group::{group_members, MembersError};
+use crate::ops::kafka::{QuietContext, REQUEST_TIMEOUT};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GroupError {

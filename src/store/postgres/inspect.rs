@@ -2,7 +2,7 @@
 //! or changing anything: its version, who the store connects as, whether
 //! that role may create the tables, and per table whether it exists, the
 //! rights the role lacks on it, and its rows (live and dead) and size.
-//! `ops::check_postgres_verdict` judges the answers.
+//! `ops::check::postgres` judges the answers.
 
 use super::connect::{client, pool, store_error, Connected};
 use super::schema::Tables;

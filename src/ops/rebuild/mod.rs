@@ -3,7 +3,7 @@
 //! commits say. Decided here, purely: what each clean output restores (a
 //! settled tier-1 claim, a tier-2 insert, or nothing, and why), which
 //! watermarks the committed offsets vouch for, and the report.
-//! `rebuild_run.rs` reads the topic and the group and writes the store.
+//! `run.rs` reads the topic and the group and writes the store.
 //!
 //! Every clean output carries its input's coordinates (`idemgate-input`)
 //! and its source hash (`idemgate-source-hash`); only `novel` ones held a
@@ -12,6 +12,9 @@
 //! byte for byte) with the stream's profile, and the hash computed with it
 //! must be the one the header names, or the profile changed since and the
 //! output restores nothing.
+
+pub mod run;
+mod start;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
@@ -24,7 +27,7 @@ use crate::fingerprint::{fingerprint, RecordView, SourceHash};
 use crate::store::{millis, Insert, Raise, Restored, StreamId};
 use crate::worker::metadata;
 
-use super::group::Committed;
+use crate::ops::group::Committed;
 
 /// A clean output as read back.
 pub struct CleanOutput<'a> {
@@ -114,7 +117,7 @@ impl<'a> Rebuild<'a> {
         self.now.saturating_sub(millis(longest))
     }
 
-    /// The decision time from which `rebuild_start` searches the clean
+    /// The decision time from which `start` searches the clean
     /// topic: a window before the window's start, for outputs written up
     /// to a window after they were decided.
     pub fn decided_since(&self) -> Millis {
@@ -323,5 +326,4 @@ fn rfc3339(ms: Millis) -> String {
 }
 
 #[cfg(test)]
-#[path = "rebuild_tests.rs"]
 mod tests;

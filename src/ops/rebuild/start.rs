@@ -21,10 +21,10 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-use super::kafka::{QuietContext, REQUEST_TIMEOUT};
-use super::rebuild_run::{RebuildError, QUIET};
 use crate::clock::Millis;
 use crate::decision::DECIDED_AT;
+use crate::ops::kafka::{QuietContext, REQUEST_TIMEOUT};
+use crate::ops::rebuild::run::{RebuildError, QUIET};
 
 /// A partition's search: the first output decided at or after `since` lies
 /// in `[low, high]` (`high` the end: none).

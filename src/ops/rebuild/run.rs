@@ -1,4 +1,4 @@
-//! `idemgate rebuild`, the I/O around [`super::rebuild`]: refuses while the
+//! `idemgate rebuild`, the I/O around [`crate::ops::rebuild`]: refuses while the
 //! group has members (the member check `reset` uses), reads the group's
 //! committed offsets and the stream's clean topic over the TTL window
 //! (read_committed: an aborted transaction's outputs were never delivered),
@@ -15,10 +15,10 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-use super::group::{self, GroupError};
-use super::kafka::{QuietContext, REQUEST_TIMEOUT};
-use super::rebuild::{report, watermarks, CleanOutput, Rebuild};
 use crate::config::{Config, StoreConfig, StreamConfig};
+use crate::ops::group::{self, GroupError};
+use crate::ops::kafka::{QuietContext, REQUEST_TIMEOUT};
+use crate::ops::rebuild::{report, watermarks, CleanOutput, Rebuild};
 use crate::store::{at_start, AtStart, Publish, StoreError, StoreIdentity, StreamId};
 
 #[derive(Debug, thiserror::Error)]
@@ -186,7 +186,7 @@ async fn adopt(
 /// Reads every partition of `clean` from the first output that may hold a
 /// live claim to its end, each output into the plan: from the earlier of
 /// the first at or after the plan's window start by the time index, and
-/// the first decided since (`rebuild_start`).
+/// the first decided since (`start`).
 fn read_clean(config: &Config, clean: &str, plan: &mut Rebuild<'_>) -> Result<(), RebuildError> {
     let kafka = RebuildError::Kafka;
     let (mut client, _) = crate::config::client_configs(config);
@@ -212,7 +212,7 @@ fn read_clean(config: &Config, clean: &str, plan: &mut Rebuild<'_>) -> Result<()
         })?;
     let numbers: Vec<i32> = partitions.iter().map(|(_, p)| *p).collect();
     let decided =
-        super::rebuild_start::by_decision(&consumer, clean, &numbers, plan.decided_since())?;
+        crate::ops::rebuild::start::by_decision(&consumer, clean, &numbers, plan.decided_since())?;
     let mut assignment = TopicPartitionList::new();
     let mut open: HashSet<i32> = HashSet::new();
     for element in found.elements() {

@@ -1,9 +1,11 @@
 //! `idemgate horizon`: retry horizons from a recording, read as JSON lines
-//! (stdin) or straight from a recorded Kafka topic (`horizon_topic`), then
+//! (stdin) or straight from a recorded Kafka topic (`topic`), then
 //! measured by the pure [`measure_horizon`] (docs/design.md §9).
 //!
 //! A recording that measures nothing is refused rather than reported as a
 //! horizon of zero: a TTL derived from an empty file would be a guess.
+
+pub mod topic;
 
 use std::fmt::Write;
 
@@ -47,7 +49,7 @@ pub enum HorizonError {
         topic: String,
         partition: i32,
         offset: i64,
-        problem: crate::ops::horizon_topic::RecordError,
+        problem: crate::ops::horizon::topic::RecordError,
     },
     /// The brokers or the topic.
     #[error("kafka: {0}")]

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::check::Finding;
-use crate::config::{Config, StoreConfig};
+use super::Finding;
+use crate::config::Config;
 use crate::store::redis::{
     config_value, module_names, FilterBackend, RedisOptions, RedisStore, RedisTarget,
 };
@@ -19,18 +19,7 @@ use crate::store::{Mode, StoreError};
 /// timeouts per step; this bounds a cluster's several steps).
 const CONNECT_BOUND: Duration = Duration::from_secs(30);
 
-pub(super) async fn probe(config: &Config) -> Vec<Finding> {
-    match &config.store {
-        StoreConfig::Memory { .. } => vec![Finding::warn(
-            "store",
-            "memory: claims live in this one process and die with it (one replica only); nothing to reach",
-        )],
-        StoreConfig::Redis(options) => redis(config, options).await,
-        StoreConfig::Postgres(options) => super::check_postgres::probe(config, options).await,
-    }
-}
-
-async fn redis(config: &Config, options: &RedisOptions) -> Vec<Finding> {
+pub(super) async fn probe(config: &Config, options: &RedisOptions) -> Vec<Finding> {
     let target = options.target.to_string();
     let subject = match options.target {
         RedisTarget::Standalone(_) => "store.url",
@@ -305,8 +294,8 @@ fn state_of(info: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Status;
     use super::{persistence_finding, state_of, Persistence};
-    use crate::ops::check::Status;
 
     fn node(save: &str, appendonly: &str) -> Persistence {
         Persistence {

@@ -7,13 +7,13 @@
 
 use std::fmt::Write;
 
-use super::reset::{Change, Mode, Plan};
+use crate::ops::reset::{Change, Mode, Plan};
 
 /// Kafka's placeholder for a missing value (`MISSING_COLUMN_VALUE`).
 const MISSING: &str = "-";
 
 /// The report, up to the line that says what was done (`closing` for a
-/// plan; `reset_run` says what it wrote).
+/// plan; `run` says what it wrote).
 pub fn text(plan: &Plan, group: &str, mode: Mode) -> String {
     let mut out = kafka_table(plan, group);
     let _ = writeln!(

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use super::plan::{
+use crate::ops::plan::{
     ClaimsIn, ExactPlan, Plan, RateSource, StreamPlan, POSTGRES_BYTES_PER_CLAIM,
     TIER1_BYTES_PER_KEY,
 };
@@ -252,8 +252,8 @@ pub fn stream(stream: &StreamPlan) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::plan::{plan as make_plan, PlanInput, PlanMode};
     use super::*;
+    use crate::ops::plan::{plan as make_plan, PlanInput, PlanMode};
 
     /// 7 x 365.25 days, as `ttl = { retention_years = 7 }` derives it.
     const SEVEN_YEARS: Duration = Duration::from_secs(220_903_200);

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::check::Finding;
+use super::Finding;
 use crate::config::Config;
 use crate::store::postgres::{
     inspect, redact, Durability, PostgresOptions, ServerFacts, TableFacts,
@@ -201,7 +201,7 @@ fn bloat(table: &TableFacts) -> Option<Finding> {
         "{} live claims, {} dead rows, {} on disk",
         table.live_rows,
         table.dead_rows,
-        super::plan_text::human_bytes(u64::try_from(table.bytes).unwrap_or(0))
+        crate::ops::plan::text::human_bytes(u64::try_from(table.bytes).unwrap_or(0))
     );
     Some(if share >= BLOAT_SHARE {
         Finding::warn(
@@ -219,7 +219,7 @@ fn bloat(table: &TableFacts) -> Option<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::check::Status;
+    use super::super::Status;
     use super::*;
 
     fn table(name: &str, stream: Option<&str>) -> TableFacts {

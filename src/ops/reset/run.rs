@@ -1,4 +1,4 @@
-//! `idemgate reset`, the I/O around [`super::reset::plan`]: asks the
+//! `idemgate reset`, the I/O around [`crate::ops::reset::plan`]: asks the
 //! brokers for the group, its committed offsets and the logs' bounds, and
 //! the store for the watermarks; then, only with `--execute` (a plan may
 //! be printed while the group has members), records in the store what the
@@ -14,13 +14,13 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::group::{refuse_if_active, GroupError};
-use super::kafka::{QuietContext, REQUEST_TIMEOUT};
-use super::reset::{plan, Change, Mode, Request, Seen, Skipped, Target};
-use super::reset_text::text;
 use crate::config::Config;
 use crate::coordinates::TopicTag;
 use crate::group::group_members;
+use crate::ops::group::{refuse_if_active, GroupError};
+use crate::ops::kafka::{QuietContext, REQUEST_TIMEOUT};
+use crate::ops::reset::text::text;
+use crate::ops::reset::{plan, Change, Mode, Request, Seen, Skipped, Target};
 use crate::store::{PartitionReset, Publish, StoreError, StreamId};
 
 /// The commit metadata a reset writes: idemgate's, for the stream, never
@@ -60,7 +60,7 @@ pub enum ResetError {
     MemoryStore,
     /// The plan refused the request (named flag and partition).
     #[error(transparent)]
-    Plan(#[from] super::reset::PlanError),
+    Plan(#[from] crate::ops::reset::PlanError),
     #[error("kafka: cannot make a client from [kafka]: {0}")]
     Client(KafkaError),
     #[error("kafka: metadata of {topic}: {error}")]
@@ -127,7 +127,7 @@ pub async fn reset(config: &Config, args: ResetArgs) -> Result<Printed, ResetErr
     let (report, plan) = run(config, args).await?;
     Ok(if export {
         Printed {
-            stdout: super::reset_csv::export(&plan),
+            stdout: crate::ops::reset::csv::export(&plan),
             stderr: report,
         }
     } else {
@@ -139,7 +139,10 @@ pub async fn reset(config: &Config, args: ResetArgs) -> Result<Printed, ResetErr
 }
 
 /// The reset, its report and its plan.
-async fn run(config: &Config, args: ResetArgs) -> Result<(String, super::reset::Plan), ResetError> {
+async fn run(
+    config: &Config,
+    args: ResetArgs,
+) -> Result<(String, crate::ops::reset::Plan), ResetError> {
     let (index, stream) = config
         .streams
         .iter()
@@ -215,7 +218,7 @@ async fn run(config: &Config, args: ResetArgs) -> Result<(String, super::reset::
              committed so far; --execute is refused until every replica has stopped\n"
         ));
     }
-    if let Some(closing) = super::reset_text::closing(mode) {
+    if let Some(closing) = crate::ops::reset::text::closing(mode) {
         report.push_str(closing);
         return Ok((report, plan));
     }

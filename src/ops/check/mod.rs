@@ -5,12 +5,17 @@
 //! `run` depends on. Each finding is `ok`, `warn` (works, but look) or
 //! `FAIL` (`run` would refuse or stall), naming the field or the server.
 
+pub(crate) mod kafka;
+mod postgres;
+mod redis;
+pub(crate) mod txn;
+
 use std::fmt::Write;
 use std::path::Path;
 
-use super::plan::{for_stream, ClaimsIn, PlanMode, StreamPlan};
-use super::plan_text;
 use crate::config::{Config, StoreConfig};
+use crate::ops::plan::text as plan_text;
+use crate::ops::plan::{for_stream, ClaimsIn, PlanMode, StreamPlan};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {
@@ -147,8 +152,8 @@ pub async fn check(path: &Path, offline: bool) -> CheckReport {
     }
     let for_kafka = config.clone();
     let probed = tokio::task::spawn_blocking(move || {
-        let mut findings = super::check_kafka::probe(&for_kafka);
-        findings.extend(super::check_txn::probe(&for_kafka));
+        let mut findings = kafka::probe(&for_kafka);
+        findings.extend(txn::probe(&for_kafka));
         findings
     });
     match probed.await {
@@ -158,10 +163,20 @@ pub async fn check(path: &Path, offline: bool) -> CheckReport {
             format!("the check itself failed: {error}"),
         )),
     }
+    report.findings.extend(store(&config).await);
     report
-        .findings
-        .extend(super::check_redis::probe(&config).await);
-    report
+}
+
+/// The store's findings, from the backend's own module.
+async fn store(config: &Config) -> Vec<Finding> {
+    match &config.store {
+        StoreConfig::Memory { .. } => vec![Finding::warn(
+            "store",
+            "memory: claims live in this one process and die with it (one replica only); nothing to reach",
+        )],
+        StoreConfig::Redis(options) => redis::probe(config, options).await,
+        StoreConfig::Postgres(options) => postgres::probe(config, options).await,
+    }
 }
 
 /// What needs no server: the config as loaded, and the metrics address.

@@ -1,7 +1,9 @@
 //! What a stream costs before it runs: tier-1 keys and their bytes in
 //! Redis (or, exact, on PostgreSQL's disk), tier-2 generations, exact and
-//! tiered side by side. Pure arithmetic over plain numbers; `plan_text`
+//! tiered side by side. Pure arithmetic over plain numbers; `text`
 //! writes it out.
+
+pub mod text;
 
 use std::time::Duration;
 
@@ -366,7 +368,7 @@ mod tests {
 
     #[test]
     fn a_configured_stream_is_planned_at_its_peak_rate_or_per_event_per_second() {
-        let text = include_str!("../../config/example.toml");
+        let text = include_str!("../../../config/example.toml");
         let config = crate::config::Config::parse_with_vars(text, |name| {
             (name == "IDEMGATE_KAFKA_BROKERS").then(|| "b:9092".to_string())
         })

@@ -10,10 +10,10 @@ use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::check::Finding;
-use super::kafka::REQUEST_TIMEOUT;
+use super::Finding;
 use crate::config::{Config, Guarantee};
 use crate::group::{read_back, verdict, ReadBack};
+use crate::ops::kafka::REQUEST_TIMEOUT;
 
 /// How long the probe's transactional requests may take.
 const TXN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -153,8 +153,8 @@ pub(crate) fn probe(config: &Config) -> Option<Finding> {
 /// member, offsets that expire with `offsets.retention.minutes`).
 fn delete_group(config: &Config, group: &str) {
     let (consumer_config, _) = crate::config::client_configs(config);
-    let admin: Result<rdkafka::admin::AdminClient<super::kafka::QuietContext>, _> =
-        consumer_config.create_with_context(super::kafka::QuietContext);
+    let admin: Result<rdkafka::admin::AdminClient<crate::ops::kafka::QuietContext>, _> =
+        consumer_config.create_with_context(crate::ops::kafka::QuietContext);
     if let Ok(admin) = admin {
         let options = rdkafka::admin::AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
         let _ = futures::executor::block_on(admin.delete_groups(&[group], &options));

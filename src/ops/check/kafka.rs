@@ -12,9 +12,9 @@ use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 
-use super::check::Finding;
-use super::kafka::{consumer, QuietContext, REQUEST_TIMEOUT};
+use super::Finding;
 use crate::config::{Client, Config};
+use crate::ops::kafka::{consumer, QuietContext, REQUEST_TIMEOUT};
 
 /// A topic as the brokers' metadata shows it: its partitions, or the error
 /// the broker gave for it.
@@ -229,7 +229,7 @@ fn topic_limits(config: &Config, topics: &[&str]) -> Result<Vec<(String, usize)>
 pub(crate) fn refusals(findings: &[Finding]) -> Vec<&Finding> {
     findings
         .iter()
-        .filter(|f| f.status == super::check::Status::Fail)
+        .filter(|f| f.status == super::Status::Fail)
         .filter(|f| f.subject.ends_with(".inputs") || f.subject.ends_with(".max_record_bytes"))
         .collect()
 }

@@ -1,5 +1,5 @@
 use super::*;
-use crate::ops::reset_text::text;
+use crate::ops::reset::text::text;
 
 fn seen(partition: i32, committed: Option<i64>, watermark: Option<i64>) -> Seen {
     Seen {
@@ -162,7 +162,7 @@ fn latest_is_a_forward_skip_that_needs_a_choice() {
 
 #[test]
 fn a_file_plan_takes_the_groups_rows_and_every_partition_must_be_named() {
-    use crate::ops::reset_csv::Rows;
+    use crate::ops::reset::csv::Rows;
     let parts = [seen(0, Some(50), None), seen(1, Some(50), None)];
     let rows = Rows::parse(
         "f.csv",

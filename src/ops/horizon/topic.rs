@@ -10,8 +10,8 @@ use rdkafka::consumer::Consumer;
 use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-use super::horizon::{Attempt, HorizonError};
-use super::kafka::{consumer, REQUEST_TIMEOUT};
+use crate::ops::horizon::{Attempt, HorizonError};
+use crate::ops::kafka::{consumer, REQUEST_TIMEOUT};
 
 /// Where a record carries a value.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -151,7 +151,7 @@ pub fn read_topic(source: &TopicSource) -> Result<Recording, HorizonError> {
 /// look offsets up by time is read from the beginning: the time range
 /// still filters every record.
 fn start_offsets(
-    consumer: &rdkafka::consumer::BaseConsumer<super::kafka::QuietContext>,
+    consumer: &rdkafka::consumer::BaseConsumer<crate::ops::kafka::QuietContext>,
     source: &TopicSource,
     partitions: &[i32],
 ) -> Result<TopicPartitionList, HorizonError> {

@@ -1,7 +1,7 @@
 //! `idemgate reset`: the operator's reset and replay of one stream's input
 //! offsets (DESIGN.md §4 rules 2 and 7; docs/design.md §4.9). What it does
 //! to each partition is decided here, purely, from what the brokers and the
-//! store said; `reset_run.rs` asks them and writes the outcome.
+//! store said; `run.rs` asks them and writes the outcome.
 //!
 //! - A **backward** reset (replay) moves the committed offset down. Its
 //!   records are below the partition's delivered watermark: they produce
@@ -15,9 +15,15 @@
 //!   never delivered), `--skipped abandoned` records the range so that a
 //!   copy may take their claims over (a double if they were delivered).
 
+pub mod csv;
+pub mod duration;
+pub mod run;
+pub mod text;
+pub mod time;
+
 use std::collections::BTreeMap;
 
-use super::reset_csv::CsvError;
+use crate::ops::reset::csv::CsvError;
 
 /// Where the offsets go: the scenarios of Kafka's `kafka-consumer-groups
 /// --reset-offsets`, each computed as that tool computes it, except that an
@@ -42,8 +48,8 @@ pub enum Target {
     /// commit is refused, as there.
     ShiftBy(i64),
     /// `--from-file`: Kafka's reset CSV, whose rows name groups or not
-    /// (`reset_csv`); the group's rows must name every input partition.
-    File(crate::ops::reset_csv::Rows),
+    /// (`csv`); the group's rows must name every input partition.
+    File(crate::ops::reset::csv::Rows),
 }
 
 impl Target {
@@ -390,5 +396,4 @@ impl Plan {
 }
 
 #[cfg(test)]
-#[path = "reset_tests.rs"]
 mod tests;

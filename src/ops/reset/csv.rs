@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use super::reset::Plan;
+use crate::ops::reset::Plan;
 
 /// One partition's offset, per partition in file order.
 #[derive(Clone, Debug, PartialEq, Eq)]
