@@ -40,21 +40,7 @@ pub fn init(format: LogFormat) {
 /// a field of its own (a JSON key with `--log-format json`), secrets left
 /// out.
 pub fn log_settings(config: &crate::config::Config) {
-    use crate::config::StoreConfig;
-    let (store, store_at) = match &config.store {
-        StoreConfig::Memory { event_time } => (
-            if *event_time {
-                "memory (event time)"
-            } else {
-                "memory"
-            },
-            String::new(),
-        ),
-        StoreConfig::Redis(options) => ("redis", options.target.to_string()),
-        StoreConfig::Postgres(options) => {
-            ("postgres", crate::store::postgres::redact(&options.url))
-        }
-    };
+    let (store, store_at) = (config.store.kind(), config.store.target());
     let streams: Vec<&str> = config
         .streams
         .iter()

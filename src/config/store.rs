@@ -119,18 +119,7 @@ fn validate_postgres(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
             return Err(invalid("store.janitor.interval", "must be above zero"));
         }
     }
-    let files = TlsFiles {
-        ca_file: raw.tls.ca_file.clone(),
-        cert_file: raw.tls.cert_file.clone(),
-        key_file: raw.tls.key_file.clone(),
-    };
-    if files != TlsFiles::default() {
-        if raw.tls.cert_file.is_some() != raw.tls.key_file.is_some() {
-            return Err(invalid(
-                "store.tls",
-                "cert_file and key_file go together (a client certificate and its key)",
-            ));
-        }
+    if let Some(files) = tls_files(&raw.tls)? {
         if sslmode == SslMode::Disable {
             return Err(invalid(
                 "store.tls",
@@ -140,6 +129,28 @@ fn validate_postgres(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
         options.tls = Some(files);
     }
     Ok(StoreConfig::Postgres(options))
+}
+
+impl StoreConfig {
+    /// The backend's name, as `store.kind` spells it (a cluster is
+    /// `redis`: its target says `cluster`).
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            StoreConfig::Memory { event_time: false } => "memory",
+            StoreConfig::Memory { event_time: true } => "memory (event time)",
+            StoreConfig::Redis(_) => "redis",
+            StoreConfig::Postgres(_) => "postgres",
+        }
+    }
+
+    /// Where it is, secrets redacted; empty for the memory store.
+    pub(crate) fn target(&self) -> String {
+        match self {
+            StoreConfig::Memory { .. } => String::new(),
+            StoreConfig::Redis(options) => options.target.to_string(),
+            StoreConfig::Postgres(options) => crate::store::postgres::redact(&options.url),
+        }
+    }
 }
 
 /// The PostgreSQL store keeps exact claims only: a tiered stream on it is
@@ -165,6 +176,28 @@ pub(super) fn exact_only(streams: &[StreamConfig]) -> Result<(), ConfigError> {
 /// TLS files only make sense with `rediss://`, and a client certificate
 /// only with its key.
 fn validate_tls(raw: &RawTls, target: &RedisTarget) -> Result<Option<TlsFiles>, ConfigError> {
+    let Some(files) = tls_files(raw)? else {
+        return Ok(None);
+    };
+    let urls = match target {
+        RedisTarget::Standalone(url) => vec![url.as_str()],
+        RedisTarget::Cluster(nodes) => nodes.iter().map(String::as_str).collect(),
+    };
+    if let Some(plain) = urls.iter().find(|u| !u.starts_with("rediss://")) {
+        return Err(invalid(
+            "store.tls",
+            format!(
+                "{} is not a rediss:// url: TLS files need a TLS connection",
+                crate::store::redis::redact(plain)
+            ),
+        ));
+    }
+    Ok(Some(files))
+}
+
+/// `[store.tls]`'s files, on either backend: none, or a client
+/// certificate with its key.
+fn tls_files(raw: &RawTls) -> Result<Option<TlsFiles>, ConfigError> {
     let files = TlsFiles {
         ca_file: raw.ca_file.clone(),
         cert_file: raw.cert_file.clone(),
@@ -177,19 +210,6 @@ fn validate_tls(raw: &RawTls, target: &RedisTarget) -> Result<Option<TlsFiles>, 
         return Err(invalid(
             "store.tls",
             "cert_file and key_file go together (a client certificate and its key)",
-        ));
-    }
-    let urls = match target {
-        RedisTarget::Standalone(url) => vec![url.as_str()],
-        RedisTarget::Cluster(nodes) => nodes.iter().map(String::as_str).collect(),
-    };
-    if let Some(plain) = urls.iter().find(|u| !u.starts_with("rediss://")) {
-        return Err(invalid(
-            "store.tls",
-            format!(
-                "{} is not a rediss:// url: TLS files need a TLS connection",
-                crate::store::redis::redact(plain)
-            ),
         ));
     }
     Ok(Some(files))

@@ -181,13 +181,8 @@ async fn store(config: &Config) -> Vec<Finding> {
 
 /// What needs no server: the config as loaded, and the metrics address.
 fn offline_findings(path: &Path, config: &Config) -> Vec<Finding> {
-    let store = match &config.store {
-        StoreConfig::Memory { .. } => "memory".to_string(),
-        StoreConfig::Redis(options) => format!("redis {}", options.target),
-        StoreConfig::Postgres(options) => {
-            format!("postgres {}", crate::store::postgres::redact(&options.url))
-        }
-    };
+    let store = format!("{} {}", config.store.kind(), config.store.target());
+    let store = store.trim_end();
     let streams: Vec<&str> = config
         .streams
         .iter()
