@@ -33,8 +33,13 @@ use super::Worker;
 use crate::logging::RateLimit;
 use crate::store::{StoreError, StreamId, StreamLost};
 
-/// A check slower than this counts as unanswered, as a round does.
-const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+/// A check slower than this counts as unanswered. Each store bounds its
+/// own calls as it bounds a round (Redis a response in 5 s, PostgreSQL a
+/// round in 15 s), and a check that took that long is an outage the
+/// store reports itself; this is only the backstop that keeps a hung
+/// check from stopping the timer, so it sits above both: a tighter one
+/// called a slow but answering store silent while its rounds went on.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
 
 static CHECK_FAILED: LazyLock<RateLimit> =
     LazyLock::new(|| RateLimit::new(Duration::from_secs(30)));

@@ -17,7 +17,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use crate::config::Config;
 use crate::coordinates::TopicTag;
 use crate::group::group_members;
-use crate::ops::group::{refuse_if_active, GroupError};
+use crate::ops::group::{self, refuse_if_active, GroupError};
 use crate::ops::kafka::{QuietContext, REQUEST_TIMEOUT};
 use crate::ops::reset::text::text;
 use crate::ops::reset::{plan, Change, Mode, Request, Seen, Skipped, Target};
@@ -63,10 +63,6 @@ pub enum ResetError {
     Plan(#[from] crate::ops::reset::PlanError),
     #[error("kafka: cannot make a client from [kafka]: {0}")]
     Client(KafkaError),
-    #[error("kafka: metadata of {topic}: {error}")]
-    Metadata { topic: String, error: KafkaError },
-    #[error("kafka: input topic {0} is not there")]
-    InputMissing(String),
     #[error("kafka: bounds of {topic}/{partition}: {error}")]
     Bounds {
         topic: String,
@@ -276,38 +272,23 @@ fn look(
     target: &Target,
 ) -> Result<(Vec<Seen>, Committed), ResetError> {
     let mut seen = Vec::new();
-    for topic in inputs {
-        let metadata = consumer
-            .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
-            .map_err(|error| ResetError::Metadata {
-                topic: topic.clone(),
-                error,
-            })?;
-        let partitions = metadata
-            .topics()
-            .iter()
-            .find(|t| t.name() == topic && t.error().is_none())
-            .map(|t| t.partitions().len())
-            .filter(|n| *n > 0)
-            .ok_or_else(|| ResetError::InputMissing(topic.clone()))?;
-        for partition in 0..partitions as i32 {
-            let (low, high) = consumer
-                .fetch_watermarks(topic, partition, REQUEST_TIMEOUT)
-                .map_err(|error| ResetError::Bounds {
-                    topic: topic.clone(),
-                    partition,
-                    error,
-                })?;
-            seen.push(Seen {
+    for (topic, partition) in group::partitions(consumer, inputs)? {
+        let (low, high) = consumer
+            .fetch_watermarks(&topic, partition, REQUEST_TIMEOUT)
+            .map_err(|error| ResetError::Bounds {
                 topic: topic.clone(),
                 partition,
-                committed: None,
-                low,
-                high,
-                at_time: None,
-                watermark: None,
-            });
-        }
+                error,
+            })?;
+        seen.push(Seen {
+            topic,
+            partition,
+            committed: None,
+            low,
+            high,
+            at_time: None,
+            watermark: None,
+        });
     }
     let mut list = TopicPartitionList::new();
     for s in &seen {
