@@ -247,10 +247,12 @@ pub(crate) fn apply_env(raw: &mut RawConfig, var: impl Fn(&str) -> Option<String
     if let Some(url) = var(ENV_REDIS_URL) {
         raw.store.kind = StoreKind::Redis;
         raw.store.url = Some(url);
+        raw.store.nodes.clear();
     }
     if let Some(nodes) = var(ENV_REDIS_NODES) {
         raw.store.kind = StoreKind::Cluster;
         raw.store.nodes = nodes.split(',').map(|n| n.trim().to_string()).collect();
+        raw.store.url = None;
     }
 }
 
@@ -522,5 +524,7 @@ mod postgres_tests;
 mod profile_tests;
 #[cfg(test)]
 mod reference_tests;
+#[cfg(test)]
+mod store_tests;
 #[cfg(test)]
 mod tests;

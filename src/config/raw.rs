@@ -77,7 +77,7 @@ impl From<String> for KafkaValue {
 }
 
 /// PEM files for a Redis or a PostgreSQL over TLS.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawTls {
     /// A CA to trust instead of the system's roots (a private CA).
@@ -165,6 +165,18 @@ pub(crate) enum StoreKind {
     Cluster,
     /// A PostgreSQL database at `store.url`: exact streams only.
     Postgres,
+}
+
+impl StoreKind {
+    /// As `store.kind` spells it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            StoreKind::Memory => "memory",
+            StoreKind::Redis => "redis",
+            StoreKind::Cluster => "cluster",
+            StoreKind::Postgres => "postgres",
+        }
+    }
 }
 
 /// The PostgreSQL store's janitor (`[store.janitor]`): how often it
@@ -435,7 +447,7 @@ pub(crate) struct RawStream {
     pub(crate) shadow: bool,
 }
 
-fn default_prefix() -> String {
+pub(super) fn default_prefix() -> String {
     "ig:".into()
 }
 fn default_listen() -> String {

@@ -5,15 +5,7 @@
 use super::*;
 
 pub(super) fn validate_store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
-    for (set, name) in [
-        (raw.schema.is_some(), "store.schema"),
-        (raw.pool_size.is_some(), "store.pool_size"),
-        (raw.janitor.is_some(), "store.janitor"),
-    ] {
-        if set && raw.kind != StoreKind::Postgres {
-            return Err(invalid(name, "only for kind = \"postgres\""));
-        }
-    }
+    foreign_fields(raw)?;
     if !is_plain_name(&raw.key_prefix, ":") {
         return Err(invalid(
             "store.key_prefix",
@@ -42,12 +34,6 @@ pub(super) fn validate_store(raw: &RawStore) -> Result<StoreConfig, ConfigError>
         }
         StoreKind::Cluster => RedisTarget::Cluster(raw.nodes.clone()),
     };
-    if event_time {
-        return Err(invalid(
-            "store.clock",
-            "redis enforces ttls on its own wall clock: event time needs the memory store",
-        ));
-    }
     Ok(StoreConfig::Redis(RedisOptions {
         filter_backend,
         allow_eviction: raw.allow_eviction,
@@ -61,6 +47,72 @@ pub(super) fn validate_store(raw: &RawStore) -> Result<StoreConfig, ConfigError>
     }))
 }
 
+/// Which kinds read each field of `[store]`, where it is set: one table,
+/// so a field no backend of this kind reads is refused, named, instead of
+/// silently ignored (a `url` without `kind = "redis"` would otherwise run
+/// on the memory store, its claims dying with the replica).
+fn foreign_fields(raw: &RawStore) -> Result<(), ConfigError> {
+    use StoreKind::{Cluster, Memory, Postgres, Redis};
+    let fields: [(&str, bool, &[StoreKind]); 13] = [
+        ("url", raw.url.is_some(), &[Redis, Postgres]),
+        ("nodes", !raw.nodes.is_empty(), &[Cluster]),
+        (
+            "key_prefix",
+            raw.key_prefix != super::raw::default_prefix(),
+            &[Redis, Cluster],
+        ),
+        (
+            "filter",
+            raw.filter != FilterChoice::Auto,
+            &[Redis, Cluster],
+        ),
+        ("allow_eviction", raw.allow_eviction, &[Redis, Cluster]),
+        (
+            "require_eviction_check",
+            raw.require_eviction_check,
+            &[Redis, Cluster],
+        ),
+        ("username", raw.username.is_some(), &[Redis, Cluster]),
+        (
+            "password",
+            raw.password.is_some(),
+            &[Redis, Cluster, Postgres],
+        ),
+        (
+            "tls",
+            raw.tls != RawTls::default(),
+            &[Redis, Cluster, Postgres],
+        ),
+        ("schema", raw.schema.is_some(), &[Postgres]),
+        ("pool_size", raw.pool_size.is_some(), &[Postgres]),
+        ("janitor", raw.janitor.is_some(), &[Postgres]),
+        ("clock", raw.clock == Clock::Event, &[Memory]),
+    ];
+    let Some((name, _, kinds)) = fields
+        .into_iter()
+        .find(|(_, set, kinds)| *set && !kinds.contains(&raw.kind))
+    else {
+        return Ok(());
+    };
+    let kinds: Vec<String> = kinds.iter().map(|k| format!("{:?}", k.name())).collect();
+    let why = match (name, raw.kind) {
+        ("username", Postgres) => {
+            " (postgres takes the user from the url: postgres://user@host/db)"
+        }
+        ("clock", Redis | Cluster) => " (redis expires keys on its own wall clock)",
+        (_, Memory) => " (the store is memory, the default: claims would live in this one replica)",
+        _ => "",
+    };
+    Err(invalid(
+        format!("store.{name}"),
+        format!(
+            "only for kind = {}, not {:?}{why}",
+            kinds.join(" or "),
+            raw.kind.name()
+        ),
+    ))
+}
+
 /// `kind = "postgres"`: a `postgres://` URL whose `sslmode` idemgate
 /// knows, a plain schema name, and what the Redis store alone reads left
 /// unset.
@@ -71,25 +123,6 @@ fn validate_postgres(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
         .clone()
         .ok_or_else(|| invalid("store.url", "kind = \"postgres\" needs a url"))?;
     let (_, sslmode) = split_sslmode(&url).map_err(|e| invalid("store.url", e.to_string()))?;
-    if raw.username.is_some() {
-        return Err(invalid(
-            "store.username",
-            "kind = \"postgres\" takes the user from the url (postgres://user@host/db)",
-        ));
-    }
-    for (set, name) in [
-        (!raw.nodes.is_empty(), "store.nodes"),
-        (raw.filter != FilterChoice::Auto, "store.filter"),
-        (raw.allow_eviction, "store.allow_eviction"),
-        (raw.require_eviction_check, "store.require_eviction_check"),
-    ] {
-        if set {
-            return Err(invalid(name, "only for a redis store"));
-        }
-    }
-    if raw.clock == Clock::Event {
-        return Err(invalid("store.clock", "event time needs the memory store"));
-    }
     let mut options = PostgresOptions::new(url);
     options.password = raw.password.clone();
     if let Some(schema) = &raw.schema {

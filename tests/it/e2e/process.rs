@@ -175,7 +175,6 @@ impl GateConfig {
 {kafka}
 [store]
 {target}
-key_prefix = "{prefix}"
 {store}
 [metrics]
 listen = "{listen}"
@@ -198,16 +197,19 @@ audit = "{audit}"
                     "kind = \"postgres\"\nurl = \"{}\"\nschema = \"{schema}\"",
                     self.postgres_url
                 ),
-                None if self.redis_nodes.is_empty() => {
-                    format!("kind = \"redis\"\nurl = \"{}\"", self.redis_url)
-                }
-                None => format!("kind = \"cluster\"\nnodes = {:?}", self.redis_nodes),
+                None if self.redis_nodes.is_empty() => format!(
+                    "kind = \"redis\"\nurl = \"{}\"\nkey_prefix = \"{}\"",
+                    self.redis_url, self.key_prefix
+                ),
+                None => format!(
+                    "kind = \"cluster\"\nnodes = {:?}\nkey_prefix = \"{}\"",
+                    self.redis_nodes, self.key_prefix
+                ),
             },
             top = self.top,
             listen = self.metrics_listen,
             metrics = self.metrics,
             more_streams = self.more_streams,
-            prefix = self.key_prefix,
             store = self.store,
             max_records = self.max_records,
             batch = self.batch,

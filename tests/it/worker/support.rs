@@ -1,5 +1,5 @@
 //! What the worker tests keep of their own: a mock cluster with one test's
-//! topics, group and key prefix, a config for it, and waits on replicas and
+//! topics and group, a config for it, and waits on replicas and
 //! on the group's committed offsets. Workloads, producing, reading back and
 //! the exactly-once check are the test kit's.
 //!
@@ -36,7 +36,6 @@ pub struct Setup {
     /// and on those of `Options::more`.
     pub stream: String,
     pub group: String,
-    pub prefix: String,
 }
 
 /// What a test changes in the config.
@@ -116,7 +115,6 @@ impl Setup {
             topics,
             stream: format!("{base}-stream"),
             group: format!("{base}-group"),
-            prefix: format!("{base}:"),
         }
     }
 
@@ -147,7 +145,6 @@ impl Setup {
 {kafka}
 [store]
 kind = "memory"
-key_prefix = "{prefix}"
 
 [metrics]
 listen = "127.0.0.1:0"
@@ -159,7 +156,6 @@ linger = "20ms"
 "#,
             top = options.top,
             batch = options.batch,
-            prefix = self.prefix,
             max = options.max_records,
         );
         let payments = (&self.topics, options.stream);
