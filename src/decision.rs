@@ -19,6 +19,10 @@ pub(crate) enum Decision {
     Conflict { first_seen: Coordinates },
     /// No hash can be computed.
     Invalid(Invalid),
+    /// The broker (or the producer) refused the record's output for its
+    /// size or content: decided `invalid` (reason `undeliverable`) after
+    /// its claim, and sent to audit with less of its input.
+    Undeliverable(Refused),
     /// The store is unreachable and the stream fails open.
     Unverified,
 }
@@ -29,7 +33,7 @@ impl Decision {
             Decision::Novel => "novel",
             Decision::Duplicate { .. } => "duplicate",
             Decision::Conflict { .. } => "conflict",
-            Decision::Invalid(_) => "invalid",
+            Decision::Invalid(_) | Decision::Undeliverable(_) => "invalid",
             Decision::Unverified => "unverified",
         }
     }
@@ -37,9 +41,10 @@ impl Decision {
     pub(crate) fn route(&self) -> Route {
         match self {
             Decision::Novel | Decision::Unverified => Route::Clean,
-            Decision::Duplicate { .. } | Decision::Conflict { .. } | Decision::Invalid(_) => {
-                Route::Audit
-            }
+            Decision::Duplicate { .. }
+            | Decision::Conflict { .. }
+            | Decision::Invalid(_)
+            | Decision::Undeliverable(_) => Route::Audit,
         }
     }
 
@@ -51,6 +56,24 @@ impl Decision {
         } else {
             self.route()
         }
+    }
+}
+
+/// An output the broker refused, and what its next attempt leaves out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Refused {
+    /// The bytes of input the refused output carried.
+    pub(crate) bytes: usize,
+    /// What the broker or the producer said.
+    pub(crate) reason: String,
+    /// The input's key and headers are dropped too (its payload was
+    /// refused already), not only its payload.
+    pub(crate) bare: bool,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "output of {} bytes refused: {}", self.bytes, self.reason)
     }
 }
 
@@ -186,6 +209,9 @@ pub(crate) fn headers(
                 Value::Text(format!("{}: {invalid}", invalid.code())),
             );
         }
+        Decision::Undeliverable(refused) => {
+            out.push(REASON, Value::Text(format!("undeliverable: {refused}")));
+        }
         Decision::Unverified => {
             out.push(
                 REASON,
@@ -286,5 +312,22 @@ mod tests {
         let reason = headers.iter().find(|(k, _)| *k == REASON).unwrap();
         assert!(reason.1.starts_with("missing-field"), "{}", reason.1);
         assert!(reason.1.contains("amount"), "{}", reason.1);
+    }
+
+    #[test]
+    fn a_refused_output_is_invalid_with_its_own_reason() {
+        let decision = Decision::Undeliverable(Refused {
+            bytes: 1_200_000,
+            reason: "Broker: Message size too large".into(),
+            bare: false,
+        });
+        assert_eq!(decision.label(), "invalid");
+        assert_eq!(decision.route(), Route::Audit);
+        let headers = texts(&headers(&decision, None, &|_| String::new()));
+        let reason = headers.iter().find(|(k, _)| *k == REASON).unwrap();
+        assert_eq!(
+            reason.1,
+            "undeliverable: output of 1200000 bytes refused: Broker: Message size too large"
+        );
     }
 }

@@ -60,16 +60,6 @@ pub enum Invalid {
     /// headers cannot be written out as they came, so it goes to audit.
     #[error("a header name is not valid utf-8: `{name}`")]
     HeaderNameNotUtf8 { name: String },
-    /// The broker (or the producer) refused the record's output for its
-    /// size or content: it goes to audit without its payload (and, if that
-    /// is refused too, without its key and headers).
-    #[error("output of {bytes} bytes refused: {reason}")]
-    Undeliverable {
-        bytes: usize,
-        reason: String,
-        /// The input's key and headers were dropped as well.
-        bare: bool,
-    },
     /// The key header is present but empty: hashing it would make every such
     /// record a duplicate of the first.
     #[error("header `{name}` is empty")]
@@ -117,7 +107,6 @@ impl Invalid {
             Invalid::MissingHeader { .. } => "missing-header",
             Invalid::HeaderNotUtf8 { .. } => "header-not-utf8",
             Invalid::HeaderNameNotUtf8 { .. } => "header-name-not-utf8",
-            Invalid::Undeliverable { .. } => "undeliverable",
             Invalid::EmptyHeader { .. } => "empty-header",
             Invalid::MissingKey => "missing-key",
             Invalid::EmptyKey => "empty-key",
@@ -170,11 +159,6 @@ mod tests {
             Invalid::MissingHeader { name: field() },
             Invalid::HeaderNotUtf8 { name: field() },
             Invalid::HeaderNameNotUtf8 { name: field() },
-            Invalid::Undeliverable {
-                bytes: 2,
-                reason: "too large".into(),
-                bare: false,
-            },
             Invalid::EmptyHeader { name: field() },
             Invalid::MissingKey,
             Invalid::EmptyKey,

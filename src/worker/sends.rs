@@ -12,7 +12,7 @@ use super::flight::{Reported, Tp};
 use super::output::{send, Carry, Failure, Output};
 use super::pipeline::Pipeline;
 use super::Worker;
-use crate::decision::{headers, Decision, Route};
+use crate::decision::{headers, Decision, Refused, Route};
 use crate::fingerprint::Invalid;
 use crate::logging::RateLimit;
 
@@ -92,6 +92,7 @@ impl Worker {
                     let trace_id = record.map(|r| trace_id(&r.input)).unwrap_or_default();
                     let reason = match &decision {
                         Decision::Invalid(invalid) => invalid.to_string(),
+                        Decision::Undeliverable(refused) => refused.to_string(),
                         _ => String::new(),
                     };
                     debug!(trace_id = %trace_id, stream = %name, topic = %tp.0, partition = tp.1, offset,
@@ -147,8 +148,8 @@ fn carry_of(decision: &Decision, input: &Input, sendable: usize) -> Carry {
     // What idemgate adds to an output (decision headers) fits in this.
     let fits = |carry: Carry| carry.bytes(input) + crate::config::OUTPUT_HEADROOM <= sendable;
     match decision {
-        Decision::Invalid(Invalid::Undeliverable { bare: false, .. }) => Carry::NoPayload,
-        Decision::Invalid(Invalid::Undeliverable { bare: true, .. }) => Carry::Bare,
+        Decision::Undeliverable(Refused { bare: false, .. }) => Carry::NoPayload,
+        Decision::Undeliverable(Refused { bare: true, .. }) => Carry::Bare,
         // Too large for the stream is not too large for the producer: it
         // goes whole where it can, else without what it cannot carry,
         // decided `too-large` before any produce (not refused, then

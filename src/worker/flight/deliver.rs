@@ -4,8 +4,7 @@
 use std::time::Instant;
 
 use super::{Flight, Stage, Tp, MAX_BACKOFF};
-use crate::decision::Decision;
-use crate::fingerprint::Invalid;
+use crate::decision::{Decision, Refused};
 use crate::worker::record::{Carry, Failure};
 
 /// What a delivery report did to its record.
@@ -106,11 +105,11 @@ impl Flight {
             }
             Err(Failure::Refused(error)) => {
                 let bare = match &decision {
-                    Decision::Invalid(Invalid::Undeliverable { bare: true, .. }) => {
+                    Decision::Undeliverable(Refused { bare: true, .. }) => {
                         record.stage = Stage::Delivered;
                         None
                     }
-                    Decision::Invalid(Invalid::Undeliverable { bare: false, .. }) => Some(true),
+                    Decision::Undeliverable(Refused { bare: false, .. }) => Some(true),
                     _ => Some(false),
                 };
                 match bare {
@@ -123,7 +122,7 @@ impl Flight {
                             owned.insert = None;
                         }
                         let carry = if bare { Carry::NoPayload } else { Carry::Whole };
-                        record.decision = Some(Decision::Invalid(Invalid::Undeliverable {
+                        record.decision = Some(Decision::Undeliverable(Refused {
                             bytes: carry.bytes(&record.input),
                             reason: error.clone(),
                             bare,

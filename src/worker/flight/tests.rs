@@ -340,7 +340,7 @@ fn a_timeout_keeps_the_claim_even_after_a_refusal_and_a_refusal_releases_only_a_
     assert!(!f.record(&tp(0), 0).unwrap().claim.unwrap().release);
     assert!(matches!(
         f.record(&tp(0), 0).unwrap().decision,
-        Some(Decision::Invalid(Invalid::Undeliverable {
+        Some(Decision::Undeliverable(crate::decision::Refused {
             bare: false,
             ..
         }))
