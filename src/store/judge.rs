@@ -52,6 +52,32 @@ pub(crate) struct ResetMarks {
     pub(crate) holder_abandoned: bool,
 }
 
+/// What tier 2 says of a claim's hash.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Filter {
+    /// A live filter generation holds the hash.
+    pub(crate) hit: bool,
+    /// The record's offset lies in a run an earlier owner noted before
+    /// writing those records' hashes to tier 2 ahead of its transaction's
+    /// commit (exactly once, `EarlyRun`), or nothing was ever noted for
+    /// its partition (an owner of an earlier version): a hit may be the
+    /// record's own hash, left by that transaction if it aborted. Asked
+    /// only where it decides something (rule 5 beside a hit); `false`
+    /// elsewhere.
+    pub(crate) own_insert: bool,
+}
+
+/// Whether a claim's verdict turns on whether an earlier owner wrote the
+/// record's own hash to tier 2 early: it met its own unsettled claim of
+/// another owner's beside a filter hit, under exactly once (rule 5). Only
+/// those ask the store for the noted runs (a follow-up, rare).
+pub(crate) fn asks_own_insert(claim: &Claim, existing: &ClaimValue, hit: bool) -> bool {
+    hit && claim.early_inserts
+        && existing.holder == claim.holder
+        && existing.token != claim.token
+        && !existing.done
+}
+
 /// Without any reset's marks (tests state the rules of §4.4 through it).
 /// `existing` is the value `SET NX GET` answered (`None`: this claim was
 /// written); `own_below` is the watermark of the record's own partition,
@@ -69,7 +95,10 @@ pub(crate) fn judge(
         existing,
         own_below,
         holder_below,
-        in_filter,
+        Filter {
+            hit: in_filter,
+            own_insert: false,
+        },
         ResetMarks::default(),
     )
 }
@@ -82,10 +111,11 @@ pub(crate) fn judge_reset(
     existing: Option<&ClaimValue>,
     own_below: Option<i64>,
     holder_below: Option<i64>,
-    in_filter: bool,
+    filter: Filter,
     marks: ResetMarks,
 ) -> Verdict {
     use ClaimOutcome::*;
+    let in_filter = filter.hit;
     // Rule 2: below the watermark means decided, whatever tier 1 says.
     if own_below.is_some_and(|w| claim.holder.offset < w) {
         // Re-emitted only where nothing says its output went to audit:
@@ -132,13 +162,16 @@ pub(crate) fn judge_reset(
                 Won { fresh: true }
             })
         } else {
-            // The last owner's attempt. Exactly once, it may have written
-            // the hash to tier 2 in a transaction that then aborted: a
-            // filter hit may be its own, so its claim overrides the filter.
-            // At least once, the hash goes in with the settlement, which
-            // did not happen: a filter hit is another record's, and the
-            // last owner met it too (a filter duplicate sent to audit).
-            Verdict::Restamp(if in_filter && !claim.early_inserts {
+            // The last owner's attempt. At least once, the hash goes in
+            // with the settlement, which did not happen: a filter hit is
+            // another record's, and the last owner met it too (a filter
+            // duplicate sent to audit). Exactly once, it may have written
+            // the hash to tier 2 in a transaction that then aborted: a hit
+            // may be its own only where its offset was noted before those
+            // inserts; elsewhere the hit is another record's, as at least
+            // once (a late copy whose filter-duplicate output aborted).
+            let own_hash = claim.early_inserts && filter.own_insert;
+            Verdict::Restamp(if in_filter && !own_hash {
                 Duplicate {
                     tier: Tier::Filter,
                     holder: None,
@@ -206,6 +239,11 @@ mod tests {
         }
     }
 
+    const HIT: Filter = Filter {
+        hit: true,
+        own_insert: false,
+    };
+
     fn value_of(claim: &Claim) -> ClaimValue {
         ClaimValue::pending(claim.holder, claim.token, claim.digest, claim.at)
     }
@@ -249,19 +287,33 @@ mod tests {
     }
 
     #[test]
-    fn its_own_unsettled_claim_is_restamped_and_overrides_the_filter_only_where_inserts_come_early()
-    {
+    fn its_own_unsettled_claim_is_restamped_and_overrides_the_filter_only_where_its_hash_went_in() {
         let before = claim(at(0, 4), 1);
         let again = claim(at(0, 4), 2);
         let v = value_of(&before);
         let won = Verdict::Restamp(ClaimOutcome::Won { fresh: false });
         // Exactly once: the hash may be its own, left by an aborted
-        // transaction.
+        // transaction, where the last owner noted the record before its
+        // inserts.
         let early = Claim {
             early_inserts: true,
             ..again
         };
-        assert_eq!(judge(&early, Some(&v), Some(2), Some(2), true), won);
+        let own_insert = Filter {
+            hit: true,
+            own_insert: true,
+        };
+        assert_eq!(
+            judge_reset(
+                &early,
+                Some(&v),
+                Some(2),
+                Some(2),
+                own_insert,
+                ResetMarks::default()
+            ),
+            won
+        );
         assert_eq!(judge(&early, Some(&v), Some(2), Some(2), false), won);
         // At least once: the hash is another record's, which the last
         // owner met too.
@@ -292,6 +344,53 @@ mod tests {
         );
     }
 
+    /// A late copy (its first copy's tier-1 key expired) claims its hash
+    /// anew and meets the filter: a filter duplicate, to audit. Its
+    /// transaction aborts (its owner SIGKILLed); the next owner meets the
+    /// copy's own unsettled claim beside the same hit. The last owner
+    /// noted no early insert for it (a duplicate inserts nothing), so the
+    /// hit is the first copy's: a filter duplicate again, not a second
+    /// copy of the event in clean.
+    #[test]
+    fn a_late_copy_whose_filter_duplicate_aborted_is_a_filter_duplicate_again() {
+        let last_owner = claim(at(1, 1797), 1);
+        let next_owner = Claim {
+            early_inserts: true,
+            ..claim(at(1, 1797), 2)
+        };
+        let v = value_of(&last_owner);
+        let hit = Filter {
+            hit: true,
+            own_insert: false,
+        };
+        assert!(asks_own_insert(&next_owner, &v, true));
+        assert_eq!(
+            judge_reset(
+                &next_owner,
+                Some(&v),
+                Some(1712),
+                Some(1712),
+                hit,
+                ResetMarks::default()
+            ),
+            Verdict::Restamp(ClaimOutcome::Duplicate {
+                tier: Tier::Filter,
+                holder: None
+            })
+        );
+        // Nothing else asks: a fresh claim, its own settled claim, the same
+        // owner's retried round, at least once, no hit.
+        let done = ClaimValue { done: true, ..v };
+        assert!(!asks_own_insert(&next_owner, &done, true));
+        assert!(!asks_own_insert(&next_owner, &v, false));
+        let same_owner = Claim {
+            early_inserts: true,
+            ..last_owner
+        };
+        assert!(!asks_own_insert(&same_owner, &v, true));
+        assert!(!asks_own_insert(&claim(at(1, 1797), 2), &v, true));
+    }
+
     #[test]
     fn a_replay_range_re_emits_only_what_held_its_own_claim() {
         let replay = ResetMarks {
@@ -305,27 +404,37 @@ mod tests {
         let replayed = Verdict::Decided(ClaimOutcome::Replayed);
         // Below the watermark: its own claim, or nothing at all known.
         assert_eq!(
-            judge_reset(&c, Some(&own), Some(6), Some(6), false, replay),
+            judge_reset(&c, Some(&own), Some(6), Some(6), Filter::default(), replay),
             reemit
         );
-        assert_eq!(judge_reset(&c, None, Some(6), None, false, replay), reemit);
-        // A filter hit or another holder: it went to audit before.
-        assert_eq!(judge_reset(&c, None, Some(6), None, true, replay), replayed);
         assert_eq!(
-            judge_reset(&c, Some(&other), Some(6), Some(9), false, replay),
+            judge_reset(&c, None, Some(6), None, Filter::default(), replay),
+            reemit
+        );
+        // A filter hit or another holder: it went to audit before.
+        assert_eq!(judge_reset(&c, None, Some(6), None, HIT, replay), replayed);
+        assert_eq!(
+            judge_reset(
+                &c,
+                Some(&other),
+                Some(6),
+                Some(9),
+                Filter::default(),
+                replay
+            ),
             replayed
         );
         // Its own claim settled by a done flag above the watermark.
         let done = ClaimValue { done: true, ..own };
         assert_eq!(
-            judge_reset(&c, Some(&done), Some(1), Some(1), false, replay),
+            judge_reset(&c, Some(&done), Some(1), Some(1), Filter::default(), replay),
             reemit
         );
         // Outside the range: as ever.
         assert_eq!(judge(&c, Some(&own), Some(6), Some(6), false), replayed);
         // Its own unsettled claim is re-stamped, not re-emitted.
         assert_eq!(
-            judge_reset(&c, Some(&own), Some(1), Some(1), false, replay),
+            judge_reset(&c, Some(&own), Some(1), Some(1), Filter::default(), replay),
             Verdict::Restamp(ClaimOutcome::Won { fresh: false })
         );
     }
@@ -340,7 +449,7 @@ mod tests {
         let copy = claim(at(0, 3), 2);
         let v = value_of(&holder);
         assert_eq!(
-            judge_reset(&copy, Some(&v), None, Some(5), false, abandoned),
+            judge_reset(&copy, Some(&v), None, Some(5), Filter::default(), abandoned),
             Verdict::TakeOver
         );
         assert_eq!(
@@ -351,7 +460,14 @@ mod tests {
         );
         let done = ClaimValue { done: true, ..v };
         assert_eq!(
-            judge_reset(&copy, Some(&done), None, Some(5), false, abandoned),
+            judge_reset(
+                &copy,
+                Some(&done),
+                None,
+                Some(5),
+                Filter::default(),
+                abandoned
+            ),
             Verdict::Decided(ClaimOutcome::Duplicate {
                 tier: Tier::Exact,
                 holder: Some(holder.holder)

@@ -9,10 +9,10 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use fastbloom::BloomFilter;
 
-use super::judge::{judge_reset, raise, ResetMarks, Verdict};
+use super::judge::{asks_own_insert, judge_reset, raise, Filter, ResetMarks, Verdict};
 use super::value::ClaimValue;
 use super::{
-    add_abandoned, lost_among, millis, spec, Claim, ClaimOutcome, ClaimStore, FilterFill,
+    add_abandoned, lost_among, millis, spec, Claim, ClaimOutcome, ClaimStore, EarlyRun, FilterFill,
     IdentityFound, PartitionRanges, PartitionReset, Publish, Restored, RoundAnswer, StoreError,
     StoreIdentity, StoreStats, StreamId, StreamLost, StreamSpec, Watermark,
 };
@@ -44,6 +44,10 @@ struct State {
     /// ranges and the re-emit range, per partition.
     abandoned: HashMap<PartitionKey, Vec<(i64, i64)>>,
     replays: HashMap<PartitionKey, (i64, i64)>,
+    /// Exactly once: per partition, the runs of offsets whose hashes went
+    /// to tier 2 before their transaction committed (`EarlyRun`), each
+    /// with its time.
+    early: HashMap<PartitionKey, Vec<(i64, i64, Millis)>>,
     generations: HashMap<(usize, i64), Generation>,
     /// Per partition, the latest time its claims carried. On event time,
     /// partitions run at different points of the clock: a key is swept
@@ -142,6 +146,17 @@ impl State {
             abandoned: self.abandoned.get(&key).cloned().unwrap_or_default(),
             replay: self.replays.get(&key).copied(),
         }
+    }
+
+    /// Whether an earlier owner may have written the hash of the record
+    /// at `offset` to tier 2 early: it noted the offset first, or nothing
+    /// was ever noted for the partition (as on Redis, where an owner of an
+    /// earlier version notes nothing).
+    fn noted_early(&self, key: PartitionKey, offset: i64) -> bool {
+        self.early.get(&key).is_none_or(|runs| {
+            runs.iter()
+                .any(|&(start, end, _)| (start..end).contains(&offset))
+        })
     }
 
     fn observe(&mut self, key: PartitionKey, at: Millis, event_time: bool) {
@@ -325,7 +340,15 @@ impl ClaimStore for MemoryStore {
             let existing = state.live(&key, claim.at, self.event_time);
             let own_below = below(&state, claim.stream, &claim.holder);
             let holder_below = existing.and_then(|v| below(&state, claim.stream, &v.holder));
-            let in_filter = state.in_filter(claim.stream.0, spec, &claim.hash, claim.at);
+            let hit = state.in_filter(claim.stream.0, spec, &claim.hash, claim.at);
+            let filter = Filter {
+                hit,
+                own_insert: existing.is_some_and(|v| asks_own_insert(claim, &v, hit))
+                    && state.noted_early(
+                        partition_of(claim.stream, &claim.holder),
+                        claim.holder.offset,
+                    ),
+            };
             let marks = if state.abandoned.is_empty() && state.replays.is_empty() {
                 ResetMarks::default()
             } else {
@@ -345,7 +368,7 @@ impl ClaimStore for MemoryStore {
                 existing.as_ref(),
                 own_below,
                 holder_below,
-                in_filter,
+                filter,
                 marks,
             );
             if existing.is_none() {
@@ -373,6 +396,29 @@ impl ClaimStore for MemoryStore {
             answer.outcomes.push(verdict.outcome());
         }
         Ok(answer)
+    }
+
+    /// Runs under the partition's watermark are dropped as new ones come,
+    /// and on wall time those twice the tier-1 TTL older than the new ones
+    /// (every claim they could speak for has lapsed: a claim here lives
+    /// `tier1_ttl` from its time). On event time an unsettled claim never
+    /// lapses, so neither do its runs.
+    async fn note_early_inserts(&self, runs: &[EarlyRun]) -> Result<(), StoreError> {
+        let mut state = self.lock()?;
+        for run in runs {
+            let spec = spec(&self.streams, run.stream)?;
+            let key = (run.stream.0, run.topic, run.partition);
+            let below = state.watermarks.get(&key).copied().max(run.below);
+            let now = run.at;
+            let keep = millis(spec.tier1_ttl).saturating_mul(2);
+            let noted = state.early.entry(key).or_default();
+            let event_time = self.event_time;
+            noted.retain(|&(_, end, at)| {
+                below.is_none_or(|b| end > b) && (event_time || at.saturating_add(keep) > now)
+            });
+            noted.push((run.start, run.end, run.at));
+        }
+        Ok(())
     }
 
     async fn reset(&self, resets: &[PartitionReset]) -> Result<(), StoreError> {

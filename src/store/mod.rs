@@ -191,6 +191,27 @@ pub struct Insert {
     pub at: Millis,
 }
 
+/// A run `[start, end)` of a partition's offsets whose hashes its owner is
+/// about to write to tier 2 before its transaction commits (exactly once).
+/// Noted, and acknowledged, before those inserts: an aborted transaction
+/// leaves its inserts, and the partition's next owner, meeting a record's
+/// own unsettled claim beside a filter hit, tells from these runs whether
+/// the hit may be the record's own hash (docs/design.md §4.4 rule 5).
+/// `below` is the partition's watermark as the owner knows it: runs under
+/// it settle nothing any more and are dropped; `at` is the latest time its
+/// records' claims carried, on the stream's clock (a store that ages keys
+/// on those times ages runs on them too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EarlyRun {
+    pub stream: StreamId,
+    pub topic: TopicTag,
+    pub partition: i32,
+    pub start: i64,
+    pub end: i64,
+    pub below: Option<i64>,
+    pub at: Millis,
+}
+
 /// What a round writes before it reads: every write is idempotent, so a
 /// round that failed is sent again whole.
 #[derive(Clone, Debug, Default)]
@@ -355,6 +376,13 @@ pub trait ClaimStore: Send + Sync {
     async fn publish(&self, publish: &Publish) -> Result<RoundAnswer, StoreError> {
         self.round(publish, &[], &[]).await
     }
+
+    /// Notes the runs of offsets whose hashes the inserts that follow write
+    /// to tier 2 before a transaction commits (exactly once), beside what
+    /// earlier owners noted: answered only once they are kept. No default:
+    /// a store that wraps another must pass them on, or the next owner
+    /// takes a late copy's filter hit for its own hash.
+    async fn note_early_inserts(&self, runs: &[EarlyRun]) -> Result<(), StoreError>;
 
     /// Evicted keys and filter fill, for metrics.
     async fn stats(&self, at: Millis) -> Result<StoreStats, StoreError>;

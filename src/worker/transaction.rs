@@ -34,7 +34,7 @@ use tracing::{info, warn};
 use super::commit_failure::{commit_failure, CommitFailure, Outcome};
 use super::error::{Doing, WorkerError};
 use super::fault_point::{self, Step};
-use super::flight::{Commit, Tp};
+use super::flight::{Commit, EarlyInserts, Tp};
 use super::lane::{init, reports_in};
 use super::metadata::Metadata;
 use super::pipeline::{answer, Pipeline, FLUSH_PATIENCE};
@@ -431,13 +431,17 @@ impl Worker {
     }
 
     /// The transaction's tier-2 inserts, acknowledged before it commits:
-    /// once its offsets are committed no replay inserts them again.
+    /// once its offsets are committed no replay inserts them again. The
+    /// runs of offsets they speak for go first, acknowledged: should the
+    /// transaction abort, the partition's next owner tells from them a
+    /// filter hit that may be a record's own hash from another record's
+    /// (docs/design.md §4.4 rule 5).
     async fn insert_before_commit(
         &self,
         p: &mut Pipeline,
         deadline: Instant,
     ) -> Result<(), WorkerError> {
-        let inserts = p.flight.take_txn_inserts();
+        let EarlyInserts { runs, inserts } = p.flight.take_txn_inserts();
         if inserts.is_empty() {
             return Ok(());
         }
@@ -445,14 +449,21 @@ impl Worker {
             inserts,
             ..Publish::default()
         };
+        let mut noted = runs.is_empty();
         let mut backoff = Duration::from_millis(20);
         loop {
-            let result =
-                tokio::time::timeout(Duration::from_secs(2), self.store.round(&publish, &[], &[]))
-                    .await
-                    .unwrap_or_else(|_| Err(StoreError::Unavailable("round timed out".into())));
+            let attempt = async {
+                if !noted {
+                    self.store.note_early_inserts(&runs).await?;
+                    noted = true;
+                }
+                self.store.round(&publish, &[], &[]).await.map(|_| ())
+            };
+            let result = tokio::time::timeout(Duration::from_secs(2), attempt)
+                .await
+                .unwrap_or_else(|_| Err(StoreError::Unavailable("round timed out".into())));
             match result {
-                Ok(_) => return Ok(()),
+                Ok(()) => return Ok(()),
                 Err(error) if self.clock.now() + backoff < deadline => {
                     crate::metrics::store_failed("round", &error);
                     super::pipeline::store_failed(&error);

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use idemgate::clock::Millis;
 use idemgate::store::{
-    Claim, ClaimOutcome, ClaimStore, IdentityFound, Publish, RoundAnswer, StoreError,
+    Claim, ClaimOutcome, ClaimStore, EarlyRun, IdentityFound, Publish, RoundAnswer, StoreError,
     StoreIdentity, StoreStats, StreamId, StreamLost,
 };
 use idemgate::tier::Tier;
@@ -219,6 +219,11 @@ impl ClaimStore for CountingStore {
             Err(_) => tally.store_errors += 1,
         }
         result
+    }
+
+    /// Part of a transaction's seal, before its inserts: not counted.
+    async fn note_early_inserts(&self, runs: &[EarlyRun]) -> Result<(), StoreError> {
+        self.inner.note_early_inserts(runs).await
     }
 
     async fn find_identity(&self, stream: StreamId) -> Result<IdentityFound, StoreError> {

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use idemgate::clock::Millis;
 use idemgate::coordinates::Coordinates;
 use idemgate::store::{
-    Claim, ClaimOutcome, ClaimStore, IdentityFound, Publish, RoundAnswer, StoreError,
+    Claim, ClaimOutcome, ClaimStore, EarlyRun, IdentityFound, Publish, RoundAnswer, StoreError,
     StoreIdentity, StoreStats, StreamId, StreamLost,
 };
 
@@ -149,6 +149,15 @@ impl ClaimStore for FaultyStore {
             self.claimed.fetch_add(1, Ordering::SeqCst);
         }
         answer
+    }
+
+    /// A store that is down refuses them (its fault budget counts rounds
+    /// only).
+    async fn note_early_inserts(&self, runs: &[EarlyRun]) -> Result<(), StoreError> {
+        match self.fault() {
+            Fault::Down => Err(StoreError::Unavailable("injected: store down".into())),
+            _ => self.inner.note_early_inserts(runs).await,
+        }
     }
 
     async fn find_identity(&self, stream: StreamId) -> Result<IdentityFound, StoreError> {

@@ -193,6 +193,11 @@ impl ClaimStore for PostgresStore {
         result
     }
 
+    /// Exact streams only: no tier 2, so no early insert to speak for.
+    async fn note_early_inserts(&self, _: &[super::EarlyRun]) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     async fn stats(&self, _: Millis) -> Result<StoreStats, StoreError> {
         // No eviction and no filter: the janitor sets the table gauges.
         Ok(StoreStats::default())

@@ -16,7 +16,7 @@ use tokio_postgres::Row;
 use super::connect::store_error;
 use super::{PostgresStore, Session};
 use crate::coordinates::TopicTag;
-use crate::store::judge::{judge_reset, ResetMarks, Verdict};
+use crate::store::judge::{judge_reset, Filter, ResetMarks, Verdict};
 use crate::store::value::{encode_owner, ClaimValue};
 use crate::store::{
     millis, spec, Claim, Held, PartitionRanges, Publish, RoundAnswer, StoreError, StreamId,
@@ -416,6 +416,6 @@ impl Judged<'_> {
                     .is_some_and(|r| r.in_abandoned(v.holder.offset))
             }),
         };
-        judge_reset(claim, existing, own, holder, false, marks)
+        judge_reset(claim, existing, own, holder, Filter::default(), marks)
     }
 }

@@ -7,17 +7,18 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use redis::{RedisResult, Value};
 
+use super::early::{filter_of, Noted};
 use super::round::{self, claim_command, existing, noscript, values, Answers, Plan};
 use super::tier2::{self, counter_key};
 use super::{protocol, tier1, unparsable, watermarks, Keyed, RedisStore};
 use crate::clock::Millis;
 use crate::coordinates::TopicTag;
-use crate::store::judge::{judge_reset, ResetMarks, Verdict};
+use crate::store::judge::{judge_reset, Filter, ResetMarks, Verdict};
 use crate::store::value::ClaimValue;
 use crate::store::{
-    millis, spec, Claim, ClaimOutcome, ClaimStore, FilterFill, IdentityFound, PartitionRanges,
-    PartitionReset, Publish, Restored, RoundAnswer, StoreError, StoreIdentity, StoreStats,
-    StreamId, StreamLost,
+    millis, spec, Claim, ClaimOutcome, ClaimStore, EarlyRun, FilterFill, IdentityFound,
+    PartitionRanges, PartitionReset, Publish, Restored, RoundAnswer, StoreError, StoreIdentity,
+    StoreStats, StreamId, StreamLost,
 };
 
 /// A re-stamp meets a value changed under it at most this often in one
@@ -138,6 +139,13 @@ impl ClaimStore for RedisStore {
         (answer.outcomes, answer.taken_over) =
             self.judge_claims(claims, answers.claims, judged).await?;
         Ok(answer)
+    }
+
+    async fn note_early_inserts(&self, runs: &[EarlyRun]) -> Result<(), StoreError> {
+        if runs.is_empty() {
+            return Ok(());
+        }
+        self.note_runs(runs).await
     }
 
     async fn find_identity(&self, stream: StreamId) -> Result<IdentityFound, StoreError> {
@@ -308,7 +316,10 @@ impl RedisStore {
     /// Judges every claim's answer against the watermarks just read; the
     /// records that met their own claim from an earlier owner re-stamp it.
     /// A claim of a stream whose store lost its state is not judged: what
-    /// the store holds now says nothing.
+    /// the store holds now says nothing. Where a record met its own
+    /// unsettled claim of an earlier owner's beside a filter hit (exactly
+    /// once), the runs its partition's owners noted before their early
+    /// inserts are read first, in a follow-up after the probes answered.
     async fn judge_claims(
         &self,
         claims: &[Claim],
@@ -324,6 +335,23 @@ impl RedisStore {
         if answers.len() != claims.len() {
             return Err(StoreError::Protocol("claims answered short".into()));
         }
+        let mut values = Vec::with_capacity(claims.len());
+        for (claim, answer) in claims.iter().zip(answers) {
+            values.push(if lost.iter().any(|l| l.stream == claim.stream) {
+                None
+            } else {
+                Some(existing(answer)?)
+            });
+        }
+        let hit = |index: usize| in_filter.get(index).copied().unwrap_or(false);
+        let mut noted = Noted::new();
+        let asking: Vec<(usize, ClaimValue)> = values
+            .iter()
+            .enumerate()
+            .filter_map(|(index, value)| value.flatten().map(|v| (index, v)))
+            .collect();
+        self.read_noted(claims, &asking, in_filter, &mut noted)
+            .await?;
         let mut outcomes = Vec::with_capacity(claims.len());
         let mut restamps = Vec::new();
         let overwrite = |index: usize, old: ClaimValue, verdict: Verdict| match verdict {
@@ -334,14 +362,13 @@ impl RedisStore {
                 take_over: verdict == Verdict::TakeOver,
             }),
         };
-        for (index, (claim, answer)) in claims.iter().zip(answers).enumerate() {
-            if lost.iter().any(|l| l.stream == claim.stream) {
+        for (index, (claim, value)) in claims.iter().zip(values).enumerate() {
+            let Some(value) = value else {
                 outcomes.push(ClaimOutcome::StoreLost);
                 continue;
-            }
-            let value = existing(answer)?;
-            let hit = in_filter.get(index).copied().unwrap_or(false);
-            let judged = verdict(claim, value.as_ref(), marks, ranges, hit);
+            };
+            let filter = filter_of(claim, value.as_ref(), hit(index), &noted);
+            let judged = verdict(claim, value.as_ref(), marks, ranges, filter);
             // Until the compare and set answers (a value that changed
             // meanwhile is judged again).
             outcomes.push(judged.outcome());
@@ -355,11 +382,13 @@ impl RedisStore {
             }
             let (written, changed) = self.restamp(claims, &restamps).await?;
             taken_over.extend(written);
+            self.read_noted(claims, &changed, in_filter, &mut noted)
+                .await?;
             let mut again = Vec::new();
             for (index, now) in changed {
                 let claim = &claims[index];
-                let hit = in_filter.get(index).copied().unwrap_or(false);
-                let judged = verdict(claim, Some(&now), marks, ranges, hit);
+                let filter = filter_of(claim, Some(&now), hit(index), &noted);
+                let judged = verdict(claim, Some(&now), marks, ranges, filter);
                 outcomes[index] = judged.outcome();
                 again.extend(overwrite(index, now, judged));
             }
@@ -440,7 +469,7 @@ fn verdict(
     existing: Option<&ClaimValue>,
     marks: &Watermarks,
     ranges: &Ranges,
-    in_filter: bool,
+    filter: Filter,
 ) -> Verdict {
     let below =
         |topic: TopicTag, partition: i32| marks.get(&(claim.stream.0, topic, partition)).copied();
@@ -456,5 +485,5 @@ fn verdict(
                 .is_some_and(|r| r.in_abandoned(v.holder.offset))
         }),
     };
-    judge_reset(claim, existing, own, holder, in_filter, reset)
+    judge_reset(claim, existing, own, holder, filter, reset)
 }

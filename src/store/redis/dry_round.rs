@@ -258,7 +258,7 @@ fn probes(
         key: key.to_vec(),
         args,
     };
-    let script_calls = [
+    let mut script_calls = vec![
         call(
             "done flags",
             "EVAL (done flags)",
@@ -295,6 +295,22 @@ fn probes(
             raise_args,
         ),
     ];
+    if spec.mode == Mode::Tiered {
+        script_calls.push(call(
+            "early-insert runs",
+            "EVAL (early-insert runs)",
+            &scripts.early,
+            &marks,
+            vec![
+                b"probe-early".to_vec(),
+                b"0-1".to_vec(),
+                Vec::new(),
+                ttl.clone(),
+                ttl.clone(),
+                b"0".to_vec(),
+            ],
+        ));
+    }
     for cached in [false, true] {
         for c in &script_calls {
             probes.push(Probe {

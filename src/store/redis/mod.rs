@@ -30,6 +30,7 @@
 mod claims;
 mod conn;
 mod dry_round;
+mod early;
 mod identity;
 mod reset;
 mod restore;

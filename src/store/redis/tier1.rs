@@ -105,6 +105,8 @@ pub(crate) struct Scripts {
     pub(crate) release: LuaScript,
     pub(crate) restamp: LuaScript,
     pub(crate) raise: LuaScript,
+    /// Notes early-insert runs beside earlier owners' (`early.rs`).
+    pub(crate) early: LuaScript,
 }
 
 impl Scripts {
@@ -183,6 +185,7 @@ return out"#
             release: LuaScript::new(release),
             restamp: LuaScript::new(restamp),
             raise: LuaScript::new(raise),
+            early: LuaScript::new(super::early::NOTE.to_string()),
         }
     }
 }

@@ -41,6 +41,7 @@ mod settle_tests;
 #[cfg(test)]
 mod tests;
 mod txn;
+pub(crate) use txn::EarlyInserts;
 #[cfg(test)]
 mod txn_tests;
 

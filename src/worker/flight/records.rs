@@ -77,10 +77,6 @@ impl Records {
         self.entries.iter().map(|(_, record)| record)
     }
 
-    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut Record> {
-        self.entries.iter_mut().map(|(_, record)| record)
-    }
-
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }

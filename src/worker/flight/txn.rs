@@ -11,35 +11,100 @@
 //! nothing for them.
 
 use super::deliver::{carried_forward, Commit};
+use super::Record;
 use super::{Flight, Stage, Tp};
-use crate::store::{Insert, StreamId};
+use crate::clock::Millis;
+use crate::store::{EarlyRun, Insert, StreamId};
+
+/// The open transaction's tier-2 inserts, and the runs of offsets they
+/// speak for: the runs go to the store first, acknowledged, then the
+/// inserts, then the commit.
+#[derive(Debug, Default)]
+pub(crate) struct EarlyInserts {
+    pub(crate) runs: Vec<EarlyRun>,
+    pub(crate) inserts: Vec<Insert>,
+}
+
+/// What a record of the partition means to a run of early inserts.
+enum InRun {
+    /// Its hash goes in with this transaction.
+    Inserted,
+    /// Never claimed by any owner: it has no hash (invalid), or lies
+    /// below the watermark (a re-emission; the watermark only goes up).
+    /// A run may span it.
+    Spanned,
+    /// Anything else ends the run. A filter duplicate holds its own claim
+    /// and its hit is another record's; so may a record decided without a
+    /// claim here (a duplicate naming its holder, a conflict, one passed
+    /// unverified) at a later owner, once the holder's key has expired:
+    /// the runs of every owner are read together.
+    Ends,
+}
+
+fn in_run(record: &Record, open: u64) -> InRun {
+    let in_open = record.txn == open && matches!(record.stage, Stage::Sending | Stage::Produced);
+    match &record.claim {
+        Some(owned) if in_open && owned.insert.is_some() => InRun::Inserted,
+        None if record.replay || matches!(record.print, Some(Err(_))) => InRun::Spanned,
+        _ => InRun::Ends,
+    }
+}
 
 impl Flight {
     /// The tier-2 inserts of the open transaction's outputs (delivered,
-    /// or still awaiting their reports: the commit waits for those), taken:
-    /// they go to the store before the transaction commits (an abort
-    /// loses nothing by them: this owner's tier-1 claims override them).
-    pub(crate) fn take_txn_inserts(&mut self) -> Vec<Insert> {
-        let mut inserts = Vec::new();
+    /// or still awaiting their reports: the commit waits for those), taken,
+    /// with the runs of offsets they speak for: they go to the store before
+    /// the transaction commits, and an abort leaves them. The partition's
+    /// next owner then meets these records' own unsettled claims beside a
+    /// filter hit that may be their own hash, and the runs tell it so; a
+    /// hit beside a record outside them (a filter duplicate) is another
+    /// record's (docs/design.md §4.4 rule 5).
+    pub(crate) fn take_txn_inserts(&mut self) -> EarlyInserts {
+        let mut out = EarlyInserts::default();
         let open = self.open_txn;
-        for partition in self.partitions.values_mut() {
+        for (tp, partition) in &mut self.partitions {
             let stream = StreamId(partition.stream);
-            for record in partition.records.values_mut() {
-                if record.txn != open || !matches!(record.stage, Stage::Sending | Stage::Produced) {
-                    continue;
-                }
-                if let Some(owned) = record.claim.as_mut() {
-                    if let Some(at) = owned.insert.take() {
-                        inserts.push(Insert {
+            let (topic, below) = (partition.tag, partition.watermark);
+            let run_of = |(start, end, at): (i64, i64, Millis)| EarlyRun {
+                stream,
+                topic,
+                partition: tp.1,
+                start,
+                end,
+                below,
+                at,
+            };
+            // The open run: its first offset, the end of its last inserted
+            // record, and the latest of their times.
+            let mut run: Option<(i64, i64, Millis)> = None;
+            let mut runs = Vec::new();
+            for (&offset, record) in partition.records.iter_mut() {
+                match in_run(record, open) {
+                    InRun::Inserted => {
+                        let Some(owned) = record.claim.as_mut() else {
+                            continue;
+                        };
+                        let Some(at) = owned.insert.take() else {
+                            continue;
+                        };
+                        out.inserts.push(Insert {
                             stream,
                             hash: owned.held.hash,
                             at,
                         });
+                        run = Some(match run {
+                            Some((start, _, last)) => (start, offset + 1, last.max(at)),
+                            None => (offset, offset + 1, at),
+                        });
                     }
+                    InRun::Spanned => {}
+                    InRun::Ends => runs.extend(run.take()),
                 }
             }
+            runs.extend(run);
+            out.runs.extend(runs.into_iter().map(run_of));
         }
-        inserts
+        out
     }
 
     /// How many outputs of claimed records the open transaction holds

@@ -97,8 +97,8 @@ fn a_delivery_settles_only_after_its_transaction_commits() {
     );
     // Tier-2 inserts go before the commit, once.
     let inserts = f.take_txn_inserts();
-    assert_eq!(inserts.len(), 3);
-    assert!(f.take_txn_inserts().is_empty());
+    assert_eq!(inserts.inserts.len(), 3);
+    assert!(f.take_txn_inserts().inserts.is_empty());
     let offsets = f.txn_offsets(false);
     assert_eq!(offsets.len(), 1);
     assert_eq!((offsets[0].offset, offsets[0].done.clone()), (3, vec![]));
@@ -115,6 +115,58 @@ fn a_delivery_settles_only_after_its_transaction_commits() {
     assert_eq!(stage(&f, 2), Stage::Finished);
 }
 
+/// The runs noted before the inserts cover exactly the records whose hash
+/// goes in, spanning only records no owner ever claims (an invalid one),
+/// never a filter duplicate: should the transaction abort, the next owner
+/// meets the late copy's own claim beside a hit that is another record's
+/// (docs/design.md §4.4 rule 5). A duplicate naming its holder ends a run
+/// too: once that holder's key expires, a later owner may claim it and
+/// find it a filter duplicate.
+#[test]
+fn the_runs_noted_before_early_inserts_leave_out_every_record_not_inserted() {
+    let mut f = flight(Resume::default(), 0);
+    for offset in 0..8 {
+        let print = if offset == 2 {
+            Err(crate::fingerprint::Invalid::NotObject)
+        } else {
+            print(offset as u8)
+        };
+        assert_eq!(f.arrive(input(offset), 0, print, 1), Arrived::Kept);
+    }
+    let holder = Coordinates {
+        topic: TopicTag::of("raw"),
+        partition: 3,
+        offset: 9,
+    };
+    let exact = ClaimOutcome::Duplicate {
+        tier: crate::tier::Tier::Exact,
+        holder: Some(holder),
+    };
+    let filter = ClaimOutcome::Duplicate {
+        tier: crate::tier::Tier::Filter,
+        holder: None,
+    };
+    // Offsets 0, 1, 3, 4, 5, 6, 7 claim; 2 is invalid.
+    round(&mut f, vec![WON, WON, WON, exact, WON, filter, WON]);
+    assert_eq!(deliver_all(&mut f).len(), 8);
+    let EarlyInserts { runs, inserts } = f.take_txn_inserts();
+    assert_eq!(inserts.len(), 5);
+    let spans: Vec<_> = runs.iter().map(|r| (r.start, r.end)).collect();
+    assert_eq!(
+        spans,
+        vec![(0, 4), (5, 6), (7, 8)],
+        "4 is an exact duplicate, 6 the filter duplicate"
+    );
+    assert!(runs
+        .iter()
+        .all(|r| r.partition == 0 && r.topic == TopicTag::of("raw") && r.below == Some(0)));
+    let again = f.take_txn_inserts();
+    assert!(
+        again.runs.is_empty() && again.inserts.is_empty(),
+        "noted once"
+    );
+}
+
 /// Two lanes: an output sent while the sealed transaction commits is the
 /// next transaction's, even if its report comes first. The commit settles
 /// only its own; the next transaction's offsets and inserts carry the rest.
@@ -129,7 +181,7 @@ fn an_output_sent_after_the_seal_waits_for_the_next_transaction() {
     }
     round(&mut f, vec![WON; 2]);
     assert_eq!(deliver_all(&mut f), vec![0, 1]);
-    assert_eq!(f.take_txn_inserts().len(), 2);
+    assert_eq!(f.take_txn_inserts().inserts.len(), 2);
     assert_eq!(f.txn_offsets(true)[0].offset, 2);
     f.seal_txn();
     // Committing off the loop: the next transaction's outputs go out and
@@ -153,7 +205,7 @@ fn an_output_sent_after_the_seal_waits_for_the_next_transaction() {
     assert_eq!((publish.raises[0].start, publish.raises[0].end), (0, 2));
     assert_eq!(stage(&f, 3), Stage::Produced);
     // The next transaction: its own inserts and offsets, then its commit.
-    assert_eq!(f.take_txn_inserts().len(), 2);
+    assert_eq!(f.take_txn_inserts().inserts.len(), 2);
     assert_eq!(f.txn_offsets(false)[0].offset, 4);
     f.seal_txn();
     f.txn_committed();
@@ -178,7 +230,7 @@ fn an_output_awaiting_its_report_at_the_seal_is_the_sealed_transactions() {
     let epoch = f.record(&tp(), 0).unwrap().epoch;
     f.reported(&tp(), 0, epoch, Ok(()), Instant::now());
     assert_eq!(
-        f.take_txn_inserts().len(),
+        f.take_txn_inserts().inserts.len(),
         3,
         "the unreported outputs' inserts too"
     );

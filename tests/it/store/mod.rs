@@ -387,6 +387,7 @@ conformance!(
         a_filter_hit_keeps_its_tier1_claim_and_its_copies_wait_on_it,
         its_own_claim_overrides_a_filter_hit,
         at_least_once_its_own_claim_re_stamped_keeps_a_filter_hit,
+        exactly_once_a_late_copy_whose_filter_duplicate_aborted_stays_one,
         a_round_applies_inserts_and_raises_before_it_reads_and_claims,
         a_full_filter_generation_never_drops_an_insert,
         a_generation_another_replica_filled_is_probed_in_full,

@@ -80,7 +80,12 @@ pub async fn its_own_claim_overrides_a_filter_hit(h: &dyn Harness) {
     let record = claim(TIERED, key, 7, T0);
     assert_eq!(one(&*store, record).await, WON);
     // Its hash went into tier 2 before its claim was settled (exactly-once
-    // inserts before the transaction commits), then it is met again.
+    // inserts before the transaction commits, its offset noted first),
+    // then it is met again.
+    store
+        .note_early_inserts(&[early_run(TIERED, 5, 8, T0)])
+        .await
+        .unwrap();
     let inserts = vec![insert(&record)];
     publish(
         &*store,
@@ -102,7 +107,8 @@ pub async fn its_own_claim_overrides_a_filter_hit(h: &dyn Harness) {
     );
     // Another owner (an exactly-once abort bumps the attempt, a rebalance
     // does) meets it as its own: re-stamped, the filter overridden, for
-    // the hash may be its own, left by an aborted transaction.
+    // the hash may be its own, left by an aborted transaction (its offset
+    // was noted before the inserts).
     let replay = Claim {
         early_inserts: true,
         ..by(NEXT, claim(TIERED, key, 7, T0 + MINUTE))
@@ -148,6 +154,53 @@ pub async fn at_least_once_its_own_claim_re_stamped_keeps_a_filter_hit(h: &dyn H
     assert_eq!(one(&*store, copy).await, duplicate);
     // Its owner stopped before settling it; the next owner reads it again.
     let again = by(NEXT, claim(TIERED, key, 7, T0 + 2 * MINUTE));
+    assert_eq!(one(&*store, again).await, duplicate);
+    // Re-stamped: the next owner's done flag settles it.
+    assert!(done(&*store, &again).await);
+}
+
+/// Exactly once, a hash goes to tier 2 before the transaction commits, its
+/// offset noted first. A late copy decided a filter duplicate inserts
+/// nothing and is noted nowhere: when its transaction aborts, the next
+/// owner meets its own unsettled claim beside a hit that is the first
+/// record's hash, and it stays a filter duplicate. Deciding `novel` there
+/// put a second copy of the event in clean (the fault soak's late
+/// telemetry copies, when their owner was SIGKILLed with them in its open
+/// transaction).
+pub async fn exactly_once_a_late_copy_whose_filter_duplicate_aborted_stays_one(h: &dyn Harness) {
+    let store = h.open(streams()).await;
+    let key = hash(h.salt(), 1);
+    let first = claim_on(TIERED, key, on(4, 2), T0);
+    publish(
+        &*store,
+        Publish {
+            inserts: vec![insert(&first)],
+            ..Publish::default()
+        },
+    )
+    .await;
+    let copy = Claim {
+        early_inserts: true,
+        ..claim(TIERED, key, 7, T0 + MINUTE)
+    };
+    let duplicate = ClaimOutcome::Duplicate {
+        tier: Tier::Filter,
+        holder: None,
+    };
+    assert_eq!(one(&*store, copy).await, duplicate);
+    // The novel records around it went into tier 2 in the same
+    // transaction, their runs noted first; then the transaction aborted.
+    store
+        .note_early_inserts(&[
+            early_run(TIERED, 5, 7, T0 + MINUTE),
+            early_run(TIERED, 8, 10, T0 + MINUTE),
+        ])
+        .await
+        .unwrap();
+    let again = Claim {
+        early_inserts: true,
+        ..by(NEXT, claim(TIERED, key, 7, T0 + 2 * MINUTE))
+    };
     assert_eq!(one(&*store, again).await, duplicate);
     // Re-stamped: the next owner's done flag settles it.
     assert!(done(&*store, &again).await);

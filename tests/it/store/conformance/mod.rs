@@ -11,8 +11,8 @@ use std::time::Duration;
 use idemgate::coordinates::{Coordinates, TopicTag};
 use idemgate::fingerprint::{PayloadDigest, SourceHash};
 use idemgate::store::{
-    Claim, ClaimOutcome, ClaimStore, FilterSizing, GenerationPlan, Held, Insert, Mode, OwnerToken,
-    Publish, Raise, RoundAnswer, StreamId, StreamSpec, Watermark,
+    Claim, ClaimOutcome, ClaimStore, EarlyRun, FilterSizing, GenerationPlan, Held, Insert, Mode,
+    OwnerToken, Publish, Raise, RoundAnswer, StreamId, StreamSpec, Watermark,
 };
 use idemgate::tier::Tier;
 use idemgate::ttl::{measure_horizon, Delivery};
@@ -120,6 +120,20 @@ pub fn claim_on(stream: StreamId, hash: SourceHash, holder: Coordinates, when: i
 
 fn by(token: OwnerToken, claim: Claim) -> Claim {
     Claim { token, ..claim }
+}
+
+/// The run `[start, end)` of the usual partition, noted before early
+/// inserts (exactly once) at `when`, no watermark known.
+fn early_run(stream: StreamId, start: i64, end: i64, when: i64) -> EarlyRun {
+    EarlyRun {
+        stream,
+        topic: topic(),
+        partition: PARTITION,
+        start,
+        end,
+        below: None,
+        at: when,
+    }
 }
 
 fn raise(stream: StreamId, partition: i32, start: i64, end: i64) -> Raise {
