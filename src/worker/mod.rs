@@ -8,8 +8,8 @@
 //! - `flight`: every record in flight and every partition's offsets (pure),
 //!   over `record`: a record as read, what an output carries, a failed
 //!   delivery;
-//! - `pipeline`: the loop, the I/O around `flight`; `sends`: its
-//!   producer side, outputs sent and their delivery reports taken back;
+//! - `pipeline`: the loop, the I/O around `flight`; `sends`: outputs
+//!   sent and their delivery reports taken back;
 //! - `committer`: the one place where at least once and exactly once
 //!   differ, sending each hook to its implementation;
 //! - `handover`: revokes, stops and at-least-once commits;
@@ -18,7 +18,8 @@
 //! - `transaction`: exactly once, the transaction around a commit
 //!   interval's outputs and offsets; `lane`: its two producers;
 //!   `resolve`: a transactional call that timed out, resolved;
-//! - `output`: the producer side; `breaker`: the store circuit breaker;
+//! - `output`: an output's record and the producer that sends it;
+//!   `breaker`: the store circuit breaker;
 //! - `pressure`: pausing at the in-flight bounds, the waiting gauges;
 //! - `store_lost`: a stream whose store lost its state stops (or passes
 //!   records unverified) and says so; `identity_check`: the timed check

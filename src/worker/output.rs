@@ -1,6 +1,6 @@
-//! The producer side: every output is the input's key, payload and
-//! timestamp as they were, its headers, and the decision headers; every
-//! delivery report is classified and handed to the loop.
+//! An output and the producer: every output is the input's key, payload
+//! and timestamp as they were, its headers, and the decision headers;
+//! every delivery report is classified and handed to the loop.
 //!
 //! Outputs go to a `ThreadedProducer` with a slot number as their opaque:
 //! its thread hands each report over as (slot, outcome) and wakes the loop,

@@ -1,5 +1,5 @@
-//! The producer side of the loop: a decided record's output handed to the
-//! producer, and its delivery report taken back into the flight
+//! The loop's sends: a decided record's output handed to the producer,
+//! and its delivery report taken back into the flight
 //! (docs/design.md §4.5: what a refusal and a retry do).
 
 use std::sync::LazyLock;

@@ -1,5 +1,6 @@
-//! The producer side of the flight, and the commits: what to send, what a
-//! delivery report means, and each partition's finished prefix.
+//! Deliveries in the flight, and the commits: what to send, what a
+//! delivery report does to its record, and each partition's finished
+//! prefix.
 
 use std::time::Instant;
 

@@ -2,7 +2,7 @@
 //! pure state machine of the pipelined worker (docs/design.md §1, §4).
 //! `state.rs` holds where each record and partition stands, `records.rs`
 //! a partition's records in offset order, `take.rs` puts a round
-//! together, `round.rs` applies its answer, `deliver.rs` the producer side
+//! together, `round.rs` applies its answer, `deliver.rs` the deliveries
 //! and the commits.
 //!
 //! ```text
