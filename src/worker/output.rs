@@ -79,16 +79,25 @@ impl ProducerContext for OutputContext {
     }
 }
 
-/// Outputs awaiting their reports: per slot, the record's partition,
-/// offset and assignment. Slots are reused.
+/// Which record an output in flight is for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SentFor {
+    pub(crate) tp: Tp,
+    pub(crate) offset: i64,
+    /// The assignment the record was read in: a report from an earlier
+    /// one is stale.
+    pub(crate) epoch: u64,
+}
+
+/// Outputs awaiting their reports, by slot. Slots are reused.
 #[derive(Default)]
 pub(crate) struct Sent {
-    slots: Vec<Option<(Tp, i64, u64)>>,
+    slots: Vec<Option<SentFor>>,
     free: Vec<usize>,
 }
 
 impl Sent {
-    pub(crate) fn insert(&mut self, entry: (Tp, i64, u64)) -> usize {
+    pub(crate) fn insert(&mut self, entry: SentFor) -> usize {
         match self.free.pop() {
             Some(slot) => {
                 self.slots[slot] = Some(entry);
@@ -101,7 +110,7 @@ impl Sent {
         }
     }
 
-    pub(crate) fn take(&mut self, slot: usize) -> Option<(Tp, i64, u64)> {
+    pub(crate) fn take(&mut self, slot: usize) -> Option<SentFor> {
         let entry = self.slots.get_mut(slot)?.take();
         if entry.is_some() {
             self.free.push(slot);

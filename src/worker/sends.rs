@@ -9,7 +9,7 @@ use tracing::{debug, error, warn};
 
 use super::consumer::Input;
 use super::flight::{Reported, Tp};
-use super::output::{send, Carry, Failure, Output};
+use super::output::{send, Carry, Failure, Output, SentFor};
 use super::pipeline::Pipeline;
 use super::Worker;
 use crate::decision::{headers, Decision, Refused, Route};
@@ -17,9 +17,6 @@ use crate::fingerprint::Invalid;
 use crate::logging::RateLimit;
 
 static UNDELIVERED: LazyLock<RateLimit> = LazyLock::new(|| RateLimit::new(Duration::from_secs(30)));
-
-/// A delivery report: the record's partition, offset and assignment.
-pub(super) type Report = (Tp, i64, u64, Result<(), Failure>);
 
 impl Worker {
     /// Hands a decided record's output to the producer.
@@ -52,7 +49,11 @@ impl Worker {
             decided_at: record.at,
             carry: carry_of(decision, &record.input, self.sendable),
         };
-        let slot = p.sent.insert((tp.clone(), offset, record.epoch));
+        let slot = p.sent.insert(SentFor {
+            tp: tp.clone(),
+            offset,
+            epoch: record.epoch,
+        });
         send(
             &self.lanes[p.txn.lane].producer(),
             &self.reports,
@@ -64,13 +65,15 @@ impl Worker {
     /// Every delivery report handed over since the last call.
     pub(super) fn on_reports(&self, p: &mut Pipeline) {
         for (slot, result) in self.reports.take() {
-            if let Some((tp, offset, epoch)) = p.sent.take(slot) {
-                self.on_report(p, (tp, offset, epoch, result));
+            if let Some(sent) = p.sent.take(slot) {
+                self.on_report(p, sent, result);
             }
         }
     }
 
-    pub(super) fn on_report(&self, p: &mut Pipeline, (tp, offset, epoch, result): Report) {
+    /// One output's delivery report, for the record it was sent for.
+    pub(super) fn on_report(&self, p: &mut Pipeline, sent: SentFor, result: Result<(), Failure>) {
+        let SentFor { tp, offset, epoch } = sent;
         let now = self.clock.now();
         p.dirty = true;
         let stream = self.by_topic.get(&*tp.0).copied().unwrap_or_default();
