@@ -2,8 +2,11 @@
 //! Pure, and shared by every backend so they cannot drift apart
 //! (docs/design.md §4.2-§4.4).
 
+use std::collections::HashMap;
+
 use super::value::ClaimValue;
-use super::{Claim, ClaimOutcome};
+use super::{Claim, ClaimOutcome, PartitionRanges};
+use crate::coordinates::{Coordinates, TopicTag};
 use crate::tier::Tier;
 
 /// A claim is settled when its holder is below its partition's watermark
@@ -44,7 +47,7 @@ impl Verdict {
 
 /// What an operator's reset recorded, as it bears on one claim.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct ResetMarks {
+struct ResetMarks {
     /// The record lies in its own partition's re-emit range.
     pub(crate) replay: bool,
     /// The existing claim's holder lies in an abandoned range of its
@@ -78,6 +81,72 @@ pub(crate) fn asks_own_insert(claim: &Claim, existing: &ClaimValue, hit: bool) -
         && !existing.done
 }
 
+/// What a round read of its stream's partitions, as a claim's verdict
+/// asks it: each backend reads the watermarks and reset ranges its own
+/// way, and [`verdict`] puts them to the claim once.
+pub(crate) trait Reads {
+    /// The watermark of the partition of `at`: every offset below it is
+    /// decided.
+    fn below(&self, at: &Coordinates) -> Option<i64>;
+    /// Whether `at` lies in its partition's re-emit range.
+    fn in_replay(&self, at: &Coordinates) -> bool;
+    /// Whether `at` lies in an abandoned range of its partition.
+    fn in_abandoned(&self, at: &Coordinates) -> bool;
+}
+
+/// A round's reads as Redis and PostgreSQL answer them: maps by (stream,
+/// topic, partition).
+pub(crate) struct Maps<'a> {
+    pub(crate) stream: usize,
+    pub(crate) below: &'a HashMap<(usize, TopicTag, i32), i64>,
+    pub(crate) ranges: &'a HashMap<(usize, TopicTag, i32), PartitionRanges>,
+}
+
+impl Maps<'_> {
+    fn ranges(&self, at: &Coordinates) -> Option<&PartitionRanges> {
+        self.ranges.get(&(self.stream, at.topic, at.partition))
+    }
+}
+
+impl Reads for Maps<'_> {
+    fn below(&self, at: &Coordinates) -> Option<i64> {
+        self.below
+            .get(&(self.stream, at.topic, at.partition))
+            .copied()
+    }
+
+    fn in_replay(&self, at: &Coordinates) -> bool {
+        self.ranges(at).is_some_and(|r| r.in_replay(at.offset))
+    }
+
+    fn in_abandoned(&self, at: &Coordinates) -> bool {
+        self.ranges(at).is_some_and(|r| r.in_abandoned(at.offset))
+    }
+}
+
+/// A claim's verdict with what its round read: the record's own
+/// partition's watermark and re-emit range, the existing holder's
+/// watermark and abandoned ranges, and tier 2's answer.
+pub(crate) fn verdict(
+    claim: &Claim,
+    existing: Option<&ClaimValue>,
+    filter: Filter,
+    reads: &impl Reads,
+) -> Verdict {
+    let marks = ResetMarks {
+        replay: reads.in_replay(&claim.holder),
+        holder_abandoned: existing.is_some_and(|v| reads.in_abandoned(&v.holder)),
+    };
+    judge_reset(
+        claim,
+        existing,
+        reads.below(&claim.holder),
+        existing.and_then(|v| reads.below(&v.holder)),
+        filter,
+        marks,
+    )
+}
+
 /// Without any reset's marks (tests state the rules of §4.4 through it).
 /// `existing` is the value `SET NX GET` answered (`None`: this claim was
 /// written); `own_below` is the watermark of the record's own partition,
@@ -106,7 +175,7 @@ pub(crate) fn judge(
 /// [`judge`] with what a reset recorded: in a re-emit range, what would be
 /// `Replayed` as the claim's own holder is `Reemit`; a holder in an
 /// abandoned range is taken over instead of waited on.
-pub(crate) fn judge_reset(
+fn judge_reset(
     claim: &Claim,
     existing: Option<&ClaimValue>,
     own_below: Option<i64>,
@@ -213,274 +282,5 @@ pub(crate) fn raise(current: Option<i64>, start: i64, end: i64) -> i64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::coordinates::{Coordinates, TopicTag};
-    use crate::fingerprint::{PayloadDigest, SourceHash};
-    use crate::store::{OwnerToken, StreamId};
-
-    fn at(partition: i32, offset: i64) -> Coordinates {
-        Coordinates {
-            topic: TopicTag(1),
-            partition,
-            offset,
-        }
-    }
-
-    fn claim(holder: Coordinates, token: u32) -> Claim {
-        Claim {
-            stream: StreamId(0),
-            hash: SourceHash([1; 32]),
-            digest: PayloadDigest([2; 8]),
-            holder,
-            token: OwnerToken(token),
-            at: 1_800_000_000_000,
-            early_inserts: false,
-        }
-    }
-
-    const HIT: Filter = Filter {
-        hit: true,
-        own_insert: false,
-    };
-
-    fn value_of(claim: &Claim) -> ClaimValue {
-        ClaimValue::pending(claim.holder, claim.token, claim.digest, claim.at)
-    }
-
-    #[test]
-    fn a_record_below_its_watermark_is_replayed_even_without_its_key() {
-        let c = claim(at(0, 5), 1);
-        assert_eq!(
-            judge(&c, None, Some(6), None, false),
-            Verdict::Decided(ClaimOutcome::Replayed)
-        );
-        assert_eq!(
-            judge(&c, None, Some(5), None, false),
-            Verdict::Decided(ClaimOutcome::Won { fresh: true })
-        );
-    }
-
-    #[test]
-    fn another_holder_is_settled_by_its_watermark_or_its_done_flag() {
-        let holder = claim(at(1, 10), 1);
-        let copy = claim(at(0, 3), 2);
-        let mut v = value_of(&holder);
-        let held = Verdict::Decided(ClaimOutcome::Held {
-            holder: holder.holder,
-        });
-        let duplicate = Verdict::Decided(ClaimOutcome::Duplicate {
-            tier: Tier::Exact,
-            holder: Some(holder.holder),
-        });
-        assert_eq!(judge(&copy, Some(&v), None, Some(10), true), held);
-        assert_eq!(judge(&copy, Some(&v), None, Some(11), false), duplicate);
-        v.done = true;
-        assert_eq!(judge(&copy, Some(&v), None, None, false), duplicate);
-        v.digest = PayloadDigest([3; 8]);
-        assert_eq!(
-            judge(&copy, Some(&v), None, None, false),
-            Verdict::Decided(ClaimOutcome::Conflict {
-                holder: holder.holder
-            })
-        );
-    }
-
-    #[test]
-    fn its_own_unsettled_claim_is_restamped_and_overrides_the_filter_only_where_its_hash_went_in() {
-        let before = claim(at(0, 4), 1);
-        let again = claim(at(0, 4), 2);
-        let v = value_of(&before);
-        let won = Verdict::Restamp(ClaimOutcome::Won { fresh: false });
-        // Exactly once: the hash may be its own, left by an aborted
-        // transaction, where the last owner noted the record before its
-        // inserts.
-        let early = Claim {
-            early_inserts: true,
-            ..again
-        };
-        let own_insert = Filter {
-            hit: true,
-            own_insert: true,
-        };
-        assert_eq!(
-            judge_reset(
-                &early,
-                Some(&v),
-                Some(2),
-                Some(2),
-                own_insert,
-                ResetMarks::default()
-            ),
-            won
-        );
-        assert_eq!(judge(&early, Some(&v), Some(2), Some(2), false), won);
-        // At least once: the hash is another record's, which the last
-        // owner met too.
-        assert_eq!(
-            judge(&again, Some(&v), Some(2), Some(2), true),
-            Verdict::Restamp(ClaimOutcome::Duplicate {
-                tier: Tier::Filter,
-                holder: None
-            })
-        );
-        assert_eq!(judge(&again, Some(&v), Some(2), Some(2), false), won);
-        assert_eq!(
-            judge(&before, Some(&v), Some(2), Some(2), false),
-            Verdict::Decided(ClaimOutcome::Won { fresh: true })
-        );
-        // A retried round after a lost answer: what met the filter still does.
-        assert_eq!(
-            judge(&before, Some(&v), Some(2), Some(2), true),
-            Verdict::Decided(ClaimOutcome::Duplicate {
-                tier: Tier::Filter,
-                holder: None
-            })
-        );
-        let done = ClaimValue { done: true, ..v };
-        assert_eq!(
-            judge(&again, Some(&done), Some(2), Some(2), true),
-            Verdict::Decided(ClaimOutcome::Replayed)
-        );
-    }
-
-    /// A late copy (its first copy's tier-1 key expired) claims its hash
-    /// anew and meets the filter: a filter duplicate, to audit. Its
-    /// transaction aborts (its owner SIGKILLed); the next owner meets the
-    /// copy's own unsettled claim beside the same hit. The last owner
-    /// noted no early insert for it (a duplicate inserts nothing), so the
-    /// hit is the first copy's: a filter duplicate again, not a second
-    /// copy of the event in clean.
-    #[test]
-    fn a_late_copy_whose_filter_duplicate_aborted_is_a_filter_duplicate_again() {
-        let last_owner = claim(at(1, 1797), 1);
-        let next_owner = Claim {
-            early_inserts: true,
-            ..claim(at(1, 1797), 2)
-        };
-        let v = value_of(&last_owner);
-        let hit = Filter {
-            hit: true,
-            own_insert: false,
-        };
-        assert!(asks_own_insert(&next_owner, &v, true));
-        assert_eq!(
-            judge_reset(
-                &next_owner,
-                Some(&v),
-                Some(1712),
-                Some(1712),
-                hit,
-                ResetMarks::default()
-            ),
-            Verdict::Restamp(ClaimOutcome::Duplicate {
-                tier: Tier::Filter,
-                holder: None
-            })
-        );
-        // Nothing else asks: a fresh claim, its own settled claim, the same
-        // owner's retried round, at least once, no hit.
-        let done = ClaimValue { done: true, ..v };
-        assert!(!asks_own_insert(&next_owner, &done, true));
-        assert!(!asks_own_insert(&next_owner, &v, false));
-        let same_owner = Claim {
-            early_inserts: true,
-            ..last_owner
-        };
-        assert!(!asks_own_insert(&same_owner, &v, true));
-        assert!(!asks_own_insert(&claim(at(1, 1797), 2), &v, true));
-    }
-
-    #[test]
-    fn a_replay_range_re_emits_only_what_held_its_own_claim() {
-        let replay = ResetMarks {
-            replay: true,
-            ..ResetMarks::default()
-        };
-        let c = claim(at(0, 5), 1);
-        let own = value_of(&claim(at(0, 5), 9));
-        let other = value_of(&claim(at(1, 2), 9));
-        let reemit = Verdict::Decided(ClaimOutcome::Reemit);
-        let replayed = Verdict::Decided(ClaimOutcome::Replayed);
-        // Below the watermark: its own claim, or nothing at all known.
-        assert_eq!(
-            judge_reset(&c, Some(&own), Some(6), Some(6), Filter::default(), replay),
-            reemit
-        );
-        assert_eq!(
-            judge_reset(&c, None, Some(6), None, Filter::default(), replay),
-            reemit
-        );
-        // A filter hit or another holder: it went to audit before.
-        assert_eq!(judge_reset(&c, None, Some(6), None, HIT, replay), replayed);
-        assert_eq!(
-            judge_reset(
-                &c,
-                Some(&other),
-                Some(6),
-                Some(9),
-                Filter::default(),
-                replay
-            ),
-            replayed
-        );
-        // Its own claim settled by a done flag above the watermark.
-        let done = ClaimValue { done: true, ..own };
-        assert_eq!(
-            judge_reset(&c, Some(&done), Some(1), Some(1), Filter::default(), replay),
-            reemit
-        );
-        // Outside the range: as ever.
-        assert_eq!(judge(&c, Some(&own), Some(6), Some(6), false), replayed);
-        // Its own unsettled claim is re-stamped, not re-emitted.
-        assert_eq!(
-            judge_reset(&c, Some(&own), Some(1), Some(1), Filter::default(), replay),
-            Verdict::Restamp(ClaimOutcome::Won { fresh: false })
-        );
-    }
-
-    #[test]
-    fn an_abandoned_unsettled_holder_is_taken_over_and_a_settled_one_is_not() {
-        let abandoned = ResetMarks {
-            holder_abandoned: true,
-            ..ResetMarks::default()
-        };
-        let holder = claim(at(1, 10), 1);
-        let copy = claim(at(0, 3), 2);
-        let v = value_of(&holder);
-        assert_eq!(
-            judge_reset(&copy, Some(&v), None, Some(5), Filter::default(), abandoned),
-            Verdict::TakeOver
-        );
-        assert_eq!(
-            judge(&copy, Some(&v), None, Some(5), false),
-            Verdict::Decided(ClaimOutcome::Held {
-                holder: holder.holder
-            })
-        );
-        let done = ClaimValue { done: true, ..v };
-        assert_eq!(
-            judge_reset(
-                &copy,
-                Some(&done),
-                None,
-                Some(5),
-                Filter::default(),
-                abandoned
-            ),
-            Verdict::Decided(ClaimOutcome::Duplicate {
-                tier: Tier::Exact,
-                holder: Some(holder.holder)
-            })
-        );
-    }
-
-    #[test]
-    fn a_watermark_moves_only_from_a_prefix_at_or_below_it() {
-        assert_eq!(raise(None, 100, 150), 150);
-        assert_eq!(raise(Some(100), 100, 150), 150);
-        assert_eq!(raise(Some(120), 100, 150), 150);
-        assert_eq!(raise(Some(90), 100, 150), 90);
-        assert_eq!(raise(Some(200), 100, 150), 200);
-    }
-}
+#[path = "judge_tests.rs"]
+mod tests;

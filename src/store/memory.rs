@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use fastbloom::BloomFilter;
 
-use super::judge::{asks_own_insert, judge_reset, raise, Filter, ResetMarks, Verdict};
+use super::judge::{self, asks_own_insert, raise, Filter, Verdict};
 use super::value::ClaimValue;
 use super::{
     add_abandoned, lost_among, millis, spec, Claim, ClaimOutcome, ClaimStore, EarlyRun, FilterFill,
@@ -128,6 +128,30 @@ fn filter_word(hash: &SourceHash) -> u64 {
 
 fn partition_of(stream: StreamId, holder: &Coordinates) -> PartitionKey {
     (stream.0, holder.topic, holder.partition)
+}
+
+/// The memory store's watermarks and reset ranges, as a claim's verdict
+/// reads them.
+struct Reads<'a> {
+    state: &'a State,
+    stream: StreamId,
+}
+
+impl judge::Reads for Reads<'_> {
+    fn below(&self, at: &Coordinates) -> Option<i64> {
+        let key = partition_of(self.stream, at);
+        self.state.watermarks.get(&key).copied()
+    }
+
+    fn in_replay(&self, at: &Coordinates) -> bool {
+        let key = partition_of(self.stream, at);
+        self.state.replays.contains_key(&key) && self.state.ranges(key).in_replay(at.offset)
+    }
+
+    fn in_abandoned(&self, at: &Coordinates) -> bool {
+        let key = partition_of(self.stream, at);
+        self.state.abandoned.contains_key(&key) && self.state.ranges(key).in_abandoned(at.offset)
+    }
 }
 
 impl State {
@@ -317,9 +341,6 @@ impl ClaimStore for MemoryStore {
         marked.sort_unstable();
         marked.dedup();
         answer.ranges = marked.into_iter().map(|key| state.ranges(key)).collect();
-        let below = |state: &State, stream: StreamId, c: &Coordinates| {
-            state.watermarks.get(&partition_of(stream, c)).copied()
-        };
         let mut claimed: Vec<usize> = claims.iter().map(|c| c.stream.0).collect();
         claimed.sort_unstable();
         claimed.dedup();
@@ -338,8 +359,6 @@ impl ClaimStore for MemoryStore {
             );
             let key = (claim.stream.0, claim.hash);
             let existing = state.live(&key, claim.at, self.event_time);
-            let own_below = below(&state, claim.stream, &claim.holder);
-            let holder_below = existing.and_then(|v| below(&state, claim.stream, &v.holder));
             let hit = state.in_filter(claim.stream.0, spec, &claim.hash, claim.at);
             let filter = Filter {
                 hit,
@@ -349,28 +368,11 @@ impl ClaimStore for MemoryStore {
                         claim.holder.offset,
                     ),
             };
-            let marks = if state.abandoned.is_empty() && state.replays.is_empty() {
-                ResetMarks::default()
-            } else {
-                ResetMarks {
-                    replay: state
-                        .ranges(partition_of(claim.stream, &claim.holder))
-                        .in_replay(claim.holder.offset),
-                    holder_abandoned: existing.is_some_and(|v| {
-                        state
-                            .ranges(partition_of(claim.stream, &v.holder))
-                            .in_abandoned(v.holder.offset)
-                    }),
-                }
+            let reads = Reads {
+                state: &state,
+                stream: claim.stream,
             };
-            let verdict = judge_reset(
-                claim,
-                existing.as_ref(),
-                own_below,
-                holder_below,
-                filter,
-                marks,
-            );
+            let verdict = judge::verdict(claim, existing.as_ref(), filter, &reads);
             if existing.is_none() {
                 // `SET NX` writes whatever the verdict, as on Redis.
                 let value = ClaimValue::pending(claim.holder, claim.token, claim.digest, claim.at);

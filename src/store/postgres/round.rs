@@ -16,7 +16,7 @@ use tokio_postgres::Row;
 use super::connect::store_error;
 use super::{PostgresStore, Session};
 use crate::coordinates::TopicTag;
-use crate::store::judge::{judge_reset, Filter, ResetMarks, Verdict};
+use crate::store::judge::{self, Filter, Maps, Verdict};
 use crate::store::value::{encode_owner, ClaimValue};
 use crate::store::{
     millis, spec, Claim, Held, PartitionRanges, Publish, RoundAnswer, StoreError, StreamId,
@@ -403,19 +403,11 @@ pub(super) struct Judged<'a> {
 impl Judged<'_> {
     /// The pure judgement with the round's watermarks and reset ranges.
     pub(super) fn verdict(&self, claim: &Claim, existing: Option<&ClaimValue>) -> Verdict {
-        let s = claim.stream.0;
-        let below = |t: TopicTag, p: i32| self.marks.get(&(s, t, p)).copied();
-        let ranges = |t: TopicTag, p: i32| self.ranges.get(&(s, t, p));
-        let own = below(claim.holder.topic, claim.holder.partition);
-        let holder = existing.and_then(|v| below(v.holder.topic, v.holder.partition));
-        let marks = ResetMarks {
-            replay: ranges(claim.holder.topic, claim.holder.partition)
-                .is_some_and(|r| r.in_replay(claim.holder.offset)),
-            holder_abandoned: existing.is_some_and(|v| {
-                ranges(v.holder.topic, v.holder.partition)
-                    .is_some_and(|r| r.in_abandoned(v.holder.offset))
-            }),
+        let reads = Maps {
+            stream: claim.stream.0,
+            below: self.marks,
+            ranges: self.ranges,
         };
-        judge_reset(claim, existing, own, holder, Filter::default(), marks)
+        judge::verdict(claim, existing, Filter::default(), &reads)
     }
 }

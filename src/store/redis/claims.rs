@@ -13,7 +13,7 @@ use super::tier2::{self, counter_key};
 use super::{protocol, tier1, unparsable, watermarks, Keyed, RedisStore};
 use crate::clock::Millis;
 use crate::coordinates::TopicTag;
-use crate::store::judge::{judge_reset, Filter, ResetMarks, Verdict};
+use crate::store::judge::{self, Filter, Maps, Verdict};
 use crate::store::value::ClaimValue;
 use crate::store::{
     millis, spec, Claim, ClaimOutcome, ClaimStore, EarlyRun, FilterFill, IdentityFound,
@@ -462,8 +462,7 @@ impl RedisStore {
     }
 }
 
-/// The pure judgement with the round's watermarks and reset ranges: the
-/// record's own partition's, and the existing holder's.
+/// The pure judgement with the round's watermarks and reset ranges.
 fn verdict(
     claim: &Claim,
     existing: Option<&ClaimValue>,
@@ -471,19 +470,10 @@ fn verdict(
     ranges: &Ranges,
     filter: Filter,
 ) -> Verdict {
-    let below =
-        |topic: TopicTag, partition: i32| marks.get(&(claim.stream.0, topic, partition)).copied();
-    let ranges_of =
-        |topic: TopicTag, partition: i32| ranges.get(&(claim.stream.0, topic, partition));
-    let own = below(claim.holder.topic, claim.holder.partition);
-    let holder = existing.and_then(|v| below(v.holder.topic, v.holder.partition));
-    let reset = ResetMarks {
-        replay: ranges_of(claim.holder.topic, claim.holder.partition)
-            .is_some_and(|r| r.in_replay(claim.holder.offset)),
-        holder_abandoned: existing.is_some_and(|v| {
-            ranges_of(v.holder.topic, v.holder.partition)
-                .is_some_and(|r| r.in_abandoned(v.holder.offset))
-        }),
+    let reads = Maps {
+        stream: claim.stream.0,
+        below: marks,
+        ranges,
     };
-    judge_reset(claim, existing, own, holder, filter, reset)
+    judge::verdict(claim, existing, filter, &reads)
 }
