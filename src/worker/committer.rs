@@ -26,8 +26,7 @@ use crate::config::Guarantee;
 impl Worker {
     /// Before the first record: the transactional producer registers
     /// (fencing an older incarnation with the same id).
-    pub(super) async fn start_committing(&self, p: &mut Pipeline) -> Result<(), WorkerError> {
-        p.flight.transactional = self.guarantee == Guarantee::ExactlyOnce;
+    pub(super) async fn start_committing(&self) -> Result<(), WorkerError> {
         match self.guarantee {
             Guarantee::AtLeastOnce => Ok(()),
             Guarantee::ExactlyOnce => self.init_transactions().await,

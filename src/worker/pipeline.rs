@@ -19,7 +19,7 @@ use tracing::{error, info, warn};
 use super::breaker::Breaker;
 use super::consumer::{Arrival, Reader};
 use super::error::WorkerError;
-use super::flight::{Arrived, Flight, Resume, Round, Tp};
+use super::flight::{Arrived, Flight, Resume, Round, Settle, Tp};
 use super::identity_check::{answered, IdentityCheck};
 use super::metadata;
 use super::output::Sent;
@@ -27,7 +27,7 @@ use super::poller::{self, Event};
 use super::progress::Progress;
 use super::transaction::committed;
 use super::Worker;
-use crate::config::FailMode;
+use crate::config::{FailMode, Guarantee};
 use crate::logging::RateLimit;
 use crate::metrics::{StreamMetrics, Tally};
 use crate::store::{Claim, Publish, RoundAnswer, StoreError, StreamId};
@@ -110,13 +110,14 @@ pub(crate) struct Pipeline {
 impl Pipeline {
     pub(crate) fn new(
         metrics: Vec<StreamMetrics>,
+        settle: Settle,
         now: Instant,
         identity_check_interval: Duration,
     ) -> Pipeline {
         Pipeline {
             metrics,
             tally: Tally::default(),
-            flight: Flight::default(),
+            flight: Flight::new(settle),
             round: None,
             sent: Sent::default(),
             breaker: Breaker::new(),
@@ -159,8 +160,17 @@ impl Worker {
             .iter()
             .map(|s| StreamMetrics::new(&s.config.spec.name))
             .collect();
-        let mut p = Pipeline::new(metrics, self.clock.now(), self.identity_check_interval);
-        self.start_committing(&mut p).await?;
+        let settle = match self.guarantee {
+            Guarantee::AtLeastOnce => Settle::OnDelivery,
+            Guarantee::ExactlyOnce => Settle::WithTransaction,
+        };
+        let mut p = Pipeline::new(
+            metrics,
+            settle,
+            self.clock.now(),
+            self.identity_check_interval,
+        );
+        self.start_committing().await?;
         let mut stop = self.stop.clone();
         loop {
             if *stop.borrow() {

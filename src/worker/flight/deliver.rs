@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use super::{Flight, Stage, Tp, MAX_BACKOFF};
+use super::{Flight, Settle, Stage, Tp, MAX_BACKOFF};
 use crate::decision::{Decision, Refused};
 use crate::worker::record::{Carry, Failure};
 
@@ -68,7 +68,7 @@ impl Flight {
         result: Result<(), Failure>,
         now: Instant,
     ) -> Reported {
-        let transactional = self.transactional;
+        let transactional = self.settle == Settle::WithTransaction;
         let Some(record) = self.record_mut(tp, offset) else {
             return Reported::Gone;
         };

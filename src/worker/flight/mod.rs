@@ -119,6 +119,18 @@ pub(crate) struct Settled {
     pub(crate) taken_over: Vec<usize>,
 }
 
+/// How the flight settles what it delivered (docs/design.md §4.3, §7).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Settle {
+    /// At least once: a delivered record is settled by its partition's
+    /// raise, or a done flag where a hole lies below it.
+    #[default]
+    OnDelivery,
+    /// Exactly once: deliveries wait for their transaction's commit, and
+    /// tier-2 inserts go before it.
+    WithTransaction,
+}
+
 #[derive(Default)]
 pub(crate) struct Flight {
     partitions: HashMap<Tp, Partition>,
@@ -148,9 +160,11 @@ pub(crate) struct Flight {
     replayed: Vec<usize>,
     /// Assignments so far.
     epoch: u64,
+    /// How what is delivered gets settled: the guarantee, as the flight
+    /// sees it.
+    settle: Settle,
     /// Exactly once (docs/design.md §7): deliveries wait in `Produced`
     /// for their transaction, listed here.
-    pub(crate) transactional: bool,
     in_txn: Vec<(Tp, i64)>,
     /// The open transaction's number: outputs sent now are in it.
     open_txn: u64,
@@ -174,6 +188,14 @@ pub(crate) struct Flight {
 }
 
 impl Flight {
+    /// An empty flight that settles as `settle` says.
+    pub(crate) fn new(settle: Settle) -> Flight {
+        Flight {
+            settle,
+            ..Flight::default()
+        }
+    }
+
     /// A partition assigned, and where it resumes.
     pub(crate) fn assign(&mut self, tp: Tp, stream: usize, from: Resume) {
         let tag = TopicTag::of(&tp.0);
@@ -323,7 +345,9 @@ impl Flight {
             .skip
             .iter()
             .any(|(from, to)| (*from..*to).contains(&offset));
-        let settle_again = skipped && self.transactional && matches!(record.print, Some(Ok(_)));
+        let settle_again = skipped
+            && self.settle == Settle::WithTransaction
+            && matches!(record.print, Some(Ok(_)));
         if skipped && !settle_again {
             // Delivered and settled by the last owner (its commit said so).
             record.stage = Stage::Finished;

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use super::{claim_of, Flight, RaiseFor, Round, Stage, Tp, FIRST_BACKOFF};
+use super::{claim_of, Flight, RaiseFor, Round, Settle, Stage, Tp, FIRST_BACKOFF};
 use crate::store::{Insert, OwnerToken, Raise, StreamId};
 
 impl Flight {
@@ -16,7 +16,7 @@ impl Flight {
         max_claims: usize,
         token: OwnerToken,
     ) -> Option<Round> {
-        self.take(now, max_claims, token, !self.transactional)
+        self.take(now, max_claims, token, self.settle == Settle::OnDelivery)
     }
 
     /// A handover's last round: the publish of everything delivered, a
@@ -45,7 +45,7 @@ impl Flight {
     ) -> Option<Round> {
         let mut round = Round::default();
         // Exactly once writes tier 2 before the transaction commits.
-        let early_inserts = self.transactional;
+        let early_inserts = self.settle == Settle::WithTransaction;
         // Per partition, the end of the delivered prefix a raise in this
         // round vouches for: settlements below it need no done flag.
         let mut covered_by: Vec<(Tp, i64, i64)> = Vec::new();

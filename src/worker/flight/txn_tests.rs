@@ -23,10 +23,12 @@ fn input(offset: i64) -> Input {
 /// A transactional flight owning partition 0, resumed as `resume` says,
 /// its watermark read as `watermark`.
 fn flight(resume: Resume, watermark: i64) -> Flight {
-    let mut flight = Flight {
-        transactional: true,
-        ..Flight::default()
-    };
+    settling(super::Settle::WithTransaction, resume, watermark)
+}
+
+/// The same, settling as `settle` says.
+fn settling(settle: super::Settle, resume: Resume, watermark: i64) -> Flight {
+    let mut flight = Flight::new(settle);
     flight.assign(tp(), 0, resume);
     let round = flight
         .take_round(Instant::now(), 100, TOKEN)
@@ -395,8 +397,7 @@ fn at_least_once_a_listed_range_is_finished_on_arrival() {
         metadata_raise: Some(5),
         skip: vec![(6, 8)],
     };
-    let mut f = flight(resume, 5);
-    f.transactional = false;
+    let mut f = settling(super::Settle::OnDelivery, resume, 5);
     f.arrive(input(6), 0, print(6), 1);
     assert_eq!(stage(&f, 6), Stage::Finished);
 }
