@@ -10,8 +10,9 @@ use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{error, warn};
 
+use super::flight::Commit;
 use super::flight::Tp;
-use super::metadata::{self, Metadata};
+use super::metadata;
 use super::pipeline::{answer, Pipeline, FLUSH_PATIENCE};
 use super::poller;
 use super::Worker;
@@ -25,12 +26,24 @@ impl Worker {
     /// A commit's metadata for `tp` of `stream`; finished ranges that do
     /// not fit are counted and said (docs/design.md §7): the next owner
     /// decides their records again.
-    pub(super) fn metadata_text(&self, stream: usize, tp: &Tp, metadata: &Metadata) -> String {
+    pub(super) fn metadata_text(&self, stream: usize, tp: &Tp, c: &Commit) -> String {
         let name = &self.streams[stream].config.spec.name;
-        let written = metadata::write(&self.streams[stream].config.spec.key_id, metadata);
-        if written.dropped > 0 {
-            crate::metrics::ranges_dropped(name, written.dropped);
-            if let Some(through) = RANGES_DROPPED.allow_counting(written.dropped as u64) {
+        let key_id = &self.streams[stream].config.spec.key_id;
+        // The longest prefix of the runs that fits.
+        let (mut fits, mut over) = (0, c.done.len() + 1);
+        while fits + 1 < over {
+            let mid = (fits + over) / 2;
+            if metadata::inline(key_id, c.gap_free, &c.done[..mid]).is_some() {
+                fits = mid;
+            } else {
+                over = mid;
+            }
+        }
+        let text = metadata::inline(key_id, c.gap_free, &c.done[..fits]).unwrap_or_default();
+        let dropped = c.done.len() - fits;
+        if dropped > 0 {
+            crate::metrics::ranges_dropped(name, dropped);
+            if let Some(through) = RANGES_DROPPED.allow_counting(dropped as u64) {
                 // `dropped` is every range dropped since the last such
                 // line (`held_back` lines ago, any partition), this
                 // partition's commit included.
@@ -38,7 +51,7 @@ impl Worker {
                     "finished ranges above committed offsets did not fit in the commits' metadata: the next owner decides their records again (under exactly once, a second output each); dropped counts every range since the last such line, this partition's included");
             }
         }
-        written.text
+        text
     }
 
     /// Waits for the round in flight and the deliveries of `partitions`,
@@ -217,11 +230,7 @@ impl Worker {
                 continue;
             }
             if let Some(mut element) = list.find_partition(&c.tp.0, c.tp.1) {
-                let written = Metadata {
-                    gap_free: c.gap_free,
-                    done: c.done.clone(),
-                };
-                element.set_metadata(self.metadata_text(stream, &c.tp, &written));
+                element.set_metadata(self.metadata_text(stream, &c.tp, c));
             }
         }
         list

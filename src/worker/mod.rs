@@ -44,6 +44,8 @@ mod handover;
 mod identity_check;
 mod lane;
 pub(crate) mod metadata;
+#[cfg(test)]
+mod metadata_tests;
 mod output;
 mod pipeline;
 pub(crate) mod poller;

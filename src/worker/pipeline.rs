@@ -385,12 +385,16 @@ impl Worker {
                     p.txn.assigned(&tp, committed.as_ref());
                     let key_id = &self.streams[stream].config.spec.key_id;
                     let ours = committed.as_ref().and_then(|(offset, text)| {
-                        metadata::read(key_id, text).map(|m| (*offset, m))
+                        let read = metadata::parse(key_id, text).ok().flatten();
+                        read.map(|m| (*offset, m))
                     });
                     let resume = Resume {
                         committed: committed.as_ref().map(|(offset, _)| *offset),
                         metadata_raise: ours.as_ref().filter(|(_, m)| m.gap_free).map(|(o, _)| *o),
-                        skip: ours.map(|(_, m)| m.done).unwrap_or_default(),
+                        skip: match ours.map(|(_, m)| m.runs) {
+                            Some(metadata::Runs::Inline(done)) => done,
+                            _ => Vec::new(),
+                        },
                     };
                     p.flight.assign(tp, stream, resume);
                 }

@@ -36,7 +36,6 @@ use super::error::{Doing, WorkerError};
 use super::fault_point::{self, Step};
 use super::flight::{Commit, EarlyInserts, Tp};
 use super::lane::{init, reports_in};
-use super::metadata::Metadata;
 use super::pipeline::{answer, Pipeline, FLUSH_PATIENCE};
 use super::resolve::{offset_of, resolve, Sent};
 use super::Worker;
@@ -227,14 +226,7 @@ impl Worker {
             list.add_partition_offset(&c.tp.0, c.tp.1, Offset::Offset(c.offset))
                 .doing("listing offsets")?;
             if let Some(mut element) = list.find_partition(&c.tp.0, c.tp.1) {
-                element.set_metadata(self.metadata_text(
-                    stream,
-                    &c.tp,
-                    &Metadata {
-                        gap_free: c.gap_free,
-                        done: c.done.clone(),
-                    },
-                ));
+                element.set_metadata(self.metadata_text(stream, &c.tp, c));
             }
         }
         self.begin(p)?;
