@@ -550,9 +550,18 @@ pub fn is_identity_key(rest: &[u8]) -> bool {
         .is_some_and(|brace| rest[..brace].ends_with(b":id"))
 }
 
+/// Whether a key (after its prefix) is a record of finished runs,
+/// `<key id>:r{<tag>}...` (docs/design.md §7): on its partition's hash
+/// tag, living the stream's watermark TTL.
+pub fn is_runs_key(rest: &[u8]) -> bool {
+    rest.iter()
+        .position(|b| *b == b'{')
+        .is_some_and(|brace| rest[..brace].ends_with(b":r"))
+}
+
 /// A tier-1 claim key (after its prefix): `<key id>{<tag>}<16 bytes>`.
 fn is_claim_key(rest: &[u8]) -> bool {
-    rest.contains(&b'{') && !is_identity_key(rest)
+    rest.contains(&b'{') && !is_identity_key(rest) && !is_runs_key(rest)
 }
 
 /// The remaining lifetime (ms) of every key under `prefix`, after
