@@ -79,6 +79,7 @@ pub(crate) struct Malformed {
 
 impl Metadata {
     /// No runs above the committed offset.
+    #[cfg(test)]
     pub(crate) fn bare(gap_free: bool) -> Metadata {
         Metadata {
             gap_free,
