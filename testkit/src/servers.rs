@@ -661,7 +661,7 @@ pub fn unsettled_holders(url: &str, prefix: &str) -> Vec<Holder> {
         let Some(brace) = key.iter().position(|b| *b == b'{') else {
             continue;
         };
-        if is_identity_key(&key[prefix.len()..]) {
+        if is_identity_key(&key[prefix.len()..]) || is_runs_key(&key[prefix.len()..]) {
             continue;
         }
         let key_id = key[prefix.len()..brace].to_vec();
@@ -725,7 +725,7 @@ pub fn unsettled_claims_on(urls: &[String], prefix: &str) -> (usize, Vec<String>
             let Some(brace) = rest.iter().position(|b| *b == b'{') else {
                 continue;
             };
-            if is_identity_key(rest) {
+            if is_identity_key(rest) || is_runs_key(rest) {
                 continue;
             }
             let value: Option<Vec<u8>> = redis::cmd("GET")
