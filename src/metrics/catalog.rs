@@ -263,11 +263,6 @@ pub(crate) const TXN_TIMED_OUT: Metric = counter(
         values: Values::Fixed(&TXN_TIMEOUT_OUTCOMES),
     }],
 );
-pub(crate) const RANGES_DROPPED: Metric = counter(
-    "idemgate_commit_ranges_dropped_total",
-    "finished ranges above a committed offset left out of the commit's metadata (past its size limit), by stream: their records are decided again by the next owner, a second output each under exactly once",
-    &[STREAM],
-);
 pub(crate) const STORE_ERRORS: Metric = counter(
     "idemgate_store_errors_total",
     "claim store calls that failed, by op and cause: unavailable (an outage), protocol, or a rejection that lasts until an operator acts (noperm, wrongtype, oom, readonly, diskfull)",
@@ -432,7 +427,6 @@ pub const CATALOG: &[Metric] = &[
     TXN_STEP,
     TXN_ABORTED,
     TXN_TIMED_OUT,
-    RANGES_DROPPED,
     BATCH_SIZE,
     BREAKER_OPEN,
     FILTER_INSERTS,
