@@ -33,10 +33,12 @@ use crate::coordinates::TopicTag;
 use crate::store::{Check, ClaimStore, OwnerToken, RunsName, StoreError, StreamId, StreamLost};
 
 /// What this writer has written, per partition it owns.
-#[derive(Default)]
 pub(crate) struct Records {
     /// The writer's next sequence number: no two of its records share a
-    /// name.
+    /// name. It starts at the process's start in microseconds: an
+    /// incarnation is 24 random bits, and two that drew the same bits
+    /// must not count from the same number, or one's clean-up could
+    /// delete the record the other's commit names.
     next: u64,
     /// Per partition, the records written and not yet known needless,
     /// with their digests: the one the last commit named, and any an
@@ -62,6 +64,18 @@ pub(crate) struct Prepared {
     /// This writer's records of the partition that are needless once this
     /// commit is known committed.
     pub(crate) superseded: Vec<RunsName>,
+}
+
+impl Default for Records {
+    fn default() -> Records {
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_micros());
+        Records {
+            next: u64::try_from(started).unwrap_or(0),
+            written: HashMap::new(),
+        }
+    }
 }
 
 impl Records {
