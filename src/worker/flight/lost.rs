@@ -41,6 +41,27 @@ impl Flight {
             .map(|(tp, _)| tp)
     }
 
+    /// An invalid record about to be produced whose stream stopped
+    /// deciding: parked too. It needs no claim, but it may be one a lost
+    /// record of finished runs listed (docs/design.md §7): sent again, it
+    /// would reach audit twice. Returns whether it was parked.
+    pub(super) fn park_invalid(&mut self, tp: &Tp, offset: i64) -> bool {
+        let Some(record) = self.record(tp, offset) else {
+            return false;
+        };
+        if self.lost(record.stream) != Some(Lost::Stop)
+            || !matches!(record.decision, Some(crate::decision::Decision::Invalid(_)))
+        {
+            return false;
+        }
+        if let Some(record) = self.record_mut(tp, offset) {
+            record.stage = Stage::Claim;
+            record.decision = None;
+        }
+        self.parked.push((tp.clone(), offset));
+        true
+    }
+
     /// A record about to be claimed (ready, or due after a wait) whose
     /// stream's store lost its state: parked (fail-closed) or passed as
     /// `unverified` (fail-open) instead. Returns whether it was diverted.
