@@ -14,6 +14,8 @@
 //! output restores nothing.
 
 pub mod run;
+mod runs;
+mod runs_run;
 mod start;
 
 use std::collections::{BTreeMap, HashMap};
