@@ -399,11 +399,16 @@ impl Worker {
                         None => None,
                     };
                     let metadata_raise = ours.as_ref().filter(|(_, m)| m.gap_free).map(|(o, _)| *o);
+                    let mut keep_commit = false;
                     let skip = match ours {
                         Some((_, m)) => match self.runs_at_assignment(stream, &tp, m.runs).await? {
                             AtAssignment::Skip(done) => done,
                             AtAssignment::Lost(how) => {
                                 self.runs_lost(p, stream, how);
+                                // Fail-closed, the commit keeps naming the
+                                // record for `rebuild`; fail-open streams
+                                // pass their records and commit them.
+                                keep_commit = !self.fail_open(stream);
                                 Vec::new()
                             }
                         },
@@ -414,7 +419,10 @@ impl Worker {
                         metadata_raise,
                         skip,
                     };
-                    p.flight.assign(tp, stream, resume);
+                    p.flight.assign(tp.clone(), stream, resume);
+                    if keep_commit {
+                        p.flight.keep_commit(&tp);
+                    }
                 }
             }
             Event::CommittedUnreadable { after, error } => {

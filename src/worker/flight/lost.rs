@@ -27,6 +27,16 @@ impl Flight {
         self.lost.insert(stream, how).is_none()
     }
 
+    /// The committed metadata of `tp` names a record of finished runs the
+    /// store lost: nothing commits the partition again in this process
+    /// (its stream stopped; a commit over the metadata would erase the
+    /// name `rebuild` makes the record again under).
+    pub(crate) fn keep_commit(&mut self, tp: &Tp) {
+        if let Some(partition) = self.partitions.get_mut(tp) {
+            partition.keep_commit = true;
+        }
+    }
+
     /// How a stream's records go on, if its store lost its state.
     pub(crate) fn lost(&self, stream: usize) -> Option<Lost> {
         self.lost.get(&stream).copied()

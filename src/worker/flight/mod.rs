@@ -229,6 +229,7 @@ impl Flight {
             unfinished: 0,
             delivered_scan: i64::MIN,
             finished_scan: i64::MIN,
+            keep_commit: false,
         });
     }
 
