@@ -13,11 +13,12 @@
 //!
 //! The guarantee: a read_committed reader sees every input once, audit
 //! included (`Expect::Exact`): the takeover skips every finished run,
-//! none decided again. Before the runs went to a record in the store,
-//! only the first 994 fitted in the metadata (`idemgate/2`, 4,000 bytes)
-//! and each other malformed record reached audit twice (checked: the
-//! SIGKILL case, run on adcf032's worker and store, found 4,006 inputs
-//! with two outputs, 14,007 outputs for 10,001 inputs).
+//! none decided again. Where the record the commit names is lost from the
+//! store, the next owner stops the stream instead of deciding the runs
+//! again, and `idemgate rebuild` makes the record again from the outputs.
+//! (Before the runs went to a record in the store, only the first 994
+//! fitted in the metadata and each other malformed record reached audit
+//! twice: CHANGELOG.md.)
 
 use std::time::{Duration, Instant};
 
@@ -25,12 +26,15 @@ use idemgate::coordinates::{Coordinates, TopicTag};
 use idemgate::fingerprint::{fingerprint, Profile, RecordView};
 use idemgate::store::postgres::{PostgresOptions, PostgresStore};
 use idemgate::store::redis::{RedisOptions, RedisStore, RedisTarget, TlsFiles};
-use idemgate::store::{Claim, ClaimOutcome, ClaimStore, Mode, OwnerToken, StreamId, StreamSpec};
+use idemgate::store::{
+    Claim, ClaimOutcome, ClaimStore, Mode, OwnerToken, RunsName, StreamId, StreamSpec,
+};
 use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{committed_now, read_inputs_as_delivered, Producer, Reader, Topics};
 use idemgate_testkit::workload::{Bank, Planned};
 use idemgate_testkit::{env, kafka_brokers, say, unique, BOUND};
 
+use super::group::idemgate_rebuild;
 use super::process::{Gate, GateConfig};
 
 /// Finished runs above the waiting copy at the committed offset.
@@ -86,7 +90,57 @@ fn exactly_once_on_postgres_5000_finished_runs_above_a_waiting_record_survive_a_
     overflow("eos-overflow-pg-term", true, Stop::Term, Store::Postgres);
 }
 
+#[test]
+fn at_least_once_on_postgres_5000_finished_runs_above_a_waiting_record_survive_a_sigkill_and_takeover(
+) {
+    overflow("alo-overflow-pg-kill", false, Stop::Kill, Store::Postgres);
+}
+
+#[test]
+fn at_least_once_on_postgres_5000_finished_runs_above_a_waiting_record_survive_a_sigterm_handover()
+{
+    overflow("alo-overflow-pg-term", false, Stop::Term, Store::Postgres);
+}
+
+/// The record the commit names, lost from the store: the next owner
+/// stops the stream (a store loss, not a skip), and `idemgate rebuild`
+/// makes the record again from the outputs above the committed offset.
+#[test]
+fn at_least_once_a_lost_record_of_runs_stops_the_stream_until_rebuild_makes_it_again() {
+    run(
+        "alo-overflow-lost",
+        false,
+        Stop::Term,
+        Store::Redis,
+        Then::LoseAndRebuild,
+    );
+}
+
+#[test]
+fn exactly_once_on_postgres_a_lost_record_of_runs_is_made_again_by_rebuild() {
+    run(
+        "eos-overflow-pg-lost",
+        true,
+        Stop::Kill,
+        Store::Postgres,
+        Then::LoseAndRebuild,
+    );
+}
+
+/// What happens between the first replica's stop and the takeover.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Then {
+    TakeOver,
+    /// The record the committed metadata names is deleted from the store
+    /// first.
+    LoseAndRebuild,
+}
+
 fn overflow(test: &str, exactly_once: bool, stop: Stop, store: Store) {
+    run(test, exactly_once, stop, store, Then::TakeOver);
+}
+
+fn run(test: &str, exactly_once: bool, stop: Stop, store: Store, then: Then) {
     let topics = Topics::create(&kafka_brokers(), test, 2, 2);
     let mut bank = Bank::new(test, 1);
     bank.copy_rate = (0.0, 0.0);
@@ -160,6 +214,9 @@ fn overflow(test: &str, exactly_once: bool, stop: Stop, store: Store) {
         }
     }
     say(test, format!("the first replica stopped by {stop:?}"));
+    if then == Then::LoseAndRebuild {
+        lose_and_rebuild(test, &config, &topics.input, &mut reader);
+    }
 
     // The restart (the same transactional id: its dead incarnation's open
     // transaction is aborted) takes both partitions over.
@@ -205,6 +262,102 @@ fn overflow(test: &str, exactly_once: bool, stop: Stop, store: Store) {
     );
 }
 
+/// Deletes the record of runs the waiting partition's committed metadata
+/// names; a replica started then stops the stream and says so; after it
+/// stopped, `idemgate rebuild` writes the record again.
+fn lose_and_rebuild(test: &str, config: &GateConfig, input: &str, reader: &mut Reader) {
+    let (_, text) = steady_metadata(config, input);
+    let reference = text
+        .split(' ')
+        .find_map(|word| word.strip_prefix("r="))
+        .unwrap_or_else(|| panic!("no record named: {text:?}"));
+    let mut parts = reference.split('.');
+    let name = RunsName {
+        stream: StreamId(0),
+        topic: TopicTag::of(input),
+        partition: WAITING,
+        writer: OwnerToken(u32::from_str_radix(parts.next().unwrap(), 16).unwrap()),
+        sequence: u64::from_str_radix(parts.next().unwrap(), 36).unwrap(),
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    runtime.block_on(async {
+        let store = open_store(config).await;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis() as i64;
+        let held = store.get_runs(&name, now).await.expect("the store answers");
+        assert!(
+            held.is_some(),
+            "the store lacks {name:?} before the test deleted it"
+        );
+        store.delete_runs(&[name]).await.expect("deleted");
+    });
+    say(test, format!("deleted the record {reference}"));
+
+    let mut lost = Gate::start(&format!("{test}-lost"), config);
+    lost.wait_line(
+        "names a record of finished runs the store does not hold",
+        Instant::now() + BOUND,
+        "the replica did not see the record missing",
+        || reader.read_for(Duration::from_millis(200)),
+    );
+    let status = lost.terminate(Duration::from_secs(60));
+    assert!(
+        status.success(),
+        "the replica that saw the loss exited with {status}"
+    );
+
+    let until = Instant::now() + BOUND;
+    let run = loop {
+        let run = idemgate_rebuild(config, &[]);
+        if run.ok || !run.stderr.contains("active member") || Instant::now() > until {
+            break run;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    assert!(run.ok, "rebuild failed: {}", run.stderr);
+    assert!(
+        run.stdout
+            .contains("1 committed offset(s) name a record of finished runs; 1 missing"),
+        "{}",
+        run.stdout
+    );
+    say(test, format!("rebuilt: {}", run.stdout.trim()));
+}
+
+/// The test's own connection to the gateway's store.
+async fn open_store(config: &GateConfig) -> Box<dyn ClaimStore> {
+    let spec = StreamSpec::new("bank", Mode::Exact, Duration::from_secs(3600), None);
+    match &config.postgres_schema {
+        Some(schema) => {
+            let mut options = PostgresOptions::new(config.postgres_url.clone());
+            options.schema = schema.clone();
+            options.tls = Some(TlsFiles {
+                ca_file: Some(env("IDEMGATE_TEST_POSTGRES_CA").into()),
+                cert_file: None,
+                key_file: None,
+            });
+            Box::new(
+                PostgresStore::connect(&options, vec![spec])
+                    .await
+                    .expect("the store"),
+            )
+        }
+        None => {
+            let options = RedisOptions::new(
+                RedisTarget::Standalone(config.redis_url.clone()),
+                config.key_prefix.clone(),
+            );
+            Box::new(
+                RedisStore::connect(&options, vec![spec])
+                    .await
+                    .expect("the store"),
+            )
+        }
+    }
+}
+
 /// Writes the original's claim under a dead owner token, held by offset 0
 /// of the holder partition, with its fingerprint as the gateway computes
 /// it.
@@ -222,7 +375,6 @@ fn hold_for_a_dead_replica(
     };
     let print = fingerprint(&profile, 1 << 20, &view).expect("the original hashes");
     assert_eq!(original.hash, Ok(print.hash.to_string()));
-    let spec = StreamSpec::new("bank", Mode::Exact, Duration::from_secs(3600), None);
     let claim = Claim {
         stream: StreamId(0),
         hash: print.hash,
@@ -241,33 +393,7 @@ fn hold_for_a_dead_replica(
     };
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     let outcome = runtime.block_on(async {
-        let store: Box<dyn ClaimStore> = match &config.postgres_schema {
-            Some(schema) => {
-                let mut options = PostgresOptions::new(config.postgres_url.clone());
-                options.schema = schema.clone();
-                options.tls = Some(TlsFiles {
-                    ca_file: Some(env("IDEMGATE_TEST_POSTGRES_CA").into()),
-                    cert_file: None,
-                    key_file: None,
-                });
-                Box::new(
-                    PostgresStore::connect(&options, vec![spec])
-                        .await
-                        .expect("the store"),
-                )
-            }
-            None => {
-                let options = RedisOptions::new(
-                    RedisTarget::Standalone(config.redis_url.clone()),
-                    config.key_prefix.clone(),
-                );
-                Box::new(
-                    RedisStore::connect(&options, vec![spec])
-                        .await
-                        .expect("the store"),
-                )
-            }
-        };
+        let store = open_store(config).await;
         store.claim(&[claim]).await.expect("the claim")
     });
     assert_eq!(outcome, vec![ClaimOutcome::Won { fresh: true }]);
