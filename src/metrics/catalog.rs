@@ -150,7 +150,7 @@ const TIERED_STREAM: Label = Label {
 /// publish of what was delivered and the claims of what arrived.
 const OP: Label = Label {
     name: "op",
-    values: Values::Fixed(&["round", "identity"]),
+    values: Values::Fixed(&["round", "identity", "runs"]),
 };
 /// Decisions by their `decision` label, in the order of a
 /// [`super::Tally`]'s counts.
@@ -262,11 +262,6 @@ pub(crate) const TXN_TIMED_OUT: Metric = counter(
         name: "outcome",
         values: Values::Fixed(&TXN_TIMEOUT_OUTCOMES),
     }],
-);
-pub(crate) const RANGES_DROPPED: Metric = counter(
-    "idemgate_commit_ranges_dropped_total",
-    "finished ranges above a committed offset left out of the commit's metadata (past its size limit), by stream: their records are decided again by the next owner, a second output each under exactly once",
-    &[STREAM],
 );
 pub(crate) const STORE_ERRORS: Metric = counter(
     "idemgate_store_errors_total",
@@ -432,7 +427,6 @@ pub const CATALOG: &[Metric] = &[
     TXN_STEP,
     TXN_ABORTED,
     TXN_TIMED_OUT,
-    RANGES_DROPPED,
     BATCH_SIZE,
     BREAKER_OPEN,
     FILTER_INSERTS,

@@ -343,11 +343,6 @@ pub(crate) fn transaction_timed_out(outcome: &'static str) {
     counter!(TXN_TIMED_OUT.name, "outcome" => outcome).increment(1);
 }
 
-/// Finished ranges left out of a commit's metadata.
-pub(crate) fn ranges_dropped(stream: &str, dropped: usize) {
-    counter!(RANGES_DROPPED.name, "stream" => stream.to_string()).increment(dropped as u64);
-}
-
 pub(crate) fn committed() {
     counter!(COMMITS.name).increment(1);
 }

@@ -153,11 +153,11 @@ fn coordinator_passing(error: &KafkaError) -> bool {
 }
 
 /// Whether any of `committed` is idemgate's for the stream of `key_id`
-/// (metadata `idemgate/2 <key_id> ...`).
+/// (metadata `idemgate/3 <key_id> ...`, or `idemgate/2` of before).
 pub(crate) fn has_idemgate_commits(committed: &[Committed], key_id: &str) -> bool {
     committed
         .iter()
-        .any(|c| crate::worker::metadata::read(key_id, &c.metadata).is_some())
+        .any(|c| crate::worker::metadata::is_ours(key_id, &c.metadata))
 }
 
 #[cfg(test)]

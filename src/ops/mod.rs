@@ -26,7 +26,8 @@
 //! - [`rebuild`]: a stream's store written back after it lost its state,
 //!   from the clean topic and the group's commits; the pure plan and report
 //!   in `rebuild`, the I/O in [`rebuild::run`], where each clean partition
-//!   starts in `rebuild::start`.
+//!   starts in `rebuild::start`; the records of finished runs the commits
+//!   name in `rebuild::runs` (the I/O in `rebuild::runs_run`).
 //! - [`group`]: the consumer group from outside: its members (reset and
 //!   rebuild refuse while it has any) and its committed offsets.
 //! - `kafka`: the short-lived, quiet Kafka clients these use.

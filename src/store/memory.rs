@@ -13,8 +13,8 @@ use super::judge::{self, asks_own_insert, raise, Filter, Verdict};
 use super::value::ClaimValue;
 use super::{
     add_abandoned, lost_among, millis, spec, Claim, ClaimOutcome, ClaimStore, EarlyRun, FilterFill,
-    IdentityFound, PartitionRanges, PartitionReset, Publish, Restored, RoundAnswer, StoreError,
-    StoreIdentity, StoreStats, StreamId, StreamLost, StreamSpec, Watermark,
+    IdentityFound, PartitionRanges, PartitionReset, Publish, Restored, RoundAnswer, RunsName,
+    StoreError, StoreIdentity, StoreStats, StreamId, StreamLost, StreamSpec, Watermark,
 };
 use crate::clock::Millis;
 use crate::coordinates::{Coordinates, TopicTag};
@@ -58,6 +58,8 @@ struct State {
     /// a replica always finds one at start; a state made anew (`forget`)
     /// has none until then, and a round sees it missing.
     identities: HashMap<usize, StoreIdentity>,
+    /// Records of finished runs (docs/design.md §7) and when they expire.
+    runs: HashMap<RunsName, (Vec<u8>, Millis)>,
 }
 
 struct Generation {
@@ -487,6 +489,43 @@ impl ClaimStore for MemoryStore {
         if let Ok(mut adopted) = self.adopted.lock() {
             adopted.insert(stream.0, identity);
         }
+    }
+
+    async fn put_runs(
+        &self,
+        name: &RunsName,
+        content: &[u8],
+        at: Millis,
+    ) -> Result<(), StoreError> {
+        let expires = at + millis(spec(&self.streams, name.stream)?.watermark_ttl());
+        let mut state = self.lock()?;
+        let held = state
+            .runs
+            .entry(*name)
+            .or_insert_with(|| (content.to_vec(), 0));
+        held.1 = expires;
+        Ok(())
+    }
+
+    async fn get_runs(&self, name: &RunsName, at: Millis) -> Result<Option<Vec<u8>>, StoreError> {
+        let state = self.lock()?;
+        let held = state.runs.get(name).filter(|(_, expires)| *expires > at);
+        Ok(held.map(|(content, _)| content.clone()))
+    }
+
+    async fn refresh_runs(&self, name: &RunsName, at: Millis) -> Result<bool, StoreError> {
+        let expires = at + millis(spec(&self.streams, name.stream)?.watermark_ttl());
+        let mut state = self.lock()?;
+        let held = state.runs.get_mut(name).filter(|(_, e)| *e > at);
+        Ok(held.map(|held| held.1 = expires).is_some())
+    }
+
+    async fn delete_runs(&self, names: &[RunsName]) -> Result<(), StoreError> {
+        let mut state = self.lock()?;
+        for name in names {
+            state.runs.remove(name);
+        }
+        Ok(())
     }
 
     async fn stats(&self, at: Millis) -> Result<StoreStats, StoreError> {

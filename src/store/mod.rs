@@ -18,6 +18,7 @@ pub mod memory;
 mod operator;
 pub mod postgres;
 pub mod redis;
+mod runs;
 mod value;
 
 use std::time::Duration;
@@ -36,6 +37,7 @@ pub use identity::{
     at_start, check_identity, first_or_lost, AtStart, Check, IdentityFound, Refusal, StoreIdentity,
 };
 pub use operator::{add_abandoned, PartitionRanges, PartitionReset, Restored, MAX_ABANDONED};
+pub use runs::RunsName;
 
 /// Who holds a claim: the replica's incarnation (random at every start) in
 /// the high 24 bits, its assignment attempt in the low 8. Written into the
@@ -426,6 +428,25 @@ pub trait ClaimStore: Send + Sync {
             "this store does not restore claims".into(),
         ))
     }
+
+    /// Writes a record of finished runs (docs/design.md §7) under its
+    /// unique name, to expire the stream's watermark TTL after `at`. A
+    /// name is never written with other content: writing it again (a
+    /// retry) changes nothing but the expiry.
+    async fn put_runs(&self, name: &RunsName, content: &[u8], at: Millis)
+        -> Result<(), StoreError>;
+
+    /// A record's content; `None` where the store lacks it (never written,
+    /// expired by `at`, deleted, or lost).
+    async fn get_runs(&self, name: &RunsName, at: Millis) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// Moves a record's expiry on to the stream's watermark TTL after
+    /// `at` (a commit names it again); `false` where the store lacks it.
+    async fn refresh_runs(&self, name: &RunsName, at: Millis) -> Result<bool, StoreError>;
+
+    /// Deletes records: only their writer calls it, once a later commit of
+    /// its own is known committed. Absent ones are no error.
+    async fn delete_runs(&self, names: &[RunsName]) -> Result<(), StoreError>;
 
     /// Records an operator's reset (docs/design.md §4.9): watermark raises,
     /// abandoned ranges, re-emit ranges. Only `idemgate reset` calls it,

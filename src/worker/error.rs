@@ -44,6 +44,28 @@ pub(crate) enum WorkerError {
         #[source]
         source: KafkaError,
     },
+    /// A partition's committed metadata is idemgate's for the stream but
+    /// does not read: guessing could decide finished records again.
+    #[error("the committed metadata of {partition} does not read ({source}): deciding its finished records again could repeat their outputs, so this replica ends; `idemgate reset` writes a commit over it")]
+    CommitMetadata {
+        partition: String,
+        #[source]
+        source: crate::worker::metadata::Malformed,
+    },
+    /// The store did not answer for the record of finished runs a
+    /// committed metadata names (docs/design.md §7).
+    #[error("the record of finished runs a committed metadata names could not be read ({source}): deciding them again could repeat their outputs, so this replica ends")]
+    RunsUnread {
+        #[source]
+        source: StoreError,
+    },
+    /// The record of finished runs a commit names could not be written
+    /// before it: the commit does not go.
+    #[error("the record of finished runs the transaction's commit names could not be written ({source}): aborted")]
+    RunsUnwritten {
+        #[source]
+        source: StoreError,
+    },
     #[error("tier-2 inserts before the transaction commits failed until {patience:?} ran out ({source}): aborted")]
     Inserts {
         patience: Duration,

@@ -10,35 +10,23 @@ use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{error, warn};
 
-use super::flight::Tp;
-use super::metadata::{self, Metadata};
+use super::flight::{Commit, Tp};
 use super::pipeline::{answer, Pipeline, FLUSH_PATIENCE};
 use super::poller;
+use super::runs::{self, Prepared, Write};
 use super::Worker;
+use crate::store::{RunsName, StreamId};
 
-static RANGES_DROPPED: LazyLock<crate::logging::RateLimit> =
-    LazyLock::new(|| crate::logging::RateLimit::new(Duration::from_secs(30)));
 static COMMIT_STUCK: LazyLock<crate::logging::RateLimit> =
     LazyLock::new(|| crate::logging::RateLimit::new(Duration::from_secs(30)));
 
 impl Worker {
-    /// A commit's metadata for `tp` of `stream`; finished ranges that do
-    /// not fit are counted and said (docs/design.md §7): the next owner
-    /// decides their records again.
-    pub(super) fn metadata_text(&self, stream: usize, tp: &Tp, metadata: &Metadata) -> String {
-        let name = &self.streams[stream].config.spec.name;
-        let written = metadata::write(&self.streams[stream].config.spec.key_id, metadata);
-        if written.dropped > 0 {
-            crate::metrics::ranges_dropped(name, written.dropped);
-            if let Some(through) = RANGES_DROPPED.allow_counting(written.dropped as u64) {
-                // `dropped` is every range dropped since the last such
-                // line (`held_back` lines ago, any partition), this
-                // partition's commit included.
-                warn!(stream = %name, topic = %tp.0, partition = tp.1, dropped = through.total, held_back = through.held_back,
-                    "finished ranges above committed offsets did not fit in the commits' metadata: the next owner decides their records again (under exactly once, a second output each); dropped counts every range since the last such line, this partition's included");
-            }
-        }
-        written.text
+    /// A commit's metadata for `c` (docs/design.md §7): its runs inline,
+    /// or a record of them in the store, which the commit needs written
+    /// first.
+    pub(super) fn prepare_commit(&self, p: &mut Pipeline, stream: usize, c: &Commit) -> Prepared {
+        let key_id = &self.streams[stream].config.spec.key_id;
+        p.runs.prepare(key_id, StreamId(stream), self.token, c)
     }
 
     /// Waits for the round in flight and the deliveries of `partitions`,
@@ -110,8 +98,8 @@ impl Worker {
         let mut backoff = Duration::from_millis(50);
         loop {
             let left = deadline.saturating_duration_since(self.clock.now());
-            let result = match tokio::time::timeout(left, self.commit_off_loop(list.clone())).await
-            {
+            let committing = self.commit_off_loop(list.clone(), deadline);
+            let result = match tokio::time::timeout(left, committing).await {
                 Ok(result) => result,
                 Err(_) => {
                     error!("handover commit unanswered at the deadline: the next owner decides the finished records above the last commit again");
@@ -154,11 +142,11 @@ impl Worker {
             }
         }
         let list = self.commit_list(p, None);
-        if list.count() == 0 {
+        if list.offsets.count() == 0 {
             p.commit_in_flight = None;
             return;
         }
-        let committing = self.commit_off_loop(list);
+        let committing = self.commit_off_loop(list, self.clock.now() + FLUSH_PATIENCE);
         p.commit_in_flight = Some((
             self.clock.now(),
             tokio::spawn(async move {
@@ -169,35 +157,49 @@ impl Worker {
         ));
     }
 
-    /// Commits `list` synchronously on a blocking thread; counts what the
-    /// broker took.
+    /// Writes the records of finished runs the commit names (acknowledged,
+    /// before `deadline`: a commit without them does not go), then commits
+    /// the offsets synchronously on a blocking thread; counts what the
+    /// broker took, and once it took it deletes the records it superseded.
     fn commit_off_loop(
         &self,
-        list: TopicPartitionList,
-    ) -> impl std::future::Future<Output = Result<(), rdkafka::error::KafkaError>> {
+        list: CommitList,
+        deadline: Instant,
+    ) -> impl std::future::Future<Output = Result<(), CommitError>> {
         let consumer = self.consumer.clone();
+        let store = self.store.clone();
+        let at = self.clock.wall_ms();
         async move {
-            if list.count() == 0 {
+            let CommitList {
+                offsets,
+                writes,
+                superseded,
+            } = list;
+            if offsets.count() == 0 {
                 return Ok(());
             }
+            runs::write(&store, &writes, at, deadline)
+                .await
+                .map_err(CommitError::Runs)?;
             let committed =
-                tokio::task::spawn_blocking(move || consumer.commit(&list, CommitMode::Sync))
+                tokio::task::spawn_blocking(move || consumer.commit(&offsets, CommitMode::Sync))
                     .await
                     .unwrap_or(Ok(()));
             match committed {
                 Ok(()) => {
                     crate::metrics::committed();
+                    runs::delete(&store, superseded);
                     Ok(())
                 }
                 Err(error) if poller::is_nothing_to_commit(&error) => Ok(()),
-                Err(error) => Err(error),
+                Err(error) => Err(CommitError::Kafka(error)),
             }
         }
     }
 
     /// Each partition's finished prefix to commit, with idemgate's
-    /// metadata.
-    fn commit_list(&self, p: &mut Pipeline, only: Option<&[Tp]>) -> TopicPartitionList {
+    /// metadata, and the store writes it needs first.
+    fn commit_list(&self, p: &mut Pipeline, only: Option<&[Tp]>) -> CommitList {
         let commits = match only {
             None => p.flight.commits(None),
             Some(list) => list
@@ -205,25 +207,48 @@ impl Worker {
                 .flat_map(|tp| p.flight.commits(Some(tp)))
                 .collect(),
         };
-        let mut list = TopicPartitionList::new();
+        let mut list = CommitList {
+            offsets: TopicPartitionList::new(),
+            writes: Vec::new(),
+            superseded: Vec::new(),
+        };
         for c in &commits {
             let Some(&stream) = self.by_topic.get(&*c.tp.0) else {
                 continue;
             };
             if list
+                .offsets
                 .add_partition_offset(&c.tp.0, c.tp.1, Offset::Offset(c.offset))
                 .is_err()
             {
                 continue;
             }
-            if let Some(mut element) = list.find_partition(&c.tp.0, c.tp.1) {
-                let written = Metadata {
-                    gap_free: c.gap_free,
-                    done: c.done.clone(),
-                };
-                element.set_metadata(self.metadata_text(stream, &c.tp, &written));
+            if let Some(mut element) = list.offsets.find_partition(&c.tp.0, c.tp.1) {
+                let prepared = self.prepare_commit(p, stream, c);
+                element.set_metadata(prepared.text);
+                list.writes.extend(prepared.write);
+                list.superseded.extend(prepared.superseded);
             }
         }
         list
     }
+}
+
+/// An at-least-once commit: the offsets with their metadata, the records
+/// of finished runs they name (written first), and the records they make
+/// needless (deleted once the broker took them).
+#[derive(Clone)]
+pub(super) struct CommitList {
+    offsets: TopicPartitionList,
+    writes: Vec<Write>,
+    superseded: Vec<RunsName>,
+}
+
+/// Why an at-least-once commit did not go.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum CommitError {
+    #[error("writing the record of finished runs it names: {0}")]
+    Runs(#[source] crate::store::StoreError),
+    #[error(transparent)]
+    Kafka(#[from] rdkafka::error::KafkaError),
 }

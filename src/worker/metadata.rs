@@ -1,19 +1,33 @@
 //! What idemgate writes into a commit's metadata, and reads back at
-//! assignment (docs/design.md §7):
+//! assignment (docs/design.md §7): one format, written here and nowhere
+//! else.
 //!
 //! ```text
-//! idemgate/2 <key id> gap-free|gaps [d=<from>.<length>,<gap>.<length>...]
+//! idemgate/3 <key id> gap-free|gaps [d=<from>.<length>,<gap>.<length>...]
+//! idemgate/3 <key id> gap-free|gaps r=<writer>.<sequence>.<digest>
 //! ```
 //!
 //! `gap-free`: every record below the committed offset was decided and
 //! delivered, with an unbroken watermark chain, so the next owner may raise
-//! the partition's watermark to it. `done`: ranges `[from, to)` above the
-//! committed offset whose records are finished (delivered, their claims
-//! settled; under exactly once, delivered in a committed transaction): the
-//! next owner skips them instead of deciding them again, so a rebalance
-//! repeats no output, audit included. Ranges that do not fit are the one
-//! way a committed output is decided again: counted and logged where the
-//! worker writes them.
+//! the partition's watermark to it. The runs: ranges `[from, to)` above
+//! the committed offset whose records are finished (delivered, their
+//! claims settled; under exactly once, delivered in a committed
+//! transaction): the next owner skips them instead of deciding them again,
+//! so a rebalance repeats no output, audit included. They go inline
+//! (`d=`) where they fit in [`MAX_LEN`]; where they do not, the metadata
+//! names a record of them kept in the store (`r=`): its writer's owner
+//! token (hex), the writer's sequence number of it (base 36) and the
+//! SHA-256 of its content (hex), so no finished run is ever dropped. The
+//! record's content is the `d=` list without its `d=`.
+//!
+//! A word `m=...` after the runs is reserved for the progress marks of
+//! DESIGN §8 (not written yet): this reader accepts and ignores it, so the
+//! replicas that write it can roll out beside this one. Any other word is
+//! malformed. Readers accept `idemgate/2` (the same words, inline runs
+//! only, and the decimal `done=<from>-<to>,...` of before) during a
+//! rolling upgrade.
+
+use sha2::{Digest, Sha256};
 
 /// The longest metadata written: Kafka's default `offset.metadata.max.bytes`
 /// is 4096 bytes a partition. `idemgate check`'s probe transaction writes
@@ -21,81 +35,219 @@
 /// replica runs.
 pub(crate) const MAX_LEN: usize = 4000;
 
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+const VERSION: &str = "idemgate/3";
+const VERSION_2: &str = "idemgate/2";
+
+/// One commit's metadata, as written and as read.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Metadata {
     pub(crate) gap_free: bool,
-    /// Finished ranges `[from, to)` above the committed offset.
-    pub(crate) done: Vec<(i64, i64)>,
+    pub(crate) runs: Runs,
 }
 
-/// A commit's metadata as written, and how many of its finished ranges
-/// did not fit in [`MAX_LEN`] (their records are decided again by the
-/// next owner: under exactly once a second output for each, so the worker
-/// says so loudly).
+/// The finished runs above the committed offset: listed, or kept in the
+/// store.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Written {
-    pub(crate) text: String,
-    pub(crate) dropped: usize,
+pub(crate) enum Runs {
+    /// Ranges `[from, to)`, ascending.
+    Inline(Vec<(i64, i64)>),
+    Stored(RunsRef),
 }
 
-/// `idemgate/2 <key id> gap-free|gaps [d=<ranges>]`: the ranges compact,
-/// in base 36, the first `<from>.<length>`, each next `<gap>.<length>`
-/// after the one before (a few bytes a range: about 800 of them fit).
-pub(crate) fn write(key_id: &str, metadata: &Metadata) -> Written {
+/// The name and digest of a record of runs in the store: with the stream,
+/// input topic and partition of the commit that carries it, the record's
+/// unique name (docs/design.md §7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct RunsRef {
+    /// The owner token of the replica that wrote it.
+    pub(crate) writer: u32,
+    /// That writer's sequence number of it: two records of one writer
+    /// never share a name, whatever their content.
+    pub(crate) sequence: u64,
+    /// SHA-256 of the content.
+    pub(crate) digest: [u8; 32],
+}
+
+/// Metadata idemgate wrote for the stream that cannot be read: a reader
+/// that guessed would decide finished records again.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("malformed commit metadata ({why}): {text:?}")]
+pub(crate) struct Malformed {
+    why: &'static str,
+    text: String,
+}
+
+impl Metadata {
+    /// No runs above the committed offset.
+    #[cfg(test)]
+    pub(crate) fn bare(gap_free: bool) -> Metadata {
+        Metadata {
+            gap_free,
+            runs: Runs::Inline(Vec::new()),
+        }
+    }
+}
+
+/// The metadata's text. Inline runs may exceed [`MAX_LEN`]: the writer
+/// asks [`inline`] first.
+pub(crate) fn encode(key_id: &str, metadata: &Metadata) -> String {
     let chain = if metadata.gap_free {
         "gap-free"
     } else {
         "gaps"
     };
-    let mut text = format!("idemgate/2 {key_id} {chain}");
-    let mut last_end = None;
-    let mut written = 0;
-    for &(from, to) in &metadata.done {
-        let start = match last_end {
-            None => from,
-            Some(end) => from - end,
-        };
-        let range = format!(
-            "{}{}.{}",
-            if last_end.is_none() { " d=" } else { "," },
-            base36(start),
-            base36(to - from)
-        );
-        if text.len() + range.len() > MAX_LEN {
-            break;
+    let mut text = format!("{VERSION} {key_id} {chain}");
+    match &metadata.runs {
+        Runs::Inline(runs) if runs.is_empty() => {}
+        Runs::Inline(runs) => {
+            text.push_str(" d=");
+            text.push_str(&runs_text(runs));
         }
-        text.push_str(&range);
+        Runs::Stored(r) => {
+            text.push_str(&format!(
+                " r={:x}.{}.{}",
+                r.writer,
+                base36(i64::try_from(r.sequence).unwrap_or(i64::MAX)),
+                hex::encode(r.digest)
+            ));
+        }
+    }
+    text
+}
+
+/// The metadata with its runs inline, where it fits in [`MAX_LEN`].
+pub(crate) fn inline(key_id: &str, gap_free: bool, runs: &[(i64, i64)]) -> Option<String> {
+    let text = encode(
+        key_id,
+        &Metadata {
+            gap_free,
+            runs: Runs::Inline(runs.to_vec()),
+        },
+    );
+    (text.len() <= MAX_LEN).then_some(text)
+}
+
+/// The runs compact, in base 36: the first `<from>.<length>`, each next
+/// `<gap>.<length>` after the one before (a few bytes a run: about 800 fit
+/// inline). Also a stored record's content.
+pub(crate) fn runs_text(runs: &[(i64, i64)]) -> String {
+    let mut text = String::with_capacity(runs.len() * 6);
+    let mut last_end = None;
+    for &(from, to) in runs {
+        if last_end.is_some() {
+            text.push(',');
+        }
+        text.push_str(&base36(last_end.map_or(from, |end| from - end)));
+        text.push('.');
+        text.push_str(&base36(to - from));
         last_end = Some(to);
-        written += 1;
     }
-    Written {
-        text,
-        dropped: metadata.done.len() - written,
-    }
+    text
 }
 
-fn base36(mut n: i64) -> String {
-    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
-    if n <= 0 {
-        return "0".into();
-    }
-    let mut out = Vec::new();
-    while n > 0 {
-        out.push(DIGITS[(n % 36) as usize]);
-        n /= 36;
-    }
-    out.reverse();
-    String::from_utf8(out).unwrap_or_default()
+/// A stored record's content read back; refuses anything [`runs_text`]
+/// does not write.
+pub(crate) fn parse_runs(text: &str) -> Result<Vec<(i64, i64)>, Malformed> {
+    compact_runs(text).ok_or_else(|| malformed("runs", text))
 }
 
-/// `None` for metadata idemgate did not write for this stream. Reads the
-/// compact ranges (`d=`) and the decimal ones (`done=<from>-<to>,...`)
-/// that replicas before them wrote.
-pub(crate) fn read(key_id: &str, text: &str) -> Option<Metadata> {
+/// The SHA-256 of a record's content, as its reference carries it.
+pub(crate) fn digest(content: &[u8]) -> [u8; 32] {
+    Sha256::digest(content).into()
+}
+
+/// `Ok(None)` for metadata idemgate did not write for this stream (another
+/// stream's, another tool's, none); an error for `idemgate/3` metadata of
+/// this stream that does not read. `idemgate/2` reads as it always did
+/// (leniently: its writers are gone once the upgrade is done).
+pub(crate) fn parse(key_id: &str, text: &str) -> Result<Option<Metadata>, Malformed> {
     let mut words = text.split(' ');
-    if words.next()? != "idemgate/2" || words.next()? != key_id {
-        return None;
+    let version = words.next().unwrap_or_default();
+    if words.next() != Some(key_id) {
+        return Ok(None);
     }
+    match version {
+        VERSION_2 => Ok(parse_2(words)),
+        VERSION => parse_3(text, words).map(Some),
+        _ => Ok(None),
+    }
+}
+
+/// Whether the text is idemgate's for the stream, readable or not.
+pub(crate) fn is_ours(key_id: &str, text: &str) -> bool {
+    !matches!(parse(key_id, text), Ok(None))
+}
+
+fn parse_3<'a>(
+    text: &str,
+    mut words: impl Iterator<Item = &'a str>,
+) -> Result<Metadata, Malformed> {
+    let gap_free = match words.next() {
+        Some("gap-free") => true,
+        Some("gaps") => false,
+        _ => return Err(malformed("chain", text)),
+    };
+    let mut runs = None;
+    let mut marks = false;
+    for word in words {
+        if let Some(list) = word.strip_prefix("d=").filter(|_| runs.is_none() && !marks) {
+            let list = compact_runs(list).filter(|l| !l.is_empty());
+            runs = Some(Runs::Inline(list.ok_or_else(|| malformed("d=", text))?));
+        } else if let Some(r) = word.strip_prefix("r=").filter(|_| runs.is_none() && !marks) {
+            runs = Some(Runs::Stored(
+                reference(r).ok_or_else(|| malformed("r=", text))?,
+            ));
+        } else if word.starts_with("m=") && !marks {
+            // DESIGN §8's progress marks: not read by this build.
+            marks = true;
+        } else {
+            return Err(malformed("unknown word", text));
+        }
+    }
+    Ok(Metadata {
+        gap_free,
+        runs: runs.unwrap_or(Runs::Inline(Vec::new())),
+    })
+}
+
+fn reference(text: &str) -> Option<RunsRef> {
+    let mut parts = text.split('.');
+    let writer = u32::from_str_radix(parts.next()?, 16).ok()?;
+    let sequence = u64::from_str_radix(parts.next()?, 36).ok()?;
+    let digest = hex::decode(parts.next()?).ok()?.try_into().ok()?;
+    parts.next().is_none().then_some(RunsRef {
+        writer,
+        sequence,
+        digest,
+    })
+}
+
+/// The base-36 chain; `None` where any part does not read, a run is empty
+/// or runs overlap.
+fn compact_runs(list: &str) -> Option<Vec<(i64, i64)>> {
+    let mut runs = Vec::new();
+    if list.is_empty() {
+        return Some(runs);
+    }
+    let mut last_end: Option<i64> = None;
+    for range in list.split(',') {
+        let (start, length) = range.split_once('.')?;
+        let start = i64::from_str_radix(start, 36).ok()?;
+        let length = i64::from_str_radix(length, 36).ok()?;
+        let from = last_end.map_or(Some(start), |end| end.checked_add(start))?;
+        let to = from.checked_add(length)?;
+        if length <= 0 || start < 0 || from < 0 {
+            return None;
+        }
+        runs.push((from, to));
+        last_end = Some(to);
+    }
+    Some(runs)
+}
+
+/// `idemgate/2 <key id> gap-free|gaps [d=<runs>|done=<from>-<to>,...]`,
+/// as replicas before this one read it.
+fn parse_2<'a>(mut words: impl Iterator<Item = &'a str>) -> Option<Metadata> {
     let gap_free = match words.next()? {
         "gap-free" => true,
         "gaps" => false,
@@ -112,73 +264,32 @@ pub(crate) fn read(key_id: &str, text: &str) -> Option<Metadata> {
             }
         }
     } else if let Some(list) = word.and_then(|w| w.strip_prefix("d=")) {
-        let mut last_end: Option<i64> = None;
-        for range in list.split(',') {
-            let (start, length) = range.split_once('.')?;
-            let start = i64::from_str_radix(start, 36).ok()?;
-            let length = i64::from_str_radix(length, 36).ok()?;
-            let from = last_end.map_or(Some(start), |end| end.checked_add(start))?;
-            let to = from.checked_add(length)?;
-            if from < to {
-                done.push((from, to));
-            }
-            last_end = Some(to);
-        }
+        done = compact_runs(list)?;
     }
-    Some(Metadata { gap_free, done })
+    Some(Metadata {
+        gap_free,
+        runs: Runs::Inline(done),
+    })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn metadata_round_trips_and_other_writers_are_ignored() {
-        let metadata = Metadata {
-            gap_free: true,
-            done: vec![(10, 12), (15, 16)],
-        };
-        let written = write("Ab", &metadata);
-        assert_eq!(written.text, "idemgate/2 Ab gap-free d=a.2,3.1");
-        assert_eq!(written.dropped, 0);
-        assert_eq!(read("Ab", &written.text), Some(metadata.clone()));
-        // What replicas before the compact ranges wrote reads the same.
-        assert_eq!(
-            read("Ab", "idemgate/2 Ab gap-free done=10-12,15-16"),
-            Some(metadata)
-        );
-        assert_eq!(read("Ab", "idemgate/2 Ab gaps"), Some(Metadata::default()));
-        assert_eq!(read("Cd", &written.text), None, "another stream's");
-        assert_eq!(read("Ab", ""), None);
-        assert_eq!(read("Ab", "some other tool"), None);
+fn malformed(why: &'static str, text: &str) -> Malformed {
+    Malformed {
+        why,
+        text: text.chars().take(200).collect(),
     }
+}
 
-    #[test]
-    fn seven_hundred_holes_at_offsets_in_the_billions_fit() {
-        // A partition at offset 4 billion with 700 waiting copies between
-        // finished runs: every run fits in the limit.
-        let base = 4_000_000_000_i64;
-        let metadata = Metadata {
-            gap_free: false,
-            done: (0..700).map(|i| (base + i * 7, base + i * 7 + 5)).collect(),
-        };
-        let written = write("Ab", &metadata);
-        assert!(written.text.len() <= MAX_LEN, "{}", written.text.len());
-        assert_eq!(written.dropped, 0);
-        assert_eq!(read("Ab", &written.text), Some(metadata));
+fn base36(n: i64) -> String {
+    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut n = u64::try_from(n).unwrap_or(0);
+    if n == 0 {
+        return "0".into();
     }
-
-    #[test]
-    fn ranges_past_the_size_limit_are_left_out_and_counted() {
-        let metadata = Metadata {
-            gap_free: false,
-            done: (0..5000).map(|i| (i * 1000, i * 1000 + 1)).collect(),
-        };
-        let written = write("Ab", &metadata);
-        assert!(written.text.len() <= MAX_LEN);
-        let back = read("Ab", &written.text).unwrap();
-        assert!(!back.done.is_empty() && back.done.len() < 5000);
-        assert_eq!(back.done[..], metadata.done[..back.done.len()]);
-        assert_eq!(written.dropped, 5000 - back.done.len());
+    let mut out = Vec::new();
+    while n > 0 {
+        out.push(DIGITS[(n % 36) as usize]);
+        n /= 36;
     }
+    out.reverse();
+    String::from_utf8(out).unwrap_or_default()
 }

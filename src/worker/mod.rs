@@ -13,7 +13,8 @@
 //! - `committer`: the one place where at least once and exactly once
 //!   differ, sending each hook to its implementation;
 //! - `handover`: revokes, stops and at-least-once commits;
-//! - `metadata`: what a commit says for the next owner;
+//! - `metadata`: what a commit says for the next owner; `runs`: the
+//!   records of finished runs a commit names where they do not fit in it;
 //! - `commit_failure`: what a failed transactional commit leaves (pure);
 //! - `transaction`: exactly once, the transaction around a commit
 //!   interval's outputs and offsets; `lane`: its two producers;
@@ -44,6 +45,8 @@ mod handover;
 mod identity_check;
 mod lane;
 pub(crate) mod metadata;
+#[cfg(test)]
+mod metadata_tests;
 mod output;
 mod pipeline;
 pub(crate) mod poller;
@@ -51,6 +54,7 @@ mod pressure;
 mod progress;
 mod record;
 mod resolve;
+mod runs;
 mod sends;
 mod stalls;
 mod store_lost;

@@ -25,6 +25,7 @@ use super::metadata;
 use super::output::Sent;
 use super::poller::{self, Event};
 use super::progress::Progress;
+use super::runs::AtAssignment;
 use super::transaction::committed;
 use super::Worker;
 use crate::config::{FailMode, Guarantee};
@@ -105,6 +106,9 @@ pub(crate) struct Pipeline {
     /// The timed check of the streams' store identities
     /// (`identity_check.rs`).
     pub(super) identity: IdentityCheck,
+    /// The records of finished runs this replica's commits named
+    /// (`runs.rs`).
+    pub(super) runs: super::runs::Records,
 }
 
 impl Pipeline {
@@ -129,6 +133,7 @@ impl Pipeline {
             txn: Default::default(),
             commit_in_flight: None,
             identity: IdentityCheck::new(identity_check_interval, now),
+            runs: Default::default(),
         }
     }
 }
@@ -384,15 +389,40 @@ impl Worker {
                     };
                     p.txn.assigned(&tp, committed.as_ref());
                     let key_id = &self.streams[stream].config.spec.key_id;
-                    let ours = committed.as_ref().and_then(|(offset, text)| {
-                        metadata::read(key_id, text).map(|m| (*offset, m))
-                    });
+                    let ours = match committed.as_ref() {
+                        Some((offset, text)) => metadata::parse(key_id, text)
+                            .map_err(|source| WorkerError::CommitMetadata {
+                                partition: format!("{}/{}", tp.0, tp.1),
+                                source,
+                            })?
+                            .map(|m| (*offset, m)),
+                        None => None,
+                    };
+                    let metadata_raise = ours.as_ref().filter(|(_, m)| m.gap_free).map(|(o, _)| *o);
+                    let mut keep_commit = false;
+                    let skip = match ours {
+                        Some((_, m)) => match self.runs_at_assignment(stream, &tp, m.runs).await? {
+                            AtAssignment::Skip(done) => done,
+                            AtAssignment::Lost(how) => {
+                                self.runs_lost(p, stream, how);
+                                // Fail-closed, the commit keeps naming the
+                                // record for `rebuild`; fail-open streams
+                                // pass their records and commit them.
+                                keep_commit = !self.fail_open(stream);
+                                Vec::new()
+                            }
+                        },
+                        None => Vec::new(),
+                    };
                     let resume = Resume {
                         committed: committed.as_ref().map(|(offset, _)| *offset),
-                        metadata_raise: ours.as_ref().filter(|(_, m)| m.gap_free).map(|(o, _)| *o),
-                        skip: ours.map(|(_, m)| m.done).unwrap_or_default(),
+                        metadata_raise,
+                        skip,
                     };
-                    p.flight.assign(tp, stream, resume);
+                    p.flight.assign(tp.clone(), stream, resume);
+                    if keep_commit {
+                        p.flight.keep_commit(&tp);
+                    }
                 }
             }
             Event::CommittedUnreadable { after, error } => {
@@ -406,6 +436,7 @@ impl Worker {
                 for tp in &partitions {
                     p.flight.revoke(tp);
                     p.paused.remove(tp);
+                    p.runs.forget(tp);
                 }
                 let _ = ack.send(());
             }

@@ -36,11 +36,11 @@ use super::error::{Doing, WorkerError};
 use super::fault_point::{self, Step};
 use super::flight::{Commit, EarlyInserts, Tp};
 use super::lane::{init, reports_in};
-use super::metadata::Metadata;
 use super::pipeline::{answer, Pipeline, FLUSH_PATIENCE};
 use super::resolve::{offset_of, resolve, Sent};
+use super::runs;
 use super::Worker;
-use crate::store::{Publish, StoreError};
+use crate::store::{Publish, RunsName, StoreError};
 
 /// Where the open transaction stands.
 #[derive(Default)]
@@ -87,6 +87,9 @@ pub(crate) struct Committing {
     /// Its offsets, to read back (until the brokers are seen to keep
     /// transactional offset metadata).
     written: Option<TopicPartitionList>,
+    /// The records of finished runs this replica's earlier commits named
+    /// that this one makes needless: deleted once it is known committed.
+    superseded: Vec<RunsName>,
 }
 
 /// How a sealed transaction ended: committed, or (where a call timed
@@ -220,6 +223,7 @@ impl Worker {
         }
         crate::metrics::transaction_step("inserts", self.clock.now() - sealing);
         let mut list = TopicPartitionList::new();
+        let (mut writes, mut superseded) = (Vec::new(), Vec::new());
         for c in &commits {
             let Some(&stream) = self.by_topic.get(&*c.tp.0) else {
                 continue;
@@ -227,15 +231,21 @@ impl Worker {
             list.add_partition_offset(&c.tp.0, c.tp.1, Offset::Offset(c.offset))
                 .doing("listing offsets")?;
             if let Some(mut element) = list.find_partition(&c.tp.0, c.tp.1) {
-                element.set_metadata(self.metadata_text(
-                    stream,
-                    &c.tp,
-                    &Metadata {
-                        gap_free: c.gap_free,
-                        done: c.done.clone(),
-                    },
-                ));
+                let prepared = self.prepare_commit(p, stream, c);
+                element.set_metadata(prepared.text);
+                writes.extend(prepared.write);
+                superseded.extend(prepared.superseded);
             }
+        }
+        // The records of finished runs the offsets' metadata names, in the
+        // pre-commit store step: acknowledged before the commit
+        // (docs/design.md §7).
+        if let Err(source) = runs::write(&self.store, &writes, self.clock.wall_ms(), deadline).await
+        {
+            if p.txn.open_since.take().is_some() {
+                let _ = self.abort(p.txn.lane).await;
+            }
+            return Err(WorkerError::RunsUnwritten { source });
         }
         self.begin(p)?;
         let group = self
@@ -308,6 +318,7 @@ impl Worker {
             commits,
             sent: list,
             written,
+            superseded,
         });
         p.txn.open_since = None;
         p.txn.lane = (lane + 1) % self.lanes.len();
@@ -347,6 +358,7 @@ impl Worker {
             commits,
             sent,
             written,
+            superseded,
             ..
         }) = p.txn.committing.take()
         else {
@@ -367,6 +379,7 @@ impl Worker {
                     warn!("the transaction whose call timed out had committed (its offsets read back): it settles; the producer was built again");
                 }
                 crate::metrics::committed();
+                runs::delete(&self.store, superseded);
                 p.flight.txn_committed();
                 let _ = p.flight.commits(None);
                 for e in sent.elements() {

@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use idemgate::clock::Millis;
 use idemgate::store::{
-    Claim, ClaimOutcome, ClaimStore, EarlyRun, IdentityFound, Publish, RoundAnswer, StoreError,
-    StoreIdentity, StoreStats, StreamId, StreamLost,
+    Claim, ClaimOutcome, ClaimStore, EarlyRun, IdentityFound, Publish, RoundAnswer, RunsName,
+    StoreError, StoreIdentity, StoreStats, StreamId, StreamLost,
 };
 use idemgate::tier::Tier;
 
@@ -246,6 +246,27 @@ impl ClaimStore for CountingStore {
 
     fn adopt_identity(&self, stream: StreamId, identity: StoreIdentity) {
         self.inner.adopt_identity(stream, identity);
+    }
+
+    async fn put_runs(
+        &self,
+        name: &RunsName,
+        content: &[u8],
+        at: Millis,
+    ) -> Result<(), StoreError> {
+        self.inner.put_runs(name, content, at).await
+    }
+
+    async fn get_runs(&self, name: &RunsName, at: Millis) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.get_runs(name, at).await
+    }
+
+    async fn refresh_runs(&self, name: &RunsName, at: Millis) -> Result<bool, StoreError> {
+        self.inner.refresh_runs(name, at).await
+    }
+
+    async fn delete_runs(&self, names: &[RunsName]) -> Result<(), StoreError> {
+        self.inner.delete_runs(names).await
     }
 
     /// The store watcher's call, from its own task: counted, not observed.

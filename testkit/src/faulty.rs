@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use idemgate::clock::Millis;
 use idemgate::coordinates::Coordinates;
 use idemgate::store::{
-    Claim, ClaimOutcome, ClaimStore, EarlyRun, IdentityFound, Publish, RoundAnswer, StoreError,
-    StoreIdentity, StoreStats, StreamId, StreamLost,
+    Claim, ClaimOutcome, ClaimStore, EarlyRun, IdentityFound, Publish, RoundAnswer, RunsName,
+    StoreError, StoreIdentity, StoreStats, StreamId, StreamLost,
 };
 
 /// What the store does with a round.
@@ -184,6 +184,31 @@ impl ClaimStore for FaultyStore {
         self.inner.adopt_identity(stream, identity);
     }
 
+    async fn put_runs(
+        &self,
+        name: &RunsName,
+        content: &[u8],
+        at: Millis,
+    ) -> Result<(), StoreError> {
+        self.runs_fault()?;
+        self.inner.put_runs(name, content, at).await
+    }
+
+    async fn get_runs(&self, name: &RunsName, at: Millis) -> Result<Option<Vec<u8>>, StoreError> {
+        self.runs_fault()?;
+        self.inner.get_runs(name, at).await
+    }
+
+    async fn refresh_runs(&self, name: &RunsName, at: Millis) -> Result<bool, StoreError> {
+        self.runs_fault()?;
+        self.inner.refresh_runs(name, at).await
+    }
+
+    async fn delete_runs(&self, names: &[RunsName]) -> Result<(), StoreError> {
+        self.runs_fault()?;
+        self.inner.delete_runs(names).await
+    }
+
     async fn stats(&self, at: Millis) -> Result<StoreStats, StoreError> {
         match self.fault() {
             Fault::Down => Err(StoreError::Unavailable("injected: store down".into())),
@@ -193,6 +218,15 @@ impl ClaimStore for FaultyStore {
 }
 
 impl FaultyStore {
+    /// A store down fails the records of finished runs too; the other
+    /// faults are about rounds.
+    fn runs_fault(&self) -> Result<(), StoreError> {
+        match self.fault() {
+            Fault::Down => Err(StoreError::Unavailable("injected: store down".into())),
+            _ => Ok(()),
+        }
+    }
+
     /// The round as the fault in force makes it.
     async fn faulted_round(
         &self,

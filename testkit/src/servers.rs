@@ -550,9 +550,18 @@ pub fn is_identity_key(rest: &[u8]) -> bool {
         .is_some_and(|brace| rest[..brace].ends_with(b":id"))
 }
 
+/// Whether a key (after its prefix) is a record of finished runs,
+/// `<key id>:r{<tag>}...` (docs/design.md §7): on its partition's hash
+/// tag, living the stream's watermark TTL.
+pub fn is_runs_key(rest: &[u8]) -> bool {
+    rest.iter()
+        .position(|b| *b == b'{')
+        .is_some_and(|brace| rest[..brace].ends_with(b":r"))
+}
+
 /// A tier-1 claim key (after its prefix): `<key id>{<tag>}<16 bytes>`.
 fn is_claim_key(rest: &[u8]) -> bool {
-    rest.contains(&b'{') && !is_identity_key(rest)
+    rest.contains(&b'{') && !is_identity_key(rest) && !is_runs_key(rest)
 }
 
 /// The remaining lifetime (ms) of every key under `prefix`, after
@@ -652,7 +661,7 @@ pub fn unsettled_holders(url: &str, prefix: &str) -> Vec<Holder> {
         let Some(brace) = key.iter().position(|b| *b == b'{') else {
             continue;
         };
-        if is_identity_key(&key[prefix.len()..]) {
+        if is_identity_key(&key[prefix.len()..]) || is_runs_key(&key[prefix.len()..]) {
             continue;
         }
         let key_id = key[prefix.len()..brace].to_vec();
@@ -716,7 +725,7 @@ pub fn unsettled_claims_on(urls: &[String], prefix: &str) -> (usize, Vec<String>
             let Some(brace) = rest.iter().position(|b| *b == b'{') else {
                 continue;
             };
-            if is_identity_key(rest) {
+            if is_identity_key(rest) || is_runs_key(rest) {
                 continue;
             }
             let value: Option<Vec<u8>> = redis::cmd("GET")

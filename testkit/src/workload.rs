@@ -228,6 +228,17 @@ impl Bank {
         index
     }
 
+    /// A redelivery of event `event` (an index below [`Bank::events`]),
+    /// spelled as `phase` spells them: a `duplicate` of it.
+    pub fn redelivery(&mut self, event: usize) -> Planned {
+        self.copy(event, false)
+    }
+
+    /// A record no hash can be computed for: `invalid`, finished at once.
+    pub fn malformed_record(&mut self) -> Planned {
+        self.malformed()
+    }
+
     fn copy(&mut self, event: usize, memo: bool) -> Planned {
         let original = render(&self.events[event], Style::default());
         let mut style = Style {

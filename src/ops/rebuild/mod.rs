@@ -14,6 +14,8 @@
 //! output restores nothing.
 
 pub mod run;
+mod runs;
+mod runs_run;
 mod start;
 
 use std::collections::{BTreeMap, HashMap};
@@ -254,7 +256,9 @@ pub fn watermarks(stream: StreamId, key_id: &str, committed: &[Committed]) -> Ve
         .iter()
         .map(|c| WatermarkFrom {
             committed: c.clone(),
-            raise: metadata::read(key_id, &c.metadata)
+            raise: metadata::parse(key_id, &c.metadata)
+                .ok()
+                .flatten()
                 .filter(|m| m.gap_free)
                 .map(|_| Raise {
                     stream,

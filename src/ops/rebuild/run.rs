@@ -134,6 +134,7 @@ pub async fn rebuild(config: &Config, args: RebuildArgs) -> Result<String, Rebui
             ..Publish::default()
         })
         .await?;
+    let runs = super::runs_run::records(config, &*store, id, stream, &committed, now).await?;
     let identity = StoreIdentity::random();
     let written = store.write_identity(id, identity, true).await?;
     if at_start(&written) != AtStart::Adopt(identity) {
@@ -142,6 +143,7 @@ pub async fn rebuild(config: &Config, args: RebuildArgs) -> Result<String, Rebui
         )));
     }
     let mut out = format!("group {group_name}, stream {}\n", stream.spec.name);
+    out.push_str(&runs);
     out.push_str(&report(&plan, &stream.clean, &marks, &identity.to_hex()));
     Ok(out)
 }

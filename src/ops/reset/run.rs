@@ -29,22 +29,33 @@ use crate::store::{PartitionReset, Publish, StoreError, StreamId};
 /// at or above the new offset: those records were finished (their
 /// duplicates and invalid records already in audit, above a record that
 /// waited), and the next owner skips them rather than deciding them again.
+/// A reference to a record of runs in the store is carried as it is: the
+/// record's runs are all above the offset its writer committed, and a
+/// reader skips none below the offset it resumes from.
 pub(crate) fn commit_metadata(key_id: &str, old: Option<&str>, after: i64) -> String {
-    let done = old
-        .and_then(|text| crate::worker::metadata::read(key_id, text))
-        .map(|m| m.done)
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|(from, to)| (to > after).then_some((from.max(after), to)))
-        .collect();
-    crate::worker::metadata::write(
+    use crate::worker::metadata::{encode, parse, Metadata, Runs};
+    let runs = match old.and_then(|text| parse(key_id, text).ok().flatten()) {
+        Some(Metadata {
+            runs: Runs::Stored(stored),
+            ..
+        }) => Runs::Stored(stored),
+        Some(Metadata {
+            runs: Runs::Inline(done),
+            ..
+        }) => Runs::Inline(
+            done.into_iter()
+                .filter_map(|(from, to)| (to > after).then_some((from.max(after), to)))
+                .collect(),
+        ),
+        None => Runs::Inline(Vec::new()),
+    };
+    encode(
         key_id,
-        &crate::worker::metadata::Metadata {
+        &Metadata {
             gap_free: false,
-            done,
+            runs,
         },
     )
-    .text
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -372,25 +383,36 @@ fn commit(
 
 #[cfg(test)]
 mod tests {
-    use crate::worker::metadata::read;
+    use crate::worker::metadata::{parse, Metadata, Runs};
+
+    fn read(key_id: &str, text: &str) -> Option<Metadata> {
+        parse(key_id, text).unwrap()
+    }
+
+    fn done(metadata: Metadata) -> Vec<(i64, i64)> {
+        match metadata.runs {
+            Runs::Inline(done) => done,
+            Runs::Stored(_) => panic!("a reference"),
+        }
+    }
 
     #[test]
     fn a_reset_commit_never_claims_gap_free() {
         let text = super::commit_metadata("Ab", Some("idemgate/2 Ab gap-free"), 7);
         let read = read("Ab", &text).expect("idemgate's own metadata");
         assert!(!read.gap_free, "{text}");
-        assert!(read.done.is_empty(), "{text}");
+        assert!(done(read).is_empty(), "{text}");
     }
 
     #[test]
     fn a_reset_commit_carries_the_done_ranges_at_or_above_its_offset() {
         let old = "idemgate/2 Ab gaps done=11-15,20-30";
         let text = super::commit_metadata("Ab", Some(old), 22);
-        assert_eq!(read("Ab", &text).unwrap().done, vec![(22, 30)], "{text}");
+        assert_eq!(done(read("Ab", &text).unwrap()), vec![(22, 30)], "{text}");
         let text = super::commit_metadata("Ab", Some(old), 0);
-        assert_eq!(read("Ab", &text).unwrap().done, vec![(11, 15), (20, 30)]);
+        assert_eq!(done(read("Ab", &text).unwrap()), vec![(11, 15), (20, 30)]);
         // Another stream's or another writer's ranges are not ours.
         let text = super::commit_metadata("Ab", Some("idemgate/2 Cd gaps done=1-5"), 0);
-        assert!(read("Ab", &text).unwrap().done.is_empty());
+        assert!(done(read("Ab", &text).unwrap()).is_empty());
     }
 }

@@ -1,4 +1,5 @@
-//! The janitor: deletes expired claims in bounded batches, never inside a
+//! The janitor: deletes expired records of finished runs, and expired
+//! claims in bounded batches, never inside a
 //! round, and reads each claims table's size for the gauge. A claim past
 //! its expiry already counts as absent to every round (judged on the
 //! claim's own time); the janitor only keeps the tables from growing.
@@ -28,6 +29,9 @@ pub(super) struct Swept {
 pub(super) struct Janitor {
     pool: Pool,
     tables: Vec<Swept>,
+    /// `finished_runs`: records their writer left to expire (an aborted
+    /// attempt's, a revoked partition's last).
+    runs: String,
     options: JanitorOptions,
     clock: Arc<dyn Clock>,
 }
@@ -36,12 +40,14 @@ impl Janitor {
     pub(super) fn new(
         pool: Pool,
         tables: Vec<Swept>,
+        runs: String,
         options: JanitorOptions,
         clock: Arc<dyn Clock>,
     ) -> Janitor {
         Janitor {
             pool,
             tables,
+            runs,
             options,
             clock,
         }
@@ -69,6 +75,11 @@ impl Janitor {
         let now = self.clock.wall_ms();
         let batch = i64::from(self.options.batch_rows.max(1));
         let client = client(&self.pool).await?;
+        let runs = format!("DELETE FROM {} WHERE expires_at <= $1", self.runs);
+        client
+            .execute(&runs, &[&now])
+            .await
+            .map_err(|e| store_error("janitor", e))?;
         let mut total = 0;
         for swept in &self.tables {
             let table = &swept.table;

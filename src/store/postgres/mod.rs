@@ -18,6 +18,7 @@ mod legacy;
 mod options;
 mod reads;
 mod round;
+mod runs;
 mod schema;
 mod sql;
 
@@ -37,8 +38,8 @@ pub use options::{
 pub use schema::{claims_key_id, claims_name};
 
 use super::{
-    ClaimStore, IdentityFound, Mode, PartitionReset, Publish, Restored, RoundAnswer, StoreError,
-    StoreIdentity, StoreStats, StreamId, StreamLost, StreamSpec,
+    ClaimStore, IdentityFound, Mode, PartitionReset, Publish, Restored, RoundAnswer, RunsName,
+    StoreError, StoreIdentity, StoreStats, StreamId, StreamLost, StreamSpec,
 };
 use crate::clock::{Clock, Millis, SystemClock};
 use janitor::{Janitor, Swept};
@@ -108,7 +109,13 @@ impl PostgresStore {
                 table: table.clone(),
             })
             .collect();
-        let janitor = Janitor::new(pool.clone(), swept, options.janitor, clock);
+        let janitor = Janitor::new(
+            pool.clone(),
+            swept,
+            tables.runs.clone(),
+            options.janitor,
+            clock,
+        );
         Ok(PostgresStore {
             janitor_task: janitor.clone().spawn(),
             janitor,
@@ -238,6 +245,42 @@ impl ClaimStore for PostgresStore {
     async fn restore(&self, claims: &[Restored]) -> Result<(), StoreError> {
         let session = self.checkout().await?;
         let result = self.restore_on(&session, claims).await;
+        checkin(session, &result);
+        result
+    }
+
+    async fn put_runs(
+        &self,
+        name: &RunsName,
+        content: &[u8],
+        at: Millis,
+    ) -> Result<(), StoreError> {
+        let session = self.checkout().await?;
+        let result = timed(self.put_runs_on(&session, name, content, at)).await;
+        checkin(session, &result);
+        result
+    }
+
+    async fn get_runs(&self, name: &RunsName, at: Millis) -> Result<Option<Vec<u8>>, StoreError> {
+        let session = self.checkout().await?;
+        let result = timed(self.get_runs_on(&session, name, at)).await;
+        checkin(session, &result);
+        result
+    }
+
+    async fn refresh_runs(&self, name: &RunsName, at: Millis) -> Result<bool, StoreError> {
+        let session = self.checkout().await?;
+        let result = timed(self.refresh_runs_on(&session, name, at)).await;
+        checkin(session, &result);
+        result
+    }
+
+    async fn delete_runs(&self, names: &[RunsName]) -> Result<(), StoreError> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        let session = self.checkout().await?;
+        let result = timed(self.delete_runs_on(&session, names)).await;
         checkin(session, &result);
         result
     }

@@ -14,6 +14,8 @@
 //!   id), topic tag and partition.
 //! - `reset_ranges`: what operators' resets recorded per partition.
 //! - `identities`: one stream identity per stream.
+//! - `finished_runs`: records of finished runs a commit's metadata names
+//!   (docs/design.md §7), by their unique name, with their expiry.
 //!
 //! Where the role may not create them, the start is refused with the SQL an
 //! administrator runs.
@@ -61,6 +63,7 @@ pub(super) struct Tables {
     pub(super) watermarks: String,
     pub(super) ranges: String,
     pub(super) identities: String,
+    pub(super) runs: String,
     /// Per stream, in stream order.
     pub(super) claims: Vec<String>,
 }
@@ -73,6 +76,7 @@ impl Tables {
             watermarks: name("watermarks"),
             ranges: name("reset_ranges"),
             identities: name("identities"),
+            runs: name("finished_runs"),
             claims: streams
                 .iter()
                 .map(|s| name(&claims_name(&s.key_id)))
@@ -99,6 +103,13 @@ impl Tables {
             format!(
                 "CREATE TABLE IF NOT EXISTS {} (stream text PRIMARY KEY, identity text NOT NULL)",
                 self.identities
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (stream text NOT NULL, topic integer NOT NULL, \
+                 partition integer NOT NULL, writer bigint NOT NULL, sequence bigint NOT NULL, \
+                 expires_at bigint NOT NULL, content bytea NOT NULL, \
+                 PRIMARY KEY (stream, topic, partition, writer, sequence))",
+                self.runs
             ),
         ];
         for (table, spec) in self.claims.iter().zip(streams) {
@@ -133,7 +144,7 @@ impl Tables {
 
     /// Every table, qualified and quoted.
     pub(super) fn all(&self) -> impl Iterator<Item = &str> {
-        [&self.watermarks, &self.ranges, &self.identities]
+        [&self.watermarks, &self.ranges, &self.identities, &self.runs]
             .into_iter()
             .chain(&self.claims)
             .map(String::as_str)

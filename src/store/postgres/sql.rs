@@ -81,6 +81,15 @@ pub(super) struct Sql {
     pub(super) write_ranges: String,
     /// `$1` stream, `$2` topic, `$3` partition: its ranges are gone.
     pub(super) delete_ranges: String,
+    /// A record of finished runs by its name: `$1` stream, `$2` topic,
+    /// `$3` partition, `$4` writer, `$5` sequence; then `$6` its expiry
+    /// and `$7` its content (written once: a second write moves only the
+    /// expiry), or `$6` now (read), or `$6` now and `$7` the new expiry
+    /// (refresh).
+    pub(super) put_runs: String,
+    pub(super) get_runs: String,
+    pub(super) refresh_runs: String,
+    pub(super) delete_runs: String,
 }
 
 impl Sql {
@@ -88,7 +97,22 @@ impl Sql {
         let w = &tables.watermarks;
         let r = &tables.ranges;
         let i = &tables.identities;
+        let f = &tables.runs;
+        let name =
+            "stream = $1 AND topic = $2 AND partition = $3 AND writer = $4 AND sequence = $5";
         Sql {
+            put_runs: format!(
+                "INSERT INTO {f} AS f (stream, topic, partition, writer, sequence, expires_at, content) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) \
+                 ON CONFLICT (stream, topic, partition, writer, sequence) \
+                 DO UPDATE SET expires_at = GREATEST(f.expires_at, EXCLUDED.expires_at)"
+            ),
+            get_runs: format!("SELECT content FROM {f} WHERE {name} AND expires_at > $6"),
+            refresh_runs: format!(
+                "UPDATE {f} SET expires_at = GREATEST(expires_at, $7) \
+                 WHERE {name} AND expires_at > $6 RETURNING 1"
+            ),
+            delete_runs: format!("DELETE FROM {f} WHERE {name}"),
             claims: tables.claims.iter().map(|c| ClaimSql::new(c, i)).collect(),
             raise: format!(
                 "WITH up AS (INSERT INTO {w} AS w (stream, topic, partition, below) \

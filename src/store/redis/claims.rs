@@ -17,8 +17,8 @@ use crate::store::judge::{self, Filter, Maps, Verdict};
 use crate::store::value::ClaimValue;
 use crate::store::{
     millis, spec, Claim, ClaimOutcome, ClaimStore, EarlyRun, FilterFill, IdentityFound,
-    PartitionRanges, PartitionReset, Publish, Restored, RoundAnswer, StoreError, StoreIdentity,
-    StoreStats, StreamId, StreamLost,
+    PartitionRanges, PartitionReset, Publish, Restored, RoundAnswer, RunsName, StoreError,
+    StoreIdentity, StoreStats, StreamId, StreamLost,
 };
 
 /// A re-stamp meets a value changed under it at most this often in one
@@ -146,6 +146,24 @@ impl ClaimStore for RedisStore {
             return Ok(());
         }
         self.note_runs(runs).await
+    }
+
+    // Records of finished runs expire on the server's clock: `at` is the
+    // caller's, not needed here.
+    async fn put_runs(&self, name: &RunsName, content: &[u8], _: Millis) -> Result<(), StoreError> {
+        self.put_runs_at(name, content).await
+    }
+
+    async fn get_runs(&self, name: &RunsName, _: Millis) -> Result<Option<Vec<u8>>, StoreError> {
+        self.get_runs_at(name).await
+    }
+
+    async fn refresh_runs(&self, name: &RunsName, _: Millis) -> Result<bool, StoreError> {
+        self.refresh_runs_at(name).await
+    }
+
+    async fn delete_runs(&self, names: &[RunsName]) -> Result<(), StoreError> {
+        self.delete_runs_at(names).await
     }
 
     async fn find_identity(&self, stream: StreamId) -> Result<IdentityFound, StoreError> {

@@ -35,6 +35,7 @@ mod identity;
 mod reset;
 mod restore;
 mod round;
+mod runs;
 mod tier1;
 mod tier2;
 mod tier2_trips;

@@ -172,7 +172,7 @@ impl Flight {
     pub(crate) fn commits(&mut self, only: Option<&Tp>) -> Vec<Commit> {
         let mut out = Vec::new();
         for (tp, p) in &mut self.partitions {
-            if only.is_some_and(|o| o != tp) {
+            if only.is_some_and(|o| o != tp) || p.keep_commit {
                 continue;
             }
             let Some(end) = p.finished_end() else {

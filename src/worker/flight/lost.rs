@@ -27,6 +27,16 @@ impl Flight {
         self.lost.insert(stream, how).is_none()
     }
 
+    /// The committed metadata of `tp` names a record of finished runs the
+    /// store lost: nothing commits the partition again in this process
+    /// (its stream stopped; a commit over the metadata would erase the
+    /// name `rebuild` makes the record again under).
+    pub(crate) fn keep_commit(&mut self, tp: &Tp) {
+        if let Some(partition) = self.partitions.get_mut(tp) {
+            partition.keep_commit = true;
+        }
+    }
+
     /// How a stream's records go on, if its store lost its state.
     pub(crate) fn lost(&self, stream: usize) -> Option<Lost> {
         self.lost.get(&stream).copied()
@@ -39,6 +49,27 @@ impl Flight {
             .iter()
             .filter(|(_, p)| self.lost(p.stream) == Some(Lost::Stop))
             .map(|(tp, _)| tp)
+    }
+
+    /// An invalid record about to be produced whose stream stopped
+    /// deciding: parked too. It needs no claim, but it may be one a lost
+    /// record of finished runs listed (docs/design.md §7): sent again, it
+    /// would reach audit twice. Returns whether it was parked.
+    pub(super) fn park_invalid(&mut self, tp: &Tp, offset: i64) -> bool {
+        let Some(record) = self.record(tp, offset) else {
+            return false;
+        };
+        if self.lost(record.stream) != Some(Lost::Stop)
+            || !matches!(record.decision, Some(crate::decision::Decision::Invalid(_)))
+        {
+            return false;
+        }
+        if let Some(record) = self.record_mut(tp, offset) {
+            record.stage = Stage::Claim;
+            record.decision = None;
+        }
+        self.parked.push((tp.clone(), offset));
+        true
     }
 
     /// A record about to be claimed (ready, or due after a wait) whose

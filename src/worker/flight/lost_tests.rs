@@ -106,3 +106,44 @@ fn a_waiting_record_of_a_lost_stream_is_not_claimed_again() {
     assert!(round.is_none_or(|r| r.claims.is_empty()));
     assert_eq!(stage(&f, 0, 0), Stage::Claim);
 }
+
+/// A record of finished runs the committed metadata names is missing
+/// (docs/design.md §7): the stream is lost before its records arrive, and
+/// an invalid record among them, which needs no claim, may be one the
+/// record listed: parked, not sent to audit a second time. Fail-open, it
+/// goes to audit as it would.
+#[test]
+fn an_invalid_record_of_a_stopped_stream_is_parked_not_sent_again() {
+    use crate::fingerprint::Invalid;
+    let mut f = flight(Some(0));
+    assert!(f.lose(0, false));
+    f.arrive(input(0, 0), 0, Err(Invalid::NotObject), 1);
+    f.arrive(input(0, 1), 0, print(1), 1);
+    assert_eq!(stage(&f, 0, 0), Stage::Claim, "parked");
+    assert!(f.take_sends(Instant::now()).is_empty(), "nothing to send");
+    assert!(f.commits(None).is_empty(), "nothing committed");
+
+    let mut f = flight(Some(0));
+    assert!(f.lose(0, true));
+    f.arrive(input(0, 0), 0, Err(Invalid::NotObject), 1);
+    assert_eq!(stage(&f, 0, 0), Stage::Produce, "fail-open: to audit");
+}
+
+/// The committed metadata names a record of finished runs the store lost
+/// (docs/design.md §7): the partition is never committed over in this
+/// process, under either guarantee, so `rebuild` still finds the name.
+#[test]
+fn a_partition_whose_record_of_runs_was_lost_is_never_committed_over() {
+    let mut f = super::tests::assigned(Some(5), None);
+    // Below the watermark (10): finished on arrival, so a commit would
+    // move to 6.
+    f.arrive(input(0, 5), 0, print(1), 1);
+    assert_eq!(stage(&f, 0, 5), Stage::Finished);
+    let mut g = super::tests::assigned(Some(5), None);
+    g.arrive(input(0, 5), 0, print(1), 1);
+    assert_eq!(g.commits(None).len(), 1, "without it, a commit");
+
+    f.keep_commit(&tp(0));
+    assert!(f.commits(None).is_empty(), "at least once");
+    assert!(f.txn_offsets(true).is_empty(), "exactly once");
+}

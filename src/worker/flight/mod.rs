@@ -229,6 +229,7 @@ impl Flight {
             unfinished: 0,
             delivered_scan: i64::MIN,
             finished_scan: i64::MIN,
+            keep_commit: false,
         });
     }
 
@@ -384,6 +385,7 @@ impl Flight {
         self.replay_step(tp, offset, stage);
         match stage {
             Stage::Finished => self.finish_at(tp, offset),
+            Stage::Produce if self.park_invalid(tp, offset) => {}
             Stage::Produce => self.queue.push((tp.clone(), offset)),
             Stage::Claim => self.to_claim.push_back((tp.clone(), offset)),
             Stage::Delivered => self.to_settle.push((tp.clone(), offset)),

@@ -153,4 +153,8 @@ pub(crate) struct Partition {
     /// forward past these).
     pub(super) delivered_scan: i64,
     pub(super) finished_scan: i64,
+    /// The committed metadata names a record of finished runs the store
+    /// lost (docs/design.md §7): no commit of this process goes over it,
+    /// so `rebuild` still finds what it named.
+    pub(super) keep_commit: bool,
 }

@@ -132,6 +132,9 @@ impl Flight {
     pub(crate) fn txn_offsets(&mut self, all: bool) -> Vec<Commit> {
         let mut out = Vec::new();
         for (tp, p) in &mut self.partitions {
+            if p.keep_commit {
+                continue;
+            }
             let Some(start) = p.committed.or(p.range_start) else {
                 continue;
             };

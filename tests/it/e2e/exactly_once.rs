@@ -71,7 +71,7 @@ fn exactly_once_commits_outputs_and_offsets_in_transactions() {
     for text in &metadata {
         assert!(
             text.as_deref()
-                .is_some_and(|t| t.starts_with("idemgate/2 ")),
+                .is_some_and(|t| t.starts_with("idemgate/3 ")),
             "the transaction's offsets lost idemgate's metadata: {metadata:?}"
         );
     }

@@ -42,6 +42,7 @@ mod horizon;
 mod lost_store;
 mod monitoring;
 mod outage;
+mod overflow;
 mod postgres;
 mod process;
 mod protocols;

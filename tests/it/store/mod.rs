@@ -377,6 +377,8 @@ conformance!(
         streams_are_separate_namespaces,
         two_connections_claiming_one_hash_at_once_give_exactly_one_winner,
         a_streams_identity_is_written_once_and_found_everywhere,
+        a_record_of_runs_reads_back_whole_under_its_name_until_its_writer_deletes_it,
+        a_record_of_runs_expires_a_watermark_ttl_after_the_last_commit_naming_it,
         a_round_on_a_store_that_lost_its_state_judges_none_of_the_streams_claims,
         a_round_on_a_store_rebuilt_under_the_replica_answers_changed,
         the_timed_check_sees_a_lost_store_without_a_round,

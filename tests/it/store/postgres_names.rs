@@ -120,6 +120,8 @@ async fn claims_tables_of_mixed_case_names_are_renamed_at_start_with_their_claim
             "claims_0000756a",
             "claims_0000756a_expires_at",
             "claims_0000756a_pkey",
+            "finished_runs",
+            "finished_runs_pkey",
             "identities",
             "identities_pkey",
             "reset_ranges",

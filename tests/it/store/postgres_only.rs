@@ -448,8 +448,8 @@ ttl = {{ explicit = "1h" }}
         .unwrap()
         .get(0);
     assert_eq!(
-        tables, 4,
-        "claims_<key id in hex>, watermarks, reset_ranges, identities"
+        tables, 5,
+        "claims_<key id in hex>, watermarks, reset_ranges, identities, finished_runs"
     );
 }
 

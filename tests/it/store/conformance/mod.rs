@@ -251,6 +251,7 @@ mod long_tail;
 mod meet;
 mod reset;
 mod rounds;
+mod runs;
 mod server;
 mod settle;
 
@@ -259,5 +260,6 @@ pub use long_tail::*;
 pub use meet::*;
 pub use reset::*;
 pub use rounds::*;
+pub use runs::*;
 pub use server::*;
 pub use settle::*;

@@ -1,0 +1,126 @@
+//! The commit metadata format (`metadata.rs`): round trips, what replicas
+//! before it wrote, and refusals.
+
+use super::metadata::*;
+
+fn stored(sequence: u64) -> RunsRef {
+    RunsRef {
+        writer: 0x0001_2a03,
+        sequence,
+        digest: digest(b"0.1"),
+    }
+}
+
+#[test]
+fn inline_runs_round_trip_and_other_writers_are_not_ours() {
+    let metadata = Metadata {
+        gap_free: true,
+        runs: Runs::Inline(vec![(10, 12), (15, 16)]),
+    };
+    let text = encode("Ab", &metadata);
+    assert_eq!(text, "idemgate/3 Ab gap-free d=a.2,3.1");
+    assert_eq!(parse("Ab", &text), Ok(Some(metadata.clone())));
+    assert_eq!(
+        inline("Ab", true, &[(10, 12), (15, 16)]).as_deref(),
+        Some(text.as_str())
+    );
+    assert_eq!(
+        parse("Ab", "idemgate/3 Ab gaps"),
+        Ok(Some(Metadata::bare(false)))
+    );
+    assert_eq!(parse("Cd", &text), Ok(None), "another stream's");
+    assert_eq!(parse("Ab", ""), Ok(None));
+    assert_eq!(parse("Ab", "some other tool"), Ok(None));
+    assert!(is_ours("Ab", &text) && !is_ours("Cd", &text));
+}
+
+#[test]
+fn a_reference_round_trips() {
+    let metadata = Metadata {
+        gap_free: false,
+        runs: Runs::Stored(stored(u64::from(u32::MAX) * 7)),
+    };
+    let text = encode("Ab", &metadata);
+    assert!(text.starts_with("idemgate/3 Ab gaps r=12a03."), "{text}");
+    assert!(text.len() < 120, "{} bytes: {text}", text.len());
+    assert_eq!(parse("Ab", &text), Ok(Some(metadata)));
+}
+
+#[test]
+fn what_replicas_before_it_wrote_reads_the_same() {
+    let metadata = Metadata {
+        gap_free: true,
+        runs: Runs::Inline(vec![(10, 12), (15, 16)]),
+    };
+    for old in [
+        "idemgate/2 Ab gap-free d=a.2,3.1",
+        "idemgate/2 Ab gap-free done=10-12,15-16",
+    ] {
+        assert_eq!(parse("Ab", old), Ok(Some(metadata.clone())), "{old}");
+    }
+    assert_eq!(
+        parse("Ab", "idemgate/2 Ab gaps"),
+        Ok(Some(Metadata::bare(false)))
+    );
+    assert_eq!(parse("Cd", "idemgate/2 Ab gaps"), Ok(None));
+}
+
+#[test]
+fn malformed_metadata_of_the_stream_is_refused() {
+    let digest = hex::encode(digest(b"x"));
+    for bad in [
+        "idemgate/3 Ab".to_string(),
+        "idemgate/3 Ab maybe".to_string(),
+        "idemgate/3 Ab gaps d=".to_string(),
+        "idemgate/3 Ab gaps d=a.2,x".to_string(),
+        "idemgate/3 Ab gaps d=a.0".to_string(),
+        "idemgate/3 Ab gaps d=a.2 d=1.1".to_string(),
+        "idemgate/3 Ab gaps e=1".to_string(),
+        format!("idemgate/3 Ab gaps r=zz.1.{digest}"),
+        format!("idemgate/3 Ab gaps r=1a.1.{}", &digest[..62]),
+        format!("idemgate/3 Ab gaps r=1a.1.{digest}.3"),
+        format!("idemgate/3 Ab gaps d=1.1 r=1a.1.{digest}"),
+        format!("idemgate/3 Ab gaps m=1 r=1a.1.{digest}"),
+    ] {
+        let refused = parse("Ab", &bad);
+        assert!(refused.is_err(), "{bad}: {refused:?}");
+        assert!(is_ours("Ab", &bad), "{bad}");
+    }
+}
+
+#[test]
+fn progress_marks_after_the_runs_are_accepted_and_ignored() {
+    let read = parse("Ab", "idemgate/3 Ab gap-free d=a.2 m=0.7,3.9").unwrap();
+    assert_eq!(
+        read,
+        Some(Metadata {
+            gap_free: true,
+            runs: Runs::Inline(vec![(10, 12)])
+        })
+    );
+}
+
+#[test]
+fn seven_hundred_holes_at_offsets_in_the_billions_fit_inline() {
+    // A partition at offset 4 billion with 700 waiting copies between
+    // finished runs: every run fits in the limit.
+    let base = 4_000_000_000_i64;
+    let runs: Vec<_> = (0..700).map(|i| (base + i * 7, base + i * 7 + 5)).collect();
+    let text = inline("Ab", false, &runs).expect("fits");
+    assert!(text.len() <= MAX_LEN, "{}", text.len());
+    assert_eq!(
+        parse("Ab", &text).unwrap().map(|m| m.runs),
+        Some(Runs::Inline(runs))
+    );
+}
+
+#[test]
+fn five_thousand_runs_do_not_fit_inline_and_their_record_reads_back_whole() {
+    let runs: Vec<_> = (0..5000).map(|i| (i * 1000, i * 1000 + 1)).collect();
+    assert_eq!(inline("Ab", false, &runs), None);
+    let content = runs_text(&runs);
+    assert_eq!(parse_runs(&content), Ok(runs));
+    assert_eq!(parse_runs(""), Ok(Vec::new()));
+    assert!(parse_runs("1.1,,2.2").is_err());
+    assert_ne!(digest(content.as_bytes()), digest(b"1.1"));
+}
