@@ -75,6 +75,47 @@ pub struct RebuildArgs {
 /// be held back by an open transaction: the rebuild fails rather than
 /// write a store that misses what it holds.
 pub(crate) const QUIET: Duration = Duration::from_secs(30);
+
+/// A read of a topic's partitions to their ends that gives up, naming the
+/// partitions left, once no message came for [`QUIET`].
+pub(crate) struct Quiet {
+    last: Instant,
+}
+
+impl Quiet {
+    pub(crate) fn new() -> Quiet {
+        Quiet {
+            last: Instant::now(),
+        }
+    }
+
+    /// The next poll's answer (None: nothing yet), or the error once the
+    /// topic was quiet too long with `left` still open.
+    pub(crate) fn poll<'c>(
+        &mut self,
+        consumer: &'c BaseConsumer<QuietContext>,
+        topic: &str,
+        left: impl FnOnce() -> Vec<i32>,
+    ) -> Result<
+        Option<rdkafka::error::KafkaResult<rdkafka::message::BorrowedMessage<'c>>>,
+        RebuildError,
+    > {
+        if self.last.elapsed() > QUIET {
+            let mut left = left();
+            left.sort_unstable();
+            return Err(RebuildError::NotAtEnd {
+                clean: topic.to_string(),
+                left,
+                quiet_s: QUIET.as_secs(),
+            });
+        }
+        let polled = consumer.poll(Duration::from_millis(200));
+        if polled.is_some() {
+            self.last = Instant::now();
+        }
+        Ok(polled)
+    }
+}
 /// Tier-2 inserts per round.
 const INSERTS_PER_ROUND: usize = 1000;
 
@@ -248,21 +289,11 @@ fn read_clean(config: &Config, clean: &str, plan: &mut Rebuild<'_>) -> Result<()
         return Ok(());
     }
     consumer.assign(&assignment).map_err(kafka)?;
-    let mut last = Instant::now();
+    let mut quiet = Quiet::new();
     while !open.is_empty() {
-        if last.elapsed() > QUIET {
-            let mut left: Vec<i32> = open.iter().copied().collect();
-            left.sort_unstable();
-            return Err(RebuildError::NotAtEnd {
-                clean: clean.to_string(),
-                left,
-                quiet_s: QUIET.as_secs(),
-            });
-        }
-        let Some(polled) = consumer.poll(Duration::from_millis(200)) else {
+        let Some(polled) = quiet.poll(&consumer, clean, || open.iter().copied().collect())? else {
             continue;
         };
-        last = Instant::now();
         match polled {
             Ok(message) => {
                 let (headers, _) = crate::worker::read_headers(&message);

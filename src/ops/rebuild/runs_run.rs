@@ -7,13 +7,12 @@
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
-use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::run::{RebuildError, QUIET};
+use super::run::{Quiet, RebuildError};
 use super::runs::{self, Recreate};
 use crate::config::{Config, StreamConfig};
 use crate::decision::INPUT;
@@ -196,21 +195,11 @@ fn read_output(
         return Ok(());
     }
     consumer.assign(&assignment).map_err(kafka)?;
-    let mut last = Instant::now();
+    let mut quiet = Quiet::new();
     while !open.is_empty() {
-        if last.elapsed() > QUIET {
-            let mut left: Vec<i32> = open.iter().copied().collect();
-            left.sort_unstable();
-            return Err(RebuildError::NotAtEnd {
-                clean: topic.to_string(),
-                left,
-                quiet_s: QUIET.as_secs(),
-            });
-        }
-        let Some(polled) = consumer.poll(Duration::from_millis(200)) else {
+        let Some(polled) = quiet.poll(&consumer, topic, || open.iter().copied().collect())? else {
             continue;
         };
-        last = Instant::now();
         match polled {
             Ok(message) => {
                 let (headers, _) = crate::worker::read_headers(&message);

@@ -15,7 +15,6 @@
 //! than that held a claim that had lapsed by then.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
@@ -24,7 +23,7 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 use crate::clock::Millis;
 use crate::decision::DECIDED_AT;
 use crate::ops::kafka::{QuietContext, REQUEST_TIMEOUT};
-use crate::ops::rebuild::run::{RebuildError, QUIET};
+use crate::ops::rebuild::run::{Quiet, RebuildError};
 
 /// A partition's search: the first output decided at or after `since` lies
 /// in `[low, high]` (`high` the end: none).
@@ -97,21 +96,12 @@ pub(crate) fn by_decision(
         }
         consumer.assign(&assignment).map_err(kafka)?;
         let mut waiting = probes.clone();
-        let mut last = Instant::now();
+        let mut quiet = Quiet::new();
         while !waiting.is_empty() {
-            if last.elapsed() > QUIET {
-                let mut left: Vec<i32> = waiting.keys().copied().collect();
-                left.sort_unstable();
-                return Err(RebuildError::NotAtEnd {
-                    clean: clean.to_string(),
-                    left,
-                    quiet_s: QUIET.as_secs(),
-                });
-            }
-            let Some(polled) = consumer.poll(Duration::from_millis(200)) else {
+            let Some(polled) = quiet.poll(consumer, clean, || waiting.keys().copied().collect())?
+            else {
                 continue;
             };
-            last = Instant::now();
             let (partition, found) = match polled {
                 Ok(message) => (
                     message.partition(),
