@@ -168,7 +168,7 @@ impl Worker {
     ) -> impl std::future::Future<Output = Result<(), CommitError>> {
         let consumer = self.consumer.clone();
         let store = self.store.clone();
-        let at = self.clock.wall_ms();
+        let clock = self.clock.clone();
         async move {
             let CommitList {
                 offsets,
@@ -178,7 +178,7 @@ impl Worker {
             if offsets.count() == 0 {
                 return Ok(());
             }
-            runs::write(&store, &writes, at, deadline)
+            runs::write(&store, &clock, &writes, deadline)
                 .await
                 .map_err(CommitError::Runs)?;
             let committed =

@@ -28,7 +28,7 @@ use super::flight::{Commit, Tp};
 use super::metadata::{self, Metadata, Runs, RunsRef};
 use super::pipeline::{Pipeline, FLUSH_PATIENCE};
 use super::Worker;
-use crate::clock::Millis;
+use crate::clock::Clock;
 use crate::coordinates::TopicTag;
 use crate::store::{Check, ClaimStore, OwnerToken, RunsName, StoreError, StreamId, StreamLost};
 
@@ -163,10 +163,11 @@ impl Records {
 /// store loss for the next owner.
 pub(crate) async fn write(
     store: &Arc<dyn ClaimStore>,
+    clock: &Arc<dyn Clock>,
     writes: &[Write],
-    at: Millis,
     deadline: Instant,
 ) -> Result<(), StoreError> {
+    let at = clock.wall_ms();
     let mut backoff = Duration::from_millis(20);
     for w in writes {
         loop {
@@ -190,7 +191,7 @@ pub(crate) async fn write(
             });
             match result {
                 Ok(()) => break,
-                Err(error) if Instant::now() + backoff < deadline => {
+                Err(error) if clock.now() + backoff < deadline => {
                     crate::metrics::store_failed("runs", &error);
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(1));

@@ -240,8 +240,7 @@ impl Worker {
         // The records of finished runs the offsets' metadata names, in the
         // pre-commit store step: acknowledged before the commit
         // (docs/design.md §7).
-        if let Err(source) = runs::write(&self.store, &writes, self.clock.wall_ms(), deadline).await
-        {
+        if let Err(source) = runs::write(&self.store, &self.clock, &writes, deadline).await {
             if p.txn.open_since.take().is_some() {
                 let _ = self.abort(p.txn.lane).await;
             }
