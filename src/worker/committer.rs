@@ -3,7 +3,7 @@
 //! handover call these hooks and never ask which guarantee runs; each hook
 //! sends its guarantee to its implementation:
 //!
-//! - at least once (`handover.rs`): finished offsets are committed every
+//! - at least once (`at_least_once.rs`): finished offsets are committed every
 //!   `commit_interval`, off the loop, one commit at a time; a handover
 //!   commits the partitions that go, after the periodic commit in flight;
 //! - exactly once (`transaction.rs`): outputs are sent inside a

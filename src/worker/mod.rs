@@ -12,7 +12,8 @@
 //!   sent and their delivery reports taken back;
 //! - `committer`: the one place where at least once and exactly once
 //!   differ, sending each hook to its implementation;
-//! - `handover`: revokes, stops and at-least-once commits;
+//! - `handover`: revokes and stops; `at_least_once`: the consumer's
+//!   commits, periodic and a handover's last;
 //! - `metadata`: what a commit says for the next owner; `runs`: the
 //!   records of finished runs a commit names where they do not fit in it;
 //! - `commit_failure`: what a failed transactional commit leaves (pure);
@@ -33,6 +34,7 @@
 //! - `stalls`: a task of its own watching the outputs for a transaction
 //!   that holds their last stable offset (docs/design.md §11).
 
+mod at_least_once;
 mod breaker;
 mod client_logs;
 mod commit_failure;

@@ -101,7 +101,7 @@ pub(crate) struct Pipeline {
     /// Exactly once: the open transaction.
     pub(super) txn: super::transaction::Txn,
     /// At least once: the periodic commit running off the loop
-    /// (`handover.rs`), one at a time.
+    /// (`at_least_once.rs`), one at a time.
     pub(super) commit_in_flight: Option<(Instant, JoinHandle<()>)>,
     /// The timed check of the streams' store identities
     /// (`identity_check.rs`).

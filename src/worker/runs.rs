@@ -13,7 +13,7 @@
 //!
 //! Which record a commit names, and which it makes needless, is decided
 //! here without I/O ([`Records`]); the store calls are the committers'
-//! (`transaction.rs` under exactly once, `handover.rs` at least once) and
+//! (`transaction.rs` under exactly once, `at_least_once.rs` at least once) and
 //! the assignment's read ([`Worker::runs_at_assignment`]). A record the
 //! committed metadata names that the store lacks, or whose digest differs,
 //! is a store loss (`store_lost.rs`), never an empty list.
@@ -230,6 +230,14 @@ pub(crate) enum AtAssignment {
 }
 
 impl Worker {
+    /// A commit's metadata for `c` (docs/design.md §7): its runs inline,
+    /// or a record of them in the store, which the commit needs written
+    /// first.
+    pub(super) fn prepare_commit(&self, p: &mut Pipeline, stream: usize, c: &Commit) -> Prepared {
+        let key_id = &self.streams[stream].config.spec.key_id;
+        p.runs.prepare(key_id, StreamId(stream), self.token, c)
+    }
+
     /// The runs the committed metadata of `tp` names: inline, or fetched
     /// from the store and checked against their digest. The store is
     /// asked until it answers (within the flush's patience: past it, the
