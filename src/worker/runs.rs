@@ -193,6 +193,8 @@ pub(crate) async fn write(
                 Ok(()) => break,
                 Err(error) if clock.now() + backoff < deadline => {
                     crate::metrics::store_failed("runs", &error);
+                    // A pause before asking the real store again; the
+                    // deadline is the worker's clock's.
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(1));
                 }
@@ -266,6 +268,8 @@ impl Worker {
                 Ok(content) => break content,
                 Err(error) if self.clock.now() + backoff < deadline => {
                     crate::metrics::store_failed("runs", &error);
+                    // A pause before asking the real store again; the
+                    // deadline is the worker's clock's.
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(1));
                 }

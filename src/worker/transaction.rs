@@ -479,6 +479,8 @@ impl Worker {
                 Err(error) if self.clock.now() + backoff < deadline => {
                     crate::metrics::store_failed("round", &error);
                     super::pipeline::store_failed(&error);
+                    // A pause before asking the real store again; the
+                    // deadline is the worker's clock's.
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(1));
                 }

@@ -314,6 +314,8 @@ fn lose_and_rebuild(test: &str, config: &GateConfig, input: &str, reader: &mut R
         if run.ok || !run.stderr.contains("active member") || Instant::now() > until {
             break run;
         }
+        // The broker's group coordinator drops the stopped members on its
+        // own time: ask it again.
         std::thread::sleep(Duration::from_secs(1));
     };
     assert!(run.ok, "rebuild failed: {}", run.stderr);
@@ -414,6 +416,7 @@ fn steady_metadata(config: &GateConfig, input: &str) -> (i64, String) {
             "no steady commit within {BOUND:?}: {now:?}"
         );
         last = now;
+        // The next look at the broker's committed offsets.
         std::thread::sleep(Duration::from_secs(1));
     }
 }
