@@ -90,6 +90,22 @@ fn short_soak(name: &str, extra: &[&str], headings: &[&str]) -> String {
         runs,
         "a run without its store link cut:\n{report}"
     );
+    // Each broker restart's row says how long decisions stopped after it
+    // (the outputs carry their decision time): a figure, never "none",
+    // since records arrive on every partition all through the window.
+    for row in report.lines().filter(|l| l.contains("the log kept")) {
+        let stop = row
+            .trim_end_matches(" |")
+            .rsplit(" | ")
+            .next()
+            .unwrap_or_default();
+        let seconds: f64 = stop
+            .split(' ')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("a broker restart without its stop figure: {row}"));
+        assert!(seconds > 0.0, "{row}");
+    }
     let exactly_once = report
         .lines()
         .filter(|l| headings.contains(l) && l.ends_with("exactly-once"))

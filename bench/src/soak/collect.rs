@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use idemgate::decision::{DECISION, FIRST_SEEN, REASON, SOURCE_HASH, TIER};
+use idemgate::decision::{DECIDED_AT, DECISION, FIRST_SEEN, INPUT, REASON, SOURCE_HASH, TIER};
 use idemgate_testkit::TEST_ID;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -57,6 +57,10 @@ pub(crate) struct Seen {
     pub digest: u64,
     /// How many decision headers it carries (must be 1 on an output).
     pub decision_headers: u8,
+    /// `idemgate-decided-at` (ms since the epoch) and the partition of
+    /// `idemgate-input`: when, and on which input partition, it was decided.
+    pub decided_at: Option<i64>,
+    pub input_partition: Option<i32>,
 }
 
 /// A reader thread over some topics; `stop` ends it and hands the records.
@@ -250,5 +254,9 @@ fn seen(message: &rdkafka::message::BorrowedMessage<'_>, topic: u8, inputs: &[St
         reason: text(REASON).map(|r| r.split(':').next().unwrap_or_default().to_string()),
         digest: digest(message.key(), message.payload()),
         decision_headers: headers.iter().filter(|(k, _)| k == DECISION).count() as u8,
+        decided_at: text(DECIDED_AT).and_then(|t| t.parse().ok()),
+        // `topic/partition/offset`; a topic name may not hold a `/`, but
+        // read from the right all the same.
+        input_partition: text(INPUT).and_then(|t| t.rsplit('/').nth(1)?.parse().ok()),
     }
 }

@@ -80,11 +80,16 @@ pub(crate) struct Applied {
     /// Seconds after the soak's start it began, and UTC.
     pub at_s: f64,
     pub at_utc: String,
+    /// Its start in ms since the epoch, to set beside decision times.
+    pub at_unix_ms: i64,
     pub took_s: f64,
     pub note: String,
     /// False when the fault did not happen as described (a fault point
     /// not reached, or not by its SIGKILL): the report's failures name it.
     pub landed: bool,
+    /// The longest stop of decisions that began while it was the latest
+    /// fault (`pauses.rs`), filled in once the outputs are read.
+    pub pause: Option<super::pauses::Pause>,
 }
 
 /// How long faults last, in seconds.
@@ -202,11 +207,21 @@ pub(crate) fn utc_now() -> String {
         .unwrap_or_default()
 }
 
+/// Now, in ms since the epoch (the clock `idemgate-decided-at` is read
+/// on: the replicas run on this machine).
+pub(crate) fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
 /// Applies one fault; watches the replicas while it waits.
 pub(crate) fn apply(fault: &Fault, t: &mut Targets<'_>) -> Result<Applied> {
     let began = Instant::now();
     let at_s = t.start.elapsed().as_secs_f64();
     let at_utc = utc_now();
+    let at_unix_ms = unix_ms();
     let wait = |t: &mut Targets<'_>, seconds: f64| {
         let until = Instant::now() + Duration::from_secs_f64(seconds);
         while Instant::now() < until {
@@ -306,9 +321,11 @@ pub(crate) fn apply(fault: &Fault, t: &mut Targets<'_>) -> Result<Applied> {
         fault: fault.describe(),
         at_s,
         at_utc,
+        at_unix_ms,
         took_s: began.elapsed().as_secs_f64(),
         note,
         landed,
+        pause: None,
     })
 }
 

@@ -24,6 +24,7 @@
 mod collect;
 mod config;
 mod faults;
+mod pauses;
 mod plan;
 mod postgres;
 mod report;

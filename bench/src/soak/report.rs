@@ -167,6 +167,7 @@ impl Report {
         line(format!("- Redis: {}, `noeviction`, no background persistence; its restart is `SHUTDOWN SAVE` then a start from that dump (a planned restart: claims and watermarks survive). A crash without persistence loses claims and watermarks: that is store data loss, not an outage, and is not soaked here.", self.runs.first().map_or("?".into(), |r| r.store_version.clone())));
         line(format!("- Workload: {} records in all, {:.0} % bank (`bank-txn`, `mode = \"exact\"`, `fail_mode = \"closed\"`: redeliveries re-serialized at 35 % and 10 %, conflicts at 2 %, 1 % malformed, late copies of earlier events) and the rest telemetry (`payload` profile, `mode = \"tiered\"`, `fail_mode = \"open\"`, tier-1 TTL {} s, filter on Redis bitmaps: a tenth re-sent within a few records, a twentieth re-sent at the end, by then mostly known only to the filter); seed {}. {} partitions per topic, {} replicas in one group, batches of {}; written over a {:.0} s window while the faults below are applied.", a.records, a.bank_share * 100.0, a.tier1_ttl, self.seed, a.partitions, a.replicas, a.batch, a.window));
         line(format!("- Faults: the schedule below, in seconds after the soak's start, from the moment the group has formed and split every partition; a fault starts at its planned second, or once the one before has ended{}.", if a.gap > 0.0 { format!(" and {:.0} s have passed", a.gap) } else { String::new() }));
+        line(super::pauses::STOPS.into());
         line(format!("- Store link: the replicas reach the store through a loopback link of the soak's own (the test kit's `Link`); its cut drops the packets both ways for {:.0} s with every socket kept open, so the replicas meet silence, not a refusal: their store timeouts and breaker are what they have. The soak's own checks reach the store directly.", a.link_cut));
         line(format!("- SIGKILL inside a seal (exactly once only): a replica is SIGTERMed and started again with its test-only fault point armed (`IDEMGATE_FAULT_AT`, action `kill`, {} passes with work skipped, so it lands mid-stream), once just after a transaction's commit (nothing settled yet: the protocol's weakest spot) and once between `send_offsets_to_transaction` and the commit; it SIGKILLs itself there, and is started again without it, as a supervisor would. Each row's outcome says whether it fired; one that did not fails the soak.", super::faults::SEAL_FAULT_SKIP));
         line("- Oracle: every record is fingerprinted by the library when it is planned; the first input of an event (its copies share its partition and come later) must be the one in clean, decided `novel`; every other copy `duplicate` (tier `exact`) or `conflict` naming that input's coordinates in `idemgate-first-seen`; malformed records `invalid` with the library's reason code; every output keeps its input's key and payload and carries the library's source hash. On the telemetry stream a copy may be a filter hit (`duplicate`, tier `filter`, no holder), and a first input suppressed that way is a tier-2 false positive, counted apart; a copy that comes after its tier-1 key expired claims the hash anew before the filter suppresses it, so a later copy names *it* as the holder (counted apart); `unverified` (fail-open) outputs pass and may double an event.".into());
@@ -243,11 +244,15 @@ fn run_section(line: &mut impl FnMut(String), run: &RunResult) {
         ));
         line(String::new());
     }
-    line("| + s | UTC | fault | took s | outcome |".into());
-    line("|--:|---|---|--:|---|".into());
+    line("| + s | UTC | fault | took s | outcome | longest stop of decisions s (stream, input partition) |".into());
+    line("|--:|---|---|--:|---|--:|".into());
     for f in &run.faults {
+        let pause = match &f.pause {
+            Some(p) => format!("{:.1} ({} {})", p.seconds, p.stream, p.partition),
+            None => "none".into(),
+        };
         line(format!(
-            "| {:.1} | {} | {} | {:.1} | {} |",
+            "| {:.1} | {} | {} | {:.1} | {} | {pause} |",
             f.at_s, f.at_utc, f.fault, f.took_s, f.note
         ));
     }

@@ -17,6 +17,7 @@ use serde::Serialize;
 use super::collect::{Collector, Seen};
 use super::config::{replica_toml, Common, Guarantee, Topics};
 use super::faults::{self, Applied, Lengths, Targets};
+use super::pauses;
 use super::plan::{Plan, Shape, BANK, TELEMETRY};
 use super::store::{Binaries, SoakStore, StoreKind};
 use super::verdict::{judge, Figures, Keeping};
@@ -183,6 +184,7 @@ pub(crate) fn run(s: &Setup<'_>) -> Result<RunResult> {
         Err(_) => bail!("the soak's producer panicked (see above)"),
     };
     let produce_seconds = started.elapsed().as_secs_f64();
+    let produced_at_ms = faults::unix_ms();
     let produced = [plan.expected[BANK].len(), plan.expected[TELEMETRY].len()];
     eprintln!("soak {name}: produced {produced:?} in {produce_seconds:.1}s; draining");
 
@@ -227,6 +229,7 @@ pub(crate) fn run(s: &Setup<'_>) -> Result<RunResult> {
         "soak {name}: {} outputs; reading the inputs back",
         outputs.len()
     );
+    note_pauses(&mut applied, produced_at_ms, &outputs);
     let coords = read_back(&broker.brokers, &topics, &produced, read_committed)?;
     let unsettled = store.unsettled(&format!("{run_id}:"))?;
 
@@ -277,6 +280,29 @@ pub(crate) fn run(s: &Setup<'_>) -> Result<RunResult> {
         unsettled_examples: unsettled.into_iter().take(5).collect(),
         streams,
     })
+}
+
+/// Sets on each fault the longest stop of decisions that began in its
+/// window (`pauses.rs`), from the outputs read.
+fn note_pauses(applied: &mut [Applied], produced_at_ms: i64, outputs: &[Seen]) {
+    let mut decisions = pauses::Decisions::new();
+    for o in outputs {
+        if let (Some(at), Some(p)) = (o.decided_at, o.input_partition) {
+            decisions
+                .entry((o.topic as usize / 2, p))
+                .or_default()
+                .push(at);
+        }
+    }
+    let starts: Vec<i64> = applied.iter().map(|f| f.at_unix_ms).collect();
+    for (fault, pause) in applied.iter_mut().zip(pauses::longest(
+        &starts,
+        produced_at_ms,
+        &decisions,
+        &super::plan::STREAMS,
+    )) {
+        fault.pause = pause;
+    }
 }
 
 /// Writes the workload, paced so it spans `window` seconds; returns the
