@@ -84,6 +84,7 @@ pub use crate::clock::wall_ms;
 pub use consumer::read_headers;
 pub use poller::GroupState as Group;
 pub use record::HeaderList;
+pub use runs::commit_cost;
 pub(crate) use stalls::watch_outputs;
 
 // The longest drain the config lets through (`config::MAX_HANDOVER_DRAIN`)

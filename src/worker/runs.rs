@@ -158,6 +158,30 @@ impl Records {
     }
 }
 
+/// What one commit of `runs` above `offset` on `topic`/`partition` writes,
+/// as the worker builds it (for the bench's figures, docs/design.md §7):
+/// its metadata's text and, where the runs do not fit inline, the store
+/// write it needs first: the record of them, put under a new name.
+pub fn commit_cost(
+    key_id: &str,
+    stream: StreamId,
+    token: OwnerToken,
+    (topic, partition, offset): (&str, i32, i64),
+    runs: &[(i64, i64)],
+) -> (String, Option<(RunsName, Vec<u8>)>) {
+    let commit = Commit {
+        tp: (Arc::from(topic), partition),
+        offset,
+        gap_free: true,
+        done: runs.to_vec(),
+    };
+    let prepared = Records::default().prepare(key_id, stream, token, &commit);
+    let write = prepared.write.map(|w| match w {
+        Write::Put(name, content) | Write::Refresh(name, content) => (name, content),
+    });
+    (prepared.text, write)
+}
+
 /// The writes of one commit, each acknowledged, retried while `deadline`
 /// allows: a commit naming a record the store does not hold would be a
 /// store loss for the next owner.
@@ -306,6 +330,7 @@ impl Worker {
                 stream: StreamId(stream),
                 how,
             },
+            super::store_lost::Evidence::RunsRecord,
         );
     }
 }

@@ -13,6 +13,7 @@
 mod fingerprints;
 mod footprint;
 mod report;
+mod runs;
 mod servers;
 mod throughput;
 
@@ -37,6 +38,8 @@ struct Sizes {
     /// Batches counted through the proxy.
     counted: Load,
     footprint_keys: usize,
+    /// Commits timed per count of finished runs (`runs.rs`).
+    runs_repeats: usize,
 }
 
 const BENCH: Sizes = Sizes {
@@ -51,6 +54,7 @@ const BENCH: Sizes = Sizes {
         size: BATCH,
     },
     footprint_keys: 1_000_000,
+    runs_repeats: 50,
 };
 
 const SMOKE: Sizes = Sizes {
@@ -65,6 +69,7 @@ const SMOKE: Sizes = Sizes {
         size: 100,
     },
     footprint_keys: 1_000,
+    runs_repeats: 2,
 };
 
 /// Unique per run, so keys never meet another run's (or another
@@ -104,6 +109,9 @@ pub async fn run(bench: bool, only: Option<&str>) -> anyhow::Result<bool> {
             .claims
             .push(timed("memory", memory.as_ref(), stream, sizes.batches, None).await?);
     }
+    report
+        .runs
+        .extend(runs::measure("memory", memory.as_ref(), EXACT, sizes.runs_repeats).await?);
 
     let (backends, missing) = servers::from_env();
     for (label, why) in &missing {
@@ -238,6 +246,9 @@ async fn redis_backend(
         let server = Some(&backend.target);
         rows.push(timed(backend.label, &store, stream, sizes.batches, server).await?);
     }
+    report
+        .runs
+        .extend(runs::measure(backend.label, &store, EXACT, sizes.runs_repeats).await?);
 
     if let RedisTarget::Standalone(url) = &backend.target {
         let (kind, what) = match backend.filter {

@@ -3,6 +3,7 @@
 
 use super::fingerprints;
 use super::footprint::Tier1;
+use super::runs;
 use super::throughput::{self, Trips};
 
 pub struct Tier2 {
@@ -17,6 +18,7 @@ pub struct Report {
     pub claims: Vec<throughput::Row>,
     pub tier1: Option<Tier1>,
     pub tier2: Vec<Tier2>,
+    pub runs: Vec<runs::Row>,
     pub unmeasured: Vec<String>,
     pub versions: Vec<(String, String)>,
 }
@@ -60,6 +62,7 @@ impl Report {
             claims: Vec::new(),
             tier1: None,
             tier2: Vec::new(),
+            runs: Vec::new(),
             unmeasured: Vec::new(),
             versions: Vec::new(),
         }
@@ -235,12 +238,54 @@ impl Report {
             );
         }
 
+        self.print_runs();
+
         if !self.unmeasured.is_empty() {
             println!();
             println!("NOT MEASURED:");
             for line in &self.unmeasured {
                 println!("   {line}");
             }
+        }
+    }
+}
+
+impl Report {
+    /// Section 4: what a commit whose finished runs overflow its metadata
+    /// costs (`runs.rs`).
+    fn print_runs(&self) {
+        println!();
+        println!("4. Finished runs that do not fit in a commit's metadata (docs/design.md §7)");
+        println!(
+            "   one finished record, then one waiting, repeated; each commit: its metadata, and where \
+             the runs do not fit inline one put (or one refresh, where unchanged) acknowledged before \
+             it, one delete once a later commit is known committed, one read at the next assignment"
+        );
+        println!(
+            "   {:<16} {:>7} {:>15} {:>13} {:>9} {:>11} {:>8} {:>11}",
+            "backend",
+            "runs",
+            "metadata bytes",
+            "record bytes",
+            "put us",
+            "refresh us",
+            "get us",
+            "delete us"
+        );
+        let us = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.0}"));
+        for r in &self.runs {
+            println!(
+                "   {:<16} {:>7} {:>15} {:>13} {:>9} {:>11} {:>8} {:>11}",
+                r.backend,
+                grouped(r.runs as f64),
+                grouped(r.metadata_bytes as f64),
+                r.record_bytes
+                    .map_or("inline".into(), |b| grouped(b as f64)),
+                us(r.put_us),
+                us(r.refresh_us),
+                us(r.get_us),
+                us(r.delete_us)
+            );
         }
     }
 }
