@@ -29,6 +29,7 @@ use tokio::task::JoinHandle;
 use tracing::warn;
 
 use super::pipeline::Pipeline;
+use super::store_lost::Evidence;
 use super::Worker;
 use crate::logging::RateLimit;
 use crate::store::{StoreError, StreamId, StreamLost};
@@ -140,7 +141,7 @@ impl Worker {
         match result {
             Ok(lost) => {
                 for lost in &lost {
-                    self.on_store_lost(p, lost);
+                    self.on_store_lost(p, lost, Evidence::Identity);
                 }
             }
             Err(error) => {

@@ -26,6 +26,7 @@ use super::output::Sent;
 use super::poller::{self, Event};
 use super::progress::Progress;
 use super::runs::AtAssignment;
+use super::store_lost::Evidence;
 use super::transaction::committed;
 use super::Worker;
 use crate::config::{FailMode, Guarantee};
@@ -336,7 +337,7 @@ impl Worker {
             Ok(answer) => {
                 p.breaker.success();
                 for lost in &answer.lost {
-                    self.on_store_lost(p, lost);
+                    self.on_store_lost(p, lost, Evidence::Identity);
                 }
                 let settled = p.flight.answered(round, answer, now, |s| {
                     self.streams[s].config.spec.filter.is_some()
