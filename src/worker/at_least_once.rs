@@ -33,13 +33,22 @@ impl Worker {
         partitions: &[Tp],
         deadline: Instant,
     ) {
+        let mut earlier_unfinished = false;
         if let Some((_, earlier)) = p.commit_in_flight.take() {
             let left = deadline.saturating_duration_since(self.clock.now());
             if tokio::time::timeout(left, earlier).await.is_err() {
                 error!("a periodic commit did not finish before the handover's deadline: committing over it");
+                earlier_unfinished = true;
             }
         }
-        let list = self.commit_list(p, Some(partitions));
+        let mut list = self.commit_list(p, Some(partitions));
+        if earlier_unfinished {
+            // The earlier commit may still land after this one, naming
+            // the record this one supersedes: deleting it would turn that
+            // commit into a store loss for the next owner. It expires
+            // with the stream's watermark TTL instead.
+            list.superseded.clear();
+        }
         let mut backoff = Duration::from_millis(50);
         loop {
             let left = deadline.saturating_duration_since(self.clock.now());
