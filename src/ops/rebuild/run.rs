@@ -116,6 +116,49 @@ impl Quiet {
         Ok(polled)
     }
 }
+
+/// A consumer for the rebuild's reads of the outputs: read_committed,
+/// assigned (its group is never joined), each partition's end told.
+pub(crate) fn reader(config: &Config) -> Result<BaseConsumer<QuietContext>, RebuildError> {
+    let (mut client, _) = crate::config::client_configs(config);
+    client
+        .set("group.id", "idemgate-rebuild")
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .set("auto.offset.reset", "earliest");
+    client
+        .create_with_context(QuietContext)
+        .map_err(RebuildError::Kafka)
+}
+
+/// Reads `assignment` of `topic` until every partition in `open` is at
+/// its end, each message to `on_message`; gives up as [`Quiet`] says.
+pub(crate) fn read_to_ends(
+    consumer: &BaseConsumer<QuietContext>,
+    topic: &str,
+    assignment: &TopicPartitionList,
+    mut open: HashSet<i32>,
+    mut on_message: impl FnMut(&rdkafka::message::BorrowedMessage<'_>),
+) -> Result<(), RebuildError> {
+    if open.is_empty() {
+        return Ok(());
+    }
+    consumer.assign(assignment).map_err(RebuildError::Kafka)?;
+    let mut quiet = Quiet::new();
+    while !open.is_empty() {
+        let Some(polled) = quiet.poll(consumer, topic, || open.iter().copied().collect())? else {
+            continue;
+        };
+        match polled {
+            Ok(message) => on_message(&message),
+            Err(KafkaError::PartitionEOF(partition)) => {
+                open.remove(&partition);
+            }
+            Err(error) => return Err(RebuildError::Kafka(error)),
+        }
+    }
+    Ok(())
+}
 /// Tier-2 inserts per round.
 const INSERTS_PER_ROUND: usize = 1000;
 
@@ -232,14 +275,7 @@ async fn adopt(
 /// the first decided since (`start`).
 fn read_clean(config: &Config, clean: &str, plan: &mut Rebuild<'_>) -> Result<(), RebuildError> {
     let kafka = RebuildError::Kafka;
-    let (mut client, _) = crate::config::client_configs(config);
-    client
-        .set("group.id", "idemgate-rebuild")
-        .set("isolation.level", "read_committed")
-        .set("enable.partition.eof", "true")
-        .set("auto.offset.reset", "earliest");
-    let consumer: BaseConsumer<QuietContext> =
-        client.create_with_context(QuietContext).map_err(kafka)?;
+    let consumer = reader(config)?;
     let partitions = group::partitions(&consumer, &[clean.to_string()])?;
     let mut by_time = TopicPartitionList::new();
     for (topic, partition) in &partitions {
@@ -285,30 +321,13 @@ fn read_clean(config: &Config, clean: &str, plan: &mut Rebuild<'_>) -> Result<()
             .map_err(kafka)?;
         open.insert(partition);
     }
-    if open.is_empty() {
-        return Ok(());
-    }
-    consumer.assign(&assignment).map_err(kafka)?;
-    let mut quiet = Quiet::new();
-    while !open.is_empty() {
-        let Some(polled) = quiet.poll(&consumer, clean, || open.iter().copied().collect())? else {
-            continue;
-        };
-        match polled {
-            Ok(message) => {
-                let (headers, _) = crate::worker::read_headers(&message);
-                plan.add(&CleanOutput {
-                    timestamp: message.timestamp().to_millis(),
-                    headers: &headers,
-                    key: message.key(),
-                    payload: message.payload(),
-                });
-            }
-            Err(KafkaError::PartitionEOF(partition)) => {
-                open.remove(&partition);
-            }
-            Err(error) => return Err(kafka(error)),
-        }
-    }
-    Ok(())
+    read_to_ends(&consumer, clean, &assignment, open, |message| {
+        let (headers, _) = crate::worker::read_headers(message);
+        plan.add(&CleanOutput {
+            timestamp: message.timestamp().to_millis(),
+            headers: &headers,
+            key: message.key(),
+            payload: message.payload(),
+        });
+    })
 }

@@ -8,16 +8,15 @@
 use std::collections::HashSet;
 use std::fmt::Write as _;
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::error::KafkaError;
+use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::run::{Quiet, RebuildError};
+use super::run::{read_to_ends, reader, RebuildError};
 use super::runs::{self, Recreate};
 use crate::config::{Config, StreamConfig};
 use crate::decision::INPUT;
 use crate::ops::group;
-use crate::ops::kafka::{QuietContext, REQUEST_TIMEOUT};
+use crate::ops::kafka::REQUEST_TIMEOUT;
 use crate::store::{OwnerToken, StoreError, StreamId};
 
 /// The records of finished runs the group's commits name (docs/design.md
@@ -169,14 +168,7 @@ fn read_output(
     finished: &mut runs::Finished,
 ) -> Result<(), RebuildError> {
     let kafka = RebuildError::Kafka;
-    let (mut client, _) = crate::config::client_configs(config);
-    client
-        .set("group.id", "idemgate-rebuild")
-        .set("isolation.level", "read_committed")
-        .set("enable.partition.eof", "true")
-        .set("auto.offset.reset", "earliest");
-    let consumer: BaseConsumer<QuietContext> =
-        client.create_with_context(QuietContext).map_err(kafka)?;
+    let consumer = reader(config)?;
     let mut assignment = TopicPartitionList::new();
     let mut open: HashSet<i32> = HashSet::new();
     for (topic, partition) in group::partitions(&consumer, &[topic.to_string()])? {
@@ -191,29 +183,12 @@ fn read_output(
             .map_err(kafka)?;
         open.insert(partition);
     }
-    if open.is_empty() {
-        return Ok(());
-    }
-    consumer.assign(&assignment).map_err(kafka)?;
-    let mut quiet = Quiet::new();
-    while !open.is_empty() {
-        let Some(polled) = quiet.poll(&consumer, topic, || open.iter().copied().collect())? else {
-            continue;
-        };
-        match polled {
-            Ok(message) => {
-                let (headers, _) = crate::worker::read_headers(&message);
-                let input = headers
-                    .iter()
-                    .find(|(name, _)| name == INPUT)
-                    .and_then(|(_, v)| std::str::from_utf8(v.as_deref()?).ok());
-                finished.add(input);
-            }
-            Err(KafkaError::PartitionEOF(partition)) => {
-                open.remove(&partition);
-            }
-            Err(error) => return Err(kafka(error)),
-        }
-    }
-    Ok(())
+    read_to_ends(&consumer, topic, &assignment, open, |message| {
+        let (headers, _) = crate::worker::read_headers(message);
+        let input = headers
+            .iter()
+            .find(|(name, _)| name == INPUT)
+            .and_then(|(_, v)| std::str::from_utf8(v.as_deref()?).ok());
+        finished.add(input);
+    })
 }
