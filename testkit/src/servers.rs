@@ -550,6 +550,18 @@ pub fn is_identity_key(rest: &[u8]) -> bool {
         .is_some_and(|brace| rest[..brace].ends_with(b":id"))
 }
 
+/// Whether a key (after its prefix) is a stream's tier-1 layout record,
+/// `<key id>:layout`: beside its identity, and like it never expiring.
+pub fn is_layout_record(rest: &[u8]) -> bool {
+    rest.ends_with(b":layout") && !rest.contains(&b'{')
+}
+
+/// Whether a key (after its prefix) must never expire: a store identity
+/// or a tier-1 layout record.
+pub fn is_persistent_key(rest: &[u8]) -> bool {
+    is_identity_key(rest) || is_layout_record(rest)
+}
+
 /// Whether a key (after its prefix) is a record of finished runs,
 /// `<key id>:r{<tag>}...` (docs/design.md §7): on its partition's hash
 /// tag, living the stream's watermark TTL.
@@ -577,7 +589,7 @@ pub fn claim_ttls(url: &str, prefix: &str) -> Vec<i64> {
 /// The PTTL of every key under `prefix` but the store identities, each
 /// checked to carry an expiry (the identities to carry none).
 pub fn key_ttls(url: &str, prefix: &str) -> Vec<i64> {
-    key_ttls_where(url, prefix, |rest| !is_identity_key(rest))
+    key_ttls_where(url, prefix, |rest| !is_persistent_key(rest))
 }
 
 fn key_ttls_where(url: &str, prefix: &str, keep: impl Fn(&[u8]) -> bool) -> Vec<i64> {
@@ -592,7 +604,7 @@ fn key_ttls_where(url: &str, prefix: &str, keep: impl Fn(&[u8]) -> bool) -> Vec<
             .query(&mut connection)
             .expect("PTTL");
         let rest = &key[prefix.len()..];
-        if is_identity_key(rest) {
+        if is_persistent_key(rest) {
             assert!(
                 ttl == -1 || ttl == -2,
                 "store identity {} has PTTL {ttl}: it must never expire",
