@@ -4,6 +4,7 @@
 
 mod conformance;
 mod deployments;
+mod layouts;
 mod permissions;
 mod postgres_names;
 mod postgres_only;
