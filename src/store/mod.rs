@@ -346,6 +346,9 @@ pub struct StoreStats {
     /// Per tiered stream: inserts into the current generation and its
     /// capacity.
     pub filters: Vec<FilterFill>,
+    /// Redis, grouped tier 1: the most live claims a hash held at a sweep
+    /// since the last reading (0 where nothing was swept, and on other stores).
+    pub tier1_hash_fields: u64,
 }
 
 #[derive(Clone, Debug, PartialEq)]

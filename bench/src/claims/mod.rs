@@ -12,6 +12,7 @@
 
 mod fingerprints;
 mod footprint;
+mod live;
 mod report;
 mod servers;
 mod throughput;
@@ -37,6 +38,8 @@ struct Sizes {
     /// Batches counted through the proxy.
     counted: Load,
     footprint_keys: usize,
+    /// The paced load of the live-claim figure.
+    live: live::Pace,
 }
 
 const BENCH: Sizes = Sizes {
@@ -51,6 +54,11 @@ const BENCH: Sizes = Sizes {
         size: BATCH,
     },
     footprint_keys: 1_000_000,
+    live: live::Pace {
+        rate: 20_000,
+        ttl: std::time::Duration::from_secs(5),
+        ttls: 3,
+    },
 };
 
 const SMOKE: Sizes = Sizes {
@@ -65,6 +73,11 @@ const SMOKE: Sizes = Sizes {
         size: 100,
     },
     footprint_keys: 1_000,
+    live: live::Pace {
+        rate: 1_000,
+        ttl: std::time::Duration::from_secs(1),
+        ttls: 2,
+    },
 };
 
 /// Unique per run, so keys never meet another run's (or another
@@ -84,6 +97,11 @@ pub async fn run(bench: bool, only: Option<&str>) -> anyhow::Result<bool> {
     let sizes = if bench { &BENCH } else { &SMOKE };
     let mut complete = true;
     let mut report = report::Report::new(bench);
+    if only == Some("live") {
+        report.live = live::run(sizes.live).await?;
+        report.print_live();
+        return Ok(true);
+    }
 
     eprintln!(
         "[claims] fingerprints: {} records per profile",
@@ -93,6 +111,7 @@ pub async fn run(bench: bool, only: Option<&str>) -> anyhow::Result<bool> {
     fingerprints::print_comparison(&report.fingerprints);
     match only {
         Some("fingerprints") => return Ok(true),
+
         Some(other) => anyhow::bail!("no claims section `{other}`"),
         None => {}
     }
@@ -144,6 +163,16 @@ pub async fn run(bench: bool, only: Option<&str>) -> anyhow::Result<bool> {
         }
     }
 
+    match live::run(sizes.live).await {
+        Ok(rows) => report.live = rows,
+        Err(error) => {
+            eprintln!("\n!!! NOT MEASURED: bytes per live claim: {error:#}\n");
+            report
+                .unmeasured
+                .push(format!("bytes per live claim: failed ({error:#})"));
+            complete = false;
+        }
+    }
     match footprint_figure(sizes).await {
         Ok(figure) => report.tier1 = Some(figure),
         Err(error) => {

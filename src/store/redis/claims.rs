@@ -250,6 +250,7 @@ impl ClaimStore for RedisStore {
         Ok(StoreStats {
             evicted_keys,
             filters,
+            tier1_hash_fields: self.take_most_fields(),
         })
     }
 }

@@ -90,8 +90,6 @@ pub(crate) const FIELDS_PER_HASH: u64 = 80;
 pub(crate) const DEFAULT_RATE: u64 = 100;
 /// At most 2^24 buckets per tag (a billion hashes).
 const MAX_BUCKETS: u64 = 1 << 24;
-/// The listpack limit a default server keeps hashes under.
-pub(crate) const LISTPACK_ENTRIES: u64 = 128;
 
 /// Buckets per tag for a stream: its live claims (`peak_rate` x
 /// `tier1_ttl`) over 64 tags and `FIELDS_PER_HASH`, rounded up to a power

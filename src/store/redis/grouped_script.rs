@@ -45,9 +45,9 @@ end
 /// distinct hashes; ARGV: the write layout `k` or `g`, the TTL in ms, the
 /// sweep interval in s, then per claim its value, its field and its hash's
 /// index). Answers per claim 0 where it was written, else the holder's
-/// value; then the largest field count (the sweep mark included) of the
-/// hashes it swept: each hash is counted at every sweep, a tenth of a TTL
-/// apart.
+/// value; then the most live claims any hash it swept held (each hash is
+/// counted at every sweep, a tenth of a TTL apart; its entries are those
+/// and the sweep mark).
 const CLAIM: &str = r#"local mode, ttl, every = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local n = (#ARGV - 3) / 3
 local until_s = math.ceil(NOW + ttl / 1000)
@@ -86,13 +86,15 @@ for g in pairs(touched) do
   local mark = redis.call('HGET', h, '~')
   if not mark or secs(mark, 1) <= NOW then
     local all = redis.call('HGETALL', h)
-    local dead = {}
+    local dead, kept = {}, 0
     for j = 1, #all, 2 do
-      if #all[j] == 16 and not live(all[j + 1]) then dead[#dead + 1] = all[j] end
+      if #all[j] == 16 then
+        if live(all[j + 1]) then kept = kept + 1 else dead[#dead + 1] = all[j] end
+      end
     end
     if #dead > 0 then redis.call('HDEL', h, unpack(dead)) end
     redis.call('HSET', h, '~', enc(math.ceil(NOW + every)))
-    if #all / 2 - #dead > most then most = #all / 2 - #dead end
+    if kept > most then most = kept end
   end
   extend(h, until_s)
 end

@@ -125,8 +125,8 @@ pub struct RedisStore {
     adopted: Mutex<HashMap<usize, StoreIdentity>>,
     /// Each stream's tier-1 layout, by stream index, settled at start.
     layouts: Vec<StreamLayout>,
-    /// The most fields a claim script found in a hash it wrote since the
-    /// store's figures were last read: how near the listpack limit.
+    /// The most live claims a claim script found in a hash it swept since
+    /// the store's figures were last read: how near the listpack limit.
     most_fields: AtomicU64,
 }
 
@@ -257,7 +257,7 @@ impl RedisStore {
         self.most_fields.fetch_max(fields, Ordering::Relaxed);
     }
 
-    /// The most fields a tier-1 hash held when written since the last
+    /// The most live claims a tier-1 hash held at a sweep since the last
     /// call, and starts over.
     fn take_most_fields(&self) -> u64 {
         self.most_fields.swap(0, Ordering::Relaxed)

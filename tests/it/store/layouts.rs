@@ -63,6 +63,13 @@ async fn both_layouts_claim_each_event_once(kind: &str) {
     assert_eq!(grouped.claim(&old[50..]).await.unwrap(), vec![WON; 50]);
     assert_eq!(where_is(&r, &keys, 3).await, (true, false));
     assert_eq!(where_is(&r, &keys, 73).await, (false, true));
+    // The grouped writer counted its hashes' live claims at their first
+    // sweep (50 claims over 64 tags of 1,024 buckets: mostly one a hash),
+    // the keys writer none; read once, the figure starts over.
+    let fields = grouped.stats(T0).await.unwrap().tier1_hash_fields;
+    assert!((1..=50).contains(&fields), "{fields}");
+    assert_eq!(grouped.stats(T0).await.unwrap().tier1_hash_fields, 0);
+    assert_eq!(keys.stats(T0).await.unwrap().tier1_hash_fields, 0);
 
     // Copies of them, and new events, from both write modes at once:
     // nobody wins an event another layout holds, and each new event has
