@@ -54,10 +54,12 @@ const BENCH: Sizes = Sizes {
         size: BATCH,
     },
     footprint_keys: 1_000_000,
+    // A TTL long beside the one-second grain of a field's expiry and the
+    // sweep's tenth of a TTL, as tier-1 TTLs are in production.
     live: live::Pace {
-        rate: 20_000,
-        ttl: std::time::Duration::from_secs(5),
-        ttls: 3,
+        rate: 5_000,
+        ttl: std::time::Duration::from_secs(30),
+        ttls: 2,
     },
 };
 

@@ -17,7 +17,9 @@
 //! bucket than the write's would be a double): sized from `peak_rate` x
 //! `tier1_ttl` so that a hash's live fields stay well under
 //! `hash-max-listpack-entries` (128 by default, fixed on managed services),
-//! rounded up to a power of two so that small changes to either keep it,
+//! rounded up to one of four steps an octave (4, 5, 6 or 7 times a power
+//! of two: hashes at least four fifths as full as sized) so that small
+//! changes to either keep it,
 //! and recorded beside the stream's identity with the written layout,
 //! `<prefix><key_id>:layout` = `grouped 4` (no expiry: it must outlive
 //! every claim).
@@ -78,7 +80,7 @@ impl FromStr for Tier1Layout {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct StreamLayout {
     pub(crate) write: Tier1Layout,
-    /// Buckets per hash tag: a power of two.
+    /// Buckets per hash tag (`buckets`).
     pub(crate) buckets: u32,
 }
 
@@ -92,8 +94,7 @@ pub(crate) const DEFAULT_RATE: u64 = 100;
 const MAX_BUCKETS: u64 = 1 << 24;
 
 /// Buckets per tag for a stream: its live claims (`peak_rate` x
-/// `tier1_ttl`) over 64 tags and `FIELDS_PER_HASH`, rounded up to a power
-/// of two.
+/// `tier1_ttl`) over 64 tags and `FIELDS_PER_HASH`, rounded up a step.
 pub(crate) fn buckets(spec: &StreamSpec) -> u32 {
     let rate = spec.peak_rate.unwrap_or(DEFAULT_RATE).max(1);
     let live = u128::from(rate) * spec.tier1_ttl.as_millis() / 1000;
@@ -102,13 +103,23 @@ pub(crate) fn buckets(spec: &StreamSpec) -> u32 {
     let wanted = u64::try_from(wanted)
         .unwrap_or(MAX_BUCKETS)
         .min(MAX_BUCKETS);
-    wanted.next_power_of_two() as u32
+    step_up(wanted) as u32
+}
+
+/// The least of 1, 2, 3 and 4, 5, 6, 7 times a power of two that is `n` or
+/// more.
+fn step_up(n: u64) -> u64 {
+    if n <= 4 {
+        return n.max(1);
+    }
+    let octave = (n - 1).ilog2() - 2;
+    (n - 1) / (1 << octave) * (1 << octave) + (1 << octave)
 }
 
 /// Which bucket of its tag a hash falls in: bytes the key does not use.
 pub(crate) fn bucket(hash: &SourceHash, buckets: u32) -> u32 {
     let word = u32::from_be_bytes([hash.0[17], hash.0[18], hash.0[19], hash.0[20]]);
-    word & (buckets.max(1) - 1)
+    word % buckets.max(1)
 }
 
 /// A claim's two places: its key and its field (in the hash `group`).
@@ -167,7 +178,7 @@ pub(crate) fn decide(
             "stream {:?} keeps its grouped tier-1 claims in {} buckets per tag, but its \
              peak_rate and tier1_ttl now give {buckets}: a claim would be looked for in the \
              wrong bucket; set them back to values that give {} (peak_rate x tier1_ttl / \
-             {} / {FIELDS_PER_HASH}, rounded up to a power of two), or stop every replica \
+             {} / {FIELDS_PER_HASH}, rounded up to 4, 5, 6 or 7 times a power of two), or stop every replica \
              of the stream, wait tier1_ttl and delete the key {}",
             spec.name,
             recorded.buckets,
@@ -267,12 +278,21 @@ mod tests {
     }
 
     #[test]
-    fn buckets_keep_a_hash_under_eighty_live_fields_in_powers_of_two() {
+    fn buckets_keep_a_hash_under_eighty_live_fields_in_four_steps_an_octave() {
         // 10,000/s for an hour: 36 M claims, 562,500 per tag, 7,032 hashes.
-        assert_eq!(buckets(&spec(Some(10_000), 3600)), 8192);
+        assert_eq!(buckets(&spec(Some(10_000), 3600)), 7 * 1024);
         assert_eq!(buckets(&spec(Some(1), 60)), 1);
-        // Without a peak rate: 100/s.
-        assert_eq!(buckets(&spec(None, 3600)), 128);
+        // Without a peak rate: 100/s, 5,625 per tag, 70.3 hashes.
+        assert_eq!(buckets(&spec(None, 3600)), 80);
+        let steps: Vec<u64> = (1..=17).map(step_up).collect();
+        assert_eq!(
+            steps,
+            [1, 2, 3, 4, 5, 6, 7, 8, 10, 10, 12, 12, 14, 14, 16, 16, 20]
+        );
+        for n in 5..5000 {
+            let step = step_up(n);
+            assert!(step >= n && step * 4 < n * 5 + 4, "{n} -> {step}");
+        }
         for b in [1, 2, 8192] {
             let hash = SourceHash([0xff; 32]);
             assert!(bucket(&hash, b) < b);
@@ -292,7 +312,7 @@ mod tests {
         );
         let keys = StreamLayout {
             write: Tier1Layout::Keys,
-            buckets: 128,
+            buckets: buckets(&s),
         };
         assert_eq!(decide(&s, Some(keys), true, None).unwrap(), keys);
         let switched = decide(&s, Some(keys), false, Some(Tier1Layout::Grouped)).unwrap();

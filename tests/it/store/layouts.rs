@@ -64,7 +64,7 @@ async fn both_layouts_claim_each_event_once(kind: &str) {
     assert_eq!(where_is(&r, &keys, 3).await, (true, false));
     assert_eq!(where_is(&r, &keys, 73).await, (false, true));
     // The grouped writer counted its hashes' live claims at their first
-    // sweep (50 claims over 64 tags of 1,024 buckets: mostly one a hash),
+    // sweep (50 claims over 64 tags of 896 buckets: mostly one a hash),
     // the keys writer none; read once, the figure starts over.
     let fields = grouped.stats(T0).await.unwrap().tier1_hash_fields;
     assert!((1..=50).contains(&fields), "{fields}");
