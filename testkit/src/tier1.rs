@@ -1,16 +1,17 @@
 //! Tier-1 claims as a Redis server holds them, in either layout
 //! (docs/design.md §4.1): a claim key `<key id>{<tag>}<16 hash bytes>`
 //! holding the 28-byte value, or a field of a grouped hash
-//! `<key id>:g{<tag>}<bucket>`: 16 hash bytes holding the value and its
-//! expiry (4 bytes, whole seconds since 2020-01-01), beside the hash's
-//! sweep mark `~`. A field past its expiry counts as absent.
+//! `<key id>:g{<tag>}<bucket>`: 16 hash bytes holding the value's first
+//! 24 bytes, then the done flag (high bit) over the field's expiry (31
+//! bits, whole seconds since 2020-01-01), beside the hash's sweep mark `~`.
+//! A field past its expiry counts as absent.
 
 /// One live tier-1 claim on a node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredClaim {
     /// The stream's key id.
     pub key_id: Vec<u8>,
-    /// The 28-byte claim value.
+    /// The 28-byte claim value (a field's with a claim time of 0).
     pub value: Vec<u8>,
     /// How long it still lives (ms).
     pub ttl_ms: i64,
@@ -51,15 +52,18 @@ pub fn stored_claims(
                 if field.len() != 16 {
                     continue;
                 }
-                assert_eq!(value.len(), 32, "a tier-1 field of {} bytes", value.len());
-                let expiry = value[28..]
+                assert_eq!(value.len(), 28, "a tier-1 field of {} bytes", value.len());
+                let expiry = value[24..]
                     .iter()
-                    .fold(0i64, |n, b| (n << 8) | i64::from(*b));
+                    .fold(0i64, |n, b| (n << 8) | i64::from(*b))
+                    & 0x7fff_ffff;
                 let ttl_ms = (BASE_S + expiry) * 1000 - now_ms;
                 if ttl_ms > 0 {
+                    let mut claim = value[..24].to_vec();
+                    claim.extend_from_slice(&[value[24] & 0x80, 0, 0, 0]);
                     out.push(StoredClaim {
                         key_id: key_id.clone(),
-                        value: value[..28].to_vec(),
+                        value: claim,
                         ttl_ms,
                     });
                 }

@@ -3,11 +3,14 @@
 //! slot), so a claim lives in exactly one of them and a replica writing
 //! either layout sees the other's claims.
 //!
-//! A field's value is the 28-byte claim value (`value.rs`: owner in bytes
-//! 1-16, done flag in byte 25's high bit) followed by its expiry, 4 bytes
-//! of whole seconds since 2020-01-01 on the server's clock (`TIME`, so
-//! replicas' clocks never matter), rounded up: never earlier than the TTL
-//! from the write. A field past it counts as absent and a new claim writes
+//! A field's value is 28 bytes: the claim value's first 24 (`value.rs`:
+//! holder and token in 1-16, the payload digest in 17-24), then the done
+//! flag in byte 25's high bit, as in a key's value, over the field's
+//! expiry in the other 31 bits: whole seconds since 2020-01-01 on the
+//! server's clock (`TIME`, so replicas' clocks never matter), rounded up,
+//! never earlier than the TTL from the write. The claim time a key's value
+//! ends with is not kept (nothing reads it): a field's claim answers with
+//! a claim time of 0, and compare and set on a field compares the rest. A field past it counts as absent and a new claim writes
 //! over it; later writes keep it, as `KEEPTTL` keeps a key's. A hash lives
 //! as long as its longest field (`PEXPIRE` `NX`, then `GT`: only ever
 //! moved later).
@@ -24,15 +27,29 @@ local NOW = tonumber(T[1]) + tonumber(T[2]) / 1000000
 local BASE = 1577836800
 local function secs(v, at)
   local a, b, c, d = string.byte(v, at, at + 3)
-  return BASE + ((a * 256 + b) * 256 + c) * 256 + d
+  return BASE + (((a % 128) * 256 + b) * 256 + c) * 256 + d
 end
 local function live(v)
-  return v and #v == 32 and secs(v, 29) > NOW
+  return v and #v == 28 and secs(v, 25) > NOW
 end
 local function enc(s)
   s = s - BASE
   return string.char(math.floor(s / 16777216) % 256, math.floor(s / 65536) % 256,
     math.floor(s / 256) % 256, s % 256)
+end
+local function done_bit(v)
+  if string.byte(v, 25) >= 128 then return 128 end
+  return 0
+end
+local function field(v, until_s)
+  local e = enc(until_s)
+  return string.sub(v, 1, 24) .. string.char(string.byte(e, 1) + done_bit(v)) .. string.sub(e, 2)
+end
+local function rewrite(v, fv)
+  return string.sub(v, 1, 24) .. string.char(string.byte(fv, 25) % 128 + done_bit(v)) .. string.sub(fv, 26)
+end
+local function value(fv)
+  return string.sub(fv, 1, 24) .. string.char(done_bit(fv)) .. '\0\0\0'
 end
 local function extend(h, until_s)
   local ms = math.max(1, math.ceil(until_s * 1000 - NOW * 1000))
@@ -51,7 +68,6 @@ end
 const CLAIM: &str = r#"local mode, ttl, every = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local n = (#ARGV - 3) / 3
 local until_s = math.ceil(NOW + ttl / 1000)
-local exp = enc(until_s)
 local out, touched = {}, {}
 for i = 1, n do
   local v, f, g = ARGV[3 * i + 1], ARGV[3 * i + 2], tonumber(ARGV[3 * i + 3])
@@ -63,9 +79,9 @@ for i = 1, n do
     else
       local fv = redis.call('HGET', h, f)
       if live(fv) then
-        out[i] = string.sub(fv, 1, 28)
+        out[i] = value(fv)
       else
-        redis.call('HSET', h, f, v .. exp)
+        redis.call('HSET', h, f, field(v, until_s))
         touched[g] = true
         out[i] = 0
       end
@@ -73,7 +89,7 @@ for i = 1, n do
   else
     local fv = redis.call('HGET', h, f)
     if live(fv) then
-      out[i] = string.sub(fv, 1, 28)
+      out[i] = value(fv)
     else
       local held = redis.call('SET', KEYS[i], v, 'NX', 'PX', ttl, 'GET')
       if held then out[i] = held else out[i] = 0 end
@@ -170,18 +186,18 @@ if v then
 end
 local fv = redis.call('HGET', KEYS[2], ARGV[4])
 if live(fv) then
-  if string.sub(fv, 1, 28) == ARGV[1] then
-    redis.call('HSET', KEYS[2], ARGV[4], ARGV[2] .. string.sub(fv, 29, 32))
+  if value(fv) == ARGV[1] then
+    redis.call('HSET', KEYS[2], ARGV[4], rewrite(ARGV[2], fv))
     return 1
   end
-  return string.sub(fv, 1, 28)
+  return value(fv)
 end
 if ARGV[5] == 'k' then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   return 1
 end
 local until_s = math.ceil(NOW + tonumber(ARGV[3]) / 1000)
-redis.call('HSET', KEYS[2], ARGV[4], ARGV[2] .. enc(until_s))
+redis.call('HSET', KEYS[2], ARGV[4], field(ARGV[2], until_s))
 extend(KEYS[2], until_s)
 return 1"#;
 
@@ -194,7 +210,7 @@ for i = 1, n do
   local fv, f, h = ARGV[3 * i - 2], ARGV[3 * i - 1], KEYS[n + tonumber(ARGV[3 * i])]
   redis.call('DEL', KEYS[i])
   redis.call('HSET', h, f, fv)
-  extend(h, secs(fv, 29))
+  extend(h, secs(fv, 25))
 end
 return n"#;
 
@@ -222,11 +238,15 @@ pub(crate) fn restore() -> String {
     with_prelude(RESTORE)
 }
 
-/// A field's expiry bytes for an expiry in ms since the epoch: whole
-/// seconds since 2020, rounded up (the Lua `enc`).
-pub(crate) fn expiry_bytes(expires_at_ms: i64) -> [u8; 4] {
+/// The field holding claim value `value` until `expires_at_ms` (ms since
+/// the epoch, rounded up to whole seconds since 2020): the Lua `field`.
+pub(crate) fn field_value(value: &[u8; VALUE_LEN], expires_at_ms: i64) -> [u8; VALUE_LEN] {
     let seconds = (expires_at_ms.max(0) + 999) / 1000 - BASE_S;
-    (seconds.clamp(0, i64::from(u32::MAX)) as u32).to_be_bytes()
+    let mut word = seconds.clamp(0, i64::from(i32::MAX)) as u32;
+    word |= u32::from(value[LUA_DONE_BYTE - 1] & 0x80) << 24;
+    let mut out = *value;
+    out[24..].copy_from_slice(&word.to_be_bytes());
+    out
 }
 
 /// 2020-01-01T00:00:00Z, where field expiries count from (Lua `BASE`).
@@ -237,14 +257,27 @@ pub(crate) fn sweep_every_s(ttl_ms: i64) -> i64 {
     (ttl_ms / 10_000).max(1)
 }
 
+use crate::store::value::{LUA_DONE_BYTE, VALUE_LEN};
+
 #[cfg(test)]
 mod tests {
+    use super::field_value;
     use crate::store::value::{LUA_DONE_BYTE, OWNER_LEN, VALUE_LEN};
+
+    #[test]
+    fn a_restored_field_keeps_the_done_flag_over_its_expiry() {
+        let mut value = [7u8; VALUE_LEN];
+        value[24] = 0x80;
+        // 2020-01-01T00:00:01.5Z: rounded up to 2 s.
+        let field = field_value(&value, 1_577_836_801_500);
+        assert_eq!(&field[..24], &value[..24]);
+        assert_eq!(field[24..], [0x80, 0, 0, 2]);
+    }
 
     #[test]
     fn the_scripts_offsets_are_the_values() {
         // The Lua above hard-codes these: holder and token in 1-16, the
-        // done byte 25, the value 28 bytes, the expiry in 29-32.
+        // done byte 25, the value 28 bytes.
         assert_eq!((OWNER_LEN, LUA_DONE_BYTE, VALUE_LEN), (16, 25, 28));
     }
 }

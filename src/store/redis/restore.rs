@@ -4,7 +4,7 @@
 //! stream and hash tag writing fields (`grouped_script.rs`).
 
 use super::grouped::Tier1Layout;
-use super::grouped_script::expiry_bytes;
+use super::grouped_script::field_value;
 use super::round::{self, values};
 use super::tier1::TagGroups;
 use super::{tier1, Keyed, RedisStore};
@@ -32,8 +32,7 @@ impl RedisStore {
                         &restored.hash,
                     )?;
                     let slot = (restored.stream.0, tier1::tag(&restored.hash));
-                    let mut operand = value.to_vec();
-                    operand.extend_from_slice(&expiry_bytes(restored.expires_at));
+                    let operand = field_value(&value, restored.expires_at).to_vec();
                     grouped.push((slot, place, operand, Vec::new()));
                     continue;
                 }

@@ -53,8 +53,9 @@ pub async fn tier1_keys_and_values_are_compact(r: &Redis) {
     assert!(lengths.iter().all(|l| *l == 28), "{lengths:?}");
 }
 
-/// Grouped: 20 fields of 16 hash bytes, each holding the 28-byte value and
-/// its 4-byte expiry, in hashes Redis keeps as listpacks; no claim key.
+/// Grouped: 20 fields of 16 hash bytes, each holding 28 bytes (the value's
+/// first 24, then the done flag over the expiry), in hashes Redis keeps as
+/// listpacks; no claim key.
 async fn tier1_fields_are_compact(r: &Redis) {
     let tagged: Vec<Vec<u8>> = ttls(r)
         .await
@@ -88,7 +89,7 @@ async fn tier1_fields_are_compact(r: &Redis) {
     }
     assert_eq!(fields.len(), 20, "{fields:?}");
     for (field, value) in fields {
-        assert_eq!((field.len(), value.len()), (16, 32));
+        assert_eq!((field.len(), value.len()), (16, 28));
     }
 }
 
