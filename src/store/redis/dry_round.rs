@@ -183,6 +183,7 @@ fn probes(
         plain("MGET", "the store identity", &claim, &[]);
     }
     let field: &[u8] = b"probe-field-16-b";
+    plain("HSETNX", "grouped tier-1 claims", &group, &[field, &value]);
     plain("HSET", "grouped tier-1 claims", &group, &[field, &value]);
     plain("HGET", "grouped tier-1 claims", &group, &[field]);
     plain("HGETALL", "sweeping grouped tier-1 claims", &group, &[]);

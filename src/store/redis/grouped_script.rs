@@ -10,10 +10,11 @@
 //! server's clock (`TIME`, so replicas' clocks never matter), rounded up,
 //! never earlier than the TTL from the write. The claim time a key's value
 //! ends with is not kept (nothing reads it): a field's claim answers with
-//! a claim time of 0, and compare and set on a field compares the rest. A field past it counts as absent and a new claim writes
-//! over it; later writes keep it, as `KEEPTTL` keeps a key's. A hash lives
-//! as long as its longest field (`PEXPIRE` `NX`, then `GT`: only ever
-//! moved later).
+//! a claim time of 0, and compare and set on a field compares the rest.
+//! A field past its expiry counts as absent and a new claim writes over
+//! it; later writes keep the expiry, as `KEEPTTL` keeps a key's. A hash lives
+//! at least as long as its longest field (`PEXPIRE` `NX`, then `GT`: only
+//! ever moved later).
 //!
 //! Expired fields are swept by the claim script that writes their hash,
 //! when the hash's sweep mark (field `~`, the next sweep time) is due: the
@@ -60,14 +61,20 @@ end
 
 /// Claims of one stream and hash tag (KEYS: each claim's key, then the
 /// distinct hashes; ARGV: the write layout `k` or `g`, the TTL in ms, the
-/// sweep interval in s, then per claim its value, its field and its hash's
-/// index). Answers per claim 0 where it was written, else the holder's
+/// sweep interval in s, then per claim its value (pending: the done flag
+/// clear), its field and its hash's index). A new field goes in with
+/// `HSETNX`, one walk of the listpack where the field is absent, as it
+/// mostly is. A hash's expiry moves only at its sweeps, to cover every
+/// field written before the next one (written before the sweep mark, so
+/// expiring before the mark plus a TTL): one `HGET` of the mark a hash a
+/// call, not two `PEXPIRE`s a claim. Answers per claim 0 where it was written, else the holder's
 /// value; then the most live claims any hash it swept held (each hash is
 /// counted at every sweep, a tenth of a TTL apart; its entries are those
 /// and the sweep mark).
 const CLAIM: &str = r#"local mode, ttl, every = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local n = (#ARGV - 3) / 3
 local until_s = math.ceil(NOW + ttl / 1000)
+local exp = enc(until_s)
 local out, touched = {}, {}
 for i = 1, n do
   local v, f, g = ARGV[3 * i + 1], ARGV[3 * i + 2], tonumber(ARGV[3 * i + 3])
@@ -77,13 +84,19 @@ for i = 1, n do
     if held then
       out[i] = held
     else
-      local fv = redis.call('HGET', h, f)
-      if live(fv) then
-        out[i] = value(fv)
-      else
-        redis.call('HSET', h, f, field(v, until_s))
+      local nf = string.sub(v, 1, 24) .. exp
+      if redis.call('HSETNX', h, f, nf) == 1 then
         touched[g] = true
         out[i] = 0
+      else
+        local fv = redis.call('HGET', h, f)
+        if live(fv) then
+          out[i] = value(fv)
+        else
+          redis.call('HSET', h, f, nf)
+          touched[g] = true
+          out[i] = 0
+        end
       end
     end
   else
@@ -109,10 +122,11 @@ for g in pairs(touched) do
       end
     end
     if #dead > 0 then redis.call('HDEL', h, unpack(dead)) end
-    redis.call('HSET', h, '~', enc(math.ceil(NOW + every)))
+    local next_s = math.ceil(NOW + every)
+    redis.call('HSET', h, '~', enc(next_s))
+    extend(h, next_s + math.ceil(ttl / 1000))
     if kept > most then most = kept end
   end
-  extend(h, until_s)
 end
 out[n + 1] = most
 return out"#;
