@@ -105,6 +105,15 @@ impl RedisOptions {
     }
 }
 
+/// A tier-1 claim's two places (docs/design.md §4.1): its key, and its
+/// field in a grouped hash.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tier1Place {
+    pub key: Vec<u8>,
+    pub group: Vec<u8>,
+    pub field: Vec<u8>,
+}
+
 pub struct RedisStore {
     conn: Conn,
     streams: Vec<StreamSpec>,
@@ -237,15 +246,19 @@ impl RedisStore {
         ))
     }
 
-    /// Where a hash's tier-1 claim lives: its key, and its hash and
-    /// field, for tests that inspect the server.
+    /// Where a hash's tier-1 claim lives, for tests that inspect the
+    /// server.
     pub fn tier1_place(
         &self,
         stream: super::StreamId,
         hash: &crate::fingerprint::SourceHash,
-    ) -> Result<(Vec<u8>, Vec<u8>, Vec<u8>), StoreError> {
+    ) -> Result<Tier1Place, StoreError> {
         let place = round::place(&self.prefix, &self.streams, &self.layouts, stream, hash)?;
-        Ok((place.key, place.group, place.field))
+        Ok(Tier1Place {
+            key: place.key,
+            group: place.group,
+            field: place.field,
+        })
     }
 
     /// What a stream writes its tier-1 claims as.

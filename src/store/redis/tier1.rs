@@ -160,15 +160,20 @@ impl Group {
     }
 }
 
+/// A group's `(stream, tag)`.
+type Slot = (usize, u8);
+/// The operands a group's invocation starts with.
+type Head = Vec<Vec<u8>>;
+
 /// Operations over tier-1 claims grouped by slot: one script invocation
 /// per group. Compare-and-set operations group by hash tag; claims by
 /// stream and hash tag (their TTL and layout are the stream's).
 pub(crate) struct TagGroups {
     pub(crate) groups: Vec<Group>,
     /// Operands every invocation of a group starts with, by group.
-    heads: Vec<Vec<Vec<u8>>>,
+    heads: Vec<Head>,
     /// Each group's `(stream, tag)` (stream 0 where grouped by tag alone).
-    pub(crate) slots: Vec<(usize, u8)>,
+    pub(crate) slots: Vec<Slot>,
 }
 
 impl TagGroups {
@@ -182,10 +187,8 @@ impl TagGroups {
 
     /// Groups by `(stream, tag)`, each group's invocation led by `head`
     /// (the same for every request of a stream).
-    pub(crate) fn by(
-        entries: impl Iterator<Item = ((usize, u8), Place, Vec<u8>, Vec<Vec<u8>>)>,
-    ) -> TagGroups {
-        let mut by_slot: BTreeMap<(usize, u8), (Group, Vec<Vec<u8>>)> = BTreeMap::new();
+    pub(crate) fn by(entries: impl Iterator<Item = (Slot, Place, Vec<u8>, Head)>) -> TagGroups {
+        let mut by_slot: BTreeMap<Slot, (Group, Head)> = BTreeMap::new();
         for (index, (slot, place, operand, head)) in entries.enumerate() {
             by_slot
                 .entry(slot)

@@ -30,7 +30,8 @@ async fn open(r: &Redis, layout: Option<Tier1Layout>) -> Arc<RedisStore> {
 
 /// Whether a claim of `hash` is a key, and whether it is a field.
 async fn where_is(r: &Redis, store: &RedisStore, n: u64) -> (bool, bool) {
-    let (key, group, field) = store.tier1_place(EXACT, &hash(&r.prefix, n)).unwrap();
+    let place = store.tier1_place(EXACT, &hash(&r.prefix, n)).unwrap();
+    let (key, group, field) = (place.key, place.group, place.field);
     let (mut as_key, mut as_field) = (false, false);
     for mut conn in connections(r).await {
         // On a cluster only the slot's owner answers.
