@@ -49,8 +49,10 @@ enum Command {
         #[arg(long)]
         smoke: bool,
         /// Run one section only: `fingerprints` (needs no Redis server;
-        /// times the fast path and the reference side by side).
-        #[arg(long, value_parser = ["fingerprints"])]
+        /// times the fast path and the reference side by side), or `live`
+        /// (bytes and server CPU per live tier-1 claim in each layout, on
+        /// scratch servers of its own).
+        #[arg(long, value_parser = ["fingerprints", "live"])]
         only: Option<String>,
     },
     /// One of the e2e bench's child processes (started by the bench).

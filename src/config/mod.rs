@@ -461,6 +461,7 @@ fn validate_stream(
             mode: raw.mode,
             tier1_ttl,
             filter,
+            peak_rate: raw.peak_rate.map(NonZeroU64::get),
         },
     })
 }

@@ -146,6 +146,15 @@ pub(crate) struct RawStore {
         with = "crate::ttl::serde_duration"
     )]
     pub(crate) identity_check_interval: Duration,
+    /// Redis: what new tier-1 claims are written as, `keys` (one key per
+    /// claim, what earlier versions write) or `grouped` (fields of small
+    /// hashes, about a third of the memory). Claims of both are always
+    /// read. Unset, each stream keeps what its store records: grouped for a
+    /// stream first started by this version, keys for an older one. Set
+    /// `grouped` only once no replica of an earlier version runs: such a
+    /// replica reads keys alone, and could admit a copy of an event whose
+    /// claim is a field.
+    pub(crate) tier1_layout: Option<crate::store::redis::Tier1Layout>,
 }
 
 fn default_identity_check_interval() -> Duration {
@@ -251,6 +260,7 @@ impl Default for RawStore {
             janitor: None,
             clock: Clock::default(),
             identity_check_interval: default_identity_check_interval(),
+            tier1_layout: None,
         }
     }
 }

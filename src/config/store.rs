@@ -43,6 +43,7 @@ pub(super) fn validate_store(raw: &RawStore) -> Result<StoreConfig, ConfigError>
             password: raw.password.clone(),
         },
         tls: validate_tls(&raw.tls, &target)?,
+        tier1_layout: raw.tier1_layout,
         ..RedisOptions::new(target, raw.key_prefix.clone())
     }))
 }
@@ -53,7 +54,7 @@ pub(super) fn validate_store(raw: &RawStore) -> Result<StoreConfig, ConfigError>
 /// on the memory store, its claims dying with the replica).
 fn foreign_fields(raw: &RawStore) -> Result<(), ConfigError> {
     use StoreKind::{Cluster, Memory, Postgres, Redis};
-    let fields: [(&str, bool, &[StoreKind]); 13] = [
+    let fields: [(&str, bool, &[StoreKind]); 14] = [
         ("url", raw.url.is_some(), &[Redis, Postgres]),
         ("nodes", !raw.nodes.is_empty(), &[Cluster]),
         (
@@ -87,6 +88,11 @@ fn foreign_fields(raw: &RawStore) -> Result<(), ConfigError> {
         ("pool_size", raw.pool_size.is_some(), &[Postgres]),
         ("janitor", raw.janitor.is_some(), &[Postgres]),
         ("clock", raw.clock == Clock::Event, &[Memory]),
+        (
+            "tier1_layout",
+            raw.tier1_layout.is_some(),
+            &[Redis, Cluster],
+        ),
     ];
     let Some((name, _, kinds)) = fields
         .into_iter()

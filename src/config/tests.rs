@@ -483,3 +483,23 @@ fn shadow_is_off_by_default_and_a_non_boolean_is_refused_naming_the_field() {
     let error = refused(&format!("{BASE}shadow = \"yes\"\n"));
     assert!(error.contains("streams[0].shadow"), "{error}");
 }
+
+#[test]
+fn a_tier1_layout_is_keys_or_grouped_on_redis_only() {
+    let redis = "[store]\nkind = \"redis\"\nurl = \"redis://127.0.0.1\"\n";
+    let config = parse(&format!("{redis}tier1_layout = \"grouped\"\n{STREAM}")).unwrap();
+    let StoreConfig::Redis(options) = &config.store else {
+        panic!("not redis");
+    };
+    assert_eq!(
+        options.tier1_layout,
+        Some(crate::store::redis::Tier1Layout::Grouped)
+    );
+    refused_by_the_parser(
+        &format!("{redis}tier1_layout = \"tables\"\n{BASE}"),
+        "tier1_layout",
+        "unknown variant `tables`, expected `keys` or `grouped`",
+    );
+    let error = refused(&format!("[store]\ntier1_layout = \"keys\"\n{BASE}"));
+    assert!(error.contains("tier1_layout"), "{error}");
+}

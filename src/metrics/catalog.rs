@@ -301,6 +301,11 @@ pub(crate) const EVICTED_KEYS: Metric = gauge(
     "keys the store server evicted: must stay 0",
     &[],
 );
+pub(crate) const TIER1_HASH_FIELDS: Metric = gauge(
+    "idemgate_store_tier1_hash_fields",
+    "the most live claims a grouped tier-1 hash of the redis store held at a sweep since the last reading (0 elsewhere); alarm as it nears hash-max-listpack-entries (128 by default), past which the hash takes several times the bytes",
+    &[],
+);
 pub(crate) const JANITOR_DELETED: Metric = counter(
     "idemgate_store_janitor_deleted_total",
     "expired claims the postgres store's janitor deleted, by stream (stays 0 on the other stores, whose claims expire by themselves)",
@@ -432,6 +437,7 @@ pub const CATALOG: &[Metric] = &[
     FILTER_INSERTS,
     FILTER_CAPACITY,
     EVICTED_KEYS,
+    TIER1_HASH_FIELDS,
     JANITOR_DELETED,
     TABLE_BYTES,
     COMMITS,

@@ -66,6 +66,7 @@ fn record_everything() {
     committed();
     store_stats(&StoreStats {
         evicted_keys: 0,
+        tier1_hash_fields: 0,
         filters: vec![FilterFill {
             stream: "telemetry".into(),
             inserts: 5,

@@ -86,6 +86,9 @@ pub struct StreamSpec {
     pub tier1_ttl: Duration,
     /// Tier 2 (tiered mode only): generation length and sizing.
     pub filter: Option<GenerationPlan>,
+    /// The stream's highest expected rate (events/s), where configured:
+    /// sizes Redis's grouped tier 1 (`store/redis/grouped.rs`).
+    pub peak_rate: Option<u64>,
 }
 
 impl StreamSpec {
@@ -103,6 +106,7 @@ impl StreamSpec {
             mode,
             tier1_ttl,
             filter,
+            peak_rate: None,
         }
     }
 
@@ -342,6 +346,9 @@ pub struct StoreStats {
     /// Per tiered stream: inserts into the current generation and its
     /// capacity.
     pub filters: Vec<FilterFill>,
+    /// Redis, grouped tier 1: the most live claims a hash held at a sweep
+    /// since the last reading (0 where nothing was swept, and on other stores).
+    pub tier1_hash_fields: u64,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -40,6 +40,7 @@ pub mod postgres;
 pub mod process;
 pub mod servers;
 pub mod telemetry;
+pub mod tier1;
 pub mod tools;
 pub mod workload;
 

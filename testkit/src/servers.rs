@@ -550,6 +550,18 @@ pub fn is_identity_key(rest: &[u8]) -> bool {
         .is_some_and(|brace| rest[..brace].ends_with(b":id"))
 }
 
+/// Whether a key (after its prefix) is a stream's tier-1 layout record,
+/// `<key id>:layout`: beside its identity, and like it never expiring.
+pub fn is_layout_record(rest: &[u8]) -> bool {
+    rest.ends_with(b":layout") && !rest.contains(&b'{')
+}
+
+/// Whether a key (after its prefix) must never expire: a store identity
+/// or a tier-1 layout record.
+pub fn is_persistent_key(rest: &[u8]) -> bool {
+    is_identity_key(rest) || is_layout_record(rest)
+}
+
 /// Whether a key (after its prefix) is a record of finished runs,
 /// `<key id>:r{<tag>}...` (docs/design.md §7): on its partition's hash
 /// tag, living the stream's watermark TTL.
@@ -559,25 +571,29 @@ pub fn is_runs_key(rest: &[u8]) -> bool {
         .is_some_and(|brace| rest[..brace].ends_with(b":r"))
 }
 
-/// A tier-1 claim key (after its prefix): `<key id>{<tag>}<16 bytes>`.
-fn is_claim_key(rest: &[u8]) -> bool {
-    rest.contains(&b'{') && !is_identity_key(rest) && !is_runs_key(rest)
-}
-
 /// The remaining lifetime (ms) of every key under `prefix`, after
 /// asserting each one expires (docs/design.md §4: a key without expiry is
 /// a bug). A key that expired between SCAN and PTTL is left out.
-/// The PTTL of every tier-1 claim key under `prefix` (the keys with a
-/// cluster hash tag: watermarks and filter generations have none), checking
-/// on the way that every key under it carries an expiry.
+/// How long every live tier-1 claim under `prefix` still lives (ms), in
+/// either layout (`tier1.rs`), checking on the way that every key under it
+/// carries an expiry.
 pub fn claim_ttls(url: &str, prefix: &str) -> Vec<i64> {
-    key_ttls_where(url, prefix, is_claim_key)
+    key_ttls_where(url, prefix, |_| false);
+    let client = redis::Client::open(url).expect("redis url");
+    let mut connection = client
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .expect("redis connection");
+    let keys = scan(&mut connection, &format!("{prefix}*"));
+    crate::tier1::stored_claims(&mut connection, prefix, &keys)
+        .into_iter()
+        .map(|claim| claim.ttl_ms)
+        .collect()
 }
 
 /// The PTTL of every key under `prefix` but the store identities, each
 /// checked to carry an expiry (the identities to carry none).
 pub fn key_ttls(url: &str, prefix: &str) -> Vec<i64> {
-    key_ttls_where(url, prefix, |rest| !is_identity_key(rest))
+    key_ttls_where(url, prefix, |rest| !is_persistent_key(rest))
 }
 
 fn key_ttls_where(url: &str, prefix: &str, keep: impl Fn(&[u8]) -> bool) -> Vec<i64> {
@@ -592,7 +608,7 @@ fn key_ttls_where(url: &str, prefix: &str, keep: impl Fn(&[u8]) -> bool) -> Vec<
             .query(&mut connection)
             .expect("PTTL");
         let rest = &key[prefix.len()..];
-        if is_identity_key(rest) {
+        if is_persistent_key(rest) {
             assert!(
                 ttl == -1 || ttl == -2,
                 "store identity {} has PTTL {ttl}: it must never expire",
@@ -657,20 +673,9 @@ pub fn unsettled_holders(url: &str, prefix: &str) -> Vec<Holder> {
     let mut watermarks: std::collections::HashMap<Vec<u8>, std::collections::HashMap<String, i64>> =
         std::collections::HashMap::new();
     let mut unsettled = Vec::new();
-    for key in scan(&mut connection, &format!("{prefix}*")) {
-        let Some(brace) = key.iter().position(|b| *b == b'{') else {
-            continue;
-        };
-        if is_identity_key(&key[prefix.len()..]) || is_runs_key(&key[prefix.len()..]) {
-            continue;
-        }
-        let key_id = key[prefix.len()..brace].to_vec();
-        let value: Option<Vec<u8>> = redis::cmd("GET")
-            .arg(&key)
-            .query(&mut connection)
-            .expect("GET");
-        let Some(value) = value else { continue };
-        assert_eq!(value.len(), 28, "a tier-1 value of {} bytes", value.len());
+    let keys = scan(&mut connection, &format!("{prefix}*"));
+    for claim in crate::tier1::stored_claims(&mut connection, prefix, &keys) {
+        let (key_id, value) = (claim.key_id, claim.value);
         let int =
             |r: std::ops::Range<usize>| value[r].iter().fold(0i64, |n, b| (n << 8) | i64::from(*b));
         let (tag, partition, offset) = (int(0..3), int(3..6), int(6..12));
@@ -712,38 +717,24 @@ pub fn unsettled_claims_on(urls: &[String], prefix: &str) -> (usize, Vec<String>
         let mut connection = client
             .get_connection_with_timeout(Duration::from_secs(5))
             .expect("redis connection");
-        for key in scan(&mut connection, &format!("{prefix}*")) {
+        let keys = scan(&mut connection, &format!("{prefix}*"));
+        for key in &keys {
             let rest = &key[prefix.len()..];
             if let Some(key_id) = rest.strip_suffix(b":w").filter(|_| !rest.contains(&b'{')) {
                 let marks: std::collections::HashMap<String, i64> = redis::cmd("HGETALL")
-                    .arg(&key)
+                    .arg(key)
                     .query(&mut connection)
                     .expect("HGETALL watermarks");
                 watermarks.entry(key_id.to_vec()).or_default().extend(marks);
-                continue;
             }
-            let Some(brace) = rest.iter().position(|b| *b == b'{') else {
-                continue;
-            };
-            if is_identity_key(rest) || is_runs_key(rest) {
-                continue;
-            }
-            let value: Option<Vec<u8>> = redis::cmd("GET")
-                .arg(&key)
-                .query(&mut connection)
-                .expect("GET");
-            let Some(value) = value else { continue };
-            assert_eq!(value.len(), 28, "a tier-1 value of {} bytes", value.len());
+        }
+        for claim in crate::tier1::stored_claims(&mut connection, prefix, &keys) {
+            let value = claim.value;
             let int = |r: std::ops::Range<usize>| {
                 value[r].iter().fold(0i64, |n, b| (n << 8) | i64::from(*b))
             };
             let field = format!("{:06x}:{}", int(0..3), int(3..6));
-            claims.push((
-                rest[..brace].to_vec(),
-                field,
-                int(6..12),
-                value[24] & 0x80 != 0,
-            ));
+            claims.push((claim.key_id, field, int(6..12), value[24] & 0x80 != 0));
         }
     }
     let unsettled = claims
@@ -757,9 +748,9 @@ pub fn unsettled_claims_on(urls: &[String], prefix: &str) -> (usize, Vec<String>
     (claims.len(), unsettled)
 }
 
-/// Deletes every tier-1 claim key under `prefix` on one server (the keys
-/// with a hash tag; watermarks and filter generations stay), as if they
-/// had all expired. Returns how many went.
+/// Deletes every tier-1 claim under `prefix` on one server (claim keys
+/// and grouped hashes; watermarks and filter generations stay), as if they
+/// had all expired. Returns how many claims went.
 pub fn delete_claims(url: &str, prefix: &str) -> usize {
     let client = redis::Client::open(url).expect("redis url");
     let mut connection = client
@@ -767,15 +758,19 @@ pub fn delete_claims(url: &str, prefix: &str) -> usize {
         .expect("redis connection");
     let keys: Vec<Vec<u8>> = scan(&mut connection, &format!("{prefix}*"))
         .into_iter()
-        .filter(|key| is_claim_key(&key[prefix.len()..]))
+        .filter(|key| {
+            let rest = &key[prefix.len()..];
+            crate::tier1::is_claim_key(rest) || crate::tier1::is_group_key(rest)
+        })
         .collect();
+    let claims = crate::tier1::stored_claims(&mut connection, prefix, &keys).len();
     for key in &keys {
         let _: i64 = redis::cmd("DEL")
             .arg(key)
             .query(&mut connection)
             .expect("DEL");
     }
-    keys.len()
+    claims
 }
 
 #[cfg(test)]

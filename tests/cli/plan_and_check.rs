@@ -60,7 +60,7 @@ fn plan_puts_exact_and_tiered_side_by_side() {
         "{text}"
     );
     assert_eq!(row("tier-1 keys"), "tier-1 keys 1,728,000,000 288,000,000");
-    assert_eq!(row("tier-1 memory"), "tier-1 memory 281.7 GB 46.9 GB");
+    assert_eq!(row("tier-1 memory"), "tier-1 memory 100.2 GB 16.7 GB");
     assert_eq!(row("tier-2 bits per key"), "tier-2 bits per key - 14.38");
     assert_eq!(
         row("tier-2 generation"),
@@ -70,7 +70,7 @@ fn plan_puts_exact_and_tiered_side_by_side() {
         row("tier-2 memory"),
         "tier-2 memory - 6.2 GB (2 generations)"
     );
-    assert_eq!(row("total"), "total 281.7 GB 53.2 GB");
+    assert_eq!(row("total"), "total 100.2 GB 22.9 GB");
     // 1,728,000,000 claims at 137 B on PostgreSQL's disk; tiered needs Redis.
     assert_eq!(row("or postgres disk"), "or postgres disk 236.7 GB -");
 
@@ -87,7 +87,7 @@ fn plan_puts_exact_and_tiered_side_by_side() {
         "",
     );
     assert!(
-        exact.contains("281.7 GB") && !exact.contains("tiered"),
+        exact.contains("100.2 GB") && !exact.contains("tiered"),
         "{exact}"
     );
 }
@@ -165,7 +165,7 @@ fn check_warns_that_a_shadow_stream_suppresses_nothing() {
 #[test]
 fn plan_as_the_readme_shows_it_plans_exact_and_says_what_tiered_needs() {
     let text = ok(&["plan", "--rate", "40000", "--horizon", "12h"], "");
-    assert_eq!(row(&text, "tier-1 memory"), "tier-1 memory 281.7 GB");
+    assert_eq!(row(&text, "tier-1 memory"), "tier-1 memory 100.2 GB");
     assert!(!text.contains("tier-2"), "{text}");
     let last = text.lines().last().unwrap_or_default();
     assert!(
@@ -231,7 +231,7 @@ fn check_on_postgres_leads_with_the_disk_at_the_peak_rate_and_counts_years() {
         [
             "claims 2,209,032,000",
             "postgres disk 302.6 GB",
-            "or redis memory 360.1 GB"
+            "or redis memory 128.1 GB"
         ],
         "{report}"
     );

@@ -6,7 +6,7 @@
 //! filter keys a tiered run left on the shared servers, with `MEMORY USAGE`.
 
 use anyhow::{ensure, Context};
-use idemgate::store::redis::{RedisOptions, RedisStore, RedisTarget};
+use idemgate::store::redis::{RedisOptions, RedisStore, RedisTarget, Tier1Layout};
 use idemgate::store::{ClaimOutcome, ClaimStore, Mode, Publish, StreamId, StreamSpec};
 
 use idemgate_testkit::servers::{RedisServer, ServerOptions};
@@ -84,7 +84,12 @@ pub async fn tier1(keys: usize) -> anyhow::Result<Tier1> {
         "tier-1 figure needs the exact stream"
     );
     let spec = StreamSpec::new(STREAM, template.mode, template.tier1_ttl, None);
-    let options = RedisOptions::new(RedisTarget::Standalone(url.clone()), PREFIX);
+    // One key per claim: this figure is the keys layout's (`live.rs`
+    // measures both layouts per live claim).
+    let options = RedisOptions {
+        tier1_layout: Some(Tier1Layout::Keys),
+        ..RedisOptions::new(RedisTarget::Standalone(url.clone()), PREFIX)
+    };
     let store = RedisStore::connect(&options, vec![spec]).await?;
     let stream = StreamId(0);
     let mut conn = servers::node(&url).await?;

@@ -12,6 +12,7 @@
 
 mod fingerprints;
 mod footprint;
+mod live;
 mod report;
 mod runs;
 mod servers;
@@ -40,6 +41,8 @@ struct Sizes {
     footprint_keys: usize,
     /// Commits timed per count of finished runs (`runs.rs`).
     runs_repeats: usize,
+    /// The paced load of the live-claim figure.
+    live: live::Pace,
 }
 
 const BENCH: Sizes = Sizes {
@@ -55,6 +58,13 @@ const BENCH: Sizes = Sizes {
     },
     footprint_keys: 1_000_000,
     runs_repeats: 50,
+    // A TTL long beside the one-second grain of a field's expiry and the
+    // sweep's tenth of a TTL, as tier-1 TTLs are in production.
+    live: live::Pace {
+        rate: 5_000,
+        ttl: std::time::Duration::from_secs(30),
+        ttls: 2,
+    },
 };
 
 const SMOKE: Sizes = Sizes {
@@ -70,6 +80,11 @@ const SMOKE: Sizes = Sizes {
     },
     footprint_keys: 1_000,
     runs_repeats: 2,
+    live: live::Pace {
+        rate: 1_000,
+        ttl: std::time::Duration::from_secs(1),
+        ttls: 2,
+    },
 };
 
 /// Unique per run, so keys never meet another run's (or another
@@ -89,6 +104,11 @@ pub async fn run(bench: bool, only: Option<&str>) -> anyhow::Result<bool> {
     let sizes = if bench { &BENCH } else { &SMOKE };
     let mut complete = true;
     let mut report = report::Report::new(bench);
+    if only == Some("live") {
+        report.live = live::run(sizes.live).await?;
+        report.print_live();
+        return Ok(true);
+    }
 
     eprintln!(
         "[claims] fingerprints: {} records per profile",
@@ -98,6 +118,7 @@ pub async fn run(bench: bool, only: Option<&str>) -> anyhow::Result<bool> {
     fingerprints::print_comparison(&report.fingerprints);
     match only {
         Some("fingerprints") => return Ok(true),
+
         Some(other) => anyhow::bail!("no claims section `{other}`"),
         None => {}
     }
@@ -152,6 +173,16 @@ pub async fn run(bench: bool, only: Option<&str>) -> anyhow::Result<bool> {
         }
     }
 
+    match live::run(sizes.live).await {
+        Ok(rows) => report.live = rows,
+        Err(error) => {
+            eprintln!("\n!!! NOT MEASURED: bytes per live claim: {error:#}\n");
+            report
+                .unmeasured
+                .push(format!("bytes per live claim: failed ({error:#})"));
+            complete = false;
+        }
+    }
     match footprint_figure(sizes).await {
         Ok(figure) => report.tier1 = Some(figure),
         Err(error) => {

@@ -3,8 +3,10 @@
 
 use super::fingerprints;
 use super::footprint::Tier1;
+use super::live::Live;
 use super::runs;
 use super::throughput::{self, Trips};
+use idemgate::store::redis::Tier1Layout;
 
 pub struct Tier2 {
     pub backend: String,
@@ -17,6 +19,8 @@ pub struct Report {
     pub fingerprints: Vec<fingerprints::Row>,
     pub claims: Vec<throughput::Row>,
     pub tier1: Option<Tier1>,
+    /// Bytes and server CPU per live claim, per tier-1 layout.
+    pub live: Vec<Live>,
     pub tier2: Vec<Tier2>,
     pub runs: Vec<runs::Row>,
     pub unmeasured: Vec<String>,
@@ -55,12 +59,46 @@ fn per_batch(trips: &Trips, pick: fn(&Trips) -> crate::proxy::Snapshot) -> Strin
 }
 
 impl Report {
+    /// Bytes and server CPU per live claim, each layout against `keys`.
+    pub fn print_live(&self) {
+        let keys = self.live.iter().find(|l| l.layout == Tier1Layout::Keys);
+        for l in &self.live {
+            let cpu_vs_keys = keys
+                .map(|k| {
+                    format!(
+                        " ({:.2}x keys)",
+                        l.server_us_per_claim / k.server_us_per_claim
+                    )
+                })
+                .unwrap_or_default();
+            println!(
+                "   tier 1 live, {:<7} (scratch pid {}): {}/s for {} x ttl {:?}: used_memory {} -> {} \
+                 over {} live claims = {:.1} bytes/live claim; server cpu {:.2} us/claim{} \
+                 ({} written, {} keys at the end)",
+                format!("{:?}", l.layout).to_lowercase(),
+                l.server_pid,
+                grouped(l.pace.rate as f64),
+                l.pace.ttls,
+                l.pace.ttl,
+                grouped(l.used_before as f64),
+                grouped(l.used_after as f64),
+                grouped(l.live as f64),
+                l.bytes_per_live_claim,
+                l.server_us_per_claim,
+                cpu_vs_keys,
+                grouped(l.written as f64),
+                grouped(l.keys as f64),
+            );
+        }
+    }
+
     pub fn new(bench: bool) -> Report {
         Report {
             bench,
             fingerprints: Vec::new(),
             claims: Vec::new(),
             tier1: None,
+            live: Vec::new(),
             tier2: Vec::new(),
             runs: Vec::new(),
             unmeasured: Vec::new(),
@@ -219,6 +257,7 @@ impl Report {
             }
             None => println!("   tier 1: not measured"),
         }
+        self.print_live();
         let sizing = throughput::sizing();
         println!(
             "   tier 2 sizing: capacity {} at p={}: {:.2} bits/key, k={} ({} bytes a generation)",

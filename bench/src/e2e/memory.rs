@@ -14,7 +14,9 @@
 //! A stream's keys sit under `<prefix><key_id>`: a tier-1 key continues it
 //! with the hash tag and hash, every other key with `:` (the generations,
 //! the insert counters, the watermark hash). Those others are left out of
-//! tier 1, in keys and in bytes.
+//! tier 1, in keys and in bytes, but for the grouped tier-1 hashes
+//! (`:g{<tag>}<bucket>`, docs/design.md §4.1), whose claim fields count as
+//! tier-1 claims (`tier1_keys` is claims, whatever their layout).
 
 use anyhow::Result;
 use idemgate_testkit::servers::scan_async;
@@ -100,6 +102,13 @@ pub(crate) async fn measure(
             .any(|kind| key.starts_with(format!("{namespace}:{kind}:").as_bytes()))
     };
     let tier2_keys: Vec<&Vec<u8>> = others.iter().filter(|k| of_kind(k, &["f", "b"])).collect();
+    let grouped = |key: &Vec<u8>| key.starts_with(format!("{namespace}:g{{").as_bytes());
+    let mut fields = 0u64;
+    for key in others.iter().filter(|k| grouped(k)) {
+        let names: Vec<Vec<u8>> = redis::cmd("HKEYS").arg(key).query_async(conn).await?;
+        // Claim fields are 16 hash bytes; the sweep mark is `~`.
+        fields += names.iter().filter(|f| f.len() == 16).count() as u64;
+    }
     let counters: Vec<&Vec<u8>> = others.iter().filter(|k| of_kind(k, &["n"])).collect();
     let mut tier2_bytes = 0;
     for key in tier2_keys.iter().chain(&counters) {
@@ -107,7 +116,10 @@ pub(crate) async fn measure(
     }
     // The watermark hash (`:w`) and anything else that is not a claim.
     let mut other_bytes = 0;
-    for key in others.iter().filter(|k| !of_kind(k, &["f", "b", "n"])) {
+    for key in others
+        .iter()
+        .filter(|k| !of_kind(k, &["f", "b", "n"]) && !grouped(k))
+    {
         other_bytes += memory_usage(conn, key).await?;
     }
     let mut inserts = 0u64;
@@ -135,7 +147,7 @@ pub(crate) async fn measure(
             break;
         }
     }
-    let tier1_keys = keys.saturating_sub(others.len() as u64);
+    let tier1_keys = keys.saturating_sub(others.len() as u64) + fields;
     let tier1_bytes = (after - before) as f64 - tier2_bytes as f64 - other_bytes as f64;
     let tier2 = filter.map(|(capacity, sized)| Tier2 {
         keys: tier2_keys.len() as u64,

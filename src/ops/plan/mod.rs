@@ -10,7 +10,19 @@ use std::time::Duration;
 use crate::config::{StoreConfig, StreamConfig};
 use crate::store::{FilterSizing, Mode};
 
-/// Bytes one tier-1 key costs in Redis: 163, measured, not computed.
+/// Bytes one live tier-1 claim costs in Redis as a field of a grouped hash
+/// (docs/design.md §4.1), the layout of a stream first started by this
+/// version: 58, measured, not computed.
+///
+/// From `idemgate-bench claims` ("tier 1 live, grouped"): growth of
+/// redis-server 7.0's `used_memory` over the claims still within their
+/// TTL, an exact stream written at a steady 5,000 claims/s for two
+/// 30-second TTLs, the expired fields no sweep has reached yet and the
+/// hashes' own bytes included.
+pub const TIER1_BYTES_PER_CLAIM: u64 = 58;
+
+/// Bytes one tier-1 key costs in Redis (a stream that writes its claims
+/// as keys): 163, measured, not computed.
 ///
 /// From `BENCHMARKS.md`, "tier-1 bytes per key" of the latest bench run
 /// (`scripts/bench.sh`): growth of redis-server 7.0's `used_memory` per
@@ -166,7 +178,7 @@ fn keys(rate: u64, span: Duration, flag: &'static str) -> Result<u64, PlanError>
 }
 
 fn bytes(keys: u64, flag: &'static str) -> Result<u64, PlanError> {
-    bytes_at(keys, TIER1_BYTES_PER_KEY, flag)
+    bytes_at(keys, TIER1_BYTES_PER_CLAIM, flag)
 }
 
 fn bytes_at(keys: u64, each: u64, flag: &'static str) -> Result<u64, PlanError> {
@@ -322,12 +334,12 @@ mod tests {
     }
 
     #[test]
-    fn exact_keeps_forty_thousand_a_second_for_twelve_hours_in_282_gb() {
+    fn exact_keeps_forty_thousand_a_second_for_twelve_hours_in_100_gb() {
         let exact = plan(scenario(), PlanMode::Both).unwrap().exact.unwrap();
         assert_eq!(exact.keys, 40_000 * 43_200);
         assert_eq!(exact.keys, 1_728_000_000);
-        assert_eq!(exact.bytes, 1_728_000_000 * 163);
-        assert_eq!(exact.bytes, 281_664_000_000);
+        assert_eq!(exact.bytes, 1_728_000_000 * 58);
+        assert_eq!(exact.bytes, 100_224_000_000);
         assert_eq!(exact.disk_bytes, 1_728_000_000 * 137);
     }
 
@@ -344,14 +356,14 @@ mod tests {
         let exact = plan(input, PlanMode::Exact).unwrap().exact.unwrap();
         assert_eq!(exact.keys, 2_209_032_000);
         assert_eq!(exact.disk_bytes, 302_637_384_000);
-        assert_eq!(exact.bytes, 360_072_216_000);
+        assert_eq!(exact.bytes, 128_123_856_000);
     }
 
     #[test]
     fn tiered_keeps_two_hours_of_keys_and_two_generations_of_three_gb() {
         let tiered = plan(scenario(), PlanMode::Both).unwrap().tiered.unwrap();
         assert_eq!(tiered.tier1_keys, 288_000_000);
-        assert_eq!(tiered.tier1_bytes, 46_944_000_000);
+        assert_eq!(tiered.tier1_bytes, 16_704_000_000);
         assert!(
             (tiered.bits_per_key - 14.3775).abs() < 1e-4,
             "{}",

@@ -206,6 +206,7 @@ mod tests {
             mode: Mode::Exact,
             tier1_ttl: Duration::from_secs(60),
             filter: None,
+            peak_rate: None,
         }
     }
 

@@ -5,12 +5,12 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use redis::{RedisResult, Value};
+use redis::Value;
 
 use super::early::{filter_of, Noted};
-use super::round::{self, claim_command, existing, noscript, values, Answers, Plan};
+use super::round::{self, existing, noscript, values, Answers, Plan};
 use super::tier2::{self, counter_key};
-use super::{protocol, tier1, unparsable, watermarks, Keyed, RedisStore};
+use super::{protocol, unparsable, watermarks, Keyed, RedisStore};
 use crate::clock::Millis;
 use crate::coordinates::TopicTag;
 use crate::store::judge::{self, Filter, Maps, Verdict};
@@ -63,6 +63,7 @@ impl ClaimStore for RedisStore {
             backend: self.filter_backend,
             streams: &self.streams,
             adopted: &adopted,
+            layouts: &self.layouts,
             cluster: self.conn.is_cluster(),
             clear: self.ask_overflow.then_some(&clear),
         };
@@ -84,8 +85,7 @@ impl ClaimStore for RedisStore {
         // per generation, the first time it is found full.
         self.after_inserts(watch, std::mem::take(&mut answers.inserts))
             .await?;
-        self.resend_lost_scripts(&plan, claims, &mut answers)
-            .await?;
+        self.resend_lost_scripts(&plan, &mut answers).await?;
 
         let mut answer = RoundAnswer {
             raised: plan
@@ -136,8 +136,9 @@ impl ClaimStore for RedisStore {
             ranges: &ranges,
             lost: &answer.lost,
         };
-        (answer.outcomes, answer.taken_over) =
-            self.judge_claims(claims, answers.claims, judged).await?;
+        let (held, most) = existing(&plan.claims, answers.claims, claims.len())?;
+        self.saw_fields(most);
+        (answer.outcomes, answer.taken_over) = self.judge_claims(claims, held, judged).await?;
         Ok(answer)
     }
 
@@ -249,6 +250,7 @@ impl ClaimStore for RedisStore {
         Ok(StoreStats {
             evicted_keys,
             filters,
+            tier1_hash_fields: self.take_most_fields(),
         })
     }
 }
@@ -256,18 +258,21 @@ impl ClaimStore for RedisStore {
 impl RedisStore {
     /// Scripts the server did not know (`NOSCRIPT`: a restart, a failover,
     /// `SCRIPT FLUSH`) are sent again as `EVAL`, and the watermarks read
-    /// again after them, with the claims of the keys whose done flags or
-    /// releases were lost: claims are judged after the publish.
+    /// again after them, then the claim scripts that were lost or that
+    /// share a hash tag with a lost done flag or release (they ran before
+    /// it): claims are judged after the publish. A claim script run twice
+    /// meets, the second time, what its first run wrote: its own claim with
+    /// its own token, judged as written (§4.4 rule 4).
     async fn resend_lost_scripts(
         &self,
         plan: &Plan<'_>,
-        claims: &[Claim],
         answers: &mut Answers,
     ) -> Result<(), StoreError> {
         let lost = [
             noscript(&answers.raises),
             noscript(&answers.done),
             noscript(&answers.releases),
+            noscript(&answers.claims),
         ];
         if lost.iter().all(Vec::is_empty) {
             return Ok(());
@@ -290,23 +295,24 @@ impl RedisStore {
                 .filter_map(|&g| plan.releases.invocation(&scripts.release, g, false)),
         );
         commands.extend(plan.reads());
-        // A claim of a key whose done flag or release was lost ran before
-        // it: claimed again after it (a claim that met a value wrote
-        // nothing, so asking again is safe).
-        let settled_keys: Vec<&[u8]> = [(&plan.done, &lost[1]), (&plan.releases, &lost[2])]
+        let settled_tags: Vec<u8> = [(&plan.done, &lost[1]), (&plan.releases, &lost[2])]
             .into_iter()
-            .flat_map(|(groups, failed)| failed.iter().filter_map(|&g| groups.groups.get(g)))
-            .flat_map(|(_, keys, _)| keys.iter().map(Vec::as_slice))
+            .flat_map(|(groups, failed)| failed.iter().filter_map(|&g| groups.slots.get(g)))
+            .map(|(_, tag)| *tag)
             .collect();
-        let mut reclaim = Vec::new();
-        for (index, claim) in claims.iter().enumerate() {
-            let spec = spec(&self.streams, claim.stream)?;
-            let key = tier1::key(&self.prefix, &spec.key_id, &claim.hash);
-            if settled_keys.contains(&key.as_slice()) {
-                reclaim.push(index);
-                commands.push(claim_command(&self.prefix, spec, claim)?);
-            }
-        }
+        let reclaim: Vec<usize> = plan
+            .claims
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(g, (_, tag))| lost[3].contains(g) || settled_tags.contains(tag))
+            .map(|(g, _)| g)
+            .collect();
+        commands.extend(
+            reclaim
+                .iter()
+                .filter_map(|&g| plan.claims.invocation(&scripts.claim, g, false)),
+        );
         let mut again = self.conn.run(commands).await?.into_iter();
         for (part, failed) in [
             &mut answers.raises,
@@ -323,8 +329,8 @@ impl RedisStore {
             }
         }
         answers.reads = again.by_ref().take(plan.streams.len()).collect();
-        for (index, answer) in reclaim.into_iter().zip(again) {
-            if let Some(slot) = answers.claims.get_mut(index) {
+        for (g, answer) in reclaim.into_iter().zip(again) {
+            if let Some(slot) = answers.claims.get_mut(g) {
                 *slot = answer;
             }
         }
@@ -341,7 +347,7 @@ impl RedisStore {
     async fn judge_claims(
         &self,
         claims: &[Claim],
-        answers: Vec<RedisResult<Value>>,
+        held: Vec<Option<ClaimValue>>,
         judged: Judged<'_>,
     ) -> Result<(Vec<ClaimOutcome>, Vec<usize>), StoreError> {
         let Judged {
@@ -350,17 +356,14 @@ impl RedisStore {
             ranges,
             lost,
         } = judged;
-        if answers.len() != claims.len() {
+        if held.len() != claims.len() {
             return Err(StoreError::Protocol("claims answered short".into()));
         }
-        let mut values = Vec::with_capacity(claims.len());
-        for (claim, answer) in claims.iter().zip(answers) {
-            values.push(if lost.iter().any(|l| l.stream == claim.stream) {
-                None
-            } else {
-                Some(existing(answer)?)
-            });
-        }
+        let values: Vec<Option<Option<ClaimValue>>> = claims
+            .iter()
+            .zip(held)
+            .map(|(claim, held)| (!lost.iter().any(|l| l.stream == claim.stream)).then_some(held))
+            .collect();
         let hit = |index: usize| in_filter.get(index).copied().unwrap_or(false);
         let mut noted = Noted::new();
         let asking: Vec<(usize, ClaimValue)> = values
@@ -449,21 +452,29 @@ impl RedisStore {
                     ..*old
                 }
             };
+            let place = round::place(
+                &self.prefix,
+                &self.streams,
+                &self.layouts,
+                claim.stream,
+                &claim.hash,
+            )?;
+            let write = round::layout(&self.layouts, claim.stream)?.write;
             prepared.push((
-                tier1::key(&self.prefix, &spec.key_id, &claim.hash),
+                [place.key, place.group],
                 vec![
                     old.encode()?.to_vec(),
                     new.encode()?.to_vec(),
                     millis(spec.tier1_ttl).max(1).to_string().into_bytes(),
+                    place.field,
+                    write.script_arg().to_vec(),
                 ],
             ));
         }
         let answers = self
             .run_scripts(prepared.len(), |i, cached| {
-                let (key, args) = &prepared[i];
-                self.scripts
-                    .restamp
-                    .invoke(cached, std::slice::from_ref(key), args)
+                let (keys, args) = &prepared[i];
+                self.scripts.restamp.invoke(cached, keys, args)
             })
             .await?;
         let mut changed = Vec::new();

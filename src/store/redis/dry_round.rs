@@ -134,13 +134,14 @@ fn probes(
 ) -> Vec<Probe> {
     let base = format!("{prefix}{}{{dryrun-{suffix}}}", spec.key_id);
     let key = |name: &str| format!("{base}{name}").into_bytes();
-    let (claim, done, release, restamp, vanished, marks) = (
+    let (claim, done, release, restamp, vanished, marks, group) = (
         key("claim"),
         key("done"),
         key("release"),
         key("restamp"),
         key("vanished"),
         key("marks"),
+        key("group"),
     );
     let value = claim_like(1);
     let owner = value[..OWNER_LEN].to_vec();
@@ -181,6 +182,24 @@ fn probes(
     if !cluster {
         plain("MGET", "the store identity", &claim, &[]);
     }
+    let field: &[u8] = b"probe-field-16-b";
+    plain("HSETNX", "grouped tier-1 claims", &group, &[field, &value]);
+    plain("HSET", "grouped tier-1 claims", &group, &[field, &value]);
+    plain("HGET", "grouped tier-1 claims", &group, &[field]);
+    plain("HGETALL", "sweeping grouped tier-1 claims", &group, &[]);
+    plain("HDEL", "sweeping grouped tier-1 claims", &group, &[field]);
+    plain(
+        "PEXPIRE NX",
+        "grouped tier-1 claims",
+        &group,
+        &[ttl_arg, b"NX"],
+    );
+    plain(
+        "PEXPIRE GT",
+        "grouped tier-1 claims",
+        &group,
+        &[ttl_arg, b"GT"],
+    );
     plain("HSET", "watermark raises", &marks, &[b"probe", b"1"]);
     plain("HGET", "watermark raises", &marks, &[b"probe"]);
     plain("PEXPIRE", "watermark raises", &marks, &[ttl_arg]);
@@ -245,6 +264,16 @@ fn probes(
             },
         });
     };
+    // Scripts read the server's clock; TIME takes no key, so it goes in
+    // the group's slot by the `Keyed` key alone.
+    probes.push(Probe {
+        command: "TIME",
+        purpose: "grouped tier-1 claims (the server's clock)",
+        keyed: Keyed {
+            key: group.clone(),
+            cmd: redis::cmd("TIME"),
+        },
+    });
     set(&done, &mut probes);
     set(&release, &mut probes);
     set(&restamp, &mut probes);
@@ -255,37 +284,81 @@ fn probes(
         purpose,
         command,
         script,
-        key: key.to_vec(),
+        keys: vec![key.to_vec()],
         args,
     };
+    let tier1 = |purpose, command, script, key: &[u8], args| ScriptCall {
+        purpose,
+        command,
+        script,
+        keys: vec![key.to_vec(), group.clone()],
+        args,
+    };
+    let cas = |operand: &[u8]| vec![operand.to_vec(), field.to_vec(), b"1".to_vec()];
+    let claim_args = |mode: &[u8]| {
+        vec![
+            mode.to_vec(),
+            ttl.clone(),
+            b"1".to_vec(),
+            value.clone(),
+            field.to_vec(),
+            b"1".to_vec(),
+        ]
+    };
     let mut script_calls = vec![
-        call(
+        tier1(
+            "claims",
+            "EVAL (claims)",
+            &scripts.claim,
+            &claim,
+            claim_args(b"g"),
+        ),
+        tier1(
+            "claims",
+            "EVAL (claims)",
+            &scripts.claim,
+            &claim,
+            claim_args(b"k"),
+        ),
+        tier1(
             "done flags",
             "EVAL (done flags)",
             &scripts.done,
             &done,
-            vec![owner.clone()],
+            cas(&owner),
         ),
-        call(
+        tier1(
             "releases",
             "EVAL (releases)",
             &scripts.release,
             &release,
-            vec![owner.clone()],
+            cas(&owner),
         ),
-        call(
+        tier1(
             "re-stamps",
             "EVAL (re-stamps)",
             &scripts.restamp,
             &restamp,
-            vec![value.clone(), restamped.clone(), ttl.clone()],
+            vec![
+                value.clone(),
+                restamped.clone(),
+                ttl.clone(),
+                field.to_vec(),
+                b"g".to_vec(),
+            ],
         ),
-        call(
+        tier1(
             "re-stamps",
             "EVAL (re-stamps)",
             &scripts.restamp,
             &vanished,
-            vec![value.clone(), restamped, ttl.clone()],
+            vec![
+                value.clone(),
+                restamped,
+                ttl.clone(),
+                field.to_vec(),
+                b"g".to_vec(),
+            ],
         ),
         call(
             "watermark raises",
@@ -316,13 +389,11 @@ fn probes(
             probes.push(Probe {
                 command: if cached { "EVALSHA" } else { c.command },
                 purpose: c.purpose,
-                keyed: c
-                    .script
-                    .invoke(cached, std::slice::from_ref(&c.key), &c.args),
+                keyed: c.script.invoke(cached, &c.keys, &c.args),
             });
         }
     }
-    for key in [&claim, &done, &release, &restamp, &vanished, &marks] {
+    for key in [&claim, &done, &release, &restamp, &vanished, &marks, &group] {
         probes.push(Probe {
             command: "DEL",
             purpose: "cleaning up the dry round",
@@ -340,7 +411,7 @@ struct ScriptCall<'a> {
     purpose: &'static str,
     command: &'static str,
     script: &'a LuaScript,
-    key: Vec<u8>,
+    keys: Vec<Vec<u8>>,
     args: Vec<Vec<u8>>,
 }
 

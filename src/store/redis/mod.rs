@@ -31,6 +31,8 @@ mod claims;
 mod conn;
 mod dry_round;
 mod early;
+mod grouped;
+mod grouped_script;
 mod identity;
 mod reset;
 mod restore;
@@ -42,6 +44,7 @@ mod tier2_trips;
 mod watermarks;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use redis::Value;
@@ -50,6 +53,8 @@ use tracing::warn;
 pub(crate) use conn::redact;
 use conn::{reply_error, Conn, Keyed};
 pub use conn::{Auth, RedisTarget, TlsFiles};
+use grouped::StreamLayout;
+pub use grouped::Tier1Layout;
 use tier1::Scripts;
 pub use tier2::FilterBackend;
 use tier2::{Clear, Full};
@@ -77,6 +82,10 @@ pub struct RedisOptions {
     /// Certificates for `rediss://` URLs, where the system's roots and no
     /// client certificate are not enough.
     pub tls: Option<TlsFiles>,
+    /// What new tier-1 claims are written as; `None` follows each
+    /// stream's record (a fresh stream: grouped; one from before the
+    /// grouped layout: keys). Claims of both layouts are always read.
+    pub tier1_layout: Option<Tier1Layout>,
 }
 
 impl RedisOptions {
@@ -91,8 +100,18 @@ impl RedisOptions {
             require_eviction_check: false,
             auth: Auth::default(),
             tls: None,
+            tier1_layout: None,
         }
     }
+}
+
+/// A tier-1 claim's two places (docs/design.md §4.1): its key, and its
+/// field in a grouped hash.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tier1Place {
+    pub key: Vec<u8>,
+    pub group: Vec<u8>,
+    pub field: Vec<u8>,
 }
 
 pub struct RedisStore {
@@ -113,6 +132,11 @@ pub struct RedisStore {
     /// The stream identities adopted at start, by stream index: every
     /// round reads them beside its claims (docs/design.md §8.2).
     adopted: Mutex<HashMap<usize, StoreIdentity>>,
+    /// Each stream's tier-1 layout, by stream index, settled at start.
+    layouts: Vec<StreamLayout>,
+    /// The most live claims a claim script found in a hash it swept since
+    /// the store's figures were last read: how near the listpack limit.
+    most_fields: AtomicU64,
 }
 
 const NOSCRIPT: &str = "NOSCRIPT";
@@ -178,6 +202,8 @@ impl RedisStore {
         )
         .await?;
         let ask_overflow = may_ask_overflow(&conn, &options.key_prefix, filter_backend).await;
+        let layouts =
+            grouped::settle(&conn, &options.key_prefix, &streams, options.tier1_layout).await?;
         Ok(RedisStore {
             conn,
             streams,
@@ -188,6 +214,8 @@ impl RedisStore {
             clear: Mutex::new(Clear::new()),
             ask_overflow,
             adopted: Mutex::new(HashMap::new()),
+            layouts,
+            most_fields: AtomicU64::new(0),
         })
     }
 
@@ -216,6 +244,36 @@ impl RedisStore {
             &spec(&self.streams, stream)?.key_id,
             hash,
         ))
+    }
+
+    /// Where a hash's tier-1 claim lives, for tests that inspect the
+    /// server.
+    pub fn tier1_place(
+        &self,
+        stream: super::StreamId,
+        hash: &crate::fingerprint::SourceHash,
+    ) -> Result<Tier1Place, StoreError> {
+        let place = round::place(&self.prefix, &self.streams, &self.layouts, stream, hash)?;
+        Ok(Tier1Place {
+            key: place.key,
+            group: place.group,
+            field: place.field,
+        })
+    }
+
+    /// What a stream writes its tier-1 claims as.
+    pub fn tier1_layout(&self, stream: super::StreamId) -> Result<Tier1Layout, StoreError> {
+        Ok(round::layout(&self.layouts, stream)?.write)
+    }
+
+    fn saw_fields(&self, fields: u64) {
+        self.most_fields.fetch_max(fields, Ordering::Relaxed);
+    }
+
+    /// The most live claims a tier-1 hash held at a sweep since the last
+    /// call, and starts over.
+    fn take_most_fields(&self) -> u64 {
+        self.most_fields.swap(0, Ordering::Relaxed)
     }
 
     /// Runs script invocations; any that met `NOSCRIPT` are sent again as

@@ -10,6 +10,8 @@ use std::collections::{HashMap, HashSet};
 use redis::{RedisResult, Value};
 
 use super::conn::{reply_error, Keyed};
+use super::grouped::{Place, StreamLayout};
+use super::grouped_script::sweep_every_s;
 use super::identity::RoundReads;
 use super::tier1::{self, Scripts, TagGroups};
 use super::tier2::{self, BloomWrite, Clear, FilterBackend, Full, Item, ProbeMap, Want};
@@ -33,7 +35,8 @@ pub(crate) struct Plan<'a> {
     /// The store identity of the tags the claims touch, read just before
     /// them (docs/design.md §8.2).
     pub(crate) identities: RoundReads,
-    claims: Vec<Keyed>,
+    /// One claim script per stream and hash tag.
+    pub(crate) claims: TagGroups,
     /// The claims of tiered streams, for their probes (and a follow-up's).
     pub(crate) probed: Vec<Item<'a>>,
     probes: Vec<Keyed>,
@@ -76,6 +79,8 @@ pub(crate) struct Setting<'a> {
     pub(crate) streams: &'a [StreamSpec],
     /// The identities adopted at start, by stream index.
     pub(crate) adopted: &'a HashMap<usize, StoreIdentity>,
+    /// Each stream's tier-1 layout, by stream index.
+    pub(crate) layouts: &'a [StreamLayout],
     pub(crate) cluster: bool,
     /// Generations known without an overflow part: probed without it;
     /// `None` where rounds do not ask (every part probed).
@@ -94,6 +99,7 @@ impl<'a> Plan<'a> {
             backend,
             streams,
             adopted,
+            layouts,
             cluster,
             clear,
         } = setting;
@@ -112,8 +118,8 @@ impl<'a> Plan<'a> {
             }
         }
         let raises = RaiseGroups::new(prefix, &publish.raises, |id| spec(streams, id))?;
-        let done = cas_groups(prefix, streams, &publish.done)?;
-        let releases = cas_groups(prefix, streams, &publish.releases)?;
+        let done = cas_groups(prefix, streams, layouts, &publish.done)?;
+        let releases = cas_groups(prefix, streams, layouts, &publish.releases)?;
 
         let mut ids: Vec<StreamId> = read
             .iter()
@@ -127,11 +133,10 @@ impl<'a> Plan<'a> {
             .map(|id| Ok(watermarks::read(prefix, spec(streams, *id)?)))
             .collect::<Result<_, StoreError>>()?;
 
-        let mut sets = Vec::with_capacity(claims.len());
+        let sets = claim_groups(prefix, streams, layouts, claims.iter())?;
         let mut probed = Vec::new();
         for (index, claim) in claims.iter().enumerate() {
             let spec = spec(streams, claim.stream)?;
-            sets.push(claim_command(prefix, spec, claim)?);
             if let Some(plan) = &spec.filter {
                 probed.push(Item {
                     index,
@@ -173,9 +178,7 @@ impl<'a> Plan<'a> {
 
     /// The round's commands in contract order; `inserts` are those of this
     /// trip (none where they went ahead on their own). The claims, the
-    /// probes and the overflow checks go with it (moved, not copied: one
-    /// claim and its probes per record); a claim sent again is built again
-    /// (`claim_command`).
+    /// probes and the overflow checks go with it (moved, not copied).
     pub(crate) fn trip(
         &mut self,
         scripts: &Scripts,
@@ -188,7 +191,7 @@ impl<'a> Plan<'a> {
             releases: self.releases.groups.len(),
             reads: self.reads.len(),
             identities: self.identities.commands().len(),
-            claims: self.claims.len(),
+            claims: self.claims.groups.len(),
             probes: self.probes.len(),
         };
         let mut commands = inserts;
@@ -197,7 +200,7 @@ impl<'a> Plan<'a> {
         commands.extend(self.releases.invocations(&scripts.release, true));
         commands.extend(self.reads.iter().cloned());
         commands.extend(self.identities.commands().iter().cloned());
-        commands.extend(std::mem::take(&mut self.claims));
+        commands.extend(self.claims.invocations(&scripts.claim, true));
         commands.extend(std::mem::take(&mut self.probes));
         commands.extend(std::mem::take(&mut self.overflow_reads));
         (commands, move |answers| layout.split(answers))
@@ -249,28 +252,73 @@ impl Layout {
     }
 }
 
-/// A claim's `SET NX GET`.
-pub(crate) fn claim_command(
+/// The claim scripts of `claims` (one per stream and hash tag), each
+/// led by its stream's write layout, TTL and sweep interval.
+pub(crate) fn claim_groups<'c>(
     prefix: &str,
-    spec: &StreamSpec,
-    claim: &Claim,
-) -> Result<Keyed, StoreError> {
-    let key = tier1::key(prefix, &spec.key_id, &claim.hash);
-    let value = ClaimValue::pending(claim.holder, claim.token, claim.digest, claim.at);
-    tier1::claim(key, &value, millis(spec.tier1_ttl))
+    streams: &[StreamSpec],
+    layouts: &[StreamLayout],
+    claims: impl Iterator<Item = &'c Claim>,
+) -> Result<TagGroups, StoreError> {
+    let entries = claims
+        .map(|claim| {
+            let spec = spec(streams, claim.stream)?;
+            let layout = layout(layouts, claim.stream)?;
+            let ttl = millis(spec.tier1_ttl).max(1);
+            let head = vec![
+                layout.write.script_arg().to_vec(),
+                ttl.to_string().into_bytes(),
+                sweep_every_s(ttl).to_string().into_bytes(),
+            ];
+            let value = ClaimValue::pending(claim.holder, claim.token, claim.digest, claim.at);
+            let place = Place::of(prefix, &spec.key_id, layout.buckets, &claim.hash);
+            Ok((
+                (claim.stream.0, tier1::tag(&claim.hash)),
+                place,
+                value.encode()?.to_vec(),
+                head,
+            ))
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    Ok(TagGroups::by(entries.into_iter()))
+}
+
+/// A stream's tier-1 layout.
+pub(crate) fn layout(layouts: &[StreamLayout], id: StreamId) -> Result<StreamLayout, StoreError> {
+    layouts
+        .get(id.0)
+        .copied()
+        .ok_or_else(|| StoreError::Protocol(format!("no tier-1 layout for stream {}", id.0)))
+}
+
+/// A claim's places.
+pub(crate) fn place(
+    prefix: &str,
+    streams: &[StreamSpec],
+    layouts: &[StreamLayout],
+    id: StreamId,
+    hash: &crate::fingerprint::SourceHash,
+) -> Result<Place, StoreError> {
+    let spec = spec(streams, id)?;
+    Ok(Place::of(
+        prefix,
+        &spec.key_id,
+        layout(layouts, id)?.buckets,
+        hash,
+    ))
 }
 
 fn cas_groups(
     prefix: &str,
     streams: &[StreamSpec],
+    layouts: &[StreamLayout],
     held: &[Held],
 ) -> Result<TagGroups, StoreError> {
     let entries = held
         .iter()
         .map(|h| {
-            let spec = spec(streams, h.stream)?;
-            let key = tier1::key(prefix, &spec.key_id, &h.hash);
-            Ok((h.hash, key, encode_owner(&h.holder, h.token)?.to_vec()))
+            let place = place(prefix, streams, layouts, h.stream, &h.hash)?;
+            Ok((h.hash, place, encode_owner(&h.holder, h.token)?.to_vec()))
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
     Ok(TagGroups::new(entries.into_iter()))
@@ -299,15 +347,43 @@ pub(crate) fn values(
         .collect()
 }
 
-/// What `SET NX GET` answered: `None` where this claim was written.
-pub(crate) fn existing(answer: RedisResult<Value>) -> Result<Option<ClaimValue>, StoreError> {
-    match answer.map_err(|e| reply_error("claim", e))? {
-        Value::Nil | Value::Okay => Ok(None),
-        Value::BulkString(bytes) => Ok(Some(ClaimValue::decode(&bytes)?)),
-        other => Err(StoreError::Protocol(format!(
-            "SET NX GET answered {other:?}"
-        ))),
+/// What the claim scripts answered, spread back to request order: per
+/// claim `None` where it was written, else the holder's value; and the
+/// largest field count of the hashes they wrote.
+pub(crate) fn existing(
+    groups: &TagGroups,
+    answers: Vec<RedisResult<Value>>,
+    total: usize,
+) -> Result<(Vec<Option<ClaimValue>>, u64), StoreError> {
+    if answers.len() != groups.groups.len() {
+        return Err(StoreError::Protocol("claim scripts answered short".into()));
     }
+    let mut out = vec![None; total];
+    let mut most = 0;
+    for (group, answer) in groups.groups.iter().zip(answers) {
+        let Value::Array(mut values) = answer.map_err(|e| reply_error("claim", e))? else {
+            return Err(StoreError::Protocol(
+                "claim script answered no array".into(),
+            ));
+        };
+        if values.len() != group.indices.len() + 1 {
+            return Err(StoreError::Protocol("claim script answered short".into()));
+        }
+        if let Some(Value::Int(fields)) = values.pop() {
+            most = most.max(u64::try_from(fields).unwrap_or(0));
+        }
+        for (&index, value) in group.indices.iter().zip(values) {
+            let held = match value {
+                Value::Int(0) => None,
+                Value::BulkString(bytes) => Some(ClaimValue::decode(&bytes)?),
+                other => return Err(StoreError::Protocol(format!("claim script gave {other:?}"))),
+            };
+            if let Some(slot) = out.get_mut(index) {
+                *slot = held;
+            }
+        }
+    }
+    Ok((out, most))
 }
 
 /// The bloom writes of a trip's inserts, in command order.

@@ -1,7 +1,8 @@
-//! Tier 1 on Redis: one key per hash, claimed with a single atomic
-//! `SET key value NX PX tier1_ttl GET`, settled and freed by
-//! compare-and-set scripts on the value's first 16 bytes (holder and owner
-//! token, see `value.rs`).
+//! Tier 1 on Redis: a claim is a key (`keys` layout) or a field of a small
+//! hash (`grouped`, see `grouped.rs`), claimed by one script per stream and
+//! hash tag (`SET NX PX GET` over the key, or the field written where
+//! neither is there), settled and freed by compare-and-set scripts on the
+//! value's first 16 bytes (holder and owner token, see `value.rs`).
 //!
 //! Key: `<prefix><key_id>{<tag>}<first 16 bytes of the hash>`. The tag (two
 //! hex digits, 64 values) only matters on a cluster: it gathers a round's
@@ -15,8 +16,9 @@ use std::collections::BTreeMap;
 use redis::{Cmd, Script};
 
 use super::conn::Keyed;
+use super::grouped::Place;
+use super::grouped_script;
 use crate::fingerprint::SourceHash;
-use crate::store::value::{ClaimValue, LUA_DONE_BYTE, OWNER_LEN, VALUE_LEN};
 use crate::store::StoreError;
 
 /// Which of the 64 hash tags a hash's key carries.
@@ -36,23 +38,6 @@ pub(crate) fn key(prefix: &str, key_id: &str, hash: &SourceHash) -> Vec<u8> {
     key.push(b'}');
     key.extend_from_slice(&hash.0[..16]);
     key
-}
-
-/// Wins the claim or returns the holder's value, in one atomic command.
-/// The key's expiry is fixed here, at the write; every later write keeps
-/// it.
-pub(crate) fn claim(key: Vec<u8>, value: &ClaimValue, ttl_ms: i64) -> Result<Keyed, StoreError> {
-    // Sized once (one per record in a round): the name, the key, the
-    // value, the flags and up to 20 digits of TTL.
-    let mut cmd = Cmd::with_capacity(7, key.len() + VALUE_LEN + 35);
-    cmd.arg("SET")
-        .arg(&key)
-        .arg(&value.encode()?[..])
-        .arg("NX")
-        .arg("PX")
-        .arg(ttl_ms.max(1))
-        .arg("GET");
-    Ok(Keyed { key, cmd })
 }
 
 /// A Lua script with its source kept beside its SHA-1, for the `EVAL`
@@ -97,13 +82,16 @@ impl LuaScript {
     }
 }
 
-/// The compare-and-set scripts. They compare the owner bytes at the head of
-/// the value and flip the done bit in place, so they never decode the rest
-/// (see `value.rs`), and every write keeps the key's expiry (`KEEPTTL`).
+/// The tier-1 scripts, over both layouts (`grouped_script.rs`), and the
+/// watermark and early-insert scripts beside them.
 pub(crate) struct Scripts {
+    /// Claims of one stream and hash tag, in the stream's write layout.
+    pub(crate) claim: LuaScript,
     pub(crate) done: LuaScript,
     pub(crate) release: LuaScript,
     pub(crate) restamp: LuaScript,
+    /// Rebuilt claims written as fields.
+    pub(crate) restore: LuaScript,
     pub(crate) raise: LuaScript,
     /// Notes early-insert runs beside earlier owners' (`early.rs`).
     pub(crate) early: LuaScript,
@@ -111,59 +99,6 @@ pub(crate) struct Scripts {
 
 impl Scripts {
     pub(crate) fn new() -> Scripts {
-        let owner = OWNER_LEN;
-        let byte = LUA_DONE_BYTE;
-        // Done flags, per key (ARGV: the owner bytes): 1 where the claim
-        // carries this owner (now done, or done before), 0 where it is gone
-        // or another owner's.
-        let done = format!(
-            r#"local out = {{}}
-for i, key in ipairs(KEYS) do
-  local v = redis.call('GET', key)
-  out[i] = 0
-  if v and string.sub(v, 1, {owner}) == ARGV[i] then
-    local b = string.byte(v, {byte})
-    if b < 128 then
-      v = string.sub(v, 1, {before}) .. string.char(b + 128) .. string.sub(v, {after})
-      redis.call('SET', key, v, 'KEEPTTL')
-    end
-    out[i] = 1
-  end
-end
-return out"#,
-            before = byte - 1,
-            after = byte + 1,
-        );
-        // Release, per key (ARGV: the owner bytes): deletes a pending claim
-        // of this owner (1); a done one, or another owner's, stays (0).
-        let release = format!(
-            r#"local out = {{}}
-for i, key in ipairs(KEYS) do
-  local v = redis.call('GET', key)
-  out[i] = 0
-  if v and string.sub(v, 1, {owner}) == ARGV[i] and string.byte(v, {byte}) < 128 then
-    redis.call('DEL', key)
-    out[i] = 1
-  end
-end
-return out"#
-        );
-        // Re-stamp (ARGV: the value as the claim read it, the re-stamped
-        // value, the TTL for a key that vanished meanwhile): writes only
-        // over exactly the value that was judged, so a done flag or another
-        // owner's re-stamp in between is never overwritten. Answers 1 when
-        // written, else the value now there, to be judged again.
-        let restamp = r#"local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
-  return 1
-end
-if not v then
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-  return 1
-end
-return v"#
-            .to_string();
         // Raise a stream's watermarks (one hash, one slot; ARGV: the hash's
         // TTL, then field, start, end per raise): W = HGET or start; only
         // where W >= start does it move, to max(W, end). Offsets stay
@@ -181,37 +116,92 @@ redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return out"#
             .to_string();
         Scripts {
-            done: LuaScript::new(done),
-            release: LuaScript::new(release),
-            restamp: LuaScript::new(restamp),
+            claim: LuaScript::new(grouped_script::claim()),
+            done: LuaScript::new(grouped_script::done()),
+            release: LuaScript::new(grouped_script::release()),
+            restamp: LuaScript::new(grouped_script::restamp()),
+            restore: LuaScript::new(grouped_script::restore()),
             raise: LuaScript::new(raise),
             early: LuaScript::new(super::early::NOTE.to_string()),
         }
     }
 }
 
-/// One hash tag's requests: their indices, keys and owner operands.
-type Group = (Vec<usize>, Vec<Vec<u8>>, Vec<Vec<u8>>);
+/// One script call's requests, all in one slot: their indices in request
+/// order, each one's key, the distinct hashes their fields live in, and
+/// the operands (per request: its operand, its field, its hash's index).
+#[derive(Default)]
+pub(crate) struct Group {
+    pub(crate) indices: Vec<usize>,
+    pub(crate) keys: Vec<Vec<u8>>,
+    hashes: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
 
-/// Compare-and-set operations over tier-1 keys, grouped by hash tag: one
-/// script invocation per group, its keys in one slot.
+impl Group {
+    fn push(&mut self, index: usize, place: Place, operand: Vec<u8>) {
+        let at = match self.hashes.iter().position(|h| *h == place.group) {
+            Some(at) => at,
+            None => {
+                self.hashes.push(place.group);
+                self.hashes.len() - 1
+            }
+        };
+        self.indices.push(index);
+        self.keys.push(place.key);
+        self.args.push(operand);
+        self.args.push(place.field);
+        self.args.push((at + 1).to_string().into_bytes());
+    }
+
+    /// The script's keys: each request's key, then the hashes.
+    fn script_keys(&self) -> Vec<Vec<u8>> {
+        self.keys.iter().chain(&self.hashes).cloned().collect()
+    }
+}
+
+/// A group's `(stream, tag)`.
+type Slot = (usize, u8);
+/// The operands a group's invocation starts with.
+type Head = Vec<Vec<u8>>;
+
+/// Operations over tier-1 claims grouped by slot: one script invocation
+/// per group. Compare-and-set operations group by hash tag; claims by
+/// stream and hash tag (their TTL and layout are the stream's).
 pub(crate) struct TagGroups {
     pub(crate) groups: Vec<Group>,
+    /// Operands every invocation of a group starts with, by group.
+    heads: Vec<Head>,
+    /// Each group's `(stream, tag)` (stream 0 where grouped by tag alone).
+    pub(crate) slots: Vec<Slot>,
 }
 
 impl TagGroups {
-    /// `entries` yields, per request, its hash, its key and its owner
+    /// `entries` yields, per request, its hash, its places and its
     /// operand, in request order.
-    pub(crate) fn new(entries: impl Iterator<Item = (SourceHash, Vec<u8>, Vec<u8>)>) -> TagGroups {
-        let mut by_tag: BTreeMap<u8, Group> = BTreeMap::new();
-        for (index, (hash, key, owner)) in entries.enumerate() {
-            let (indices, keys, owners) = by_tag.entry(tag(&hash)).or_default();
-            indices.push(index);
-            keys.push(key);
-            owners.push(owner);
+    pub(crate) fn new(entries: impl Iterator<Item = (SourceHash, Place, Vec<u8>)>) -> TagGroups {
+        TagGroups::by(
+            entries.map(|(hash, place, operand)| ((0, tag(&hash)), place, operand, Vec::new())),
+        )
+    }
+
+    /// Groups by `(stream, tag)`, each group's invocation led by `head`
+    /// (the same for every request of a stream).
+    pub(crate) fn by(entries: impl Iterator<Item = (Slot, Place, Vec<u8>, Head)>) -> TagGroups {
+        let mut by_slot: BTreeMap<Slot, (Group, Head)> = BTreeMap::new();
+        for (index, (slot, place, operand, head)) in entries.enumerate() {
+            by_slot
+                .entry(slot)
+                .or_insert_with(|| (Group::default(), head))
+                .0
+                .push(index, place, operand);
         }
+        let slots = by_slot.keys().copied().collect();
+        let (groups, heads) = by_slot.into_values().unzip();
         TagGroups {
-            groups: by_tag.into_values().collect(),
+            groups,
+            heads,
+            slots,
         }
     }
 
@@ -223,8 +213,10 @@ impl TagGroups {
 
     /// Group `g`'s invocation, to send it again as `EVAL`.
     pub(crate) fn invocation(&self, script: &LuaScript, g: usize, cached: bool) -> Option<Keyed> {
-        let (_, keys, owners) = self.groups.get(g)?;
-        Some(script.invoke(cached, keys, owners))
+        let group = self.groups.get(g)?;
+        let head = self.heads.get(g)?;
+        let args: Vec<Vec<u8>> = head.iter().chain(&group.args).cloned().collect();
+        Some(script.invoke(cached, &group.script_keys(), &args))
     }
 
     /// Spreads the per-group answers (arrays of 0/1) back to request order.
@@ -239,7 +231,7 @@ impl TagGroups {
             ));
         }
         let mut out = vec![false; total];
-        for ((indices, _, _), answer) in self.groups.iter().zip(answers) {
+        for (Group { indices, .. }, answer) in self.groups.iter().zip(answers) {
             let redis::Value::Array(values) = answer else {
                 return Err(StoreError::Protocol(format!(
                     "compare-and-set script answered {answer:?}"
@@ -292,7 +284,7 @@ mod tests {
         let groups = TagGroups::new(
             [hash(2), hash(1), hash(2)]
                 .into_iter()
-                .map(|h| (h, vec![h.0[16]], vec![])),
+                .map(|h| (h, Place::of("p:", "id", 1, &h), vec![])),
         );
         assert_eq!(groups.groups.len(), 2);
         // Tag 1 first (request 1), then tag 2 (requests 0 and 2).

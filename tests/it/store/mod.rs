@@ -4,6 +4,7 @@
 
 mod conformance;
 mod deployments;
+mod layouts;
 mod permissions;
 mod postgres_names;
 mod postgres_only;
@@ -15,7 +16,7 @@ use async_trait::async_trait;
 use idemgate::fingerprint::SourceHash;
 use idemgate::store::memory::MemoryStore;
 use idemgate::store::redis::{
-    Auth, FilterBackend, RedisOptions, RedisStore, RedisTarget, TlsFiles,
+    Auth, FilterBackend, RedisOptions, RedisStore, RedisTarget, Tier1Layout, TlsFiles,
 };
 use idemgate::store::{ClaimStore, StreamId, StreamSpec};
 
@@ -73,6 +74,8 @@ pub struct Redis {
     /// The TLS server's ACL user and certificates (backend `tls`).
     pub auth: Auth,
     pub tls: Option<TlsFiles>,
+    /// What the stores write tier-1 claims as.
+    pub layout: Tier1Layout,
 }
 
 /// The test services' TLS Redis (tls-port, client certificates required):
@@ -98,7 +101,12 @@ pub fn tls_options(prefix: &str, user_var: &str, password_var: &str) -> RedisOpt
 }
 
 impl Redis {
+    /// A backend writing tier-1 claims as keys.
     pub fn new(kind: &str, test: &str) -> Redis {
+        Redis::with_layout(kind, test, Tier1Layout::Keys)
+    }
+
+    pub fn with_layout(kind: &str, test: &str, layout: Tier1Layout) -> Redis {
         let (target, backend) = match kind {
             "bitmap" => (
                 RedisTarget::Standalone(env("IDEMGATE_TEST_REDIS_URL")),
@@ -132,6 +140,7 @@ impl Redis {
                     backend: FilterBackend::Bitmap,
                     auth: options.auth,
                     tls: options.tls,
+                    layout,
                 };
             }
             other => panic!("unknown backend {other}"),
@@ -144,6 +153,7 @@ impl Redis {
             backend,
             auth: Auth::default(),
             tls: None,
+            layout,
         }
     }
 }
@@ -155,6 +165,7 @@ impl Harness for Redis {
             filter_backend: Some(self.backend),
             auth: self.auth.clone(),
             tls: self.tls.clone(),
+            tier1_layout: Some(self.layout),
             ..RedisOptions::new(self.target.clone(), self.prefix.clone())
         };
         let store = RedisStore::connect(&options, streams)
@@ -168,11 +179,21 @@ impl Harness for Redis {
     }
     async fn tier1_expired(&self, stream: StreamId, hash: &SourceHash) {
         let key = tier1_key(&self.prefix, stream, hash);
+        // Its field, in whichever of the tag's hashes holds it.
+        let key_id = &conformance::streams()[stream.0].key_id;
+        let groups = format!("{}{key_id}:g{{{:02x}}}*", self.prefix, hash.0[16] & 0x3f);
         // On a cluster only the slot's owner deletes; the others answer
         // MOVED, which is of no interest here.
         for mut conn in connections(self).await {
             let _: redis::RedisResult<i64> =
                 redis::cmd("DEL").arg(&key).query_async(&mut conn).await;
+            for group in scan_async(&mut conn, &groups).await.unwrap_or_default() {
+                let _: redis::RedisResult<i64> = redis::cmd("HDEL")
+                    .arg(&group)
+                    .arg(&hash.0[..16])
+                    .query_async(&mut conn)
+                    .await;
+            }
         }
     }
     async fn lose_state(&self) {
@@ -302,6 +323,8 @@ macro_rules! conformance {
         conformance!(@redis redis_bloom, "bloom", [$($test,)* $($tiered),*], [$($only),*]);
         conformance!(@redis redis_cluster, "cluster", [$($test,)* $($tiered),*], [$($only),*]);
         conformance!(@redis redis_tls, "tls", [$($test,)* $($tiered),*], [$($only),*]);
+        conformance!(@grouped redis_grouped, "bitmap", [$($test,)* $($tiered),*], [$($only),*]);
+        conformance!(@grouped redis_cluster_grouped, "cluster", [$($test,)* $($tiered),*], [$($only),*]);
         mod postgres {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -309,6 +332,34 @@ macro_rules! conformance {
                     let harness = super::postgres_only::Postgres::new(stringify!($test)).await;
                     super::conformance::$test(&harness).await;
                     harness.no_expired_row_outlives_a_sweep().await;
+                }
+            )*
+        }
+    };
+    (@grouped $module:ident, $kind:literal, [$($test:ident),*], [$($only:ident),*]) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    let harness = super::Redis::with_layout(
+                        $kind,
+                        stringify!($test),
+                        super::Tier1Layout::Grouped,
+                    );
+                    super::conformance::$test(&harness).await;
+                    super::every_key_carries_an_expiry(&harness).await;
+                }
+            )*
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $only() {
+                    let harness = super::Redis::with_layout(
+                        $kind,
+                        stringify!($only),
+                        super::Tier1Layout::Grouped,
+                    );
+                    super::conformance::$only(&harness).await;
+                    super::every_key_carries_an_expiry(&harness).await;
                 }
             )*
         }
@@ -336,8 +387,8 @@ macro_rules! conformance {
 }
 
 /// Checked after every Redis test: a key without an expiry is a bug, but
-/// for the store identities, which must outlive every claim
-/// (docs/design.md §8.2) and never expire.
+/// for the store identities and tier-1 layout records, which must outlive
+/// every claim (docs/design.md §8.2) and never expire.
 async fn every_key_carries_an_expiry(redis: &Redis) {
     let keys = ttls(redis).await;
     assert!(
@@ -346,7 +397,7 @@ async fn every_key_carries_an_expiry(redis: &Redis) {
         redis.prefix
     );
     for (key, ttl) in keys {
-        let identity = idemgate_testkit::servers::is_identity_key(&key[redis.prefix.len()..]);
+        let identity = idemgate_testkit::servers::is_persistent_key(&key[redis.prefix.len()..]);
         assert!(
             if identity { ttl == -1 } else { ttl > 0 },
             "key {} has pttl {ttl}",

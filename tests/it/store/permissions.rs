@@ -257,7 +257,13 @@ async fn during_a_run_each_lasting_refusal_is_a_rejection_with_its_cause() {
     let salt = unique("store-rejections");
     let prefix = format!("{salt}:");
     set_user(&redis.url(), &documented_acl("gate", "pw", &prefix));
-    let store = RedisStore::connect(&options_as(&redis.url(), "gate", "pw", &prefix), streams())
+    // Claims as keys, so that taking SET away refuses a claim (grouped
+    // claims write HSET, which the raise below loses).
+    let options = RedisOptions {
+        tier1_layout: Some(idemgate::store::redis::Tier1Layout::Keys),
+        ..options_as(&redis.url(), "gate", "pw", &prefix)
+    };
+    let store = RedisStore::connect(&options, streams())
         .await
         .expect("connects");
     full_round(&store, &salt, 0).await.expect("a round before");

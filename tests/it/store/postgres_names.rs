@@ -22,6 +22,7 @@ fn streams() -> Vec<StreamSpec> {
             mode: Mode::Exact,
             tier1_ttl: Duration::from_secs(12 * 3600),
             filter: None,
+            peak_rate: None,
         })
         .collect()
 }

@@ -47,6 +47,7 @@ fn exact(streams: Vec<StreamSpec>) -> Vec<StreamSpec> {
         .map(|s| StreamSpec {
             mode: Mode::Exact,
             filter: None,
+            peak_rate: None,
             ..s
         })
         .collect()
@@ -217,6 +218,7 @@ async fn the_janitor_deletes_expired_claims_in_bounded_batches_and_only_those() 
         mode: Mode::Exact,
         tier1_ttl: ttl,
         filter: None,
+        peak_rate: None,
     }];
     let store = pg.store(short.clone()).await;
     let stream = StreamId(0);

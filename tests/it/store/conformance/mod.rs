@@ -55,6 +55,7 @@ pub fn streams() -> Vec<StreamSpec> {
         mode,
         tier1_ttl,
         filter,
+        peak_rate: None,
     };
     let h = |hours: u64| Duration::from_secs(hours * 3600);
     vec![

@@ -1,6 +1,7 @@
 //! Redis only: what the server holds, and a server that lost its scripts.
 
 use super::*;
+use idemgate::store::redis::Tier1Layout;
 
 // Redis only: what the server holds.
 
@@ -22,6 +23,9 @@ pub async fn tier1_keys_and_values_are_compact(r: &Redis) {
         ..Publish::default()
     };
     publish(&*store, halfway).await;
+    if r.layout == Tier1Layout::Grouped {
+        return tier1_fields_are_compact(r).await;
+    }
     // Tier-1 keys are the only ones with a hash tag.
     let tier1: Vec<Vec<u8>> = ttls(r)
         .await
@@ -47,6 +51,46 @@ pub async fn tier1_keys_and_values_are_compact(r: &Redis) {
     }
     assert_eq!(lengths.len(), 20);
     assert!(lengths.iter().all(|l| *l == 28), "{lengths:?}");
+}
+
+/// Grouped: 20 fields of 16 hash bytes, each holding 28 bytes (the value's
+/// first 24, then the done flag over the expiry), in hashes Redis keeps as
+/// listpacks; no claim key.
+async fn tier1_fields_are_compact(r: &Redis) {
+    let tagged: Vec<Vec<u8>> = ttls(r)
+        .await
+        .into_iter()
+        .map(|(key, _)| key)
+        .filter(|key| key.contains(&b'{') && !key.windows(4).any(|w| w == b":id{"))
+        .collect();
+    let mut fields = Vec::new();
+    for key in &tagged {
+        assert!(
+            // prefix, key id (2), then `:g{`
+            key[r.prefix.len() + 2..].starts_with(b":g{"),
+            "{key:?} is no tier-1 hash"
+        );
+        for mut conn in connections(r).await {
+            // On a cluster only the slot's owner answers.
+            let Ok(all): redis::RedisResult<Vec<(Vec<u8>, Vec<u8>)>> =
+                redis::cmd("HGETALL").arg(key).query_async(&mut conn).await
+            else {
+                continue;
+            };
+            let encoding: String = redis::cmd("OBJECT")
+                .arg("ENCODING")
+                .arg(key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            assert_eq!(encoding, "listpack", "{key:?}");
+            fields.extend(all.into_iter().filter(|(field, _)| field != b"~"));
+        }
+    }
+    assert_eq!(fields.len(), 20, "{fields:?}");
+    for (field, value) in fields {
+        assert_eq!((field.len(), value.len()), (16, 28));
+    }
 }
 
 pub async fn a_server_that_lost_its_scripts_still_settles_and_reads_after_the_raises(r: &Redis) {

@@ -1,0 +1,356 @@
+//! Tier 1's two layouts on Redis and the record that fixes a stream's
+//! (docs/design.md §4.1).
+//!
+//! `keys`: one key per claim, `<prefix><key_id>{<tag>}<hash[0..16]>`
+//! (`tier1.rs`). `grouped`: a stream's claims as fields of small hashes
+//! Redis keeps as compact listpacks, one hash per hash tag and bucket,
+//! `<prefix><key_id>:g{<tag>}<bucket>`, the field the same 16 hash bytes,
+//! the value the 28-byte claim value followed by its expiry (4 bytes, whole
+//! seconds since 2020, rounded up: never earlier than the TTL from the
+//! write). A claim's key and its field share the `{tag}`, hence a slot, so
+//! one script reads both atomically: this version always does, whatever it
+//! writes, so a replica writing keys and one writing fields never both win
+//! one event. A replica of an earlier version reads keys alone: a stream
+//! moves to `grouped` only once none runs (two phases, §4.1).
+//!
+//! The bucket count is fixed for a stream once chosen (a lookup in another
+//! bucket than the write's would be a double): sized from `peak_rate` x
+//! `tier1_ttl` so that a hash's live fields stay well under
+//! `hash-max-listpack-entries` (128 by default, fixed on managed services),
+//! rounded up to one of four steps an octave (4, 5, 6 or 7 times a power
+//! of two: hashes at least four fifths as full as sized) so that small
+//! changes to either keep it,
+//! and recorded beside the stream's identity with the written layout,
+//! `<prefix><key_id>:layout` = `grouped 4` (no expiry: it must outlive
+//! every claim).
+
+use std::str::FromStr;
+
+use redis::Value;
+use serde::Deserialize;
+
+use super::conn::{reply_error, Conn, Keyed};
+use super::identity;
+use super::tier1;
+use crate::fingerprint::SourceHash;
+use crate::store::{StoreError, StreamSpec};
+
+/// What a replica writes its new claims as. Reads always cover both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier1Layout {
+    /// One key per claim (`SET NX PX GET`), what every earlier version
+    /// writes and reads.
+    Keys,
+    /// Fields of small hashes per hash tag and bucket.
+    Grouped,
+}
+
+impl Tier1Layout {
+    fn word(self) -> &'static str {
+        match self {
+            Tier1Layout::Keys => "keys",
+            Tier1Layout::Grouped => "grouped",
+        }
+    }
+
+    /// The mode argument the scripts take.
+    pub(crate) fn script_arg(self) -> &'static [u8] {
+        match self {
+            Tier1Layout::Keys => b"k",
+            Tier1Layout::Grouped => b"g",
+        }
+    }
+}
+
+impl FromStr for Tier1Layout {
+    type Err = String;
+    fn from_str(word: &str) -> Result<Tier1Layout, String> {
+        match word {
+            "keys" => Ok(Tier1Layout::Keys),
+            "grouped" => Ok(Tier1Layout::Grouped),
+            other => Err(format!(
+                "tier-1 layout {other:?} is neither keys nor grouped"
+            )),
+        }
+    }
+}
+
+/// A stream's tier 1 as this replica runs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct StreamLayout {
+    pub(crate) write: Tier1Layout,
+    /// Buckets per hash tag (`buckets`).
+    pub(crate) buckets: u32,
+}
+
+/// Live fields a hash is sized for: with the expired fields that linger
+/// until a sweep (a tenth or so) and bursts over `peak_rate`, still under
+/// 128 entries.
+pub(crate) const FIELDS_PER_HASH: u64 = 80;
+/// The rate a stream without a `peak_rate` is sized for (events/s).
+pub(crate) const DEFAULT_RATE: u64 = 100;
+/// At most 2^24 buckets per tag (a billion hashes).
+const MAX_BUCKETS: u64 = 1 << 24;
+
+/// Buckets per tag for a stream: its live claims (`peak_rate` x
+/// `tier1_ttl`) over 64 tags and `FIELDS_PER_HASH`, rounded up a step.
+pub(crate) fn buckets(spec: &StreamSpec) -> u32 {
+    let rate = spec.peak_rate.unwrap_or(DEFAULT_RATE).max(1);
+    let live = u128::from(rate) * spec.tier1_ttl.as_millis() / 1000;
+    let per_tag = live.div_ceil(u128::from(identity::TAGS));
+    let wanted = per_tag.div_ceil(u128::from(FIELDS_PER_HASH)).max(1);
+    let wanted = u64::try_from(wanted)
+        .unwrap_or(MAX_BUCKETS)
+        .min(MAX_BUCKETS);
+    step_up(wanted) as u32
+}
+
+/// The least of 1, 2, 3 and 4, 5, 6, 7 times a power of two that is `n` or
+/// more.
+fn step_up(n: u64) -> u64 {
+    if n <= 4 {
+        return n.max(1);
+    }
+    let octave = (n - 1).ilog2() - 2;
+    (n - 1) / (1 << octave) * (1 << octave) + (1 << octave)
+}
+
+/// Which bucket of its tag a hash falls in: bytes the key does not use.
+pub(crate) fn bucket(hash: &SourceHash, buckets: u32) -> u32 {
+    let word = u32::from_be_bytes([hash.0[17], hash.0[18], hash.0[19], hash.0[20]]);
+    word % buckets.max(1)
+}
+
+/// A claim's two places: its key and its field (in the hash `group`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Place {
+    pub(crate) key: Vec<u8>,
+    pub(crate) group: Vec<u8>,
+    pub(crate) field: Vec<u8>,
+}
+
+impl Place {
+    pub(crate) fn of(prefix: &str, key_id: &str, buckets: u32, hash: &SourceHash) -> Place {
+        Place {
+            key: tier1::key(prefix, key_id, hash),
+            group: group_key(prefix, key_id, tier1::tag(hash), bucket(hash, buckets)),
+            field: hash.0[..16].to_vec(),
+        }
+    }
+}
+
+/// `<prefix><key_id>:g{<tag>}<bucket in hex>`.
+pub(crate) fn group_key(prefix: &str, key_id: &str, tag: u8, bucket: u32) -> Vec<u8> {
+    format!("{prefix}{key_id}:g{{{tag:02x}}}{bucket:x}").into_bytes()
+}
+
+/// Where a stream's layout is recorded.
+pub(crate) fn record_key(prefix: &str, key_id: &str) -> Vec<u8> {
+    format!("{prefix}{key_id}:layout").into_bytes()
+}
+
+fn format_record(layout: StreamLayout) -> String {
+    format!("{} {}", layout.write.word(), layout.buckets)
+}
+
+fn parse_record(stored: &[u8]) -> Result<StreamLayout, StoreError> {
+    let text = String::from_utf8_lossy(stored);
+    let bad = || StoreError::Protocol(format!("tier-1 layout record {text:?}"));
+    let (word, buckets) = text.split_once(' ').ok_or_else(bad)?;
+    Ok(StreamLayout {
+        write: word.parse().map_err(|_| bad())?,
+        buckets: buckets.parse().map_err(|_| bad())?,
+    })
+}
+
+/// What a start decides from the record, the stream's identity and the
+/// config: pure, so every case is a test.
+pub(crate) fn decide(
+    spec: &StreamSpec,
+    recorded: Option<StreamLayout>,
+    fresh: bool,
+    asked: Option<Tier1Layout>,
+) -> Result<StreamLayout, StoreError> {
+    let buckets = buckets(spec);
+    match recorded {
+        Some(recorded) if recorded.buckets != buckets => Err(StoreError::Refused(format!(
+            "stream {:?} keeps its grouped tier-1 claims in {} buckets per tag, but its \
+             peak_rate and tier1_ttl now give {buckets}: a claim would be looked for in the \
+             wrong bucket; set them back to values that give {} (peak_rate x tier1_ttl / \
+             {} / {FIELDS_PER_HASH}, rounded up to 4, 5, 6 or 7 times a power of two), or stop every replica \
+             of the stream, wait tier1_ttl and delete the key {}",
+            spec.name,
+            recorded.buckets,
+            recorded.buckets,
+            identity::TAGS,
+            String::from_utf8_lossy(&record_key("<key_prefix>", &spec.key_id)),
+        ))),
+        Some(recorded) => Ok(StreamLayout {
+            write: asked.unwrap_or(recorded.write),
+            buckets,
+        }),
+        None => Ok(StreamLayout {
+            write: asked.unwrap_or(if fresh {
+                Tier1Layout::Grouped
+            } else {
+                Tier1Layout::Keys
+            }),
+            buckets,
+        }),
+    }
+}
+
+/// Reads each stream's record and identity, decides its layout and writes
+/// the record where it is new or changed. A stream without an identity is
+/// fresh: no replica of an earlier version claims in it, so it writes
+/// grouped unless the config says otherwise. Two replicas starting
+/// together agree: the first record written wins (`SET NX GET`).
+pub(crate) async fn settle(
+    conn: &Conn,
+    prefix: &str,
+    streams: &[StreamSpec],
+    asked: Option<Tier1Layout>,
+) -> Result<Vec<StreamLayout>, StoreError> {
+    let mut out = Vec::with_capacity(streams.len());
+    for spec in streams {
+        let key = record_key(prefix, &spec.key_id);
+        let mut get = redis::cmd("GET");
+        get.arg(&key);
+        let mut commands = vec![Keyed {
+            key: key.clone(),
+            cmd: get,
+        }];
+        commands.extend(identity::find(prefix, spec, conn.is_cluster()));
+        let mut answers = conn.run(commands).await?.into_iter();
+        let recorded = match answers.next() {
+            Some(answer) => stored(answer)?.map(|v| parse_record(&v)).transpose()?,
+            None => return Err(StoreError::Protocol("layout record unanswered".into())),
+        };
+        let fresh = identity::found(answers.collect())?
+            .places
+            .iter()
+            .all(Option::is_none);
+        let mut layout = decide(spec, recorded, fresh, asked)?;
+        if recorded != Some(layout) {
+            let mut set = redis::cmd("SET");
+            set.arg(&key).arg(format_record(layout));
+            if recorded.is_none() {
+                set.arg("NX").arg("GET");
+            }
+            let answer = conn.run(vec![Keyed { key, cmd: set }]).await?;
+            let before = match answer.into_iter().next() {
+                Some(answer) => stored(answer)?,
+                None => None,
+            };
+            // Another replica recorded first: its choice holds.
+            if let (None, Some(before)) = (recorded, before) {
+                layout = decide(spec, Some(parse_record(&before)?), fresh, asked)?;
+            }
+        }
+        out.push(layout);
+    }
+    Ok(out)
+}
+
+fn stored(answer: redis::RedisResult<Value>) -> Result<Option<Vec<u8>>, StoreError> {
+    match answer.map_err(|e| reply_error("tier-1 layout record", e))? {
+        Value::Nil | Value::Okay => Ok(None),
+        Value::BulkString(bytes) => Ok(Some(bytes)),
+        Value::SimpleString(text) => Ok(Some(text.into_bytes())),
+        other => Err(StoreError::Protocol(format!(
+            "tier-1 layout record answered {other:?}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Mode;
+    use std::time::Duration;
+
+    fn spec(rate: Option<u64>, ttl_s: u64) -> StreamSpec {
+        StreamSpec {
+            peak_rate: rate,
+            ..StreamSpec::new("s", Mode::Exact, Duration::from_secs(ttl_s), None)
+        }
+    }
+
+    #[test]
+    fn buckets_keep_a_hash_under_eighty_live_fields_in_four_steps_an_octave() {
+        // 10,000/s for an hour: 36 M claims, 562,500 per tag, 7,032 hashes.
+        assert_eq!(buckets(&spec(Some(10_000), 3600)), 7 * 1024);
+        assert_eq!(buckets(&spec(Some(1), 60)), 1);
+        // Without a peak rate: 100/s, 5,625 per tag, 70.3 hashes.
+        assert_eq!(buckets(&spec(None, 3600)), 80);
+        let steps: Vec<u64> = (1..=17).map(step_up).collect();
+        assert_eq!(
+            steps,
+            [1, 2, 3, 4, 5, 6, 7, 8, 10, 10, 12, 12, 14, 14, 16, 16, 20]
+        );
+        for n in 5..5000 {
+            let step = step_up(n);
+            assert!(step >= n && step * 4 < n * 5 + 4, "{n} -> {step}");
+        }
+        for b in [1, 2, 8192] {
+            let hash = SourceHash([0xff; 32]);
+            assert!(bucket(&hash, b) < b);
+        }
+    }
+
+    #[test]
+    fn a_fresh_stream_writes_grouped_an_old_one_keys_until_switched() {
+        let s = spec(Some(100), 3600);
+        assert_eq!(
+            decide(&s, None, true, None).unwrap().write,
+            Tier1Layout::Grouped
+        );
+        assert_eq!(
+            decide(&s, None, false, None).unwrap().write,
+            Tier1Layout::Keys
+        );
+        let keys = StreamLayout {
+            write: Tier1Layout::Keys,
+            buckets: buckets(&s),
+        };
+        assert_eq!(decide(&s, Some(keys), true, None).unwrap(), keys);
+        let switched = decide(&s, Some(keys), false, Some(Tier1Layout::Grouped)).unwrap();
+        assert_eq!(switched.write, Tier1Layout::Grouped);
+    }
+
+    #[test]
+    fn a_start_whose_bucket_count_differs_from_the_record_is_refused() {
+        let recorded = StreamLayout {
+            write: Tier1Layout::Grouped,
+            buckets: 128,
+        };
+        let error = decide(&spec(Some(1000), 3600), Some(recorded), false, None).unwrap_err();
+        assert!(error.to_string().contains("128 buckets"), "{error}");
+    }
+
+    #[test]
+    fn a_record_round_trips_and_nonsense_is_refused() {
+        let layout = StreamLayout {
+            write: Tier1Layout::Grouped,
+            buckets: 64,
+        };
+        assert_eq!(
+            parse_record(format_record(layout).as_bytes()).unwrap(),
+            layout
+        );
+        assert!(parse_record(b"tables 4").is_err());
+        assert!("grouped".parse::<Tier1Layout>().is_ok());
+        assert!("hashes".parse::<Tier1Layout>().is_err());
+    }
+
+    #[test]
+    fn a_claims_key_and_field_share_its_hash_tag() {
+        let mut hash = SourceHash([7; 32]);
+        hash.0[16] = 0xc5;
+        let place = Place::of("ig:", "Ab", 4, &hash);
+        assert!(place.key.starts_with(b"ig:Ab{05}"));
+        assert!(place.group.starts_with(b"ig:Ab:g{05}"));
+        assert_eq!(place.field, vec![7; 16]);
+    }
+}

@@ -1,0 +1,220 @@
+//! Redis's two tier-1 layouts side by side (docs/design.md §4.1): claims
+//! of both live at once, replicas writing either claiming the same events,
+//! and what a start decides and records.
+
+use std::sync::Arc;
+
+use idemgate::store::redis::{RedisOptions, RedisStore, Tier1Layout};
+use idemgate::store::{ClaimOutcome, ClaimStore, Held, Publish, StoreIdentity};
+
+use super::conformance::{claim, claim_on, hash, on, streams, EXACT, NEXT, T0};
+use super::{connections, Redis};
+
+const WON: ClaimOutcome = ClaimOutcome::Won { fresh: true };
+
+fn options(r: &Redis, layout: Option<Tier1Layout>) -> RedisOptions {
+    RedisOptions {
+        filter_backend: Some(r.backend),
+        tier1_layout: layout,
+        ..RedisOptions::new(r.target.clone(), r.prefix.clone())
+    }
+}
+
+async fn open(r: &Redis, layout: Option<Tier1Layout>) -> Arc<RedisStore> {
+    Arc::new(
+        RedisStore::connect(&options(r, layout), streams())
+            .await
+            .expect("connect"),
+    )
+}
+
+/// Whether a claim of `hash` is a key, and whether it is a field.
+async fn where_is(r: &Redis, store: &RedisStore, n: u64) -> (bool, bool) {
+    let place = store.tier1_place(EXACT, &hash(&r.prefix, n)).unwrap();
+    let (key, group, field) = (place.key, place.group, place.field);
+    let (mut as_key, mut as_field) = (false, false);
+    for mut conn in connections(r).await {
+        // On a cluster only the slot's owner answers.
+        let exists: redis::RedisResult<bool> =
+            redis::cmd("EXISTS").arg(&key).query_async(&mut conn).await;
+        as_key |= exists.unwrap_or(false);
+        let exists: redis::RedisResult<bool> = redis::cmd("HEXISTS")
+            .arg(&group)
+            .arg(&field)
+            .query_async(&mut conn)
+            .await;
+        as_field |= exists.unwrap_or(false);
+    }
+    (as_key, as_field)
+}
+
+async fn both_layouts_claim_each_event_once(kind: &str) {
+    let r = Redis::new(kind, "layouts-mixed");
+    let keys = open(&r, Some(Tier1Layout::Keys)).await;
+    let grouped = open(&r, Some(Tier1Layout::Grouped)).await;
+    assert_eq!(keys.tier1_layout(EXACT).unwrap(), Tier1Layout::Keys);
+    assert_eq!(grouped.tier1_layout(EXACT).unwrap(), Tier1Layout::Grouped);
+    let salt = r.prefix.clone();
+
+    // Claims of both layouts live: 0..50 as keys, 50..100 as fields.
+    let old: Vec<_> = (0..100)
+        .map(|n| claim(EXACT, hash(&salt, n), n as i64, T0))
+        .collect();
+    assert_eq!(keys.claim(&old[..50]).await.unwrap(), vec![WON; 50]);
+    assert_eq!(grouped.claim(&old[50..]).await.unwrap(), vec![WON; 50]);
+    assert_eq!(where_is(&r, &keys, 3).await, (true, false));
+    assert_eq!(where_is(&r, &keys, 73).await, (false, true));
+    // The grouped writer counted its hashes' live claims at their first
+    // sweep (50 claims over 64 tags of 896 buckets: mostly one a hash),
+    // the keys writer none; read once, the figure starts over.
+    let fields = grouped.stats(T0).await.unwrap().tier1_hash_fields;
+    assert!((1..=50).contains(&fields), "{fields}");
+    assert_eq!(grouped.stats(T0).await.unwrap().tier1_hash_fields, 0);
+    assert_eq!(keys.stats(T0).await.unwrap().tier1_hash_fields, 0);
+
+    // Copies of them, and new events, from both write modes at once:
+    // nobody wins an event another layout holds, and each new event has
+    // exactly one winner.
+    let copies = |partition: i32| -> Vec<_> {
+        (0..400)
+            .map(|n| claim_on(EXACT, hash(&salt, n), on(partition, 1000 + n as i64), T0))
+            .collect()
+    };
+    let (left, right) = (copies(7), copies(8));
+    let (left, right) = tokio::join!(
+        tokio::spawn({
+            let keys = Arc::clone(&keys);
+            async move { keys.claim(&left).await.unwrap() }
+        }),
+        tokio::spawn({
+            let grouped = Arc::clone(&grouped);
+            async move { grouped.claim(&right).await.unwrap() }
+        }),
+    );
+    let (left, right) = (left.unwrap(), right.unwrap());
+    for (n, (l, r)) in left.iter().zip(&right).enumerate() {
+        let winners = [l, r].iter().filter(|o| ***o == WON).count();
+        let expected = usize::from(n >= 100);
+        assert_eq!(winners, expected, "event {n}: keys {l:?} grouped {r:?}");
+        assert!(
+            matches!(l, ClaimOutcome::Won { .. } | ClaimOutcome::Held { .. }),
+            "{l:?}"
+        );
+        assert!(
+            matches!(r, ClaimOutcome::Won { .. } | ClaimOutcome::Held { .. }),
+            "{r:?}"
+        );
+    }
+
+    // Each write mode settles and frees the other's claims.
+    let flagged = Publish {
+        done: old[50..60].iter().map(Held::from).collect(),
+        ..Publish::default()
+    };
+    assert_eq!(keys.publish(&flagged).await.unwrap().done, vec![true; 10]);
+    let freed = Publish {
+        releases: old[..10].iter().map(Held::from).collect(),
+        ..Publish::default()
+    };
+    assert_eq!(
+        grouped.publish(&freed).await.unwrap().released,
+        vec![true; 10]
+    );
+    assert_eq!(where_is(&r, &keys, 3).await, (false, false));
+    // The freed event is won again, now as a field, and the other mode
+    // meets it.
+    let again = claim_on(EXACT, hash(&salt, 3), on(9, 5), T0);
+    assert_eq!(grouped.claim(&[again]).await.unwrap(), vec![WON]);
+    assert_eq!(where_is(&r, &keys, 3).await, (false, true));
+    let copy = claim_on(EXACT, hash(&salt, 3), on(9, 6), T0);
+    assert!(matches!(
+        keys.claim(&[copy]).await.unwrap()[0],
+        ClaimOutcome::Held { .. }
+    ));
+    // A done field is a duplicate to the keys writer.
+    let copy = claim_on(EXACT, hash(&salt, 55), on(9, 7), T0);
+    assert!(matches!(
+        keys.claim(&[copy]).await.unwrap()[0],
+        ClaimOutcome::Duplicate { .. }
+    ));
+    // Its own claim, written as a key by an earlier owner, is re-stamped
+    // where it lies by the grouped writer.
+    let own = idemgate::store::Claim {
+        token: NEXT,
+        ..old[20]
+    };
+    assert_eq!(
+        grouped.claim(&[own]).await.unwrap(),
+        vec![ClaimOutcome::Won { fresh: false }]
+    );
+    assert_eq!(where_is(&r, &keys, 20).await, (true, false));
+    let by_next = Publish {
+        done: vec![Held::from(&own)],
+        ..Publish::default()
+    };
+    assert_eq!(keys.publish(&by_next).await.unwrap().done, vec![true]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_writing_keys_and_grouped_win_each_event_once_on_one_server() {
+    both_layouts_claim_each_event_once("bitmap").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_writing_keys_and_grouped_win_each_event_once_on_a_cluster() {
+    both_layouts_claim_each_event_once("cluster").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_stream_writes_grouped_and_an_older_one_keys_until_switched() {
+    let r = Redis::new("bitmap", "layouts-start");
+    let fresh = open(&r, None).await;
+    assert_eq!(fresh.tier1_layout(EXACT).unwrap(), Tier1Layout::Grouped);
+
+    // A stream an earlier version started: an identity, no record.
+    let old = Redis::new("bitmap", "layouts-old");
+    let first = open(&old, Some(Tier1Layout::Keys)).await;
+    first
+        .write_identity(EXACT, StoreIdentity::random(), false)
+        .await
+        .unwrap();
+    for mut conn in connections(&old).await {
+        let _: i64 = redis::cmd("DEL")
+            .arg(format!(
+                "{}{}:layout",
+                old.prefix,
+                streams()[EXACT.0].key_id
+            ))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        open(&old, None).await.tier1_layout(EXACT).unwrap(),
+        Tier1Layout::Keys
+    );
+    // Switched by the config; the next start without it follows the record.
+    assert_eq!(
+        open(&old, Some(Tier1Layout::Grouped))
+            .await
+            .tier1_layout(EXACT)
+            .unwrap(),
+        Tier1Layout::Grouped
+    );
+    assert_eq!(
+        open(&old, None).await.tier1_layout(EXACT).unwrap(),
+        Tier1Layout::Grouped
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_that_would_change_the_bucket_count_is_refused() {
+    let r = Redis::new("bitmap", "layouts-buckets");
+    open(&r, None).await;
+    let mut faster = streams();
+    faster[EXACT.0].peak_rate = Some(1_000_000);
+    let refused = RedisStore::connect(&options(&r, None), faster).await;
+    let error = refused.err().expect("refused").to_string();
+    assert!(error.contains("buckets per tag"), "{error}");
+    assert!(error.contains("peak_rate"), "{error}");
+}
