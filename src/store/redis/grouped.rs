@@ -5,9 +5,8 @@
 //! (`tier1.rs`). `grouped`: a stream's claims as fields of small hashes
 //! Redis keeps as compact listpacks, one hash per hash tag and bucket,
 //! `<prefix><key_id>:g{<tag>}<bucket>`, the field the same 16 hash bytes,
-//! the value the 28-byte claim value followed by its expiry (4 bytes, whole
-//! seconds since 2020, rounded up: never earlier than the TTL from the
-//! write). A claim's key and its field share the `{tag}`, hence a slot, so
+//! the value 28 bytes: the claim value with its expiry where a key's value
+//! keeps the claim time (`grouped_script.rs`). A claim's key and its field share the `{tag}`, hence a slot, so
 //! one script reads both atomically: this version always does, whatever it
 //! writes, so a replica writing keys and one writing fields never both win
 //! one event. A replica of an earlier version reads keys alone: a stream
