@@ -103,14 +103,15 @@ pub struct BenchArgs {
     /// Partitions of the raw topic and of the outputs.
     #[arg(long, default_value_t = 8)]
     pub partitions: i32,
-    /// Modes to run: exact, exactly-once (exact with transactions),
+    /// Modes to run: exact, exact-keys (exact with tier 1 as a key per
+    /// claim, the layout before grouped), exactly-once (exact with transactions),
     /// redisbloom, bitmap (all on Redis), postgres (exact on the bench's own
     /// PostgreSQL server). `--modes exact,postgres` runs those two alone
     /// (the passthrough runs unless `--no-passthrough`); `--modes=` none.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "exact,exactly-once,redisbloom,bitmap,postgres"
+        default_value = "exact,exact-keys,exactly-once,redisbloom,bitmap,postgres"
     )]
     pub modes: Vec<String>,
     /// Replica counts to run each mode with (clean runs).

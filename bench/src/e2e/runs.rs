@@ -265,7 +265,7 @@ pub(crate) fn config(
 ) -> String {
     let brokers = at.brokers;
     let stream = match mode {
-        Mode::Exact | Mode::ExactlyOnce | Mode::Postgres => "mode = \"exact\"\nttl = { horizon = \"9h20m\", outage = \"2h\" }\n".to_string(),
+        Mode::Exact | Mode::ExactKeys | Mode::ExactlyOnce | Mode::Postgres => "mode = \"exact\"\nttl = { horizon = \"9h20m\", outage = \"2h\" }\n".to_string(),
         Mode::RedisBloom | Mode::Bitmap => format!(
             "mode = \"tiered\"\nttl = {{ explicit = \"{HORIZON_S}s\" }}\ntier1_ttl = \"1h\"\nfilter_slots = 2\nfp_rate = 0.001\npeak_rate = {}\n",
             sizing(dataset).0
@@ -285,8 +285,12 @@ pub(crate) fn config(
     let store = match mode {
         Mode::Postgres => format!("kind = \"postgres\"\nurl = \"{}\"\n", at.store_url),
         _ => format!(
-            "kind = \"redis\"\nurl = \"{}\"\nkey_prefix = \"{PREFIX}\"\nfilter = \"{filter}\"\n",
-            at.store_url
+            "kind = \"redis\"\nurl = \"{}\"\nkey_prefix = \"{PREFIX}\"\nfilter = \"{filter}\"\n{}",
+            at.store_url,
+            match mode {
+                Mode::ExactKeys => "tier1_layout = \"keys\"\n",
+                _ => "",
+            }
         ),
     };
     format!(
@@ -442,6 +446,7 @@ mod tests {
         };
         for mode in [
             Mode::Exact,
+            Mode::ExactKeys,
             Mode::ExactlyOnce,
             Mode::RedisBloom,
             Mode::Bitmap,
