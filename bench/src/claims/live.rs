@@ -1,7 +1,10 @@
 //! Figure 3b: what a live claim costs in Redis memory and CPU, per tier-1
 //! layout (docs/design.md §4.1), in one run.
 //!
-//! Each layout gets a scratch `redis-server` of its own and the same load:
+//! Each layout gets a scratch `redis-server` of its own and the same load
+//! (and, where `IDEMGATE_TEST_REDIS_CLUSTER` names one, the test cluster
+//! under a prefix of the run's own, every master's memory and CPU summed,
+//! its keys deleted after):
 //! an exact stream with a short TTL written at a steady rate (a batch every
 //! 100 ms, each claimed and published) for `ttls` TTLs, so expiry runs at
 //! the rate claims arrive, as in production. Bytes per live claim are the
@@ -41,6 +44,8 @@ pub struct Pace {
 
 pub struct Live {
     pub layout: Tier1Layout,
+    /// `standalone` (a scratch server) or `cluster` (the test cluster).
+    pub server: &'static str,
     pub pace: Pace,
     pub written: u64,
     /// Claims written within the last TTL at the reading.
@@ -51,40 +56,95 @@ pub struct Live {
     pub server_us_per_claim: f64,
     /// Keys on the server at the end: claims (keys) or hashes (grouped).
     pub keys: u64,
-    pub server_pid: u32,
+}
+
+/// Where a layout is measured.
+enum Place {
+    /// A scratch `redis-server`, started for the figure.
+    Scratch,
+    /// The test cluster's seed URLs.
+    Cluster(Vec<String>),
 }
 
 /// Measures each layout under the same paced load, one after the other.
 pub async fn run(pace: Pace) -> anyhow::Result<Vec<Live>> {
+    let mut places = vec![Place::Scratch];
+    match std::env::var("IDEMGATE_TEST_REDIS_CLUSTER") {
+        Ok(nodes) if !nodes.trim().is_empty() => places.push(Place::Cluster(
+            nodes.split(',').map(|s| s.trim().to_string()).collect(),
+        )),
+        _ => eprintln!(
+            "[claims] live tier-1 memory: no IDEMGATE_TEST_REDIS_CLUSTER, standalone only"
+        ),
+    }
     let mut out = Vec::new();
-    for layout in [Tier1Layout::Keys, Tier1Layout::Grouped] {
-        eprintln!(
-            "[claims] live tier-1 memory, {layout:?}: {} claims/s, ttl {:?}, {} ttls",
-            pace.rate, pace.ttl, pace.ttls
-        );
-        out.push(
-            one(layout, pace)
-                .await
-                .with_context(|| format!("{layout:?}"))?,
-        );
+    for place in &places {
+        for layout in [Tier1Layout::Keys, Tier1Layout::Grouped] {
+            eprintln!(
+                "[claims] live tier-1 memory, {layout:?}: {} claims/s, ttl {:?}, {} ttls",
+                pace.rate, pace.ttl, pace.ttls
+            );
+            out.push(
+                one(layout, pace, place)
+                    .await
+                    .with_context(|| format!("{layout:?}"))?,
+            );
+        }
     }
     Ok(out)
 }
 
-async fn one(layout: Tier1Layout, pace: Pace) -> anyhow::Result<Live> {
+/// Every master's `used_memory`, summed.
+async fn used_memory(target: &RedisTarget) -> anyhow::Result<i64> {
+    let mut total = 0;
+    for url in servers::masters(target).await? {
+        total += servers::used_memory(&url).await?;
+    }
+    Ok(total)
+}
+
+async fn one(layout: Tier1Layout, pace: Pace, place: &Place) -> anyhow::Result<Live> {
     ensure!(pace.ttls >= 2, "at least two TTLs at a steady rate");
-    let scratch =
-        tokio::task::spawn_blocking(|| RedisServer::start("claims-live", ServerOptions::default()))
+    let (target, prefix, _scratch) = match place {
+        Place::Scratch => {
+            let scratch = tokio::task::spawn_blocking(|| {
+                RedisServer::start("claims-live", ServerOptions::default())
+            })
             .await
             .context("starting a scratch redis-server")?;
-    let url = scratch.url();
+            (
+                RedisTarget::Standalone(scratch.url()),
+                PREFIX.to_string(),
+                Some(scratch),
+            )
+        }
+        Place::Cluster(nodes) => (
+            RedisTarget::Cluster(nodes.clone()),
+            super::run_prefix(),
+            None,
+        ),
+    };
+    let measured = measure(layout, pace, &target, &prefix).await;
+    if matches!(place, Place::Cluster(_)) {
+        // The test cluster is shared: its keys go, whatever happened.
+        servers::delete_prefix(&target, &prefix).await?;
+    }
+    measured
+}
+
+async fn measure(
+    layout: Tier1Layout,
+    pace: Pace,
+    target: &RedisTarget,
+    prefix: &str,
+) -> anyhow::Result<Live> {
     let spec = StreamSpec {
         peak_rate: Some(pace.rate),
         ..StreamSpec::new(STREAM, Mode::Exact, pace.ttl, None)
     };
     let options = RedisOptions {
         tier1_layout: Some(layout),
-        ..RedisOptions::new(RedisTarget::Standalone(url.clone()), PREFIX)
+        ..RedisOptions::new(target.clone(), prefix)
     };
     let store = RedisStore::connect(&options, vec![spec]).await?;
     ensure!(store.tier1_layout(StreamId(0))? == layout, "layout");
@@ -92,9 +152,8 @@ async fn one(layout: Tier1Layout, pace: Pace) -> anyhow::Result<Live> {
     // Warm-up: the watermark hash and the scripts, before the reading.
     let mut next = 0u64;
     batch(&store, &mut next, per_tick).await?;
-    let before = servers::used_memory(&url).await?;
-    let target = RedisTarget::Standalone(url.clone());
-    let cpu0 = servers::cpu_seconds(&target).await?;
+    let before = used_memory(target).await?;
+    let cpu0 = servers::cpu_seconds(target).await?;
 
     let started = Instant::now();
     let run_for = pace.ttl * pace.ttls;
@@ -108,8 +167,8 @@ async fn one(layout: Tier1Layout, pace: Pace) -> anyhow::Result<Live> {
         written.push_back((Instant::now(), per_tick as u64));
         total += per_tick as u64;
     }
-    let cpu1 = servers::cpu_seconds(&target).await?;
-    let after = servers::used_memory(&url).await?;
+    let cpu1 = servers::cpu_seconds(target).await?;
+    let after = used_memory(target).await?;
     let now = Instant::now();
     // A claim written within the last TTL is alive; the one being written
     // at the edge is counted from when its round answered, which errs
@@ -119,11 +178,19 @@ async fn one(layout: Tier1Layout, pace: Pace) -> anyhow::Result<Live> {
         .filter(|(at, _)| now.duration_since(*at) < pace.ttl)
         .map(|(_, n)| n)
         .sum();
-    let mut conn = servers::node(&url).await?;
-    let keys: u64 = redis::cmd("DBSIZE").query_async(&mut conn).await?;
+    let mut keys = 0u64;
+    for url in servers::masters(target).await? {
+        keys += servers::keys_under(&url, &format!("{prefix}*"))
+            .await?
+            .len() as u64;
+    }
     ensure!(live > 0, "no live claims");
     Ok(Live {
         layout,
+        server: match target {
+            RedisTarget::Cluster(_) => "cluster",
+            _ => "standalone",
+        },
         pace,
         written: total,
         live,
@@ -132,7 +199,6 @@ async fn one(layout: Tier1Layout, pace: Pace) -> anyhow::Result<Live> {
         bytes_per_live_claim: (after - before) as f64 / live as f64,
         server_us_per_claim: (cpu1 - cpu0) * 1e6 / total as f64,
         keys,
-        server_pid: scratch.pid(),
     })
 }
 

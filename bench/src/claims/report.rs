@@ -61,8 +61,11 @@ fn per_batch(trips: &Trips, pick: fn(&Trips) -> crate::proxy::Snapshot) -> Strin
 impl Report {
     /// Bytes and server CPU per live claim, each layout against `keys`.
     pub fn print_live(&self) {
-        let keys = self.live.iter().find(|l| l.layout == Tier1Layout::Keys);
         for l in &self.live {
+            let keys = self
+                .live
+                .iter()
+                .find(|k| k.layout == Tier1Layout::Keys && k.server == l.server);
             let cpu_vs_keys = keys
                 .map(|k| {
                     format!(
@@ -72,11 +75,11 @@ impl Report {
                 })
                 .unwrap_or_default();
             println!(
-                "   tier 1 live, {:<7} (scratch pid {}): {}/s for {} x ttl {:?}: used_memory {} -> {} \
+                "   tier 1 live, {:<7} ({}): {}/s for {} x ttl {:?}: used_memory {} -> {} \
                  over {} live claims = {:.1} bytes/live claim; server cpu {:.2} us/claim{} \
                  ({} written, {} keys at the end)",
                 format!("{:?}", l.layout).to_lowercase(),
-                l.server_pid,
+                l.server,
                 grouped(l.pace.rate as f64),
                 l.pace.ttls,
                 l.pace.ttl,
