@@ -49,8 +49,11 @@ enum Command {
         #[arg(long)]
         smoke: bool,
         /// Run one section only: `fingerprints` (needs no Redis server;
-        /// times the fast path and the reference side by side).
-        #[arg(long, value_parser = ["fingerprints"])]
+        /// times the fast path and the reference side by side), or
+        /// `postgres` (bytes per claim of a PostgreSQL claims table over
+        /// generations, fresh and settled by done flags, on a PostgreSQL
+        /// server of the bench's own).
+        #[arg(long, value_parser = ["fingerprints", "postgres"])]
         only: Option<String>,
     },
     /// One of the e2e bench's child processes (started by the bench).

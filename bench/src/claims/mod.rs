@@ -1,7 +1,8 @@
 //! Figures for the claims idemgate makes about its cost: fingerprints per
 //! second, claim-batch throughput per backend (claim, publish, duplicate
-//! claim: claim protocol v2, docs/design.md §4), round trips per batch, and
-//! Redis memory per claimed key.
+//! claim: claim protocol v2, docs/design.md §4), round trips per batch,
+//! Redis memory per claimed key, and PostgreSQL bytes per claim over
+//! generations (on a PostgreSQL server of the bench's own).
 //!
 //! `idemgate-bench claims` is the full run (release build; the Redis
 //! backends come from `IDEMGATE_TEST_REDIS_URL`, `IDEMGATE_TEST_REDISBLOOM_URL`
@@ -12,6 +13,7 @@
 
 mod fingerprints;
 mod footprint;
+mod pg_generations;
 mod report;
 mod servers;
 mod throughput;
@@ -37,6 +39,7 @@ struct Sizes {
     /// Batches counted through the proxy.
     counted: Load,
     footprint_keys: usize,
+    postgres: pg_generations::Plan,
 }
 
 const BENCH: Sizes = Sizes {
@@ -51,6 +54,12 @@ const BENCH: Sizes = Sizes {
         size: BATCH,
     },
     footprint_keys: 1_000_000,
+    postgres: pg_generations::Plan {
+        per_step: 50_000,
+        steps_per_ttl: 2,
+        generations: 3,
+        autovacuum: true,
+    },
 };
 
 const SMOKE: Sizes = Sizes {
@@ -65,6 +74,12 @@ const SMOKE: Sizes = Sizes {
         size: 100,
     },
     footprint_keys: 1_000,
+    postgres: pg_generations::Plan {
+        per_step: 2_000,
+        steps_per_ttl: 2,
+        generations: 1,
+        autovacuum: false,
+    },
 };
 
 /// Unique per run, so keys never meet another run's (or another
@@ -82,6 +97,11 @@ fn run_prefix() -> String {
 /// unmeasured.
 pub async fn run(bench: bool, only: Option<&str>) -> anyhow::Result<bool> {
     let sizes = if bench { &BENCH } else { &SMOKE };
+    if only == Some("postgres") {
+        eprintln!("[claims] postgres: bytes per claim over generations");
+        pg_generations::print(&pg_generations::run(sizes.postgres).await?);
+        return Ok(true);
+    }
     let mut complete = true;
     let mut report = report::Report::new(bench);
 
@@ -173,6 +193,15 @@ pub async fn run(bench: bool, only: Option<&str>) -> anyhow::Result<bool> {
         }
     }
     report.print();
+
+    eprintln!("[claims] postgres: bytes per claim over generations");
+    match pg_generations::run(sizes.postgres).await {
+        Ok(figure) => pg_generations::print(&figure),
+        Err(error) => {
+            eprintln!("\n!!! NOT MEASURED: PostgreSQL bytes per claim: {error:#}\n");
+            complete = false;
+        }
+    }
     Ok(complete)
 }
 
