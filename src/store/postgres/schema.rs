@@ -26,10 +26,23 @@ use tokio_postgres::error::SqlState;
 use super::connect::{client, store_error};
 use crate::store::{StoreError, StreamSpec};
 
-/// Room each heap page of a claims table keeps free: a done flag or a
-/// re-stamp writes a new version of its row, and where it fits in the same
-/// page the update is HOT (no new index entry, the old version pruned in
-/// place) instead of a second copy of the row elsewhere.
+/// How full inserts leave a claims table's heap pages: full. A done flag
+/// or a re-stamp writes a new version of its row (84 B with its line
+/// pointer, as the row); room left on the page would make that update HOT
+/// (no second index entry, the old version pruned in place; the BRIN index
+/// on `expires_at` does not block it, the update leaving the expiry as it
+/// is). But a publish sets the done flags of a whole claim batch in one
+/// transaction, and a batch's rows fill whole pages: every row of a page
+/// needs its new version there before any old one can be pruned, so an
+/// update stays on its page only where inserts left half of it free, and
+/// the room pruning gives back is then below what inserts must leave
+/// free. Measured over generations (written, every claim settled by a
+/// done flag, expired, swept, vacuumed; 200,000 live claims, PostgreSQL
+/// 15): 218 B a claim at fillfactor 100, 223 at 90, 222 at 80, 238 at
+/// 70, 261 at 60, 286 at 50, against 178 for claims settled by
+/// watermarks alone at 100. Less room only moves bytes from the index to
+/// the heap; a settled claim costs less only where its done flag rewrites
+/// no row (docs/design.md §6.1).
 const FILLFACTOR: u32 = 100;
 
 /// A stream's claims table, unqualified: `claims_` and the bytes of its
