@@ -83,6 +83,8 @@ pub struct Figure {
     /// Fresh, done flags: the server's CPU and the wall time per claim
     /// written and settled (us).
     pub cost: [(f64, f64); 2],
+    /// Fresh, done flags: commits and WAL syncs per store call.
+    pub syncs: [(f64, f64); 2],
     pub version: String,
 }
 
@@ -124,6 +126,10 @@ async fn measure(pg: &PgServer, plan: Plan) -> anyhow::Result<Figure> {
     // Per stream: the server's CPU seconds and the wall seconds of the
     // writes (claim rounds and publishes), and the claims written.
     let mut cost = [(0.0, 0.0); 2];
+    // Per stream: commits and WAL syncs, and the store calls (rounds and
+    // the last publish of each step) of a stream.
+    let mut syncs = [(0u64, 0u64); 2];
+    let mut rounds = 0.0;
     let mut claims = 0.0;
     let mut vacuumed_steps = 0;
     let mut next = 0u64;
@@ -131,6 +137,7 @@ async fn measure(pg: &PgServer, plan: Plan) -> anyhow::Result<Figure> {
         let at = clock.wall_ms();
         let batches = plan.per_step.div_ceil(BATCH);
         for (k, stream) in [FRESH, DONE].into_iter().enumerate() {
+            let flushes0 = flushes(pg).await?;
             let (cpu0, wall0) = (pg.cpu_seconds(), Instant::now());
             let mut publish = Publish::default();
             for b in 0..batches {
@@ -140,6 +147,10 @@ async fn measure(pg: &PgServer, plan: Plan) -> anyhow::Result<Figure> {
             check(stream, &store.publish(&publish).await?, &publish)?;
             cost[k].0 += pg.cpu_seconds() - cpu0;
             cost[k].1 += wall0.elapsed().as_secs_f64();
+            let flushes1 = flushes(pg).await?;
+            syncs[k].0 += flushes1.0 - flushes0.0;
+            syncs[k].1 += flushes1.1 - flushes0.1;
+            rounds += if k == 0 { (batches + 1) as f64 } else { 0.0 };
         }
         next += (batches * BATCH) as u64;
         claims += (batches * BATCH) as f64;
@@ -171,6 +182,7 @@ async fn measure(pg: &PgServer, plan: Plan) -> anyhow::Result<Figure> {
         vacuumed_steps,
         steps,
         cost: cost.map(|(cpu, wall)| (cpu * 1e6 / claims, wall * 1e6 / claims)),
+        syncs: syncs.map(|(commits, syncs)| (commits as f64 / rounds, syncs as f64 / rounds)),
         version: pg.version.clone(),
     })
 }
@@ -186,7 +198,11 @@ async fn write_batch(
     first: u64,
     at: i64,
 ) -> anyhow::Result<Publish> {
-    let salt = if stream == FRESH { "pg-fresh" } else { "pg-done" };
+    let salt = if stream == FRESH {
+        "pg-fresh"
+    } else {
+        "pg-done"
+    };
     let claims = throughput::batch(stream, salt, first, BATCH, false, at);
     let answer = store.round(publish, &claims, &[stream]).await?;
     check(stream, &answer, publish)?;
@@ -227,6 +243,22 @@ fn check(stream: StreamId, answer: &RoundAnswer, publish: &Publish) -> anyhow::R
         stream.0
     );
     Ok(())
+}
+
+/// The database's commits and the server's WAL syncs so far, once the
+/// backends have reported them (a backend sends its counts at most once a
+/// second, when idle).
+async fn flushes(pg: &PgServer) -> anyhow::Result<(u64, u64)> {
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let row = pg.query(
+        "SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()), \
+         (SELECT wal_sync FROM pg_stat_wal)",
+    )?;
+    let f: Vec<u64> = row.split('|').map(number).collect();
+    match f[..] {
+        [commits, syncs] => Ok((commits, syncs)),
+        _ => anyhow::bail!("commits and WAL syncs: {row:?}"),
+    }
 }
 
 fn number(text: &str) -> u64 {
@@ -325,5 +357,11 @@ pub fn print(figure: &Figure) {
          fresh {:.1} us of the server's CPU and {:.1} us of wall time; done flags {:.1} and \
          {:.1} us.\n",
         figure.cost[0].0, figure.cost[0].1, figure.cost[1].0, figure.cost[1].1
+    );
+    println!(
+        "Per store call (a round, or a step's last publish): fresh {:.2} commits and {:.2} WAL \
+         syncs; done flags {:.2} and {:.2} (the database's `xact_commit` and the server's \
+         `wal_sync`; the bench's own queries count a commit each).\n",
+        figure.syncs[0].0, figure.syncs[0].1, figure.syncs[1].0, figure.syncs[1].1
     );
 }
