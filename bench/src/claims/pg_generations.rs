@@ -100,11 +100,14 @@ pub async fn run(plan: Plan) -> anyhow::Result<Figure> {
     let bin = crate::pg_server::bin_dir(None)?;
     let dir = std::env::temp_dir().join(format!("idemgate-pg-generations-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let pg = tokio::task::spawn_blocking(move || PgServer::start(&bin, &dir))
+    let data = dir.clone();
+    let pg = tokio::task::spawn_blocking(move || PgServer::start(&bin, &data))
         .await?
         .context("starting the bench's PostgreSQL")?;
     let result = measure(&pg, plan).await;
+    // The server stops first; its data directory is the bench's to remove.
     drop(pg);
+    let _ = std::fs::remove_dir_all(&dir);
     result
 }
 
