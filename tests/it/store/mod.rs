@@ -5,6 +5,7 @@
 mod conformance;
 mod deployments;
 mod permissions;
+mod postgres_bytes;
 mod postgres_names;
 mod postgres_only;
 
