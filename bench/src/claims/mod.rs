@@ -1,7 +1,8 @@
 //! Figures for the claims idemgate makes about its cost: fingerprints per
 //! second, claim-batch throughput per backend (claim, publish, duplicate
-//! claim: claim protocol v2, docs/design.md §4), round trips per batch, and
-//! Redis memory per claimed key.
+//! claim: claim protocol v2, docs/design.md §4), round trips per batch,
+//! Redis memory per claimed key, and PostgreSQL bytes per claim over
+//! generations (on a PostgreSQL server of the bench's own).
 //!
 //! `idemgate-bench claims` is the full run (release build; the Redis
 //! backends come from `IDEMGATE_TEST_REDIS_URL`, `IDEMGATE_TEST_REDISBLOOM_URL`
@@ -13,6 +14,7 @@
 mod fingerprints;
 mod footprint;
 mod live;
+mod pg_generations;
 mod report;
 mod runs;
 mod servers;
@@ -43,6 +45,7 @@ struct Sizes {
     runs_repeats: usize,
     /// The paced load of the live-claim figure.
     live: live::Pace,
+    postgres: pg_generations::Plan,
 }
 
 const BENCH: Sizes = Sizes {
@@ -65,6 +68,15 @@ const BENCH: Sizes = Sizes {
         ttl: std::time::Duration::from_secs(30),
         ttls: 2,
     },
+    // Autovacuum at its defaults visits a table once its dead rows pass a
+    // fifth of it; where every claim leaves two (its done flag's old
+    // version, its deletion), that is every tenth of a TTL.
+    postgres: pg_generations::Plan {
+        per_step: 10_000,
+        steps_per_ttl: 10,
+        generations: 1,
+        autovacuum: true,
+    },
 };
 
 const SMOKE: Sizes = Sizes {
@@ -85,6 +97,12 @@ const SMOKE: Sizes = Sizes {
         ttl: std::time::Duration::from_secs(1),
         ttls: 2,
     },
+    postgres: pg_generations::Plan {
+        per_step: 2_000,
+        steps_per_ttl: 2,
+        generations: 1,
+        autovacuum: false,
+    },
 };
 
 /// Unique per run, so keys never meet another run's (or another
@@ -102,6 +120,11 @@ fn run_prefix() -> String {
 /// unmeasured.
 pub async fn run(bench: bool, only: Option<&str>) -> anyhow::Result<bool> {
     let sizes = if bench { &BENCH } else { &SMOKE };
+    if only == Some("postgres") {
+        eprintln!("[claims] postgres: bytes per claim over generations");
+        pg_generations::print(&pg_generations::run(sizes.postgres).await?);
+        return Ok(true);
+    }
     let mut complete = true;
     let mut report = report::Report::new(bench);
     if only == Some("live") {
@@ -212,6 +235,15 @@ pub async fn run(bench: bool, only: Option<&str>) -> anyhow::Result<bool> {
         }
     }
     report.print();
+
+    eprintln!("[claims] postgres: bytes per claim over generations");
+    match pg_generations::run(sizes.postgres).await {
+        Ok(figure) => pg_generations::print(&figure),
+        Err(error) => {
+            eprintln!("\n!!! NOT MEASURED: PostgreSQL bytes per claim: {error:#}\n");
+            complete = false;
+        }
+    }
     Ok(complete)
 }
 

@@ -1,6 +1,7 @@
 //! One round on PostgreSQL (docs/design.md §6.1): two transactions, the
 //! publish (raises, done flags, releases) and then the reads (watermarks,
-//! reset ranges, identities) with the claims, their statements pipelined
+//! reset ranges, identities) with the claims (one, where the publish holds
+//! raises alone: they go first in it), their statements pipelined
 //! on one connection in the contract's order, so a warm round is one round
 //! trip. What the claims met is
 //! judged by `judge.rs` against the watermarks the same transaction read;
@@ -174,11 +175,16 @@ impl PostgresStore {
             .iter()
             .map(|&s| Ok(spec(&self.streams, StreamId(s))?.key_id.clone()))
             .collect::<Result<Vec<String>, StoreError>>()?;
-        // The publish commits before the reads and claims begin: a
-        // transaction that set done flags and then waited on another's
-        // claims (an insert waits on the writer of a row it meets) while
-        // that one did the same the other way round would deadlock.
+        // Done flags and releases commit before the reads and claims
+        // begin: a transaction that set done flags and then waited on
+        // another's claims (an insert waits on the writer of a row it
+        // meets) while that one did the same the other way round would
+        // deadlock. Raises alone go in the claims' transaction, before
+        // the reads (which then see them): they lock watermark rows only,
+        // which no claim waits on, so a steady round (raises and claims)
+        // commits once, one WAL flush instead of two.
         let publish_steps = std::mem::take(&mut steps);
+        let publish_apart = !publish.done.is_empty() || !publish.releases.is_empty();
         steps.push(Step::new(&self.sql.marks, vec![boxed(key_ids.clone())]));
         steps.push(Step::new(&self.sql.ranges, vec![boxed(key_ids)]));
         let mut claimed: Vec<usize> = claims.iter().map(|c| c.stream.0).collect();
@@ -200,9 +206,11 @@ impl PostgresStore {
             steps.push(self.claim_step(batch, claims, &adopted)?);
         }
 
-        let mut answers = transactions(session, vec![publish_steps, steps])
-            .await?
-            .into_iter();
+        let groups = match publish_apart {
+            true => vec![publish_steps, steps],
+            false => vec![publish_steps.into_iter().chain(steps).collect()],
+        };
+        let mut answers = transactions(session, groups).await?.into_iter();
         let mut next = || answers.next().unwrap_or_default();
         let mut answer = RoundAnswer::default();
         for _ in &publish.raises {

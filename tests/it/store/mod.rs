@@ -6,6 +6,7 @@ mod conformance;
 mod deployments;
 mod layouts;
 mod permissions;
+mod postgres_bytes;
 mod postgres_names;
 mod postgres_only;
 

@@ -88,7 +88,7 @@ impl Postgres {
     }
 
     /// Moves the janitor's clock to `at` (milliseconds) if it is behind.
-    fn clock_to(&self, at: i64) {
+    pub(super) fn clock_to(&self, at: i64) {
         let behind = at - self.clock.wall_ms();
         if behind > 0 {
             self.clock.advance(Duration::from_millis(behind as u64));
