@@ -51,11 +51,12 @@ enum Command {
         /// Run one section only: `fingerprints` (needs no Redis server;
         /// times the fast path and the reference side by side), `live`
         /// (bytes and server CPU per live tier-1 claim in each layout, on
-        /// scratch servers of its own and the test cluster), or `postgres`
+        /// scratch servers of its own and the test cluster), `runs` (what a
+        /// commit's record of finished runs costs on each backend), or `postgres`
         /// (bytes per claim of a PostgreSQL claims table over generations,
         /// fresh and settled by done flags, on a PostgreSQL server of the
         /// bench's own).
-        #[arg(long, value_parser = ["fingerprints", "live", "postgres"])]
+        #[arg(long, value_parser = ["fingerprints", "live", "runs", "postgres"])]
         only: Option<String>,
     },
     /// One of the e2e bench's child processes (started by the bench).

@@ -132,6 +132,28 @@ pub async fn run(bench: bool, only: Option<&str>) -> anyhow::Result<bool> {
         report.print_live();
         return Ok(true);
     }
+    if only == Some("runs") {
+        // The memory store and every Redis backend of the test services.
+        let memory = MemoryStore::new(throughput::streams());
+        report
+            .runs
+            .extend(runs::measure("memory", &memory, EXACT, sizes.runs_repeats).await?);
+        let (backends, missing) = servers::from_env();
+        ensure!(missing.is_empty(), "backends missing: {missing:?}");
+        for backend in &backends {
+            let prefix = run_prefix();
+            let options = RedisOptions {
+                filter_backend: Some(backend.filter),
+                ..RedisOptions::new(backend.target.clone(), &prefix)
+            };
+            let store = RedisStore::connect(&options, throughput::streams()).await?;
+            let rows = runs::measure(backend.label, &store, EXACT, sizes.runs_repeats).await;
+            servers::delete_prefix(&backend.target, &prefix).await?;
+            report.runs.extend(rows?);
+        }
+        report.print_runs();
+        return Ok(true);
+    }
 
     eprintln!(
         "[claims] fingerprints: {} records per profile",

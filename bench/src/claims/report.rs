@@ -295,7 +295,7 @@ impl Report {
 impl Report {
     /// Section 4: what a commit whose finished runs overflow its metadata
     /// costs (`runs.rs`).
-    fn print_runs(&self) {
+    pub fn print_runs(&self) {
         println!();
         println!("4. Finished runs that do not fit in a commit's metadata (docs/design.md §7)");
         println!(
