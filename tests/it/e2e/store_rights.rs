@@ -92,7 +92,9 @@ fn a_right_lost_mid_run_is_an_error_with_its_cause_and_loses_nothing() {
     let first = process(TEST, &config, &topics, &before, &mut [&mut gate]);
     assert_eq!(store_errors(metrics, "noperm"), 0.0);
 
-    set_user(&redis, &["-set"]);
+    // A fresh stream writes its claims as fields of small hashes
+    // (docs/design.md §4.1): its claim script's `HSETNX` is what goes.
+    set_user(&redis, &["-hsetnx"]);
     let during = bank.phase(60, 60, 4);
     let delivered =
         Producer::new(&kafka_brokers()).send(&topics.input, &during, 100, Duration::ZERO);
@@ -131,7 +133,7 @@ fn a_right_lost_mid_run_is_an_error_with_its_cause_and_loses_nothing() {
         .collect();
     assert!(decided.is_empty(), "decided without the store: {decided:?}");
 
-    set_user(&redis, &["+set"]);
+    set_user(&redis, &["+hsetnx"]);
     let mut plan = before.clone();
     plan.extend(during.iter().cloned());
     reader.read_every_input(plan.len(), BOUND, "after the grant", || gate.assert_alive());
