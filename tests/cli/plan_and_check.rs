@@ -71,8 +71,8 @@ fn plan_puts_exact_and_tiered_side_by_side() {
         "tier-2 memory - 6.2 GB (2 generations)"
     );
     assert_eq!(row("total"), "total 100.2 GB 22.9 GB");
-    // 1,728,000,000 claims at 137 B on PostgreSQL's disk; tiered needs Redis.
-    assert_eq!(row("or postgres disk"), "or postgres disk 236.7 GB -");
+    // 1,728,000,000 claims at 182 B on PostgreSQL's disk; tiered needs Redis.
+    assert_eq!(row("or postgres disk"), "or postgres disk 314.5 GB -");
 
     let exact = ok(
         &[
@@ -230,7 +230,7 @@ fn check_on_postgres_leads_with_the_disk_at_the_peak_rate_and_counts_years() {
         table,
         [
             "claims 2,209,032,000",
-            "postgres disk 302.6 GB",
+            "postgres disk 402.0 GB",
             "or redis memory 128.1 GB"
         ],
         "{report}"
@@ -241,7 +241,7 @@ fn check_on_postgres_leads_with_the_disk_at_the_peak_rate_and_counts_years() {
 
     // `plan --config` prints the same plan.
     let plan = ok(&["plan", "--config", &config.path()], "");
-    assert_eq!(row(&plan, "postgres disk"), "postgres disk 302.6 GB");
+    assert_eq!(row(&plan, "postgres disk"), "postgres disk 402.0 GB");
     let rated = ok(&["plan", "--config", &config.path(), "--rate", "5"], "");
     assert!(rated.contains("10 events/s (peak_rate)"), "{rated}");
     assert!(rated.contains("5 events/s (--rate)"), "{rated}");
