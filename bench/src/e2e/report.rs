@@ -372,7 +372,7 @@ impl Report {
             figure: pg.map_or("not run".into(), |x| format!("{x:.2}x")),
             met: pg.map(|x| x >= POSTGRES_OVER_REDIS),
         });
-        for (run, bound, what) in [(exact, 60.0, "grouped"), (keys, 165.0, "as keys")] {
+        for (run, bound, what) in [(exact, 60.0, "grouped"), (keys, 150.0, "as keys")] {
             let tier1 = run.and_then(|r| r.memory.as_ref());
             t.push(Target {
                 target: format!(
