@@ -36,25 +36,25 @@ pub struct Tier1 {
     pub server_pid: u32,
 }
 
-/// One claim batch and its publish (watermark raises: the claims keep the
-/// value `SET NX` wrote), every claim checked won and every record settled.
-async fn claim_and_publish(store: &RedisStore, first: u64, b: usize) -> anyhow::Result<()> {
+/// One claim batch of `size` new hashes from `first` on in an exact
+/// stream (stream 0) and its publish (watermark raises: the claims keep
+/// the value their claim wrote), every claim checked won and every record
+/// settled. `label` names the figure in the hashes and in errors.
+pub(super) async fn claim_and_publish(
+    store: &RedisStore,
+    label: &str,
+    first: u64,
+    size: usize,
+) -> anyhow::Result<()> {
     let stream = StreamId(0);
-    let claims = throughput::batch(
-        stream,
-        "footprint",
-        first,
-        BATCH,
-        false,
-        throughput::now_ms(),
-    );
+    let claims = throughput::batch(stream, label, first, size, false, throughput::now_ms());
     let claimed = store.round(&Publish::default(), &claims, &[]).await?;
     ensure!(
         claimed
             .outcomes
             .iter()
             .all(|o| *o == ClaimOutcome::Won { fresh: true }),
-        "footprint batch {b}: not every claim won"
+        "{label} batch at {first}: not every claim won"
     );
     throughput::settle(
         store,
@@ -64,7 +64,7 @@ async fn claim_and_publish(store: &RedisStore, first: u64, b: usize) -> anyhow::
         &claimed.watermarks,
     )
     .await
-    .with_context(|| format!("footprint batch {b}"))?;
+    .with_context(|| format!("{label} batch at {first}"))?;
     Ok(())
 }
 
@@ -94,7 +94,7 @@ pub async fn tier1(keys: usize) -> anyhow::Result<Tier1> {
     let stream = StreamId(0);
     let mut conn = servers::node(&url).await?;
 
-    claim_and_publish(&store, 0, 0).await?;
+    claim_and_publish(&store, "footprint", 0, BATCH).await?;
     let dbsize0: u64 = redis::cmd("DBSIZE").query_async(&mut conn).await?;
     let other_keys = dbsize0.saturating_sub(BATCH as u64);
     ensure!(
@@ -105,7 +105,7 @@ pub async fn tier1(keys: usize) -> anyhow::Result<Tier1> {
     let before = servers::used_memory(&url).await?;
     let batches = keys.div_ceil(BATCH);
     for b in 1..=batches {
-        claim_and_publish(&store, (b * BATCH) as u64, b).await?;
+        claim_and_publish(&store, "footprint", (b * BATCH) as u64, BATCH).await?;
     }
     let after = servers::used_memory(&url).await?;
 

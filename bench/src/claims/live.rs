@@ -21,11 +21,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
 use idemgate::store::redis::{RedisOptions, RedisStore, RedisTarget, Tier1Layout};
-use idemgate::store::{ClaimOutcome, ClaimStore, Mode, Publish, StreamId, StreamSpec};
+use idemgate::store::{Mode, StreamId, StreamSpec};
 use idemgate_testkit::servers::{RedisServer, ServerOptions};
 
+use super::footprint::claim_and_publish;
 use super::servers;
-use super::throughput;
 
 const PREFIX: &str = "ig:";
 const STREAM: &str = "payments";
@@ -151,7 +151,8 @@ async fn measure(
     let per_tick = (pace.rate as usize / 10).max(1);
     // Warm-up: the watermark hash and the scripts, before the reading.
     let mut next = 0u64;
-    batch(&store, &mut next, per_tick).await?;
+    claim_and_publish(&store, "live", next, per_tick).await?;
+    next += per_tick as u64;
     let before = used_memory(target).await?;
     let cpu0 = servers::cpu_seconds(target).await?;
 
@@ -163,7 +164,8 @@ async fn measure(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while started.elapsed() < run_for {
         tick.tick().await;
-        batch(&store, &mut next, per_tick).await?;
+        claim_and_publish(&store, "live", next, per_tick).await?;
+        next += per_tick as u64;
         written.push_back((Instant::now(), per_tick as u64));
         total += per_tick as u64;
     }
@@ -200,34 +202,4 @@ async fn measure(
         server_us_per_claim: (cpu1 - cpu0) * 1e6 / total as f64,
         keys,
     })
-}
-
-/// One batch of new claims, every one won, published as delivered.
-async fn batch(store: &RedisStore, next: &mut u64, size: usize) -> anyhow::Result<()> {
-    let claims = throughput::batch(
-        StreamId(0),
-        "live",
-        *next,
-        size,
-        false,
-        throughput::now_ms(),
-    );
-    *next += size as u64;
-    let claimed = store.round(&Publish::default(), &claims, &[]).await?;
-    ensure!(
-        claimed
-            .outcomes
-            .iter()
-            .all(|o| *o == ClaimOutcome::Won { fresh: true }),
-        "live batch at {next}: not every claim won"
-    );
-    throughput::settle(
-        store,
-        Mode::Exact,
-        &claims,
-        &claimed.outcomes,
-        &claimed.watermarks,
-    )
-    .await?;
-    Ok(())
 }
