@@ -52,12 +52,23 @@ pub(crate) async fn run(
         let answers = conn.run(commands).await?;
         for (probe, answer) in probes.iter().zip(answers) {
             if let Err(error) = answer {
-                return Err(refusal(probe, &spec.name, &error));
+                if refuses(probe.command, &error) {
+                    return Err(refusal(probe, &spec.name, &error));
+                }
             }
         }
     }
     check_info(conn).await;
     Ok(())
+}
+
+/// Whether a probe's error answer refuses the start. `NOSCRIPT` to an
+/// `EVALSHA` does not: the server let the user call the script by its SHA
+/// but lost its script cache since the probe's `EVAL` loaded it (`SCRIPT
+/// FLUSH`, a restart or failover in between), which the rounds meet by
+/// sending `EVAL` again.
+fn refuses(command: &str, error: &redis::RedisError) -> bool {
+    !(command == "EVALSHA" && error.code() == Some(super::NOSCRIPT))
 }
 
 fn refusal(probe: &Probe, stream: &str, error: &redis::RedisError) -> StoreError {
@@ -430,6 +441,17 @@ mod tests {
     use super::*;
     use crate::store::StreamSpec;
     use std::time::Duration;
+
+    #[test]
+    fn a_script_cache_lost_between_its_eval_and_evalsha_refuses_nothing() {
+        use redis::{ErrorKind, RedisError, ServerErrorKind};
+        let server = |kind| RedisError::from((ErrorKind::Server(kind), "as the server said"));
+        let noscript = server(ServerErrorKind::NoScript);
+        assert_eq!(noscript.code(), Some(super::super::NOSCRIPT));
+        assert!(!refuses("EVALSHA", &noscript));
+        assert!(refuses("EVAL (claims)", &noscript));
+        assert!(refuses("EVALSHA", &server(ServerErrorKind::NoPerm)));
+    }
 
     #[test]
     fn every_probe_key_of_a_stream_shares_one_hash_tag_under_its_namespace() {
