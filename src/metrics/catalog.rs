@@ -303,8 +303,8 @@ pub(crate) const EVICTED_KEYS: Metric = gauge(
 );
 pub(crate) const TIER1_HASH_FIELDS: Metric = gauge(
     "idemgate_store_tier1_hash_fields",
-    "the most live claims a grouped tier-1 hash of the redis store held at a sweep since the last reading (0 elsewhere); alarm as it nears hash-max-listpack-entries (128 by default), past which the hash takes several times the bytes",
-    &[],
+    "the most live claims one of the stream's grouped tier-1 hashes on the redis store held at a sweep since the last reading (0 elsewhere); alarm as it nears hash-max-listpack-entries (128 by default), past which the hash takes several times the bytes",
+    &[STREAM],
 );
 pub(crate) const JANITOR_DELETED: Metric = counter(
     "idemgate_store_janitor_deleted_total",

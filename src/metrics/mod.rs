@@ -349,7 +349,9 @@ pub(crate) fn committed() {
 
 pub(crate) fn store_stats(stats: &StoreStats) {
     gauge!(EVICTED_KEYS.name).set(stats.evicted_keys as f64);
-    gauge!(TIER1_HASH_FIELDS.name).set(stats.tier1_hash_fields as f64);
+    for (stream, fields) in &stats.tier1_hash_fields {
+        gauge!(TIER1_HASH_FIELDS.name, "stream" => stream.clone()).set(*fields as f64);
+    }
     for fill in &stats.filters {
         gauge!(FILTER_INSERTS.name, "stream" => fill.stream.clone()).set(fill.inserts as f64);
         gauge!(FILTER_CAPACITY.name, "stream" => fill.stream.clone()).set(fill.capacity as f64);

@@ -66,7 +66,7 @@ fn record_everything() {
     committed();
     store_stats(&StoreStats {
         evicted_keys: 0,
-        tier1_hash_fields: 0,
+        tier1_hash_fields: vec![("bank".into(), 40)],
         filters: vec![FilterFill {
             stream: "telemetry".into(),
             inserts: 5,

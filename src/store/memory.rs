@@ -549,7 +549,7 @@ impl ClaimStore for MemoryStore {
             .collect();
         Ok(StoreStats {
             evicted_keys: 0,
-            tier1_hash_fields: 0,
+            tier1_hash_fields: Vec::new(),
             filters,
         })
     }

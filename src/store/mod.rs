@@ -346,9 +346,10 @@ pub struct StoreStats {
     /// Per tiered stream: inserts into the current generation and its
     /// capacity.
     pub filters: Vec<FilterFill>,
-    /// Redis, grouped tier 1: the most live claims a hash held at a sweep
-    /// since the last reading (0 where nothing was swept, and on other stores).
-    pub tier1_hash_fields: u64,
+    /// Redis, per stream: the most live claims one of its grouped tier-1
+    /// hashes held at a sweep since the last reading (0 where nothing was
+    /// swept; none on other stores).
+    pub tier1_hash_fields: Vec<(String, u64)>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

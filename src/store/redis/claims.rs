@@ -136,8 +136,10 @@ impl ClaimStore for RedisStore {
             ranges: &ranges,
             lost: &answer.lost,
         };
-        let (held, most) = existing(&plan.claims, answers.claims, claims.len())?;
-        self.saw_fields(most);
+        let (held, swept) = existing(&plan.claims, answers.claims, claims.len())?;
+        for found in swept {
+            self.saw_fields(found.stream, found.fields);
+        }
         (answer.outcomes, answer.taken_over) = self.judge_claims(claims, held, judged).await?;
         Ok(answer)
     }

@@ -134,9 +134,10 @@ pub struct RedisStore {
     adopted: Mutex<HashMap<usize, StoreIdentity>>,
     /// Each stream's tier-1 layout, by stream index, settled at start.
     layouts: Vec<StreamLayout>,
-    /// The most live claims a claim script found in a hash it swept since
-    /// the store's figures were last read: how near the listpack limit.
-    most_fields: AtomicU64,
+    /// By stream index, the most live claims a claim script found in a
+    /// hash it swept since the store's figures were last read: how near
+    /// the listpack limit.
+    most_fields: Vec<AtomicU64>,
 }
 
 const NOSCRIPT: &str = "NOSCRIPT";
@@ -214,8 +215,8 @@ impl RedisStore {
             clear: Mutex::new(Clear::new()),
             ask_overflow,
             adopted: Mutex::new(HashMap::new()),
+            most_fields: layouts.iter().map(|_| AtomicU64::new(0)).collect(),
             layouts,
-            most_fields: AtomicU64::new(0),
         })
     }
 
@@ -266,14 +267,20 @@ impl RedisStore {
         Ok(round::layout(&self.layouts, stream)?.write)
     }
 
-    fn saw_fields(&self, fields: u64) {
-        self.most_fields.fetch_max(fields, Ordering::Relaxed);
+    fn saw_fields(&self, stream: usize, fields: u64) {
+        if let Some(most) = self.most_fields.get(stream) {
+            most.fetch_max(fields, Ordering::Relaxed);
+        }
     }
 
-    /// The most live claims a tier-1 hash held at a sweep since the last
-    /// call, and starts over.
-    fn take_most_fields(&self) -> u64 {
-        self.most_fields.swap(0, Ordering::Relaxed)
+    /// Per stream, the most live claims one of its tier-1 hashes held at a
+    /// sweep since the last call, and starts over.
+    fn take_most_fields(&self) -> Vec<(String, u64)> {
+        self.streams
+            .iter()
+            .zip(&self.most_fields)
+            .map(|(spec, most)| (spec.name.clone(), most.swap(0, Ordering::Relaxed)))
+            .collect()
     }
 
     /// Runs script invocations; any that met `NOSCRIPT` are sent again as

@@ -347,20 +347,27 @@ pub(crate) fn values(
         .collect()
 }
 
+/// What a claim script found when it swept the hashes it wrote: the most
+/// live claims one of them held, for its stream.
+pub(crate) struct Swept {
+    pub(crate) stream: usize,
+    pub(crate) fields: u64,
+}
+
 /// What the claim scripts answered, spread back to request order: per
-/// claim `None` where it was written, else the holder's value; and the
-/// largest field count of the hashes they wrote.
+/// claim `None` where it was written, else the holder's value; and, per
+/// script, what its sweeps found.
 pub(crate) fn existing(
     groups: &TagGroups,
     answers: Vec<RedisResult<Value>>,
     total: usize,
-) -> Result<(Vec<Option<ClaimValue>>, u64), StoreError> {
+) -> Result<(Vec<Option<ClaimValue>>, Vec<Swept>), StoreError> {
     if answers.len() != groups.groups.len() {
         return Err(StoreError::Protocol("claim scripts answered short".into()));
     }
     let mut out = vec![None; total];
-    let mut most = 0;
-    for (group, answer) in groups.groups.iter().zip(answers) {
+    let mut most = Vec::new();
+    for ((group, (stream, _)), answer) in groups.groups.iter().zip(&groups.slots).zip(answers) {
         let Value::Array(mut values) = answer.map_err(|e| reply_error("claim", e))? else {
             return Err(StoreError::Protocol(
                 "claim script answered no array".into(),
@@ -370,7 +377,10 @@ pub(crate) fn existing(
             return Err(StoreError::Protocol("claim script answered short".into()));
         }
         if let Some(Value::Int(fields)) = values.pop() {
-            most = most.max(u64::try_from(fields).unwrap_or(0));
+            most.push(Swept {
+                stream: *stream,
+                fields: u64::try_from(fields).unwrap_or(0),
+            });
         }
         for (&index, value) in group.indices.iter().zip(values) {
             let held = match value {

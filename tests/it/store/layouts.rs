@@ -66,11 +66,30 @@ async fn both_layouts_claim_each_event_once(kind: &str) {
     assert_eq!(where_is(&r, &keys, 73).await, (false, true));
     // The grouped writer counted its hashes' live claims at their first
     // sweep (50 claims over 64 tags of 896 buckets: mostly one a hash),
-    // the keys writer none; read once, the figure starts over.
-    let fields = grouped.stats(T0).await.unwrap().tier1_hash_fields;
-    assert!((1..=50).contains(&fields), "{fields}");
-    assert_eq!(grouped.stats(T0).await.unwrap().tier1_hash_fields, 0);
-    assert_eq!(keys.stats(T0).await.unwrap().tier1_hash_fields, 0);
+    // for the stream that claimed, the keys writer none; read once, the
+    // figure starts over.
+    let exact = &streams()[EXACT.0].name;
+    let fields = |stats: idemgate::store::StoreStats| -> Vec<u64> {
+        let named = stats.tier1_hash_fields.iter().map(|(stream, _)| stream);
+        assert!(
+            named.eq(streams().iter().map(|s| &s.name)),
+            "every stream, in order"
+        );
+        stats.tier1_hash_fields.iter().map(|(_, n)| *n).collect()
+    };
+    let first = fields(grouped.stats(T0).await.unwrap());
+    assert!((1..=50).contains(&first[EXACT.0]), "{first:?}");
+    assert_eq!(
+        first.iter().sum::<u64>(),
+        first[EXACT.0],
+        "{exact} alone claimed: {first:?}"
+    );
+    assert!(fields(grouped.stats(T0).await.unwrap())
+        .iter()
+        .all(|&n| n == 0));
+    assert!(fields(keys.stats(T0).await.unwrap())
+        .iter()
+        .all(|&n| n == 0));
 
     // Copies of them, and new events, from both write modes at once:
     // nobody wins an event another layout holds, and each new event has
