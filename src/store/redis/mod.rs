@@ -205,6 +205,7 @@ impl RedisStore {
         let ask_overflow = may_ask_overflow(&conn, &options.key_prefix, filter_backend).await;
         let layouts =
             grouped::settle(&conn, &options.key_prefix, &streams, options.tier1_layout).await?;
+        let most_fields = streams.iter().map(|_| AtomicU64::new(0)).collect();
         Ok(RedisStore {
             conn,
             streams,
@@ -215,8 +216,8 @@ impl RedisStore {
             clear: Mutex::new(Clear::new()),
             ask_overflow,
             adopted: Mutex::new(HashMap::new()),
-            most_fields: layouts.iter().map(|_| AtomicU64::new(0)).collect(),
             layouts,
+            most_fields,
         })
     }
 

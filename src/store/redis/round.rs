@@ -356,7 +356,7 @@ pub(crate) struct Swept {
 
 /// What the claim scripts answered, spread back to request order: per
 /// claim `None` where it was written, else the holder's value; and, per
-/// script, what its sweeps found.
+/// script that swept a hash, what it found.
 pub(crate) fn existing(
     groups: &TagGroups,
     answers: Vec<RedisResult<Value>>,
@@ -366,7 +366,7 @@ pub(crate) fn existing(
         return Err(StoreError::Protocol("claim scripts answered short".into()));
     }
     let mut out = vec![None; total];
-    let mut most = Vec::new();
+    let mut swept = Vec::new();
     for ((group, (stream, _)), answer) in groups.groups.iter().zip(&groups.slots).zip(answers) {
         let Value::Array(mut values) = answer.map_err(|e| reply_error("claim", e))? else {
             return Err(StoreError::Protocol(
@@ -376,8 +376,9 @@ pub(crate) fn existing(
         if values.len() != group.indices.len() + 1 {
             return Err(StoreError::Protocol("claim script answered short".into()));
         }
-        if let Some(Value::Int(fields)) = values.pop() {
-            most.push(Swept {
+        // 0 where the script swept nothing: most calls.
+        if let Some(Value::Int(fields @ 1..)) = values.pop() {
+            swept.push(Swept {
                 stream: *stream,
                 fields: u64::try_from(fields).unwrap_or(0),
             });
@@ -393,7 +394,7 @@ pub(crate) fn existing(
             }
         }
     }
-    Ok((out, most))
+    Ok((out, swept))
 }
 
 /// The bloom writes of a trip's inserts, in command order.
