@@ -89,11 +89,7 @@ pub fn lose_the_store_stamped(test: &str, stamp: Option<i64>) -> (Lost, Gate) {
         // The gateway's log, read again: its next round logs the loss.
         || std::thread::sleep(Duration::from_millis(100)),
     );
-    let log = gate.log_text();
-    let line = log
-        .lines()
-        .find(|l| l.contains("lost this stream's state"))
-        .unwrap_or_default();
+    let line = gate.store_loss_line();
     assert!(
         line.contains("ERROR") && line.contains("stream=bank") && line.contains("idemgate rebuild"),
         "{line}"

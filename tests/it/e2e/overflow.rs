@@ -303,11 +303,7 @@ fn lose_and_rebuild(test: &str, config: &GateConfig, input: &str, reader: &mut R
         || reader.read_for(Duration::from_millis(200)),
     );
     // The stream's loss names what showed it, not the identity.
-    let log = lost.log_text();
-    let line = log
-        .lines()
-        .find(|l| l.contains("lost this stream's state"))
-        .unwrap_or_default();
+    let line = lost.store_loss_line();
     assert!(
         line.contains("ERROR") && line.contains("a record of finished runs"),
         "{line}"

@@ -417,6 +417,16 @@ impl Gate {
         self.process.log_text()
     }
 
+    /// The first line of its log saying a stream's store lost its state
+    /// (empty where none does).
+    pub fn store_loss_line(&self) -> String {
+        self.log_text()
+            .lines()
+            .find(|l| l.contains("lost this stream's state"))
+            .unwrap_or_default()
+            .to_string()
+    }
+
     pub fn tail(&self, lines: usize) -> String {
         self.process.tail(lines)
     }

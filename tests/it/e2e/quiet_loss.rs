@@ -79,11 +79,7 @@ fn a_quiet_streams_loss_is_seen(
         std::thread::sleep(Duration::from_millis(200));
     };
     say(test, format!("loss seen after {seen:?} of quiet"));
-    let log = gate.log_text();
-    let line = log
-        .lines()
-        .find(|l| l.contains("lost this stream's state"))
-        .unwrap_or_default();
+    let line = gate.store_loss_line();
     assert!(
         line.contains("ERROR") && line.contains("stream=bank") && line.contains("idemgate rebuild"),
         "{line}"
