@@ -3,11 +3,13 @@
 //! commands are is `round.rs`; what the answers mean is `judge.rs`.
 
 use std::collections::HashMap;
+use std::time::Instant;
 
 use async_trait::async_trait;
 use redis::Value;
 
 use super::early::{filter_of, Noted};
+use super::native;
 use super::round::{self, existing, noscript, values, Answers, Plan};
 use super::tier2::{self, counter_key};
 use super::{protocol, unparsable, watermarks, Keyed, RedisStore};
@@ -67,7 +69,14 @@ impl ClaimStore for RedisStore {
             cluster: self.conn.is_cluster(),
             clear: self.ask_overflow.then_some(&clear),
         };
-        let mut plan = Plan::new(setting, publish, claims, read)?;
+        let mut plan = {
+            let sweeps = self.sweeps();
+            let native = round::Native {
+                sweeps: &sweeps,
+                now: Instant::now(),
+            };
+            Plan::new(setting, publish, claims, read, native)?
+        };
         // On a cluster the inserts' nodes answer in no order with the
         // rest: they go first, acknowledged before any raise is sent.
         let (inserts, watch) = if self.conn.is_cluster() && !plan.inserts.is_empty() {
@@ -77,7 +86,11 @@ impl ClaimStore for RedisStore {
             self.insert_commands(&plan.inserts)
         };
         let (commands, split) = plan.trip(&self.scripts, inserts);
-        let mut answers: Answers = split(self.conn.run(commands).await?);
+        let sent = Instant::now();
+        let trip = self.conn.run(commands).await;
+        // A failed trip may have met a new connection, to a server that
+        // perhaps came back older: what was learnt of it is not trusted.
+        let mut answers: Answers = split(trip.inspect_err(|_| self.sweeps().forget())?);
         // Standalone: the inserts ran before the raises, in one pipeline.
         // Items a full generation refused reach its overflow part before
         // the round answers (a failure fails the round, sent again whole);
@@ -86,6 +99,7 @@ impl ClaimStore for RedisStore {
         self.after_inserts(watch, std::mem::take(&mut answers.inserts))
             .await?;
         self.resend_lost_scripts(&plan, &mut answers).await?;
+        let written = native::written(std::mem::take(&mut answers.native))?;
 
         let mut answer = RoundAnswer {
             raised: plan
@@ -126,6 +140,20 @@ impl ClaimStore for RedisStore {
         answer.lost = plan
             .identities
             .judge(std::mem::take(&mut answers.identities))?;
+        let (mut held, learnt) = existing(&plan.claims, answers.claims, claims.len())?;
+        self.learn(sent, learnt);
+        let again: Vec<usize> = plan
+            .native
+            .iter()
+            .zip(&written)
+            .filter(|(_, written)| !**written)
+            .map(|(native, _)| native.index)
+            .collect();
+        self.claim_again(&plan, claims, again, &mut held, &mut answer.lost)
+            .await?;
+        if !answer.lost.is_empty() {
+            self.after_loss(&plan, claims, &answer.lost).await?;
+        }
         let mut in_filter = tier2::hits(&plan.probe_map, answers.probes, claims.len())?;
         let asked = std::mem::take(&mut answers.overflow_reads);
         self.overflow_follow_up(&plan, &clear, asked, &mut in_filter)
@@ -136,10 +164,6 @@ impl ClaimStore for RedisStore {
             ranges: &ranges,
             lost: &answer.lost,
         };
-        let (held, swept) = existing(&plan.claims, answers.claims, claims.len())?;
-        for found in swept {
-            self.saw_fields(found.stream, found.fields);
-        }
         (answer.outcomes, answer.taken_over) = self.judge_claims(claims, held, judged).await?;
         Ok(answer)
     }

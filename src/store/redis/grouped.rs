@@ -81,6 +81,12 @@ pub(crate) struct StreamLayout {
     pub(crate) write: Tier1Layout,
     /// Buckets per hash tag (`buckets`).
     pub(crate) buckets: u32,
+    /// Born grouped: no replica ever wrote the stream a key claim (it was
+    /// fresh when its record was first written as `grouped`), and none may
+    /// (a replica asked to write keys is refused). Its claims are only
+    /// fields, so a new one needs no look at its key: it may go as native
+    /// commands (`native.rs`).
+    pub(crate) fields_only: bool,
 }
 
 /// Live fields a hash is sized for: with the expired fields that linger
@@ -149,17 +155,30 @@ pub(crate) fn record_key(prefix: &str, key_id: &str) -> Vec<u8> {
     format!("{prefix}{key_id}:layout").into_bytes()
 }
 
+/// `grouped 832`, or `grouped 832 only` for a stream born grouped.
 fn format_record(layout: StreamLayout) -> String {
-    format!("{} {}", layout.write.word(), layout.buckets)
+    let only = if layout.fields_only { " only" } else { "" };
+    format!("{} {}{only}", layout.write.word(), layout.buckets)
 }
 
 fn parse_record(stored: &[u8]) -> Result<StreamLayout, StoreError> {
     let text = String::from_utf8_lossy(stored);
     let bad = || StoreError::Protocol(format!("tier-1 layout record {text:?}"));
-    let (word, buckets) = text.split_once(' ').ok_or_else(bad)?;
+    let mut words = text.split(' ');
+    let write: Tier1Layout = words.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
+    let buckets = words.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
+    let fields_only = match words.next() {
+        None => false,
+        Some("only") if write == Tier1Layout::Grouped => true,
+        Some(_) => return Err(bad()),
+    };
+    if words.next().is_some() {
+        return Err(bad());
+    }
     Ok(StreamLayout {
-        write: word.parse().map_err(|_| bad())?,
-        buckets: buckets.parse().map_err(|_| bad())?,
+        write,
+        buckets,
+        fields_only,
     })
 }
 
@@ -185,25 +204,39 @@ pub(crate) fn decide(
             identity::TAGS,
             String::from_utf8_lossy(&record_key("<key_prefix>", &spec.key_id)),
         ))),
+        Some(recorded) if recorded.fields_only && asked == Some(Tier1Layout::Keys) => {
+            Err(StoreError::Refused(format!(
+                "stream {:?} was born grouped: its rounds look for a new claim in its field \
+                 alone, so a replica writing keys could win an event another already won; \
+                 unset [store] tier1_layout or set it to \"grouped\"",
+                spec.name
+            )))
+        }
         Some(recorded) => Ok(StreamLayout {
             write: asked.unwrap_or(recorded.write),
             buckets,
+            fields_only: recorded.fields_only,
         }),
-        None => Ok(StreamLayout {
-            write: asked.unwrap_or(if fresh {
+        None => {
+            let write = asked.unwrap_or(if fresh {
                 Tier1Layout::Grouped
             } else {
                 Tier1Layout::Keys
-            }),
-            buckets,
-        }),
+            });
+            Ok(StreamLayout {
+                write,
+                buckets,
+                fields_only: fresh && write == Tier1Layout::Grouped,
+            })
+        }
     }
 }
 
 /// Reads each stream's record and identity, decides its layout and writes
 /// the record where it is new or changed. A stream without an identity is
 /// fresh: no replica of an earlier version claims in it, so it writes
-/// grouped unless the config says otherwise. Two replicas starting
+/// grouped unless the config says otherwise, and is recorded born grouped
+/// (`only`). Two replicas starting
 /// together agree: the first record written wins (`SET NX GET`).
 pub(crate) async fn settle(
     conn: &Conn,
@@ -312,10 +345,32 @@ mod tests {
         let keys = StreamLayout {
             write: Tier1Layout::Keys,
             buckets: buckets(&s),
+            fields_only: false,
         };
         assert_eq!(decide(&s, Some(keys), true, None).unwrap(), keys);
         let switched = decide(&s, Some(keys), false, Some(Tier1Layout::Grouped)).unwrap();
         assert_eq!(switched.write, Tier1Layout::Grouped);
+        // A switched stream may still hold key claims; a fresh one none.
+        assert!(!switched.fields_only);
+        assert!(decide(&s, None, true, None).unwrap().fields_only);
+        assert!(
+            !decide(&s, None, true, Some(Tier1Layout::Keys))
+                .unwrap()
+                .fields_only
+        );
+    }
+
+    #[test]
+    fn a_stream_born_grouped_stays_fields_only_and_refuses_a_keys_writer() {
+        let s = spec(Some(100), 3600);
+        let born = decide(&s, None, true, None).unwrap();
+        assert_eq!(decide(&s, Some(born), false, None).unwrap(), born);
+        assert_eq!(
+            decide(&s, Some(born), false, Some(Tier1Layout::Grouped)).unwrap(),
+            born
+        );
+        let error = decide(&s, Some(born), false, Some(Tier1Layout::Keys)).unwrap_err();
+        assert!(error.to_string().contains("born grouped"), "{error}");
     }
 
     #[test]
@@ -323,6 +378,7 @@ mod tests {
         let recorded = StreamLayout {
             write: Tier1Layout::Grouped,
             buckets: 128,
+            fields_only: true,
         };
         let error = decide(&spec(Some(1000), 3600), Some(recorded), false, None).unwrap_err();
         assert!(error.to_string().contains("128 buckets"), "{error}");
@@ -330,15 +386,24 @@ mod tests {
 
     #[test]
     fn a_record_round_trips_and_nonsense_is_refused() {
-        let layout = StreamLayout {
-            write: Tier1Layout::Grouped,
-            buckets: 64,
-        };
+        for fields_only in [false, true] {
+            let layout = StreamLayout {
+                write: Tier1Layout::Grouped,
+                buckets: 64,
+                fields_only,
+            };
+            assert_eq!(
+                parse_record(format_record(layout).as_bytes()).unwrap(),
+                layout
+            );
+        }
         assert_eq!(
-            parse_record(format_record(layout).as_bytes()).unwrap(),
-            layout
+            format_record(decide(&spec(Some(1), 60), None, true, None).unwrap()),
+            "grouped 1 only"
         );
         assert!(parse_record(b"tables 4").is_err());
+        assert!(parse_record(b"keys 4 only").is_err());
+        assert!(parse_record(b"grouped 4 only more").is_err());
         assert!("grouped".parse::<Tier1Layout>().is_ok());
         assert!("hashes".parse::<Tier1Layout>().is_err());
     }

@@ -67,10 +67,13 @@ end
 /// mostly is. A hash's expiry moves only at its sweeps, to cover every
 /// field written before the next one (written before the sweep mark, so
 /// expiring before the mark plus a TTL): one `HGET` of the mark a hash a
-/// call, not two `PEXPIRE`s a claim. Answers per claim 0 where it was written, else the holder's
-/// value; then the most live claims any hash it swept held (each hash is
-/// counted at every sweep, a tenth of a TTL apart; its entries are those
-/// and the sweep mark).
+/// call, not two `PEXPIRE`s a claim. Answers per claim 0 where it was
+/// written, else the holder's value; then the most live claims any hash it
+/// swept held (each hash is counted at every sweep, a tenth of a TTL apart;
+/// its entries are those and the sweep mark); then the server's time (`TIME`:
+/// seconds, microseconds); then, per hash it wrote, the hash's index and
+/// its next sweep (seconds since the epoch), which let later claims in it
+/// go as native commands (`native.rs`).
 const CLAIM: &str = r#"local mode, ttl, every = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local n = (#ARGV - 3) / 3
 local until_s = math.ceil(NOW + ttl / 1000)
@@ -109,11 +112,12 @@ for i = 1, n do
     end
   end
 end
-local most = 0
+local most, seen = 0, {}
 for g in pairs(touched) do
   local h = KEYS[n + g]
   local mark = redis.call('HGET', h, '~')
-  if not mark or secs(mark, 1) <= NOW then
+  local due = mark and secs(mark, 1)
+  if not due or due <= NOW then
     local all = redis.call('HGETALL', h)
     local dead, kept = {}, 0
     for j = 1, #all, 2 do
@@ -126,9 +130,15 @@ for g in pairs(touched) do
     redis.call('HSET', h, '~', enc(next_s))
     extend(h, next_s + math.ceil(ttl / 1000))
     if kept > most then most = kept end
+    due = next_s
   end
+  seen[#seen + 1] = g
+  seen[#seen + 1] = due
 end
 out[n + 1] = most
+out[n + 2] = tonumber(T[1])
+out[n + 3] = tonumber(T[2])
+for j = 1, #seen do out[n + 3 + j] = seen[j] end
 return out"#;
 
 /// Done flags (KEYS: each claim's key, then the distinct hashes; ARGV per

@@ -34,6 +34,8 @@ mod early;
 mod grouped;
 mod grouped_script;
 mod identity;
+mod native;
+mod native_trip;
 mod reset;
 mod restore;
 mod round;
@@ -138,6 +140,9 @@ pub struct RedisStore {
     /// hash it swept since the store's figures were last read: how near
     /// the listpack limit.
     most_fields: Vec<AtomicU64>,
+    /// The server's time and the hashes' next sweeps, as the claim scripts
+    /// answered them: which claims may go native (`native.rs`).
+    sweeps: Mutex<native::Sweeps>,
 }
 
 const NOSCRIPT: &str = "NOSCRIPT";
@@ -218,6 +223,7 @@ impl RedisStore {
             adopted: Mutex::new(HashMap::new()),
             layouts,
             most_fields,
+            sweeps: Mutex::new(native::Sweeps::default()),
         })
     }
 

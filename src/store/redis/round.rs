@@ -6,6 +6,7 @@
 //! `claims.rs` sends what this builds.
 
 use std::collections::{HashMap, HashSet};
+use std::time::Instant;
 
 use redis::{RedisResult, Value};
 
@@ -13,6 +14,7 @@ use super::conn::{reply_error, Keyed};
 use super::grouped::{Place, StreamLayout};
 use super::grouped_script::sweep_every_s;
 use super::identity::RoundReads;
+use super::native::{self, Sweeps};
 use super::tier1::{self, Scripts, TagGroups};
 use super::tier2::{self, BloomWrite, Clear, FilterBackend, Full, Item, ProbeMap, Want};
 use super::watermarks::{self, RaiseGroups};
@@ -35,8 +37,13 @@ pub(crate) struct Plan<'a> {
     /// The store identity of the tags the claims touch, read just before
     /// them (docs/design.md §8.2).
     pub(crate) identities: RoundReads,
-    /// One claim script per stream and hash tag.
+    /// One claim script per stream and hash tag, for the claims that do
+    /// not go native.
     pub(crate) claims: TagGroups,
+    /// The claims sent as native commands (`native.rs`), and their
+    /// commands, two each.
+    pub(crate) native: Vec<NativeClaim>,
+    native_commands: Vec<Keyed>,
     /// The claims of tiered streams, for their probes (and a follow-up's).
     pub(crate) probed: Vec<Item<'a>>,
     probes: Vec<Keyed>,
@@ -45,6 +52,14 @@ pub(crate) struct Plan<'a> {
     /// The generations whose overflow part the round asks about, in
     /// command order.
     pub(crate) asked: Vec<(usize, i64)>,
+}
+
+/// A claim sent as native commands: its index in the round, its hash's
+/// key and its field's expiry.
+pub(crate) struct NativeClaim {
+    pub(crate) index: usize,
+    pub(crate) group: Vec<u8>,
+    pub(crate) expires_at: i64,
 }
 
 /// How many answers each part of the trip owns, in trip order.
@@ -56,6 +71,7 @@ struct Layout {
     reads: usize,
     identities: usize,
     claims: usize,
+    native: usize,
     probes: usize,
 }
 
@@ -68,6 +84,7 @@ pub(crate) struct Answers {
     pub(crate) reads: Vec<RedisResult<Value>>,
     pub(crate) identities: Vec<RedisResult<Value>>,
     pub(crate) claims: Vec<RedisResult<Value>>,
+    pub(crate) native: Vec<RedisResult<Value>>,
     pub(crate) probes: Vec<RedisResult<Value>>,
     pub(crate) overflow_reads: Vec<RedisResult<Value>>,
 }
@@ -87,12 +104,20 @@ pub(crate) struct Setting<'a> {
     pub(crate) clear: Option<&'a Clear>,
 }
 
+/// The hashes' sweeps learnt, and the time the round is planned at: which
+/// claims go native.
+pub(crate) struct Native<'s> {
+    pub(crate) sweeps: &'s Sweeps,
+    pub(crate) now: Instant,
+}
+
 impl<'a> Plan<'a> {
     pub(crate) fn new(
         setting: Setting<'a>,
         publish: &'a Publish,
         claims: &'a [Claim],
         read: &[StreamId],
+        native: Native<'_>,
     ) -> Result<Plan<'a>, StoreError> {
         let Setting {
             prefix,
@@ -103,6 +128,7 @@ impl<'a> Plan<'a> {
             cluster,
             clear,
         } = setting;
+        let Native { sweeps, now } = native;
         let mut inserts = Vec::new();
         for (index, insert) in publish.inserts.iter().enumerate() {
             let spec = spec(streams, insert.stream)?;
@@ -133,7 +159,19 @@ impl<'a> Plan<'a> {
             .map(|id| Ok(watermarks::read(prefix, spec(streams, *id)?)))
             .collect::<Result<_, StoreError>>()?;
 
-        let sets = claim_groups(prefix, streams, layouts, claims.iter())?;
+        let mut native = Vec::new();
+        let mut native_commands = Vec::new();
+        let mut scripted = Vec::new();
+        for (index, claim) in claims.iter().enumerate() {
+            match native_claim(prefix, streams, layouts, (sweeps, now), index, claim)? {
+                Some((sent, commands)) => {
+                    native.push(sent);
+                    native_commands.extend(commands);
+                }
+                None => scripted.push(index),
+            }
+        }
+        let sets = claim_groups(prefix, streams, layouts, claims, scripted)?;
         let mut probed = Vec::new();
         for (index, claim) in claims.iter().enumerate() {
             let spec = spec(streams, claim.stream)?;
@@ -168,6 +206,8 @@ impl<'a> Plan<'a> {
             reads,
             identities: RoundReads::new(prefix, streams, claims, adopted, cluster)?,
             claims: sets,
+            native,
+            native_commands,
             probed,
             probes,
             probe_map,
@@ -192,6 +232,7 @@ impl<'a> Plan<'a> {
             reads: self.reads.len(),
             identities: self.identities.commands().len(),
             claims: self.claims.groups.len(),
+            native: self.native_commands.len(),
             probes: self.probes.len(),
         };
         let mut commands = inserts;
@@ -201,6 +242,7 @@ impl<'a> Plan<'a> {
         commands.extend(self.reads.iter().cloned());
         commands.extend(self.identities.commands().iter().cloned());
         commands.extend(self.claims.invocations(&scripts.claim, true));
+        commands.extend(std::mem::take(&mut self.native_commands));
         commands.extend(std::mem::take(&mut self.probes));
         commands.extend(std::mem::take(&mut self.overflow_reads));
         (commands, move |answers| layout.split(answers))
@@ -236,6 +278,7 @@ impl Layout {
         let reads = take(self.reads);
         let identities = take(self.identities);
         let claims = take(self.claims);
+        let native = take(self.native);
         let probes = take(self.probes);
         let overflow_reads = rest.collect();
         Answers {
@@ -246,22 +289,58 @@ impl Layout {
             reads,
             identities,
             claims,
+            native,
             probes,
             overflow_reads,
         }
     }
 }
 
-/// The claim scripts of `claims` (one per stream and hash tag), each
-/// led by its stream's write layout, TTL and sweep interval.
-pub(crate) fn claim_groups<'c>(
+/// A claim's native commands (`native.rs`), where its stream was born
+/// grouped and its hash's sweep is known and not near.
+fn native_claim(
     prefix: &str,
     streams: &[StreamSpec],
     layouts: &[StreamLayout],
-    claims: impl Iterator<Item = &'c Claim>,
+    (sweeps, now): (&Sweeps, Instant),
+    index: usize,
+    claim: &Claim,
+) -> Result<Option<(NativeClaim, [Keyed; 2])>, StoreError> {
+    let layout = layout(layouts, claim.stream)?;
+    if !layout.fields_only {
+        return Ok(None);
+    }
+    let spec = spec(streams, claim.stream)?;
+    let place = Place::of(prefix, &spec.key_id, layout.buckets, &claim.hash);
+    let ttl = millis(spec.tier1_ttl).max(1);
+    let Some(expires_at) = sweeps.native_expiry(&place.group, ttl, now) else {
+        return Ok(None);
+    };
+    let value = ClaimValue::pending(claim.holder, claim.token, claim.digest, claim.at);
+    let commands = native::commands(&place, &value.encode()?, expires_at);
+    let sent = NativeClaim {
+        index,
+        group: place.group,
+        expires_at,
+    };
+    Ok(Some((sent, commands)))
+}
+
+/// The claim scripts of the claims at `indices` (one per stream and hash
+/// tag), each led by its stream's write layout, TTL and sweep interval.
+pub(crate) fn claim_groups(
+    prefix: &str,
+    streams: &[StreamSpec],
+    layouts: &[StreamLayout],
+    claims: &[Claim],
+    indices: Vec<usize>,
 ) -> Result<TagGroups, StoreError> {
-    let entries = claims
-        .map(|claim| {
+    let entries = indices
+        .into_iter()
+        .map(|index| {
+            let claim = claims
+                .get(index)
+                .ok_or_else(|| StoreError::Protocol("claim index out of range".into()))?;
             let spec = spec(streams, claim.stream)?;
             let layout = layout(layouts, claim.stream)?;
             let ttl = millis(spec.tier1_ttl).max(1);
@@ -273,6 +352,7 @@ pub(crate) fn claim_groups<'c>(
             let value = ClaimValue::pending(claim.holder, claim.token, claim.digest, claim.at);
             let place = Place::of(prefix, &spec.key_id, layout.buckets, &claim.hash);
             Ok((
+                index,
                 (claim.stream.0, tier1::tag(&claim.hash)),
                 place,
                 value.encode()?.to_vec(),
@@ -280,7 +360,7 @@ pub(crate) fn claim_groups<'c>(
             ))
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
-    Ok(TagGroups::by(entries.into_iter()))
+    Ok(TagGroups::indexed(entries.into_iter()))
 }
 
 /// A stream's tier-1 layout.
@@ -354,34 +434,59 @@ pub(crate) struct Swept {
     pub(crate) fields: u64,
 }
 
+/// What the claim scripts said beside the claims: per script that swept
+/// a hash, what it found; the server's time; each written hash's next
+/// sweep.
+#[derive(Default)]
+pub(crate) struct Learnt {
+    pub(crate) swept: Vec<Swept>,
+    pub(crate) time: Option<(i64, i64)>,
+    pub(crate) marks: Vec<(Vec<u8>, i64)>,
+}
+
 /// What the claim scripts answered, spread back to request order: per
-/// claim `None` where it was written, else the holder's value; and, per
-/// script that swept a hash, what it found.
+/// claim `None` where it was written, else the holder's value (claims no
+/// script carried stay `None`); and what they said beside.
 pub(crate) fn existing(
     groups: &TagGroups,
     answers: Vec<RedisResult<Value>>,
     total: usize,
-) -> Result<(Vec<Option<ClaimValue>>, Vec<Swept>), StoreError> {
+) -> Result<(Vec<Option<ClaimValue>>, Learnt), StoreError> {
     if answers.len() != groups.groups.len() {
         return Err(StoreError::Protocol("claim scripts answered short".into()));
     }
     let mut out = vec![None; total];
-    let mut swept = Vec::new();
+    let mut learnt = Learnt::default();
     for ((group, (stream, _)), answer) in groups.groups.iter().zip(&groups.slots).zip(answers) {
         let Value::Array(mut values) = answer.map_err(|e| reply_error("claim", e))? else {
             return Err(StoreError::Protocol(
                 "claim script answered no array".into(),
             ));
         };
-        if values.len() != group.indices.len() + 1 {
+        let n = group.indices.len();
+        if values.len() < n + 3 || (values.len() - n - 3) % 2 != 0 {
             return Err(StoreError::Protocol("claim script answered short".into()));
         }
+        let tail = values.split_off(n);
+        let int = |v: &Value| match v {
+            Value::Int(i) => Ok(*i),
+            other => Err(StoreError::Protocol(format!(
+                "claim script's figures gave {other:?}"
+            ))),
+        };
         // 0 where the script swept nothing: most calls.
-        if let Some(Value::Int(fields @ 1..)) = values.pop() {
-            swept.push(Swept {
+        if let fields @ 1.. = int(&tail[0])? {
+            learnt.swept.push(Swept {
                 stream: *stream,
                 fields: u64::try_from(fields).unwrap_or(0),
             });
+        }
+        learnt.time = Some((int(&tail[1])?, int(&tail[2])?));
+        for pair in tail[3..].chunks(2) {
+            let g = usize::try_from(int(&pair[0])?).unwrap_or(0);
+            if let Some(hash) = group.hash(g) {
+                learnt.marks.push((hash.to_vec(), int(&pair[1])?));
+            }
         }
         for (&index, value) in group.indices.iter().zip(values) {
             let held = match value {
@@ -394,7 +499,7 @@ pub(crate) fn existing(
             }
         }
     }
-    Ok((out, swept))
+    Ok((out, learnt))
 }
 
 /// The bloom writes of a trip's inserts, in command order.

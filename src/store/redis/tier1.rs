@@ -158,6 +158,11 @@ impl Group {
     fn script_keys(&self) -> Vec<Vec<u8>> {
         self.keys.iter().chain(&self.hashes).cloned().collect()
     }
+
+    /// The key of the group's hash with script index `g` (`KEYS[n + g]`).
+    pub(crate) fn hash(&self, g: usize) -> Option<&[u8]> {
+        self.hashes.get(g.checked_sub(1)?).map(Vec::as_slice)
+    }
 }
 
 /// A group's `(stream, tag)`.
@@ -188,8 +193,19 @@ impl TagGroups {
     /// Groups by `(stream, tag)`, each group's invocation led by `head`
     /// (the same for every request of a stream).
     pub(crate) fn by(entries: impl Iterator<Item = (Slot, Place, Vec<u8>, Head)>) -> TagGroups {
+        TagGroups::indexed(
+            entries
+                .enumerate()
+                .map(|(index, (slot, place, operand, head))| (index, slot, place, operand, head)),
+        )
+    }
+
+    /// As `by`, each request with its own index in the requests.
+    pub(crate) fn indexed(
+        entries: impl Iterator<Item = (usize, Slot, Place, Vec<u8>, Head)>,
+    ) -> TagGroups {
         let mut by_slot: BTreeMap<Slot, (Group, Head)> = BTreeMap::new();
-        for (index, (slot, place, operand, head)) in entries.enumerate() {
+        for (index, slot, place, operand, head) in entries {
             by_slot
                 .entry(slot)
                 .or_insert_with(|| (Group::default(), head))

@@ -237,3 +237,153 @@ async fn a_start_that_would_change_the_bucket_count_is_refused() {
     assert!(error.contains("buckets per tag"), "{error}");
     assert!(error.contains("peak_rate"), "{error}");
 }
+
+/// Server-wide count of `PEXPIREAT` calls: only native claims send it
+/// (the scripts move a hash's expiry with `PEXPIRE`), and other tests
+/// running meanwhile only add to it.
+async fn pexpireat_calls(r: &Redis) -> u64 {
+    let mut total = 0;
+    for mut conn in connections(r).await {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        total += info
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_pexpireat:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse::<u64>().unwrap());
+    }
+    total
+}
+
+/// A stream born grouped, one hash per tag: once a claim script wrote a
+/// hash, later claims in it go as native commands (docs/design.md §4.1),
+/// and every rule still holds on what they wrote: copies held, done flags,
+/// releases, re-stamps; each field lives its TTL, each hash longer.
+async fn born_grouped_claims_go_native(kind: &str) {
+    let r = Redis::native(kind, "layouts-native");
+    let store = {
+        use super::Harness;
+        r.open(streams()).await
+    };
+    let salt = r.prefix.clone();
+    // Ten buckets per tag (1/s for 12 h): 2,000 claims write all but a
+    // few of the 640 hashes.
+    let first: Vec<_> = (1000..3000)
+        .map(|n| claim(EXACT, hash(&salt, n), n as i64, T0))
+        .collect();
+    assert_eq!(store.claim(&first).await.unwrap(), vec![WON; 2000]);
+
+    let before = pexpireat_calls(&r).await;
+    let next: Vec<_> = (200..400)
+        .map(|n| claim(EXACT, hash(&salt, n), n as i64, T0))
+        .collect();
+    assert_eq!(store.claim(&next).await.unwrap(), vec![WON; 200]);
+    let sent = pexpireat_calls(&r).await - before;
+    assert!(
+        sent >= 150,
+        "only {sent} of 200 claims in written hashes went native"
+    );
+
+    // Copies of native claims meet them through the script.
+    let copies: Vec<_> = (200..400)
+        .map(|n| claim_on(EXACT, hash(&salt, n), on(8, n as i64), T0))
+        .collect();
+    for outcome in store.claim(&copies).await.unwrap() {
+        assert!(matches!(outcome, ClaimOutcome::Held { .. }), "{outcome:?}");
+    }
+    // Settled and freed natively written claims behave as any other.
+    let settle = Publish {
+        done: next[..20].iter().map(Held::from).collect(),
+        releases: next[20..40].iter().map(Held::from).collect(),
+        ..Publish::default()
+    };
+    let answer = store.publish(&settle).await.unwrap();
+    assert_eq!(
+        (answer.done, answer.released),
+        (vec![true; 20], vec![true; 20])
+    );
+    let outcomes = store.claim(&copies[..40]).await.unwrap();
+    for outcome in &outcomes[..20] {
+        assert!(
+            matches!(outcome, ClaimOutcome::Duplicate { .. }),
+            "{outcome:?}"
+        );
+    }
+    assert_eq!(outcomes[20..], vec![WON; 20]);
+    // Its own claim met by a new owner is re-stamped where it lies.
+    let own = idemgate::store::Claim {
+        token: NEXT,
+        ..next[50]
+    };
+    assert_eq!(
+        store.claim(&[own]).await.unwrap(),
+        vec![ClaimOutcome::Won { fresh: false }]
+    );
+
+    // A field's expiry is its TTL past the server's time or later; its
+    // hash expires no earlier than the field's second.
+    let ttl_s = streams()[EXACT.0].tier1_ttl.as_secs() as i64;
+    let place = store_place(&r, 300).await;
+    for mut conn in connections(&r).await {
+        let field: redis::RedisResult<Option<Vec<u8>>> = redis::cmd("HGET")
+            .arg(&place.group)
+            .arg(&place.field)
+            .query_async(&mut conn)
+            .await;
+        let Ok(Some(field)) = field else { continue };
+        let (now_s, _): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+        let word = u32::from_be_bytes([field[24] & 0x7f, field[25], field[26], field[27]]);
+        let expires_s = 1_577_836_800 + i64::from(word);
+        assert!(
+            expires_s >= now_s + ttl_s - 5,
+            "{expires_s} against {now_s}"
+        );
+        assert!(
+            expires_s <= now_s + ttl_s + 3,
+            "{expires_s} against {now_s}"
+        );
+        let hash_ms: i64 = redis::cmd("PEXPIRETIME")
+            .arg(&place.group)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(
+            hash_ms >= expires_s * 1000,
+            "hash {hash_ms}, field {expires_s}"
+        );
+    }
+
+    // No replica may write keys into it.
+    let refused = RedisStore::connect(&options(&r, Some(Tier1Layout::Keys)), few_streams(&r)).await;
+    let error = refused.err().expect("a keys writer is refused").to_string();
+    assert!(error.contains("born grouped"), "{error}");
+}
+
+/// The streams as the harness opens them.
+fn few_streams(r: &Redis) -> Vec<idemgate::store::StreamSpec> {
+    let mut few = streams();
+    for spec in &mut few {
+        spec.peak_rate = r.peak_rate;
+    }
+    few
+}
+
+async fn store_place(r: &Redis, n: u64) -> idemgate::store::redis::Tier1Place {
+    let store = RedisStore::connect(&options(r, None), few_streams(r))
+        .await
+        .unwrap();
+    store.tier1_place(EXACT, &hash(&r.prefix, n)).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_born_grouped_streams_claims_go_native_on_one_server() {
+    born_grouped_claims_go_native("bitmap").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_born_grouped_streams_claims_go_native_on_a_cluster() {
+    born_grouped_claims_go_native("cluster").await;
+}

@@ -77,6 +77,9 @@ pub struct Redis {
     pub tls: Option<TlsFiles>,
     /// What the stores write tier-1 claims as.
     pub layout: Tier1Layout,
+    /// Every stream's `peak_rate` where set: 1/s gives one hash per tag,
+    /// whose claims go native once a script has written it.
+    pub peak_rate: Option<u64>,
 }
 
 /// The test services' TLS Redis (tls-port, client certificates required):
@@ -142,6 +145,7 @@ impl Redis {
                     auth: options.auth,
                     tls: options.tls,
                     layout,
+                    peak_rate: None,
                 };
             }
             other => panic!("unknown backend {other}"),
@@ -155,13 +159,27 @@ impl Redis {
             auth: Auth::default(),
             tls: None,
             layout,
+            peak_rate: None,
+        }
+    }
+
+    /// Born grouped in one hash per tag: most claims go native.
+    pub fn native(kind: &str, test: &str) -> Redis {
+        Redis {
+            peak_rate: Some(1),
+            ..Redis::with_layout(kind, test, Tier1Layout::Grouped)
         }
     }
 }
 
 #[async_trait]
 impl Harness for Redis {
-    async fn open(&self, streams: Vec<StreamSpec>) -> Arc<dyn ClaimStore> {
+    async fn open(&self, mut streams: Vec<StreamSpec>) -> Arc<dyn ClaimStore> {
+        if let Some(rate) = self.peak_rate {
+            for spec in &mut streams {
+                spec.peak_rate = Some(rate);
+            }
+        }
         let options = RedisOptions {
             filter_backend: Some(self.backend),
             auth: self.auth.clone(),
@@ -326,6 +344,8 @@ macro_rules! conformance {
         conformance!(@redis redis_tls, "tls", [$($test,)* $($tiered),*], [$($only),*]);
         conformance!(@grouped redis_grouped, "bitmap", [$($test,)* $($tiered),*], [$($only),*]);
         conformance!(@grouped redis_cluster_grouped, "cluster", [$($test,)* $($tiered),*], [$($only),*]);
+        conformance!(@native redis_native, "bitmap", [$($test,)* $($tiered),*], [$($only),*]);
+        conformance!(@native redis_cluster_native, "cluster", [$($test,)* $($tiered),*], [$($only),*]);
         mod postgres {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -359,6 +379,26 @@ macro_rules! conformance {
                         stringify!($only),
                         super::Tier1Layout::Grouped,
                     );
+                    super::conformance::$only(&harness).await;
+                    super::every_key_carries_an_expiry(&harness).await;
+                }
+            )*
+        }
+    };
+    (@native $module:ident, $kind:literal, [$($test:ident),*], [$($only:ident),*]) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    let harness = super::Redis::native($kind, stringify!($test));
+                    super::conformance::$test(&harness).await;
+                    super::every_key_carries_an_expiry(&harness).await;
+                }
+            )*
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $only() {
+                    let harness = super::Redis::native($kind, stringify!($only));
                     super::conformance::$only(&harness).await;
                     super::every_key_carries_an_expiry(&harness).await;
                 }
