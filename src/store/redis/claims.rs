@@ -100,6 +100,8 @@ impl ClaimStore for RedisStore {
             .await?;
         self.resend_lost_scripts(&plan, &mut answers).await?;
         let written = native::written(std::mem::take(&mut answers.native))?;
+        self.native_sent
+            .fetch_add(written.len() as u64, std::sync::atomic::Ordering::Relaxed);
 
         let mut answer = RoundAnswer {
             raised: plan

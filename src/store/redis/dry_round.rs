@@ -211,19 +211,6 @@ fn probes(
         &group,
         &[ttl_arg, b"GT"],
     );
-    // A time long past: GT and NX leave the probe's expiry as set above.
-    plain(
-        "PEXPIREAT GT",
-        "grouped tier-1 claims written natively",
-        &group,
-        &[b"1", b"GT"],
-    );
-    plain(
-        "PEXPIREAT NX",
-        "grouped tier-1 hashes after a store loss",
-        &group,
-        &[b"1", b"NX"],
-    );
     plain("HSET", "watermark raises", &marks, &[b"probe", b"1"]);
     plain("HGET", "watermark raises", &marks, &[b"probe"]);
     plain("PEXPIRE", "watermark raises", &marks, &[ttl_arg]);

@@ -17,7 +17,8 @@
 //! ever moved later).
 //!
 //! Expired fields are swept by the claim script that writes their hash,
-//! when the hash's sweep mark (field `~`, the next sweep time) is due: the
+//! when the hash's sweep mark (field `~`: the next sweep time, then the
+//! expiry that sweep gave the hash, which only moves later) is due: the
 //! whole hash is read once per tenth of the TTL, so the expired fields
 //! still lying there stay around a twentieth of the live ones on average
 //! (a tenth at most), for a read of about ten fields per claim written.
@@ -71,9 +72,10 @@ end
 /// written, else the holder's value; then the most live claims any hash it
 /// swept held (each hash is counted at every sweep, a tenth of a TTL apart;
 /// its entries are those and the sweep mark); then the server's time (`TIME`:
-/// seconds, microseconds); then, per hash it wrote, the hash's index and
-/// its next sweep (seconds since the epoch), which let later claims in it
-/// go as native commands (`native.rs`).
+/// seconds, microseconds); then, per hash it wrote, the hash's index, its
+/// next sweep and the least expiry its last sweep gave it (seconds since
+/// the epoch; 0 where unknown), which let later claims in it go as native
+/// commands (`native.rs`). The sweep mark holds both, 4 bytes each.
 const CLAIM: &str = r#"local mode, ttl, every = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local n = (#ARGV - 3) / 3
 local until_s = math.ceil(NOW + ttl / 1000)
@@ -117,6 +119,8 @@ for g in pairs(touched) do
   local h = KEYS[n + g]
   local mark = redis.call('HGET', h, '~')
   local due = mark and secs(mark, 1)
+  local lasts = 0
+  if mark and #mark == 8 then lasts = secs(mark, 5) end
   if not due or due <= NOW then
     local all = redis.call('HGETALL', h)
     local dead, kept = {}, 0
@@ -127,13 +131,15 @@ for g in pairs(touched) do
     end
     if #dead > 0 then redis.call('HDEL', h, unpack(dead)) end
     local next_s = math.ceil(NOW + every)
-    redis.call('HSET', h, '~', enc(next_s))
-    extend(h, next_s + math.ceil(ttl / 1000))
+    lasts = next_s + math.ceil(ttl / 1000)
+    redis.call('HSET', h, '~', enc(next_s) .. enc(lasts))
+    extend(h, lasts)
     if kept > most then most = kept end
     due = next_s
   end
   seen[#seen + 1] = g
   seen[#seen + 1] = due
+  seen[#seen + 1] = lasts
 end
 out[n + 1] = most
 out[n + 2] = tonumber(T[1])

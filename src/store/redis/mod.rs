@@ -143,6 +143,8 @@ pub struct RedisStore {
     /// The server's time and the hashes' next sweeps, as the claim scripts
     /// answered them: which claims may go native (`native.rs`).
     sweeps: Mutex<native::Sweeps>,
+    /// Claims sent as a native command since start (`native_claims`).
+    native_sent: AtomicU64,
 }
 
 const NOSCRIPT: &str = "NOSCRIPT";
@@ -224,6 +226,7 @@ impl RedisStore {
             layouts,
             most_fields,
             sweeps: Mutex::new(native::Sweeps::default()),
+            native_sent: AtomicU64::new(0),
         })
     }
 
@@ -252,6 +255,12 @@ impl RedisStore {
             &spec(&self.streams, stream)?.key_id,
             hash,
         ))
+    }
+
+    /// How many claims went as a native command since start (docs/design.md
+    /// §4.1), for tests that check they do.
+    pub fn native_claims(&self) -> u64 {
+        self.native_sent.load(Ordering::Relaxed)
     }
 
     /// Where a hash's tier-1 claim lives, for tests that inspect the

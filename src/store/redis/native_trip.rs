@@ -95,7 +95,7 @@ impl RedisStore {
                     .get(n.index)
                     .is_some_and(|c| lost.iter().any(|l| l.stream == c.stream))
             })
-            .map(|n| native::expire_anew(&n.group, n.expires_at))
+            .map(|n| native::expire_anew(&n.group, n.ttl_ms))
             .collect();
         round::values(self.conn.run(commands).await?, "claim's hash expiry")?;
         Ok(())

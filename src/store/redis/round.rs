@@ -14,7 +14,7 @@ use super::conn::{reply_error, Keyed};
 use super::grouped::{Place, StreamLayout};
 use super::grouped_script::sweep_every_s;
 use super::identity::RoundReads;
-use super::native::{self, Sweeps};
+use super::native::{self, Mark, Sweeps};
 use super::tier1::{self, Scripts, TagGroups};
 use super::tier2::{self, BloomWrite, Clear, FilterBackend, Full, Item, ProbeMap, Want};
 use super::watermarks::{self, RaiseGroups};
@@ -41,7 +41,7 @@ pub(crate) struct Plan<'a> {
     /// not go native.
     pub(crate) claims: TagGroups,
     /// The claims sent as native commands (`native.rs`), and their
-    /// commands, two each.
+    /// commands, one each.
     pub(crate) native: Vec<NativeClaim>,
     native_commands: Vec<Keyed>,
     /// The claims of tiered streams, for their probes (and a follow-up's).
@@ -54,12 +54,12 @@ pub(crate) struct Plan<'a> {
     pub(crate) asked: Vec<(usize, i64)>,
 }
 
-/// A claim sent as native commands: its index in the round, its hash's
-/// key and its field's expiry.
+/// A claim sent as a native command: its index in the round, its hash's
+/// key and its stream's TTL.
 pub(crate) struct NativeClaim {
     pub(crate) index: usize,
     pub(crate) group: Vec<u8>,
-    pub(crate) expires_at: i64,
+    pub(crate) ttl_ms: i64,
 }
 
 /// How many answers each part of the trip owns, in trip order.
@@ -164,9 +164,9 @@ impl<'a> Plan<'a> {
         let mut scripted = Vec::new();
         for (index, claim) in claims.iter().enumerate() {
             match native_claim(prefix, streams, layouts, (sweeps, now), index, claim)? {
-                Some((sent, commands)) => {
+                Some((sent, command)) => {
                     native.push(sent);
-                    native_commands.extend(commands);
+                    native_commands.push(command);
                 }
                 None => scripted.push(index),
             }
@@ -296,7 +296,7 @@ impl Layout {
     }
 }
 
-/// A claim's native commands (`native.rs`), where its stream was born
+/// A claim's native command (`native.rs`), where its stream was born
 /// grouped and its hash's sweep is known and not near.
 fn native_claim(
     prefix: &str,
@@ -305,7 +305,7 @@ fn native_claim(
     (sweeps, now): (&Sweeps, Instant),
     index: usize,
     claim: &Claim,
-) -> Result<Option<(NativeClaim, [Keyed; 2])>, StoreError> {
+) -> Result<Option<(NativeClaim, Keyed)>, StoreError> {
     let layout = layout(layouts, claim.stream)?;
     if !layout.fields_only {
         return Ok(None);
@@ -317,13 +317,13 @@ fn native_claim(
         return Ok(None);
     };
     let value = ClaimValue::pending(claim.holder, claim.token, claim.digest, claim.at);
-    let commands = native::commands(&place, &value.encode()?, expires_at);
+    let command = native::command(&place, &value.encode()?, expires_at);
     let sent = NativeClaim {
         index,
         group: place.group,
-        expires_at,
+        ttl_ms: ttl,
     };
-    Ok(Some((sent, commands)))
+    Ok(Some((sent, command)))
 }
 
 /// The claim scripts of the claims at `indices` (one per stream and hash
@@ -441,7 +441,7 @@ pub(crate) struct Swept {
 pub(crate) struct Learnt {
     pub(crate) swept: Vec<Swept>,
     pub(crate) time: Option<(i64, i64)>,
-    pub(crate) marks: Vec<(Vec<u8>, i64)>,
+    pub(crate) marks: Vec<(Vec<u8>, Mark)>,
 }
 
 /// What the claim scripts answered, spread back to request order: per
@@ -464,7 +464,7 @@ pub(crate) fn existing(
             ));
         };
         let n = group.indices.len();
-        if values.len() < n + 3 || (values.len() - n - 3) % 2 != 0 {
+        if values.len() < n + 3 || (values.len() - n - 3) % 3 != 0 {
             return Err(StoreError::Protocol("claim script answered short".into()));
         }
         let tail = values.split_off(n);
@@ -482,10 +482,11 @@ pub(crate) fn existing(
             });
         }
         learnt.time = Some((int(&tail[1])?, int(&tail[2])?));
-        for pair in tail[3..].chunks(2) {
-            let g = usize::try_from(int(&pair[0])?).unwrap_or(0);
+        for seen in tail[3..].chunks(3) {
+            let g = usize::try_from(int(&seen[0])?).unwrap_or(0);
             if let Some(hash) = group.hash(g) {
-                learnt.marks.push((hash.to_vec(), int(&pair[1])?));
+                let (due, lasts) = (int(&seen[1])?, int(&seen[2])?);
+                learnt.marks.push((hash.to_vec(), Mark { due, lasts }));
             }
         }
         for (&index, value) in group.indices.iter().zip(values) {

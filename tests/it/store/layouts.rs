@@ -238,36 +238,15 @@ async fn a_start_that_would_change_the_bucket_count_is_refused() {
     assert!(error.contains("peak_rate"), "{error}");
 }
 
-/// Server-wide count of `PEXPIREAT` calls: only native claims send it
-/// (the scripts move a hash's expiry with `PEXPIRE`), and other tests
-/// running meanwhile only add to it.
-async fn pexpireat_calls(r: &Redis) -> u64 {
-    let mut total = 0;
-    for mut conn in connections(r).await {
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        total += info
-            .lines()
-            .find_map(|l| l.strip_prefix("cmdstat_pexpireat:calls="))
-            .and_then(|rest| rest.split(',').next())
-            .map_or(0, |n| n.parse::<u64>().unwrap());
-    }
-    total
-}
-
-/// A stream born grouped, one hash per tag: once a claim script wrote a
-/// hash, later claims in it go as native commands (docs/design.md §4.1),
+/// A stream born grouped, ten hashes per tag: once a claim script wrote a
+/// hash, later claims in it go as a native command (docs/design.md §4.1),
 /// and every rule still holds on what they wrote: copies held, done flags,
 /// releases, re-stamps; each field lives its TTL, each hash longer.
 async fn born_grouped_claims_go_native(kind: &str) {
     let r = Redis::native(kind, "layouts-native");
-    let store = {
-        use super::Harness;
-        r.open(streams()).await
-    };
+    let store = RedisStore::connect(&options(&r, Some(Tier1Layout::Grouped)), few_streams(&r))
+        .await
+        .unwrap();
     let salt = r.prefix.clone();
     // Ten buckets per tag (1/s for 12 h): 2,000 claims write all but a
     // few of the 640 hashes.
@@ -276,12 +255,12 @@ async fn born_grouped_claims_go_native(kind: &str) {
         .collect();
     assert_eq!(store.claim(&first).await.unwrap(), vec![WON; 2000]);
 
-    let before = pexpireat_calls(&r).await;
+    let before = store.native_claims();
     let next: Vec<_> = (200..400)
         .map(|n| claim(EXACT, hash(&salt, n), n as i64, T0))
         .collect();
     assert_eq!(store.claim(&next).await.unwrap(), vec![WON; 200]);
-    let sent = pexpireat_calls(&r).await - before;
+    let sent = store.native_claims() - before;
     assert!(
         sent >= 150,
         "only {sent} of 200 claims in written hashes went native"
@@ -326,7 +305,7 @@ async fn born_grouped_claims_go_native(kind: &str) {
     // A field's expiry is its TTL past the server's time or later; its
     // hash expires no earlier than the field's second.
     let ttl_s = streams()[EXACT.0].tier1_ttl.as_secs() as i64;
-    let place = store_place(&r, 300).await;
+    let place = store.tier1_place(EXACT, &hash(&salt, 300)).unwrap();
     for mut conn in connections(&r).await {
         let field: redis::RedisResult<Option<Vec<u8>>> = redis::cmd("HGET")
             .arg(&place.group)
@@ -369,13 +348,6 @@ fn few_streams(r: &Redis) -> Vec<idemgate::store::StreamSpec> {
         spec.peak_rate = r.peak_rate;
     }
     few
-}
-
-async fn store_place(r: &Redis, n: u64) -> idemgate::store::redis::Tier1Place {
-    let store = RedisStore::connect(&options(r, None), few_streams(r))
-        .await
-        .unwrap();
-    store.tier1_place(EXACT, &hash(&r.prefix, n)).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -77,8 +77,8 @@ pub struct Redis {
     pub tls: Option<TlsFiles>,
     /// What the stores write tier-1 claims as.
     pub layout: Tier1Layout,
-    /// Every stream's `peak_rate` where set: 1/s gives one hash per tag,
-    /// whose claims go native once a script has written it.
+    /// Every stream's `peak_rate` where set: 1/s gives one to ten hashes a
+    /// tag, whose claims go native once a script has written them.
     pub peak_rate: Option<u64>,
 }
 
