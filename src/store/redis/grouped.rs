@@ -127,20 +127,25 @@ pub(crate) fn bucket(hash: &SourceHash, buckets: u32) -> u32 {
     word % buckets.max(1)
 }
 
-/// A claim's two places: its key and its field (in the hash `group`).
+/// A claim's two places: its key and its field (in the hash `group`,
+/// which is `slot` among its stream's: its tag over its bucket).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Place {
     pub(crate) key: Vec<u8>,
     pub(crate) group: Vec<u8>,
     pub(crate) field: Vec<u8>,
+    pub(crate) slot: u32,
 }
 
 impl Place {
     pub(crate) fn of(prefix: &str, key_id: &str, buckets: u32, hash: &SourceHash) -> Place {
+        let (tag, bucket) = (tier1::tag(hash), bucket(hash, buckets));
         Place {
             key: tier1::key(prefix, key_id, hash),
-            group: group_key(prefix, key_id, tier1::tag(hash), bucket(hash, buckets)),
+            group: group_key(prefix, key_id, tag, bucket),
             field: hash.0[..16].to_vec(),
+            // Buckets stay under 2^24 (`MAX_BUCKETS`), tags under 64.
+            slot: u32::from(tag) << 24 | bucket,
         }
     }
 }

@@ -67,17 +67,23 @@ pub(crate) struct Mark {
 #[derive(Debug, Default)]
 pub(crate) struct Sweeps {
     time: Option<ServerTime>,
-    marks: HashMap<Vec<u8>, Mark>,
+    /// By `key`: the hash's name would cost a cache miss a lookup.
+    marks: HashMap<u64, Mark>,
 }
 
 impl Sweeps {
+    /// A hash's key here: its stream's index over its `Place::slot`.
+    pub(crate) fn key(stream: usize, slot: u32) -> u64 {
+        (stream as u64) << 32 | u64::from(slot)
+    }
+
     /// What a trip sent at `sent` answered: the server's time and each
     /// written hash's sweep.
     pub(crate) fn learn(
         &mut self,
         sent: Instant,
         time: Option<(i64, i64)>,
-        marks: impl IntoIterator<Item = (Vec<u8>, Mark)>,
+        marks: impl IntoIterator<Item = (u64, Mark)>,
     ) {
         if let Some((seconds, micros)) = time {
             let server_ms = seconds * 1000 + micros.div_euclid(1000) + 1;
@@ -104,9 +110,9 @@ impl Sweeps {
     /// at `now`, or `None` where it goes through the script: no time or
     /// sweep learnt, the sweep due within a second, or the field would
     /// outlive what the hash is known to.
-    pub(crate) fn native_expiry(&self, hash: &[u8], ttl_ms: i64, now: Instant) -> Option<i64> {
+    pub(crate) fn native_expiry(&self, hash: u64, ttl_ms: i64, now: Instant) -> Option<i64> {
         let time = self.time?;
-        let mark = self.marks.get(hash)?;
+        let mark = self.marks.get(&hash)?;
         let elapsed = i64::try_from(now.saturating_duration_since(time.sent).as_millis())
             .unwrap_or(i64::MAX / 4);
         let server_ms = time.server_ms.saturating_add(elapsed);
@@ -171,14 +177,11 @@ mod tests {
 
     /// 2026-12-07T20:00:00.000250Z on the server.
     const NOW_S: i64 = 1_796_673_600;
+    const H: u64 = 7 << 32 | 3 << 24 | 5;
 
     fn learnt(at: Instant, due: i64, lasts: i64) -> Sweeps {
         let mut sweeps = Sweeps::default();
-        sweeps.learn(
-            at,
-            Some((NOW_S, 250)),
-            [(b"h".to_vec(), Mark { due, lasts })],
-        );
+        sweeps.learn(at, Some((NOW_S, 250)), [(H, Mark { due, lasts })]);
         sweeps
     }
 
@@ -188,9 +191,9 @@ mod tests {
         let sweeps = learnt(at, NOW_S + 360, NOW_S + 360 + 3600);
         let later = at + Duration::from_millis(1500);
         // 20:00:00.001 (250 µs rounded up, plus one) + 1.5 s + TTL + margin.
-        let expiry = sweeps.native_expiry(b"h", 60_000, later).unwrap();
+        let expiry = sweeps.native_expiry(H, 60_000, later).unwrap();
         assert_eq!(expiry, NOW_S * 1000 + 1 + 1500 + 60_000 + 1000);
-        assert_eq!(sweeps.native_expiry(b"other", 60_000, later), None);
+        assert_eq!(sweeps.native_expiry(H + 1, 60_000, later), None);
     }
 
     #[test]
@@ -199,21 +202,21 @@ mod tests {
         let sweeps = learnt(at, NOW_S + 10, NOW_S + 20);
         let ttl = 10_000;
         assert!(sweeps
-            .native_expiry(b"h", ttl, at + Duration::from_millis(7_900))
+            .native_expiry(H, ttl, at + Duration::from_millis(7_900))
             .is_some());
         // Due within a second.
         assert!(sweeps
-            .native_expiry(b"h", ttl, at + Duration::from_millis(9_000))
+            .native_expiry(H, ttl, at + Duration::from_millis(9_000))
             .is_none());
         // A longer TTL than the sweeping replica's: the hash may not last.
-        assert!(sweeps.native_expiry(b"h", 2 * ttl, at).is_none());
+        assert!(sweeps.native_expiry(H, 2 * ttl, at).is_none());
         // A mark of an earlier build says nothing of the hash's expiry.
         assert!(learnt(at, NOW_S + 10, 0)
-            .native_expiry(b"h", ttl, at)
+            .native_expiry(H, ttl, at)
             .is_none());
         let mut forgotten = sweeps;
         forgotten.forget();
-        assert!(forgotten.native_expiry(b"h", ttl, at).is_none());
+        assert!(forgotten.native_expiry(H, ttl, at).is_none());
     }
 
     #[test]
@@ -223,7 +226,7 @@ mod tests {
         // A trip sent earlier answering later says less about now.
         sweeps.learn(at, Some((NOW_S - 600, 0)), []);
         let expiry = sweeps
-            .native_expiry(b"h", 0, at + Duration::from_secs(5))
+            .native_expiry(H, 0, at + Duration::from_secs(5))
             .unwrap();
         assert_eq!(expiry, NOW_S * 1000 + 1 + MARGIN_MS);
     }
@@ -234,6 +237,7 @@ mod tests {
             key: b"k".to_vec(),
             group: b"g".to_vec(),
             field: vec![1; 16],
+            slot: 0,
         };
         let set = command(&place, &[0; VALUE_LEN], NOW_S * 1000 + 1);
         let packed = set.cmd.get_packed_command();

@@ -313,7 +313,8 @@ fn native_claim(
     let spec = spec(streams, claim.stream)?;
     let place = Place::of(prefix, &spec.key_id, layout.buckets, &claim.hash);
     let ttl = millis(spec.tier1_ttl).max(1);
-    let Some(expires_at) = sweeps.native_expiry(&place.group, ttl, now) else {
+    let learnt = Sweeps::key(claim.stream.0, place.slot);
+    let Some(expires_at) = sweeps.native_expiry(learnt, ttl, now) else {
         return Ok(None);
     };
     let value = ClaimValue::pending(claim.holder, claim.token, claim.digest, claim.at);
@@ -441,7 +442,7 @@ pub(crate) struct Swept {
 pub(crate) struct Learnt {
     pub(crate) swept: Vec<Swept>,
     pub(crate) time: Option<(i64, i64)>,
-    pub(crate) marks: Vec<(Vec<u8>, Mark)>,
+    pub(crate) marks: Vec<(u64, Mark)>,
 }
 
 /// What the claim scripts answered, spread back to request order: per
@@ -484,9 +485,11 @@ pub(crate) fn existing(
         learnt.time = Some((int(&tail[1])?, int(&tail[2])?));
         for seen in tail[3..].chunks(3) {
             let g = usize::try_from(int(&seen[0])?).unwrap_or(0);
-            if let Some(hash) = group.hash(g) {
+            if let Some(slot) = group.hash_slot(g) {
                 let (due, lasts) = (int(&seen[1])?, int(&seen[2])?);
-                learnt.marks.push((hash.to_vec(), Mark { due, lasts }));
+                learnt
+                    .marks
+                    .push((Sweeps::key(*stream, slot), Mark { due, lasts }));
             }
         }
         for (&index, value) in group.indices.iter().zip(values) {

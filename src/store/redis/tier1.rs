@@ -135,6 +135,8 @@ pub(crate) struct Group {
     pub(crate) indices: Vec<usize>,
     pub(crate) keys: Vec<Vec<u8>>,
     hashes: Vec<Vec<u8>>,
+    /// Each hash's `Place::slot`.
+    slots: Vec<u32>,
     args: Vec<Vec<u8>>,
 }
 
@@ -144,6 +146,7 @@ impl Group {
             Some(at) => at,
             None => {
                 self.hashes.push(place.group);
+                self.slots.push(place.slot);
                 self.hashes.len() - 1
             }
         };
@@ -159,9 +162,10 @@ impl Group {
         self.keys.iter().chain(&self.hashes).cloned().collect()
     }
 
-    /// The key of the group's hash with script index `g` (`KEYS[n + g]`).
-    pub(crate) fn hash(&self, g: usize) -> Option<&[u8]> {
-        self.hashes.get(g.checked_sub(1)?).map(Vec::as_slice)
+    /// The slot (`Place::slot`) of the group's hash with script index `g`
+    /// (`KEYS[n + g]`).
+    pub(crate) fn hash_slot(&self, g: usize) -> Option<u32> {
+        self.slots.get(g.checked_sub(1)?).copied()
     }
 }
 
