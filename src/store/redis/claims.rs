@@ -144,18 +144,8 @@ impl ClaimStore for RedisStore {
             .judge(std::mem::take(&mut answers.identities))?;
         let (mut held, learnt) = existing(&plan.claims, answers.claims, claims.len())?;
         self.learn(sent, learnt);
-        let again: Vec<usize> = plan
-            .native
-            .iter()
-            .zip(&written)
-            .filter(|(_, written)| !**written)
-            .map(|(native, _)| native.index)
-            .collect();
-        self.claim_again(&plan, claims, again, &mut held, &mut answer.lost)
+        self.native_follow_up(&plan, claims, &written, &mut held, &mut answer.lost)
             .await?;
-        if !answer.lost.is_empty() {
-            self.after_loss(&plan, claims, &answer.lost).await?;
-        }
         let mut in_filter = tier2::hits(&plan.probe_map, answers.probes, claims.len())?;
         let asked = std::mem::take(&mut answers.overflow_reads);
         self.overflow_follow_up(&plan, &clear, asked, &mut in_filter)
@@ -305,6 +295,9 @@ impl RedisStore {
         if lost.iter().all(Vec::is_empty) {
             return Ok(());
         }
+        // A server that lost its scripts may be another (a restart, a
+        // failover): nothing learnt of it is trusted.
+        self.sweeps().forget();
         let scripts = &self.scripts;
         let mut commands: Vec<Keyed> = Vec::new();
         commands.extend(

@@ -31,6 +31,7 @@ use serde::Deserialize;
 use super::conn::{reply_error, Conn, Keyed};
 use super::identity;
 use super::tier1;
+use super::watermarks;
 use crate::fingerprint::SourceHash;
 use crate::store::{StoreError, StreamSpec};
 
@@ -187,12 +188,23 @@ fn parse_record(stored: &[u8]) -> Result<StreamLayout, StoreError> {
     })
 }
 
-/// What a start decides from the record, the stream's identity and the
-/// config: pure, so every case is a test.
+/// What a start found of a stream in the store, beside its record.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Seen {
+    /// No store identity: no replica of an earlier version claims in it.
+    pub(crate) fresh: bool,
+    /// No watermarks either: nothing was ever claimed in it, in either
+    /// layout (a version before store identities left watermarks, and
+    /// key claims, but no identity).
+    pub(crate) untouched: bool,
+}
+
+/// What a start decides from the record, what it found of the stream and
+/// the config: pure, so every case is a test.
 pub(crate) fn decide(
     spec: &StreamSpec,
     recorded: Option<StreamLayout>,
-    fresh: bool,
+    seen: Seen,
     asked: Option<Tier1Layout>,
 ) -> Result<StreamLayout, StoreError> {
     let buckets = buckets(spec);
@@ -223,7 +235,7 @@ pub(crate) fn decide(
             fields_only: recorded.fields_only,
         }),
         None => {
-            let write = asked.unwrap_or(if fresh {
+            let write = asked.unwrap_or(if seen.fresh {
                 Tier1Layout::Grouped
             } else {
                 Tier1Layout::Keys
@@ -231,18 +243,18 @@ pub(crate) fn decide(
             Ok(StreamLayout {
                 write,
                 buckets,
-                fields_only: fresh && write == Tier1Layout::Grouped,
+                fields_only: seen.fresh && seen.untouched && write == Tier1Layout::Grouped,
             })
         }
     }
 }
 
-/// Reads each stream's record and identity, decides its layout and writes
-/// the record where it is new or changed. A stream without an identity is
-/// fresh: no replica of an earlier version claims in it, so it writes
-/// grouped unless the config says otherwise, and is recorded born grouped
-/// (`only`). Two replicas starting
-/// together agree: the first record written wins (`SET NX GET`).
+/// Reads each stream's record, identity and watermarks, decides its layout
+/// and writes the record where it is new or changed. A stream without an
+/// identity is fresh: no replica of an earlier version claims in it, so it
+/// writes grouped unless the config says otherwise; without watermarks too,
+/// it is recorded born grouped (`only`). Two replicas starting together
+/// agree: the first record written wins (`SET NX GET`).
 pub(crate) async fn settle(
     conn: &Conn,
     prefix: &str,
@@ -258,17 +270,32 @@ pub(crate) async fn settle(
             key: key.clone(),
             cmd: get,
         }];
-        commands.extend(identity::find(prefix, spec, conn.is_cluster()));
+        let identity = identity::find(prefix, spec, conn.is_cluster());
+        let places = identity.len();
+        commands.extend(identity);
+        commands.push(watermarks::read(prefix, spec));
         let mut answers = conn.run(commands).await?.into_iter();
         let recorded = match answers.next() {
             Some(answer) => stored(answer)?.map(|v| parse_record(&v)).transpose()?,
             None => return Err(StoreError::Protocol("layout record unanswered".into())),
         };
-        let fresh = identity::found(answers.collect())?
+        let fresh = identity::found(answers.by_ref().take(places).collect())?
             .places
             .iter()
             .all(Option::is_none);
-        let mut layout = decide(spec, recorded, fresh, asked)?;
+        let untouched = match answers.next() {
+            Some(Ok(Value::Array(fields))) => fields.is_empty(),
+            Some(Ok(Value::Map(fields))) => fields.is_empty(),
+            Some(Ok(Value::Nil)) => true,
+            Some(Err(error)) => return Err(reply_error("watermarks at start", error)),
+            other => {
+                return Err(StoreError::Protocol(format!(
+                    "watermarks at start answered {other:?}"
+                )))
+            }
+        };
+        let seen = Seen { fresh, untouched };
+        let mut layout = decide(spec, recorded, seen, asked)?;
         if recorded != Some(layout) {
             let mut set = redis::cmd("SET");
             set.arg(&key).arg(format_record(layout));
@@ -282,7 +309,7 @@ pub(crate) async fn settle(
             };
             // Another replica recorded first: its choice holds.
             if let (None, Some(before)) = (recorded, before) {
-                layout = decide(spec, Some(parse_record(&before)?), fresh, asked)?;
+                layout = decide(spec, Some(parse_record(&before)?), seen, asked)?;
             }
         }
         out.push(layout);
@@ -336,15 +363,24 @@ mod tests {
         }
     }
 
+    const NEW: Seen = Seen {
+        fresh: true,
+        untouched: true,
+    };
+    const OLD: Seen = Seen {
+        fresh: false,
+        untouched: false,
+    };
+
     #[test]
     fn a_fresh_stream_writes_grouped_an_old_one_keys_until_switched() {
         let s = spec(Some(100), 3600);
         assert_eq!(
-            decide(&s, None, true, None).unwrap().write,
+            decide(&s, None, NEW, None).unwrap().write,
             Tier1Layout::Grouped
         );
         assert_eq!(
-            decide(&s, None, false, None).unwrap().write,
+            decide(&s, None, OLD, None).unwrap().write,
             Tier1Layout::Keys
         );
         let keys = StreamLayout {
@@ -352,29 +388,38 @@ mod tests {
             buckets: buckets(&s),
             fields_only: false,
         };
-        assert_eq!(decide(&s, Some(keys), true, None).unwrap(), keys);
-        let switched = decide(&s, Some(keys), false, Some(Tier1Layout::Grouped)).unwrap();
+        assert_eq!(decide(&s, Some(keys), NEW, None).unwrap(), keys);
+        let switched = decide(&s, Some(keys), OLD, Some(Tier1Layout::Grouped)).unwrap();
         assert_eq!(switched.write, Tier1Layout::Grouped);
         // A switched stream may still hold key claims; a fresh one none.
         assert!(!switched.fields_only);
-        assert!(decide(&s, None, true, None).unwrap().fields_only);
+        assert!(decide(&s, None, NEW, None).unwrap().fields_only);
         assert!(
-            !decide(&s, None, true, Some(Tier1Layout::Keys))
+            !decide(&s, None, NEW, Some(Tier1Layout::Keys))
                 .unwrap()
                 .fields_only
         );
+        // No identity but watermarks: a store of a version before store
+        // identities, whose key claims may still live.
+        let before_identities = Seen {
+            fresh: true,
+            untouched: false,
+        };
+        let layout = decide(&s, None, before_identities, None).unwrap();
+        assert_eq!(layout.write, Tier1Layout::Grouped);
+        assert!(!layout.fields_only);
     }
 
     #[test]
     fn a_stream_born_grouped_stays_fields_only_and_refuses_a_keys_writer() {
         let s = spec(Some(100), 3600);
-        let born = decide(&s, None, true, None).unwrap();
-        assert_eq!(decide(&s, Some(born), false, None).unwrap(), born);
+        let born = decide(&s, None, NEW, None).unwrap();
+        assert_eq!(decide(&s, Some(born), OLD, None).unwrap(), born);
         assert_eq!(
-            decide(&s, Some(born), false, Some(Tier1Layout::Grouped)).unwrap(),
+            decide(&s, Some(born), OLD, Some(Tier1Layout::Grouped)).unwrap(),
             born
         );
-        let error = decide(&s, Some(born), false, Some(Tier1Layout::Keys)).unwrap_err();
+        let error = decide(&s, Some(born), OLD, Some(Tier1Layout::Keys)).unwrap_err();
         assert!(error.to_string().contains("born grouped"), "{error}");
     }
 
@@ -385,7 +430,7 @@ mod tests {
             buckets: 128,
             fields_only: true,
         };
-        let error = decide(&spec(Some(1000), 3600), Some(recorded), false, None).unwrap_err();
+        let error = decide(&spec(Some(1000), 3600), Some(recorded), OLD, None).unwrap_err();
         assert!(error.to_string().contains("128 buckets"), "{error}");
     }
 
@@ -403,7 +448,7 @@ mod tests {
             );
         }
         assert_eq!(
-            format_record(decide(&spec(Some(1), 60), None, true, None).unwrap()),
+            format_record(decide(&spec(Some(1), 60), None, NEW, None).unwrap()),
             "grouped 1 only"
         );
         assert!(parse_record(b"tables 4").is_err());

@@ -6,11 +6,13 @@
 //!
 //! - The field's expiry is written by this replica, not read from `TIME`
 //!   inside a script: the server's time is estimated from the last claim
-//!   script's `TIME` plus the time elapsed here since that trip was sent.
-//!   That overestimates the server's time (the script read it after the
-//!   send), and a second is added for the claim's own trip, so the field
-//!   lives at least its TTL from its write unless that write waits in
-//!   flight more than a second longer than the sample's did.
+//!   script's `TIME` on the same hash tag (on a cluster, the same node's
+//!   clock) plus the time elapsed here since that trip was sent. That
+//!   overestimates the server's time (the script read it after the send),
+//!   and a second is added for the claim's own trip, so the field lives at
+//!   least its TTL from its write unless that write waits in flight more
+//!   than a second longer than the sample's did (a round given up at its
+//!   timeout whose commands a stalled server runs later).
 //! - The hash outlives the field: the claim scripts answer, per hash they
 //!   write, its next sweep and the least expiry its last sweep gave it
 //!   (kept in its sweep mark; a hash's expiry only ever moves later), and a
@@ -20,7 +22,8 @@
 //!   Only a store that went back in time (restored from an older
 //!   snapshot, a lagging replica promoted: a store loss, §8) holds a hash
 //!   expiring earlier than it said; what was learnt is forgotten at every
-//!   failed trip (a new connection) and every store loss found.
+//!   failed trip (a new connection), at scripts the server lost (a restart,
+//!   a failover) and at every store loss found.
 //! - `HSETNX` answers 0 where the field exists: live or expired, held or
 //!   not, the claim goes to the script after all, in a follow-up trip,
 //!   which judges it as any other.
@@ -66,30 +69,41 @@ pub(crate) struct Mark {
 /// scripts' answers.
 #[derive(Debug, Default)]
 pub(crate) struct Sweeps {
-    time: Option<ServerTime>,
+    /// By hash tag: on a cluster each node's own clock, as `TIME` inside a
+    /// script would read it.
+    times: Vec<Option<ServerTime>>,
     /// By `key`: the hash's name would cost a cache miss a lookup.
     marks: HashMap<u64, Mark>,
 }
 
 impl Sweeps {
-    /// A hash's key here: its stream's index over its `Place::slot`.
+    /// A hash's key here: its stream's index over its `Place::slot` (its
+    /// tag over its bucket).
     pub(crate) fn key(stream: usize, slot: u32) -> u64 {
         (stream as u64) << 32 | u64::from(slot)
     }
 
-    /// What a trip sent at `sent` answered: the server's time and each
-    /// written hash's sweep.
+    fn tag(key: u64) -> usize {
+        ((key >> 24) & 0xff) as usize
+    }
+
+    /// What a trip sent at `sent` answered: the server's time, by the hash
+    /// tag whose script read it, and each written hash's sweep.
     pub(crate) fn learn(
         &mut self,
         sent: Instant,
-        time: Option<(i64, i64)>,
+        times: impl IntoIterator<Item = (u8, (i64, i64))>,
         marks: impl IntoIterator<Item = (u64, Mark)>,
     ) {
-        if let Some((seconds, micros)) = time {
+        for (tag, (seconds, micros)) in times {
             let server_ms = seconds * 1000 + micros.div_euclid(1000) + 1;
+            let tag = usize::from(tag);
+            if self.times.len() <= tag {
+                self.times.resize(tag + 1, None);
+            }
             // The latest sample: the least drift since.
-            if self.time.is_none_or(|t| t.sent <= sent) {
-                self.time = Some(ServerTime { sent, server_ms });
+            if self.times[tag].is_none_or(|t| t.sent <= sent) {
+                self.times[tag] = Some(ServerTime { sent, server_ms });
             }
         }
         for (hash, mark) in marks {
@@ -111,7 +125,7 @@ impl Sweeps {
     /// sweep learnt, the sweep due within a second, or the field would
     /// outlive what the hash is known to.
     pub(crate) fn native_expiry(&self, hash: u64, ttl_ms: i64, now: Instant) -> Option<i64> {
-        let time = self.time?;
+        let time = (*self.times.get(Self::tag(hash))?)?;
         let mark = self.marks.get(&hash)?;
         let elapsed = i64::try_from(now.saturating_duration_since(time.sent).as_millis())
             .unwrap_or(i64::MAX / 4);
@@ -181,7 +195,7 @@ mod tests {
 
     fn learnt(at: Instant, due: i64, lasts: i64) -> Sweeps {
         let mut sweeps = Sweeps::default();
-        sweeps.learn(at, Some((NOW_S, 250)), [(H, Mark { due, lasts })]);
+        sweeps.learn(at, [(3, (NOW_S, 250))], [(H, Mark { due, lasts })]);
         sweeps
     }
 
@@ -224,7 +238,7 @@ mod tests {
         let at = Instant::now();
         let mut sweeps = learnt(at + Duration::from_secs(5), NOW_S + 600, NOW_S + 700);
         // A trip sent earlier answering later says less about now.
-        sweeps.learn(at, Some((NOW_S - 600, 0)), []);
+        sweeps.learn(at, [(3, (NOW_S - 600, 0))], []);
         let expiry = sweeps
             .native_expiry(H, 0, at + Duration::from_secs(5))
             .unwrap();

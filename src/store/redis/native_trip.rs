@@ -22,13 +22,42 @@ impl RedisStore {
         for found in learnt.swept {
             self.saw_fields(found.stream, found.fields);
         }
-        self.sweeps().learn(sent, learnt.time, learnt.marks);
+        self.sweeps().learn(sent, learnt.times, learnt.marks);
+    }
+
+    /// After a round's trip: where it found stores lost, the hashes its
+    /// native claims wrote get an expiry; then the native claims whose
+    /// field existed go through the claim script (`claim_again`).
+    pub(super) async fn native_follow_up(
+        &self,
+        plan: &Plan<'_>,
+        claims: &[Claim],
+        written: &[bool],
+        held: &mut [Option<ClaimValue>],
+        lost: &mut Vec<StreamLost>,
+    ) -> Result<(), StoreError> {
+        if !lost.is_empty() {
+            self.after_loss(plan, claims, lost).await?;
+        }
+        let again: Vec<usize> = plan
+            .native
+            .iter()
+            .zip(written)
+            .filter(|(_, written)| !**written)
+            .map(|(native, _)| native.index)
+            .collect();
+        let before = lost.len();
+        self.claim_again(plan, claims, again, held, lost).await?;
+        if lost.len() > before {
+            self.sweeps().forget();
+        }
+        Ok(())
     }
 
     /// Sends the claims at `again` (native claims whose field existed)
     /// through the claim script and fills `held` with what they met; a
     /// stream the identity read finds lost joins `lost`.
-    pub(super) async fn claim_again(
+    async fn claim_again(
         &self,
         plan: &Plan<'_>,
         claims: &[Claim],
@@ -46,7 +75,8 @@ impl RedisStore {
         let mut commands = identities;
         commands.extend(groups.invocations(&self.scripts.claim, true));
         let sent = Instant::now();
-        let mut answers = self.conn.run(commands).await?;
+        let trip = self.conn.run(commands).await;
+        let mut answers = trip.inspect_err(|_| self.sweeps().forget())?;
         let mut scripts = answers.split_off(reads);
         let lost_scripts = noscript(&scripts);
         if !lost_scripts.is_empty() {
@@ -80,7 +110,7 @@ impl RedisStore {
     /// A round found streams' stores lost: nothing learnt is trusted, and
     /// the hashes its native claims of them wrote get an expiry
     /// (`native::expire_anew`).
-    pub(super) async fn after_loss(
+    async fn after_loss(
         &self,
         plan: &Plan<'_>,
         claims: &[Claim],

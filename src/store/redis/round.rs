@@ -436,12 +436,12 @@ pub(crate) struct Swept {
 }
 
 /// What the claim scripts said beside the claims: per script that swept
-/// a hash, what it found; the server's time; each written hash's next
-/// sweep.
+/// a hash, what it found; the server's time; each written hash's sweep.
 #[derive(Default)]
 pub(crate) struct Learnt {
     pub(crate) swept: Vec<Swept>,
-    pub(crate) time: Option<(i64, i64)>,
+    /// The server's `TIME`, by the hash tag whose script read it.
+    pub(crate) times: Vec<(u8, (i64, i64))>,
     pub(crate) marks: Vec<(u64, Mark)>,
 }
 
@@ -458,7 +458,7 @@ pub(crate) fn existing(
     }
     let mut out = vec![None; total];
     let mut learnt = Learnt::default();
-    for ((group, (stream, _)), answer) in groups.groups.iter().zip(&groups.slots).zip(answers) {
+    for ((group, (stream, tag)), answer) in groups.groups.iter().zip(&groups.slots).zip(answers) {
         let Value::Array(mut values) = answer.map_err(|e| reply_error("claim", e))? else {
             return Err(StoreError::Protocol(
                 "claim script answered no array".into(),
@@ -482,7 +482,7 @@ pub(crate) fn existing(
                 fields: u64::try_from(fields).unwrap_or(0),
             });
         }
-        learnt.time = Some((int(&tail[1])?, int(&tail[2])?));
+        learnt.times.push((*tag, (int(&tail[1])?, int(&tail[2])?)));
         for seen in tail[3..].chunks(3) {
             let g = usize::try_from(int(&seen[0])?).unwrap_or(0);
             if let Some(slot) = group.hash_slot(g) {

@@ -359,3 +359,37 @@ async fn a_born_grouped_streams_claims_go_native_on_one_server() {
 async fn a_born_grouped_streams_claims_go_native_on_a_cluster() {
     born_grouped_claims_go_native("cluster").await;
 }
+
+/// A store a version before store identities wrote: watermarks and key
+/// claims, no identity, no record. It is fresh enough to write grouped,
+/// but not born grouped: its rounds keep reading keys, and a replica may
+/// still write them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_with_watermarks_but_no_identity_is_not_born_grouped() {
+    let r = Redis::new("bitmap", "layouts-before-identities");
+    let salt = r.prefix.clone();
+    for spec in streams() {
+        for mut conn in connections(&r).await {
+            let _: i64 = redis::cmd("HSET")
+                .arg(format!("{}{}:w", r.prefix, spec.key_id))
+                .arg("000000:3")
+                .arg("5")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+    }
+    let old = claim(EXACT, hash(&salt, 1), 1, T0);
+    let first = open(&r, None).await;
+    assert_eq!(first.tier1_layout(EXACT).unwrap(), Tier1Layout::Grouped);
+    let keys = open(&r, Some(Tier1Layout::Keys)).await;
+    assert_eq!(keys.claim(&[old]).await.unwrap(), vec![WON]);
+    assert_eq!(where_is(&r, &keys, 1).await, (true, false));
+    // The grouped writer meets the key claim.
+    let copy = claim_on(EXACT, hash(&salt, 1), on(8, 9), T0);
+    assert!(matches!(
+        first.claim(&[copy]).await.unwrap()[0],
+        ClaimOutcome::Held { .. }
+    ));
+    assert_eq!(first.native_claims(), 0);
+}
