@@ -163,11 +163,16 @@ impl Redis {
         }
     }
 
-    /// Born grouped in one hash per tag: most claims go native.
+    /// A backend writing tier-1 claims grouped.
+    pub fn grouped(kind: &str, test: &str) -> Redis {
+        Redis::with_layout(kind, test, Tier1Layout::Grouped)
+    }
+
+    /// Born grouped in ten hashes a tag: most claims go native.
     pub fn native(kind: &str, test: &str) -> Redis {
         Redis {
             peak_rate: Some(1),
-            ..Redis::with_layout(kind, test, Tier1Layout::Grouped)
+            ..Redis::grouped(kind, test)
         }
     }
 }
@@ -338,14 +343,14 @@ macro_rules! conformance {
                 }
             )*
         }
-        conformance!(@redis redis_bitmap, "bitmap", [$($test,)* $($tiered),*], [$($only),*]);
-        conformance!(@redis redis_bloom, "bloom", [$($test,)* $($tiered),*], [$($only),*]);
-        conformance!(@redis redis_cluster, "cluster", [$($test,)* $($tiered),*], [$($only),*]);
-        conformance!(@redis redis_tls, "tls", [$($test,)* $($tiered),*], [$($only),*]);
-        conformance!(@grouped redis_grouped, "bitmap", [$($test,)* $($tiered),*], [$($only),*]);
-        conformance!(@grouped redis_cluster_grouped, "cluster", [$($test,)* $($tiered),*], [$($only),*]);
-        conformance!(@native redis_native, "bitmap", [$($test,)* $($tiered),*], [$($only),*]);
-        conformance!(@native redis_cluster_native, "cluster", [$($test,)* $($tiered),*], [$($only),*]);
+        conformance!(@redis redis_bitmap, "bitmap", new, [$($test,)* $($tiered),*], [$($only),*]);
+        conformance!(@redis redis_bloom, "bloom", new, [$($test,)* $($tiered),*], [$($only),*]);
+        conformance!(@redis redis_cluster, "cluster", new, [$($test,)* $($tiered),*], [$($only),*]);
+        conformance!(@redis redis_tls, "tls", new, [$($test,)* $($tiered),*], [$($only),*]);
+        conformance!(@redis redis_grouped, "bitmap", grouped, [$($test,)* $($tiered),*], [$($only),*]);
+        conformance!(@redis redis_cluster_grouped, "cluster", grouped, [$($test,)* $($tiered),*], [$($only),*]);
+        conformance!(@redis redis_native, "bitmap", native, [$($test,)* $($tiered),*], [$($only),*]);
+        conformance!(@redis redis_cluster_native, "cluster", native, [$($test,)* $($tiered),*], [$($only),*]);
         mod postgres {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -357,16 +362,12 @@ macro_rules! conformance {
             )*
         }
     };
-    (@grouped $module:ident, $kind:literal, [$($test:ident),*], [$($only:ident),*]) => {
+    (@redis $module:ident, $kind:literal, $make:ident, [$($test:ident),*], [$($only:ident),*]) => {
         mod $module {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $test() {
-                    let harness = super::Redis::with_layout(
-                        $kind,
-                        stringify!($test),
-                        super::Tier1Layout::Grouped,
-                    );
+                    let harness = super::Redis::$make($kind, stringify!($test));
                     super::conformance::$test(&harness).await;
                     super::every_key_carries_an_expiry(&harness).await;
                 }
@@ -374,51 +375,7 @@ macro_rules! conformance {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $only() {
-                    let harness = super::Redis::with_layout(
-                        $kind,
-                        stringify!($only),
-                        super::Tier1Layout::Grouped,
-                    );
-                    super::conformance::$only(&harness).await;
-                    super::every_key_carries_an_expiry(&harness).await;
-                }
-            )*
-        }
-    };
-    (@native $module:ident, $kind:literal, [$($test:ident),*], [$($only:ident),*]) => {
-        mod $module {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    let harness = super::Redis::native($kind, stringify!($test));
-                    super::conformance::$test(&harness).await;
-                    super::every_key_carries_an_expiry(&harness).await;
-                }
-            )*
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $only() {
-                    let harness = super::Redis::native($kind, stringify!($only));
-                    super::conformance::$only(&harness).await;
-                    super::every_key_carries_an_expiry(&harness).await;
-                }
-            )*
-        }
-    };
-    (@redis $module:ident, $kind:literal, [$($test:ident),*], [$($only:ident),*]) => {
-        mod $module {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    let harness = super::Redis::new($kind, stringify!($test));
-                    super::conformance::$test(&harness).await;
-                    super::every_key_carries_an_expiry(&harness).await;
-                }
-            )*
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $only() {
-                    let harness = super::Redis::new($kind, stringify!($only));
+                    let harness = super::Redis::$make($kind, stringify!($only));
                     super::conformance::$only(&harness).await;
                     super::every_key_carries_an_expiry(&harness).await;
                 }
