@@ -10,7 +10,8 @@ use tracing::info;
 use crate::config::Config;
 use crate::ops::group::{self, GroupError};
 use crate::store::{
-    at_start, first_or_lost, AtStart, ClaimStore, Refusal, StoreError, StoreIdentity, StreamId,
+    at_start, first_or_lost, AtStart, ClaimStore, Marked, Refusal, StoreError, StoreIdentity,
+    StreamId,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -54,9 +55,9 @@ pub(crate) async fn establish(
         let found = store.find_identity(id).await.map_err(stored)?;
         let identity = match at_start(&found) {
             AtStart::Adopt(identity) => identity,
-            AtStart::Refuse(why @ (Refusal::Lost | Refusal::Differing { .. })) => {
-                return Err(refused(why))
-            }
+            AtStart::Refuse(
+                why @ (Refusal::Lost | Refusal::Differing { .. } | Refusal::WentBack),
+            ) => return Err(refused(why)),
             judged @ (AtStart::FirstOrLost | AtStart::Refuse(Refusal::Partial { .. })) => {
                 let commits = group_has_commits(config, index).await.map_err(|error| {
                     IdentityError::Group {
@@ -84,8 +85,42 @@ pub(crate) async fn establish(
             }
         };
         store.adopt_identity(id, identity);
+        // A store that came back older keeps its identity: its progress
+        // marks, against the highest every partition's commits recorded,
+        // tell (docs/design.md §8.2). A replica does not start on it.
+        let recorded =
+            recorded_marks(config, index)
+                .await
+                .map_err(|error| IdentityError::Group {
+                    stream: name.clone(),
+                    error,
+                })?;
+        store.raise_floors(id, &recorded);
+        if store.check_marks(id).await.map_err(stored)? == Marked::Behind {
+            return Err(refused(Refusal::WentBack));
+        }
     }
     Ok(())
+}
+
+/// The highest progress marks the group's commits of the stream recorded,
+/// place by place, over every partition of its inputs: not only those
+/// this replica will own, since another's commit may rely on claims the
+/// store lost. A commit without idemgate's metadata (Kafka's own reset
+/// tool) records none.
+async fn recorded_marks(config: &Config, index: usize) -> Result<Vec<u64>, GroupError> {
+    let stream = &config.streams[index];
+    let inputs = stream.inputs.clone();
+    let key_id = stream.spec.key_id.clone();
+    let config = config.clone();
+    tokio::task::spawn_blocking(move || {
+        let (consumer, _) = group::client(&config)?;
+        let partitions = group::partitions(&consumer, &inputs)?;
+        let committed = group::committed(&consumer, &partitions)?;
+        Ok(group::highest_marks(&key_id, &committed))
+    })
+    .await
+    .map_err(GroupError::Task)?
 }
 
 /// Whether the group has idemgate's commits for the stream: what it

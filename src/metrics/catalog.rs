@@ -150,7 +150,7 @@ const TIERED_STREAM: Label = Label {
 /// publish of what was delivered and the claims of what arrived.
 const OP: Label = Label {
     name: "op",
-    values: Values::Fixed(&["round", "identity", "runs"]),
+    values: Values::Fixed(&["round", "identity", "runs", "marks"]),
 };
 /// Decisions by their `decision` label, in the order of a
 /// [`super::Tally`]'s counts.

@@ -160,9 +160,48 @@ pub(crate) fn has_idemgate_commits(committed: &[Committed], key_id: &str) -> boo
         .any(|c| crate::worker::metadata::is_ours(key_id, &c.metadata))
 }
 
+/// Place by place, the highest progress mark the commits' metadata for
+/// the stream of `key_id` records (docs/design.md §8.2); empty where none
+/// does. A commit without idemgate's metadata (Kafka's own reset tool)
+/// records none.
+pub(crate) fn highest_marks(key_id: &str, committed: &[Committed]) -> Vec<u64> {
+    let mut highest: Vec<u64> = Vec::new();
+    for c in committed {
+        let Ok(Some(read)) = crate::worker::metadata::parse(key_id, &c.metadata) else {
+            continue;
+        };
+        if highest.len() < read.marks.len() {
+            highest.resize(read.marks.len(), 0);
+        }
+        for (h, m) in highest.iter_mut().zip(read.marks) {
+            *h = (*h).max(m);
+        }
+    }
+    highest
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_highest_marks_are_taken_place_by_place_from_idemgates_commits_alone() {
+        let at = |metadata: &str| Committed {
+            topic: "t".into(),
+            partition: 0,
+            offset: 5,
+            metadata: metadata.into(),
+        };
+        let committed = [
+            at("idemgate/3 Ab gap-free m=3,a,1"),
+            at("idemgate/3 Ab gaps d=1.1 m=5,2"),
+            at("idemgate/3 Cd gap-free m=zz,zz,zz"),
+            at(""),
+            at("idemgate/3 Ab gap-free"),
+        ];
+        assert_eq!(highest_marks("Ab", &committed), vec![5, 10, 1]);
+        assert!(highest_marks("Ef", &committed).is_empty());
+    }
 
     /// A coordinator still loading or moving (a broker that just started)
     /// answers the first fetches with errors that pass: the committed

@@ -95,7 +95,17 @@ pub enum Check {
     /// Some place holds another identity: the stream's store was replaced
     /// or rebuilt under this replica.
     Changed,
+    /// Some place holds the identity marked gone back ([`WENT_BACK`]): a
+    /// replica found the place's progress mark below a mark a commit
+    /// recorded (`store::marks`), so the store came back older.
+    Behind,
 }
+
+/// What a place's identity is prefixed with once a replica found the
+/// place's progress mark below its floor (docs/design.md §8.2): every
+/// round of every replica reads it beside its claims, so one replica's
+/// finding stops them all. `idemgate rebuild` writes the identity anew.
+pub const WENT_BACK: &[u8] = b"back:";
 
 impl Check {
     pub fn lost(self) -> bool {
@@ -103,8 +113,9 @@ impl Check {
     }
 }
 
-/// Judges what a round read: missing anywhere wins over changed (the more
-/// common cause, and the one the log should name).
+/// Judges what a round read: missing anywhere wins over gone back, gone
+/// back over changed (the more common cause, and the one the log should
+/// name).
 pub fn check_identity<'a>(
     adopted: &StoreIdentity,
     read: impl IntoIterator<Item = Option<&'a [u8]>>,
@@ -114,7 +125,10 @@ pub fn check_identity<'a>(
     for value in read {
         match value {
             None => return Check::Missing,
-            Some(value) if value != expected.as_bytes() => verdict = Check::Changed,
+            Some(value) if value.starts_with(WENT_BACK) => verdict = Check::Behind,
+            Some(value) if value != expected.as_bytes() && verdict != Check::Behind => {
+                verdict = Check::Changed
+            }
             Some(_) => {}
         }
     }
@@ -171,10 +185,24 @@ pub enum Refusal {
          replaced in part"
     )]
     Differing { count: usize },
+    #[error(
+        "the store came back older than what the group's commits recorded (its progress marks \
+         lie below theirs): restored from an older snapshot or backup, or a lagging replica \
+         promoted; the claims and watermarks written since are gone"
+    )]
+    WentBack,
 }
 
 /// Judges the identity found at start.
 pub fn at_start(found: &IdentityFound) -> AtStart {
+    if found
+        .places
+        .iter()
+        .flatten()
+        .any(|p| p.starts_with(WENT_BACK))
+    {
+        return AtStart::Refuse(Refusal::WentBack);
+    }
     let missing = found.missing();
     if missing == found.places.len() {
         return AtStart::FirstOrLost;
@@ -256,6 +284,16 @@ mod tests {
             "missing is named first"
         );
         assert!(Check::Changed.lost() && Check::Missing.lost() && !Check::Intact.lost());
+        let back = [WENT_BACK, &a].concat();
+        assert_eq!(read(&[Some(&b), Some(&back)]), Check::Behind);
+        assert_eq!(read(&[Some(&back), Some(&b)]), Check::Behind);
+        assert_eq!(read(&[Some(&back), None]), Check::Missing);
+        assert_eq!(
+            at_start(&IdentityFound {
+                places: vec![Some(a.clone()), Some(back)]
+            }),
+            AtStart::Refuse(Refusal::WentBack)
+        );
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod error;
 mod generations;
 mod identity;
 mod judge;
+pub(crate) mod marks;
 pub mod memory;
 mod operator;
 pub mod postgres;
@@ -35,7 +36,9 @@ pub use generations::{FilterSizing, GenerationPlan};
 pub(crate) use identity::lost_among;
 pub use identity::{
     at_start, check_identity, first_or_lost, AtStart, Check, IdentityFound, Refusal, StoreIdentity,
+    WENT_BACK,
 };
+pub use marks::Marked;
 pub use operator::{add_abandoned, PartitionRanges, PartitionReset, Restored, MAX_ABANDONED};
 pub use runs::RunsName;
 
@@ -425,6 +428,38 @@ pub trait ClaimStore: Send + Sync {
     /// claims it makes and compares it with this one; a stream whose
     /// identity was never adopted is not compared.
     fn adopt_identity(&self, stream: StreamId, identity: StoreIdentity);
+
+    /// Bumps every place's progress mark of `stream` (docs/design.md
+    /// §8.2, `marks.rs`), refusing where a mark lies below this replica's
+    /// floor: the pre-commit store step, whose answer the commit records.
+    /// A store that keeps no marks answers `Unkept`. A store that wraps
+    /// another must pass this and the two below on.
+    async fn advance_marks(&self, stream: StreamId) -> Result<Marked, StoreError> {
+        let _ = stream;
+        Ok(Marked::Unkept)
+    }
+
+    /// Compares every place's progress mark of `stream` with this
+    /// replica's floor, bumping nothing: at start, and in the timed check.
+    async fn check_marks(&self, stream: StreamId) -> Result<Marked, StoreError> {
+        let _ = stream;
+        Ok(Marked::Unkept)
+    }
+
+    /// Raises this replica's floors of `stream` to marks a commit recorded
+    /// (every place's, in place order); where one rose, the next round
+    /// checks the marks before it claims.
+    fn raise_floors(&self, stream: StreamId, marks: &[u64]) {
+        let _ = (stream, marks);
+    }
+
+    /// Raises the store's marks of `stream` to at least `marks` (every
+    /// place's, in place order): only `idemgate rebuild` calls it, so
+    /// replicas that read the commits' marks start on the rebuilt store.
+    async fn restore_marks(&self, stream: StreamId, marks: &[u64]) -> Result<(), StoreError> {
+        let _ = (stream, marks);
+        Ok(())
+    }
 
     /// Writes settled claims back (`idemgate rebuild`, docs/design.md
     /// §8.3), over whatever the store holds for their hashes: the clean

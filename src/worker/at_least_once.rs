@@ -11,6 +11,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use tracing::{error, warn};
 
 use super::flight::Tp;
+use super::marks::{self, Covered};
 use super::pipeline::{Pipeline, FLUSH_PATIENCE};
 use super::poller;
 use super::runs::{self, Write};
@@ -125,9 +126,10 @@ impl Worker {
         let clock = self.clock.clone();
         async move {
             let CommitList {
-                offsets,
+                mut offsets,
                 writes,
                 superseded,
+                covered,
             } = list;
             if offsets.count() == 0 {
                 return Ok(());
@@ -135,6 +137,15 @@ impl Worker {
             runs::write(&store, &clock, &writes, deadline)
                 .await
                 .map_err(CommitError::Runs)?;
+            // The progress marks, bumped after every claim this commit
+            // relies on; a fail-closed stream that cannot record them
+            // commits nothing this time.
+            for held in marks::stamp(&store, &clock, &covered, &mut offsets, deadline).await {
+                offsets = marks::without(&offsets, &held.topics);
+            }
+            if offsets.count() == 0 {
+                return Ok(());
+            }
             let committed =
                 tokio::task::spawn_blocking(move || consumer.commit(&offsets, CommitMode::Sync))
                     .await
@@ -165,6 +176,7 @@ impl Worker {
             offsets: TopicPartitionList::new(),
             writes: Vec::new(),
             superseded: Vec::new(),
+            covered: Covered::default(),
         };
         for c in &commits {
             let Some(&stream) = self.by_topic.get(&*c.tp.0) else {
@@ -182,6 +194,7 @@ impl Worker {
                 element.set_metadata(prepared.text);
                 list.writes.extend(prepared.write);
                 list.superseded.extend(prepared.superseded);
+                list.covered.add(stream, self.fail_open(stream), &c.tp.0);
             }
         }
         list
@@ -196,6 +209,7 @@ pub(super) struct CommitList {
     offsets: TopicPartitionList,
     writes: Vec<Write>,
     superseded: Vec<RunsName>,
+    covered: Covered,
 }
 
 /// Why an at-least-once commit did not go.

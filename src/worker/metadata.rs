@@ -20,9 +20,13 @@
 //! SHA-256 of its content (hex), so no finished run is ever dropped. The
 //! record's content is the `d=` list without its `d=`.
 //!
-//! A word `m=...` after the runs is reserved for the progress marks of
-//! DESIGN §8 (not written yet): this reader accepts and ignores it, so the
-//! replicas that write it can roll out beside this one. Any other word is
+//! `m=<mark>,<mark>...` after the runs: the progress marks the commit's
+//! pre-commit store step answered (docs/design.md §8.2), one per place of
+//! the stream in place order (64 on Redis), base 36; none where the store
+//! keeps none. The step runs after the runs are chosen, so the committers
+//! append it ([`marks_word`]) and inline runs leave room for it
+//! ([`MARKS_ROOM`]). The build before this one accepts and ignores the
+//! word, so replicas that write it roll out beside it. Any other word is
 //! malformed. Readers accept `idemgate/2` (the same words, inline runs
 //! only, and the decimal `done=<from>-<to>,...` of before) during a
 //! rolling upgrade.
@@ -35,6 +39,10 @@ use sha2::{Digest, Sha256};
 /// replica runs.
 pub(crate) const MAX_LEN: usize = 4000;
 
+/// The most a `m=` word takes: 64 marks of up to 13 base-36 digits (a u64),
+/// with their commas and the leading space.
+pub(crate) const MARKS_ROOM: usize = 4 + 64 * 14;
+
 const VERSION: &str = "idemgate/3";
 const VERSION_2: &str = "idemgate/2";
 
@@ -43,6 +51,8 @@ const VERSION_2: &str = "idemgate/2";
 pub(crate) struct Metadata {
     pub(crate) gap_free: bool,
     pub(crate) runs: Runs,
+    /// The progress marks the commit relied on; empty where none.
+    pub(crate) marks: Vec<u64>,
 }
 
 /// The finished runs above the committed offset: listed, or kept in the
@@ -84,6 +94,7 @@ impl Metadata {
         Metadata {
             gap_free,
             runs: Runs::Inline(Vec::new()),
+            marks: Vec::new(),
         }
     }
 }
@@ -112,19 +123,39 @@ pub(crate) fn encode(key_id: &str, metadata: &Metadata) -> String {
             ));
         }
     }
+    text.push_str(&marks_word(&metadata.marks));
     text
 }
 
-/// The metadata with its runs inline, where it fits in [`MAX_LEN`].
+/// ` m=<marks>`, or nothing for no marks: what the committers append once
+/// the pre-commit store step answered.
+pub(crate) fn marks_word(marks: &[u64]) -> String {
+    if marks.is_empty() {
+        return String::new();
+    }
+    let mut word = String::with_capacity(4 + marks.len() * 5);
+    word.push_str(" m=");
+    for (i, &mark) in marks.iter().enumerate() {
+        if i > 0 {
+            word.push(',');
+        }
+        word.push_str(&base36(i64::try_from(mark).unwrap_or(i64::MAX)));
+    }
+    word
+}
+
+/// The metadata with its runs inline, where it fits in [`MAX_LEN`] with
+/// room for the marks appended after it.
 pub(crate) fn inline(key_id: &str, gap_free: bool, runs: &[(i64, i64)]) -> Option<String> {
     let text = encode(
         key_id,
         &Metadata {
             gap_free,
             runs: Runs::Inline(runs.to_vec()),
+            marks: Vec::new(),
         },
     );
-    (text.len() <= MAX_LEN).then_some(text)
+    (text.len() + MARKS_ROOM <= MAX_LEN).then_some(text)
 }
 
 /// The runs compact, in base 36: the first `<from>.<length>`, each next
@@ -188,18 +219,23 @@ fn parse_3<'a>(
         _ => return Err(malformed("chain", text)),
     };
     let mut runs = None;
-    let mut marks = false;
+    let mut marks = None;
     for word in words {
-        if let Some(list) = word.strip_prefix("d=").filter(|_| runs.is_none() && !marks) {
+        if let Some(list) = word
+            .strip_prefix("d=")
+            .filter(|_| runs.is_none() && marks.is_none())
+        {
             let list = compact_runs(list).filter(|l| !l.is_empty());
             runs = Some(Runs::Inline(list.ok_or_else(|| malformed("d=", text))?));
-        } else if let Some(r) = word.strip_prefix("r=").filter(|_| runs.is_none() && !marks) {
+        } else if let Some(r) = word
+            .strip_prefix("r=")
+            .filter(|_| runs.is_none() && marks.is_none())
+        {
             runs = Some(Runs::Stored(
                 reference(r).ok_or_else(|| malformed("r=", text))?,
             ));
-        } else if word.starts_with("m=") && !marks {
-            // DESIGN §8's progress marks: not read by this build.
-            marks = true;
+        } else if let Some(list) = word.strip_prefix("m=").filter(|_| marks.is_none()) {
+            marks = Some(marks_list(list).ok_or_else(|| malformed("m=", text))?);
         } else {
             return Err(malformed("unknown word", text));
         }
@@ -207,7 +243,17 @@ fn parse_3<'a>(
     Ok(Metadata {
         gap_free,
         runs: runs.unwrap_or(Runs::Inline(Vec::new())),
+        marks: marks.unwrap_or_default(),
     })
+}
+
+/// The marks of a `m=` word: 1 to 256 base-36 numbers.
+fn marks_list(list: &str) -> Option<Vec<u64>> {
+    let marks = list
+        .split(',')
+        .map(|m| u64::from_str_radix(m, 36).ok())
+        .collect::<Option<Vec<u64>>>()?;
+    (1..=256).contains(&marks.len()).then_some(marks)
 }
 
 fn reference(text: &str) -> Option<RunsRef> {
@@ -269,6 +315,7 @@ fn parse_2<'a>(mut words: impl Iterator<Item = &'a str>) -> Option<Metadata> {
     Some(Metadata {
         gap_free,
         runs: Runs::Inline(done),
+        marks: Vec::new(),
     })
 }
 

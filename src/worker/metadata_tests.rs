@@ -16,6 +16,7 @@ fn inline_runs_round_trip_and_other_writers_are_not_ours() {
     let metadata = Metadata {
         gap_free: true,
         runs: Runs::Inline(vec![(10, 12), (15, 16)]),
+        marks: Vec::new(),
     };
     let text = encode("Ab", &metadata);
     assert_eq!(text, "idemgate/3 Ab gap-free d=a.2,3.1");
@@ -39,6 +40,7 @@ fn a_reference_round_trips() {
     let metadata = Metadata {
         gap_free: false,
         runs: Runs::Stored(stored(u64::from(u32::MAX) * 7)),
+        marks: Vec::new(),
     };
     let text = encode("Ab", &metadata);
     assert!(text.starts_with("idemgate/3 Ab gaps r=12a03."), "{text}");
@@ -51,6 +53,7 @@ fn what_replicas_before_it_wrote_reads_the_same() {
     let metadata = Metadata {
         gap_free: true,
         runs: Runs::Inline(vec![(10, 12), (15, 16)]),
+        marks: Vec::new(),
     };
     for old in [
         "idemgate/2 Ab gap-free d=a.2,3.1",
@@ -81,6 +84,10 @@ fn malformed_metadata_of_the_stream_is_refused() {
         format!("idemgate/3 Ab gaps r=1a.1.{digest}.3"),
         format!("idemgate/3 Ab gaps d=1.1 r=1a.1.{digest}"),
         format!("idemgate/3 Ab gaps m=1 r=1a.1.{digest}"),
+        "idemgate/3 Ab gaps m=".to_string(),
+        "idemgate/3 Ab gaps m=1,,2".to_string(),
+        "idemgate/3 Ab gaps m=0.7".to_string(),
+        "idemgate/3 Ab gaps m=1 m=2".to_string(),
     ] {
         let refused = parse("Ab", &bad);
         assert!(refused.is_err(), "{bad}: {refused:?}");
@@ -89,15 +96,41 @@ fn malformed_metadata_of_the_stream_is_refused() {
 }
 
 #[test]
-fn progress_marks_after_the_runs_are_accepted_and_ignored() {
-    let read = parse("Ab", "idemgate/3 Ab gap-free d=a.2 m=0.7,3.9").unwrap();
+fn progress_marks_follow_the_runs_and_round_trip() {
+    let read = parse("Ab", "idemgate/3 Ab gap-free d=a.2 m=0,7,z,10").unwrap();
     assert_eq!(
         read,
         Some(Metadata {
             gap_free: true,
-            runs: Runs::Inline(vec![(10, 12)])
+            runs: Runs::Inline(vec![(10, 12)]),
+            marks: vec![0, 7, 35, 36],
         })
     );
+    let stored = Metadata {
+        gap_free: false,
+        runs: Runs::Stored(stored(9)),
+        marks: vec![u64::from(u32::MAX); 64],
+    };
+    let text = encode("Ab", &stored);
+    assert_eq!(parse("Ab", &text), Ok(Some(stored)));
+    // The committers append the word to what `inline` wrote.
+    let inline = inline("Ab", true, &[(10, 12)]).unwrap() + &marks_word(&[1, 2]);
+    assert_eq!(inline, "idemgate/3 Ab gap-free d=a.2 m=1,2");
+    assert_eq!(marks_word(&[]), "");
+}
+
+#[test]
+fn inline_runs_leave_room_for_the_widest_marks() {
+    let widest = marks_word(&[u64::MAX; 64]);
+    assert!(widest.len() <= MARKS_ROOM, "{}", widest.len());
+    let mut runs = Vec::new();
+    let mut at = 4_000_000_000_i64;
+    while let Some(text) = inline("Ab", false, &runs) {
+        assert!(text.len() + widest.len() <= MAX_LEN);
+        runs.push((at, at + 5));
+        at += 7;
+    }
+    assert!(runs.len() > 500, "{} runs fit", runs.len());
 }
 
 #[test]

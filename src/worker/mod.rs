@@ -46,6 +46,7 @@ mod flight;
 mod handover;
 mod identity_check;
 mod lane;
+mod marks;
 pub(crate) mod metadata;
 #[cfg(test)]
 mod metadata_tests;

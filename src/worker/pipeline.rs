@@ -399,6 +399,12 @@ impl Worker {
                             .map(|m| (*offset, m)),
                         None => None,
                     };
+                    // The progress marks the last owner's commit recorded
+                    // raise this replica's floors: the next round checks
+                    // the store against them first (docs/design.md §8.2).
+                    if let Some((_, m)) = ours.as_ref().filter(|(_, m)| !m.marks.is_empty()) {
+                        self.store.raise_floors(StreamId(stream), &m.marks);
+                    }
                     let metadata_raise = ours.as_ref().filter(|(_, m)| m.gap_free).map(|(o, _)| *o);
                     let mut keep_commit = false;
                     let skip = match ours {

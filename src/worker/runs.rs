@@ -126,6 +126,7 @@ impl Records {
                     sequence: name.sequence,
                     digest,
                 }),
+                marks: Vec::new(),
             },
         );
         Prepared {

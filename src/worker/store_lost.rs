@@ -36,11 +36,15 @@ impl Worker {
         self.store_lost[stream].store(true, std::sync::atomic::Ordering::SeqCst);
         let how = match lost.how {
             Check::Changed => "changed",
+            Check::Behind => "went back",
             _ => "missing",
         };
-        let found = match evidence {
-            Evidence::Identity => "its store identity is not the one adopted at start",
-            Evidence::RunsRecord => {
+        let found = match (evidence, lost.how) {
+            (Evidence::Identity, Check::Behind) => {
+                "its progress marks lie below what the group's commits recorded: the store came back older (restored from an older snapshot or backup, or a lagging replica promoted), without the claims and watermarks written since"
+            }
+            (Evidence::Identity, _) => "its store identity is not the one adopted at start",
+            (Evidence::RunsRecord, _) => {
                 "a record of finished runs a committed offset names is not in it as named"
             }
         };

@@ -36,11 +36,13 @@ use super::error::{Doing, WorkerError};
 use super::fault_point::{self, Step};
 use super::flight::{Commit, EarlyInserts, Tp};
 use super::lane::{init, reports_in};
+use super::marks::{self, Covered};
 use super::pipeline::{answer, Pipeline, FLUSH_PATIENCE};
 use super::resolve::{offset_of, resolve, Sent};
 use super::runs;
+use super::store_lost::Evidence;
 use super::Worker;
-use crate::store::{Publish, RunsName, StoreError};
+use crate::store::{Check, Publish, RunsName, StoreError, StreamId, StreamLost};
 
 /// Where the open transaction stands.
 #[derive(Default)]
@@ -224,6 +226,7 @@ impl Worker {
         crate::metrics::transaction_step("inserts", self.clock.now() - sealing);
         let mut list = TopicPartitionList::new();
         let (mut writes, mut superseded) = (Vec::new(), Vec::new());
+        let mut covered = Covered::default();
         for c in &commits {
             let Some(&stream) = self.by_topic.get(&*c.tp.0) else {
                 continue;
@@ -235,6 +238,7 @@ impl Worker {
                 element.set_metadata(prepared.text);
                 writes.extend(prepared.write);
                 superseded.extend(prepared.superseded);
+                covered.add(stream, self.fail_open(stream), &c.tp.0);
             }
         }
         // The records of finished runs the offsets' metadata names, in the
@@ -245,6 +249,35 @@ impl Worker {
                 let _ = self.abort(p.txn.lane).await;
             }
             return Err(WorkerError::RunsUnwritten { source });
+        }
+        // Then the progress marks (docs/design.md §8.2). A fail-closed
+        // stream without them aborts the transaction: its outputs were
+        // decided on a store that came back older, or one that did not
+        // answer; this replica ends (and, on a store gone back, does not
+        // start again before `idemgate rebuild`).
+        let held = marks::stamp(&self.store, &self.clock, &covered, &mut list, deadline).await;
+        if let Some(held) = held.into_iter().next() {
+            if p.txn.open_since.take().is_some() {
+                let _ = self.abort(p.txn.lane).await;
+            }
+            let stream = self.streams[held.stream].config.spec.name.clone();
+            if held.behind {
+                self.on_store_lost(
+                    p,
+                    &StreamLost {
+                        stream: StreamId(held.stream),
+                        how: Check::Behind,
+                    },
+                    Evidence::Identity,
+                );
+                return Err(WorkerError::StoreWentBack { stream });
+            }
+            return Err(WorkerError::MarksUnwritten {
+                stream,
+                source: held
+                    .error
+                    .unwrap_or_else(|| StoreError::Unavailable("no answer".into())),
+            });
         }
         self.begin(p)?;
         let group = self

@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use idemgate::clock::Millis;
 use idemgate::store::{
-    Claim, ClaimOutcome, ClaimStore, EarlyRun, IdentityFound, Publish, RoundAnswer, RunsName,
-    StoreError, StoreIdentity, StoreStats, StreamId, StreamLost,
+    Claim, ClaimOutcome, ClaimStore, EarlyRun, IdentityFound, Marked, Publish, RoundAnswer,
+    RunsName, StoreError, StoreIdentity, StoreStats, StreamId, StreamLost,
 };
 use idemgate::tier::Tier;
 
@@ -246,6 +246,22 @@ impl ClaimStore for CountingStore {
 
     fn adopt_identity(&self, stream: StreamId, identity: StoreIdentity) {
         self.inner.adopt_identity(stream, identity);
+    }
+
+    async fn advance_marks(&self, stream: StreamId) -> Result<Marked, StoreError> {
+        self.inner.advance_marks(stream).await
+    }
+
+    async fn check_marks(&self, stream: StreamId) -> Result<Marked, StoreError> {
+        self.inner.check_marks(stream).await
+    }
+
+    fn raise_floors(&self, stream: StreamId, marks: &[u64]) {
+        self.inner.raise_floors(stream, marks);
+    }
+
+    async fn restore_marks(&self, stream: StreamId, marks: &[u64]) -> Result<(), StoreError> {
+        self.inner.restore_marks(stream, marks).await
     }
 
     async fn put_runs(

@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use idemgate::clock::Millis;
 use idemgate::coordinates::Coordinates;
 use idemgate::store::{
-    Claim, ClaimOutcome, ClaimStore, EarlyRun, IdentityFound, Publish, RoundAnswer, RunsName,
-    StoreError, StoreIdentity, StoreStats, StreamId, StreamLost,
+    Claim, ClaimOutcome, ClaimStore, EarlyRun, IdentityFound, Marked, Publish, RoundAnswer,
+    RunsName, StoreError, StoreIdentity, StoreStats, StreamId, StreamLost,
 };
 
 /// What the store does with a round.
@@ -182,6 +182,22 @@ impl ClaimStore for FaultyStore {
 
     fn adopt_identity(&self, stream: StreamId, identity: StoreIdentity) {
         self.inner.adopt_identity(stream, identity);
+    }
+
+    async fn advance_marks(&self, stream: StreamId) -> Result<Marked, StoreError> {
+        self.inner.advance_marks(stream).await
+    }
+
+    async fn check_marks(&self, stream: StreamId) -> Result<Marked, StoreError> {
+        self.inner.check_marks(stream).await
+    }
+
+    fn raise_floors(&self, stream: StreamId, marks: &[u64]) {
+        self.inner.raise_floors(stream, marks);
+    }
+
+    async fn restore_marks(&self, stream: StreamId, marks: &[u64]) -> Result<(), StoreError> {
+        self.inner.restore_marks(stream, marks).await
     }
 
     async fn put_runs(

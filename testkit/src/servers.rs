@@ -550,6 +550,14 @@ pub fn is_identity_key(rest: &[u8]) -> bool {
         .is_some_and(|brace| rest[..brace].ends_with(b":id"))
 }
 
+/// Whether a key (after its prefix) is a progress mark, `<key id>:m{<tag>}`
+/// (docs/design.md §8.2): beside its tag's identity, never expiring.
+pub fn is_marks_key(rest: &[u8]) -> bool {
+    rest.iter()
+        .position(|b| *b == b'{')
+        .is_some_and(|brace| rest[..brace].ends_with(b":m"))
+}
+
 /// Whether a key (after its prefix) is a stream's tier-1 layout record,
 /// `<key id>:layout`: beside its identity, and like it never expiring.
 pub fn is_layout_record(rest: &[u8]) -> bool {
@@ -559,7 +567,7 @@ pub fn is_layout_record(rest: &[u8]) -> bool {
 /// Whether a key (after its prefix) must never expire: a store identity
 /// or a tier-1 layout record.
 pub fn is_persistent_key(rest: &[u8]) -> bool {
-    is_identity_key(rest) || is_layout_record(rest)
+    is_identity_key(rest) || is_layout_record(rest) || is_marks_key(rest)
 }
 
 /// Whether a key (after its prefix) is a record of finished runs,

@@ -219,6 +219,11 @@ pub async fn rebuild(config: &Config, args: RebuildArgs) -> Result<String, Rebui
         })
         .await?;
     let runs = super::runs_run::records(config, &*store, id, stream, &committed, now).await?;
+    // The progress marks raised to the highest the commits recorded
+    // (docs/design.md §8.2), before the new identity lets replicas start:
+    // a store restored from an older snapshot holds lower ones.
+    let recorded = crate::ops::group::highest_marks(&stream.spec.key_id, &committed);
+    store.restore_marks(id, &recorded).await?;
     let identity = StoreIdentity::random();
     let written = store.write_identity(id, identity, true).await?;
     if at_start(&written) != AtStart::Adopt(identity) {

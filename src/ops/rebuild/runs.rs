@@ -165,6 +165,7 @@ pub fn recreate(
                 sequence,
                 digest,
             }),
+            marks: Vec::new(),
         },
     );
     Recreate::Recommit {

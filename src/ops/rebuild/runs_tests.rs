@@ -33,6 +33,7 @@ fn named_commit(offset: i64, runs: &[(i64, i64)]) -> Named {
                 sequence: 7,
                 digest: metadata::digest(&content),
             }),
+            marks: Vec::new(),
         },
     );
     let mut found = named(StreamId(0), KEY_ID, &[committed(offset, text)]);

@@ -34,7 +34,11 @@ use crate::store::{PartitionReset, Publish, StoreError, StreamId};
 /// reader skips none below the offset it resumes from.
 pub(crate) fn commit_metadata(key_id: &str, old: Option<&str>, after: i64) -> String {
     use crate::worker::metadata::{encode, parse, Metadata, Runs};
-    let runs = match old.and_then(|text| parse(key_id, text).ok().flatten()) {
+    let old = old.and_then(|text| parse(key_id, text).ok().flatten());
+    // The progress marks the old commit recorded still bound what the
+    // store must hold: carried, so the reset lowers no floor.
+    let marks = old.as_ref().map(|m| m.marks.clone()).unwrap_or_default();
+    let runs = match old {
         Some(Metadata {
             runs: Runs::Stored(stored),
             ..
@@ -54,6 +58,7 @@ pub(crate) fn commit_metadata(key_id: &str, old: Option<&str>, after: i64) -> St
         &Metadata {
             gap_free: false,
             runs,
+            marks,
         },
     )
 }

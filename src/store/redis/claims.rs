@@ -18,7 +18,7 @@ use crate::coordinates::TopicTag;
 use crate::store::judge::{self, Filter, Maps, Verdict};
 use crate::store::value::ClaimValue;
 use crate::store::{
-    millis, spec, Claim, ClaimOutcome, ClaimStore, EarlyRun, FilterFill, IdentityFound,
+    millis, spec, Claim, ClaimOutcome, ClaimStore, EarlyRun, FilterFill, IdentityFound, Marked,
     PartitionRanges, PartitionReset, Publish, Restored, RoundAnswer, RunsName, StoreError,
     StoreIdentity, StoreStats, StreamId, StreamLost,
 };
@@ -56,6 +56,10 @@ impl ClaimStore for RedisStore {
         claims: &[Claim],
         read: &[StreamId],
     ) -> Result<RoundAnswer, StoreError> {
+        // Where a floor rose or a trip failed since the last round, the
+        // marks are checked first: a store that came back older is found
+        // before any claim on it is judged.
+        let behind = self.recheck_marks().await?;
         let adopted = self.adopted();
         // A poisoned lock only loses what was learnt of overflow parts:
         // every one is probed again, which stays correct.
@@ -90,7 +94,10 @@ impl ClaimStore for RedisStore {
         let trip = self.conn.run(commands).await;
         // A failed trip may have met a new connection, to a server that
         // perhaps came back older: what was learnt of it is not trusted.
-        let mut answers: Answers = split(trip.inspect_err(|_| self.sweeps().forget())?);
+        let mut answers: Answers = split(trip.inspect_err(|_| {
+            self.sweeps().forget();
+            self.connection_may_have_changed();
+        })?);
         // Standalone: the inserts ran before the raises, in one pipeline.
         // Items a full generation refused reach its overflow part before
         // the round answers (a failure fails the round, sent again whole);
@@ -142,6 +149,10 @@ impl ClaimStore for RedisStore {
         answer.lost = plan
             .identities
             .judge(std::mem::take(&mut answers.identities))?;
+        for lost in behind {
+            answer.lost.retain(|l| l.stream != lost.stream);
+            answer.lost.push(lost);
+        }
         let (mut held, learnt) = existing(&plan.claims, answers.claims, claims.len())?;
         self.learn(sent, learnt);
         self.native_follow_up(&plan, claims, &written, &mut held, &mut answer.lost)
@@ -204,6 +215,22 @@ impl ClaimStore for RedisStore {
 
     fn adopt_identity(&self, stream: StreamId, identity: StoreIdentity) {
         self.adopt(stream, identity);
+    }
+
+    async fn advance_marks(&self, stream: StreamId) -> Result<Marked, StoreError> {
+        self.advance_marks_at(stream).await
+    }
+
+    async fn check_marks(&self, stream: StreamId) -> Result<Marked, StoreError> {
+        self.check_marks_at(stream).await
+    }
+
+    fn raise_floors(&self, stream: StreamId, marks: &[u64]) {
+        self.raise_floors_to(stream, marks);
+    }
+
+    async fn restore_marks(&self, stream: StreamId, marks: &[u64]) -> Result<(), StoreError> {
+        self.restore_marks_at(stream, marks).await
     }
 
     async fn reset(&self, resets: &[PartitionReset]) -> Result<(), StoreError> {
@@ -296,8 +323,10 @@ impl RedisStore {
             return Ok(());
         }
         // A server that lost its scripts may be another (a restart, a
-        // failover): nothing learnt of it is trusted.
+        // failover): nothing learnt of it is trusted, and its marks are
+        // checked before the next round.
         self.sweeps().forget();
+        self.connection_may_have_changed();
         let scripts = &self.scripts;
         let mut commands: Vec<Keyed> = Vec::new();
         commands.extend(

@@ -154,6 +154,7 @@ fn probes(
         key("marks"),
         key("group"),
     );
+    let (progress, identity) = (key("progress"), key("identity"));
     let value = claim_like(1);
     let owner = value[..OWNER_LEN].to_vec();
     let ttl = PROBE_TTL_MS.to_string().into_bytes();
@@ -288,6 +289,7 @@ fn probes(
     set(&done, &mut probes);
     set(&release, &mut probes);
     set(&restamp, &mut probes);
+    set(&identity, &mut probes);
     let restamped = claim_like(2);
     let raise_args: Vec<Vec<u8>> =
         vec![ttl.clone(), b"probe".to_vec(), b"0".to_vec(), b"5".to_vec()];
@@ -379,6 +381,17 @@ fn probes(
             raise_args,
         ),
     ];
+    // The marks script bumps (GET, SET), then finds a floor above the
+    // mark and marks the identity gone back (GET, SET).
+    for (floor, mode) in [(&b"0"[..], &b"1"[..]), (b"999999", b"0")] {
+        script_calls.push(ScriptCall {
+            purpose: "progress marks",
+            command: "EVAL (progress marks)",
+            script: &scripts.marks,
+            keys: vec![progress.clone(), identity.clone()],
+            args: vec![floor.to_vec(), mode.to_vec()],
+        });
+    }
     if spec.mode == Mode::Tiered {
         script_calls.push(call(
             "early-insert runs",
@@ -404,7 +417,9 @@ fn probes(
             });
         }
     }
-    for key in [&claim, &done, &release, &restamp, &vanished, &marks, &group] {
+    for key in [
+        &claim, &done, &release, &restamp, &vanished, &marks, &group, &progress, &identity,
+    ] {
         probes.push(Probe {
             command: "DEL",
             purpose: "cleaning up the dry round",

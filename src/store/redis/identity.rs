@@ -293,7 +293,20 @@ impl RedisStore {
         for (stream, count) in counts {
             found_all.push((stream, found(answers.by_ref().take(count).collect())?));
         }
-        Ok(lost_among(&adopted, found_all))
+        let mut lost = lost_among(&adopted, found_all);
+        // The marks too (docs/design.md §8.2): a store that came back
+        // older while the stream was quiet.
+        for &stream in streams {
+            if adopted.contains_key(&stream.0) && lost.iter().all(|l| l.stream != stream) {
+                if let crate::store::Marked::Behind = self.check_marks_at(stream).await? {
+                    lost.push(StreamLost {
+                        stream,
+                        how: crate::store::Check::Behind,
+                    });
+                }
+            }
+        }
+        Ok(lost)
     }
 
     pub(super) fn adopt(&self, stream: StreamId, identity: StoreIdentity) {

@@ -34,6 +34,7 @@ mod early;
 mod grouped;
 mod grouped_script;
 mod identity;
+mod marks;
 mod native;
 mod native_trip;
 mod reset;
@@ -145,6 +146,8 @@ pub struct RedisStore {
     sweeps: Mutex<native::Sweeps>,
     /// Claims sent as a native command since start (`native_claims`).
     native_sent: AtomicU64,
+    /// This replica's floors of the streams' progress marks (`marks.rs`).
+    floors: crate::store::marks::Floors,
 }
 
 const NOSCRIPT: &str = "NOSCRIPT";
@@ -213,6 +216,7 @@ impl RedisStore {
         let layouts =
             grouped::settle(&conn, &options.key_prefix, &streams, options.tier1_layout).await?;
         let most_fields = streams.iter().map(|_| AtomicU64::new(0)).collect();
+        let floors = marks::floors(streams.len());
         Ok(RedisStore {
             conn,
             streams,
@@ -227,6 +231,7 @@ impl RedisStore {
             most_fields,
             sweeps: Mutex::new(native::Sweeps::default()),
             native_sent: AtomicU64::new(0),
+            floors,
         })
     }
 

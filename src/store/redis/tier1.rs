@@ -95,6 +95,8 @@ pub(crate) struct Scripts {
     pub(crate) raise: LuaScript,
     /// Notes early-insert runs beside earlier owners' (`early.rs`).
     pub(crate) early: LuaScript,
+    /// Bumps, checks or raises a tag's progress mark (`marks.rs`).
+    pub(crate) marks: LuaScript,
 }
 
 impl Scripts {
@@ -123,6 +125,7 @@ return out"#
             restore: LuaScript::new(grouped_script::restore()),
             raise: LuaScript::new(raise),
             early: LuaScript::new(super::early::NOTE.to_string()),
+            marks: LuaScript::new(super::marks::SCRIPT.to_string()),
         }
     }
 }

@@ -5,6 +5,7 @@
 mod conformance;
 mod deployments;
 mod layouts;
+mod marks;
 mod permissions;
 mod postgres_bytes;
 mod postgres_names;
