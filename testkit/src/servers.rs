@@ -266,6 +266,25 @@ impl RedisServer {
         self.spawn();
     }
 
+    /// `SAVE`, then the dump copied to `to`: a snapshot to come back to.
+    pub fn snapshot(&self, to: &Path) {
+        let mut connection = self.connection().expect("redis connection");
+        let _: () = redis::cmd("SAVE").query(&mut connection).expect("SAVE");
+        std::fs::copy(self.dir.join("dump.rdb"), to).expect("copy of the dump");
+    }
+
+    /// Killed and started again on the same port from the dump at `from`:
+    /// a crash between two RDB snapshots, or a restore from a backup. The
+    /// writes since the snapshot are gone; the rest, the stream identity
+    /// included, is back.
+    pub fn restart_from(&mut self, from: &Path) {
+        let mut child = self.child.take().expect("running");
+        let _ = child.kill();
+        let _ = child.wait();
+        std::fs::copy(from, self.dir.join("dump.rdb")).expect("dump restored");
+        self.spawn();
+    }
+
     /// SIGSTOP: the server keeps its sockets but answers nothing, as when it
     /// hangs or the network drops packets.
     pub fn freeze(&mut self) {

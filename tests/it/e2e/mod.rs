@@ -59,4 +59,5 @@ mod store_rights;
 mod tiered;
 mod txn_timeout;
 mod unread;
+mod went_back;
 mod zombie;

@@ -1,0 +1,191 @@
+//! A store that came back older (docs/design.md §8.2): the stream's Redis,
+//! a redis-server of the test's own, is snapshotted (`SAVE`) after a first
+//! run, a second run is decided and committed, and the server is killed and
+//! started again from the first snapshot while the gateway runs: a crash
+//! between two RDB snapshots, or a restore from a backup. The identity is
+//! in the snapshot; the second run's claims are not. Late copies of both
+//! runs' events follow.
+//!
+//! The guarantee: no late copy is decided on the older store (without the
+//! progress marks, the second run's copies passed as novel, a second time
+//! in clean, silently); the fail-closed stream stops within seconds and
+//! says so (the ERROR line naming the cause, the metric, `/readyz`),
+//! commits nothing past what it decided, and is refused at its next start;
+//! after `idemgate rebuild`, every event is in clean exactly once and
+//! every input has one output. Under exactly once too.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use idemgate_testkit::check::{check, Expect};
+use idemgate_testkit::kafka::{committed_offsets, read_inputs_as_delivered, Producer, Topics};
+use idemgate_testkit::servers::{free_port, RedisServer, ServerOptions};
+use idemgate_testkit::workload::{Bank, Planned};
+use idemgate_testkit::{kafka_brokers, say, unique, BOUND, SETTLE};
+
+use super::group::{ends, idemgate_rebuild, process, wait_committed};
+use super::monitoring::http_get;
+use super::process::{Gate, GateConfig};
+
+/// How soon the stop must show after the restart.
+const STOPPED_WITHIN: Duration = Duration::from_secs(20);
+
+fn a_store_that_came_back_older_stops_the_stream(test: &str, exactly_once: bool) {
+    let began = Instant::now();
+    let topics = Topics::create(&kafka_brokers(), test, 3, 2);
+    let mut redis = RedisServer::start(test, ServerOptions::default());
+    let mut bank = Bank::new(test, 24);
+    let mut config = GateConfig::new(test, &topics, redis.url());
+    if exactly_once {
+        config = config.exactly_once(&unique(&format!("{test}-txn")));
+    }
+    let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    config.metrics_listen = metrics.to_string();
+    let mut gate = Gate::start(test, &config);
+    gate.wait_assigned(Duration::from_secs(30));
+
+    let first_plan = bank.phase(200, 0, 4);
+    let first = process(test, &config, &topics, &first_plan, &mut [&mut gate]);
+    let snapshot = std::env::temp_dir().join(format!("{}.rdb", unique(test)));
+    redis.snapshot(&snapshot);
+    // The second run, on the same topics: decided and committed.
+    let second_plan = bank.phase(150, 40, 2);
+    let second_delivered =
+        Producer::new(&kafka_brokers()).send(&topics.input, &second_plan, 100, Duration::ZERO);
+    let mut reader = first.reader;
+    let both = first_plan.len() + second_plan.len();
+    reader.read_every_input(both, BOUND, "of the second run", || gate.assert_alive());
+    let mut delivered = first.landed.clone();
+    delivered.extend(second_delivered);
+    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
+    let two: Vec<Planned> = first_plan.iter().chain(&second_plan).cloned().collect();
+    say(
+        test,
+        format!(
+            "second run: {}",
+            check(&two, &landed, &topics, &reader.records, Expect::Exact)
+        ),
+    );
+    let ends = ends(&landed, topics.input_partitions);
+    wait_committed(&config, &topics, &ends, &mut [&mut gate]);
+    say(test, format!("two runs committed at {:?}", began.elapsed()));
+
+    redis.restart_from(&snapshot);
+    let restarted = Instant::now();
+    say(
+        test,
+        "redis killed and started again from the first run's snapshot",
+    );
+    let late = bank.phase(30, 200, 0);
+    let late_delivered =
+        Producer::new(&kafka_brokers()).send(&topics.input, &late, 100, Duration::ZERO);
+
+    let line = gate.wait_line(
+        "lost this stream's state",
+        restarted + STOPPED_WITHIN,
+        &format!("no ERROR line for the store gone back within {STOPPED_WITHIN:?}"),
+        || std::thread::sleep(Duration::from_millis(100)),
+    );
+    let took = restarted.elapsed();
+    assert!(
+        line.contains("ERROR")
+            && line.contains("stream=bank")
+            && line.contains("came back older")
+            && line.contains("idemgate rebuild"),
+        "{line}"
+    );
+    say(test, format!("stopped {took:?} after the restart: {line}"));
+    if !exactly_once {
+        // At least once the replica stays up and says so; exactly once it
+        // aborts its open transaction and ends (`StoreWentBack`) when its
+        // commit's bump is refused before a round saw it.
+        let (status, readyz) = http_get(metrics, "/readyz").unwrap_or((0, String::new()));
+        if status != 0 {
+            assert_eq!(status, 503, "/readyz: {readyz}");
+        }
+    }
+
+    // Nothing late is decided on the older store, and the offsets stay
+    // where the second run left them.
+    reader.read_for(SETTLE);
+    let late_ids: std::collections::HashSet<&str> = late.iter().map(|p| p.id.as_str()).collect();
+    let decided: Vec<String> = reader
+        .records
+        .iter()
+        .filter(|out| late_ids.contains(out.test_id()))
+        .map(|out| format!("{} {}", out.test_id(), out.decision()))
+        .collect();
+    assert!(
+        decided.is_empty(),
+        "decided on the older store: {decided:?}"
+    );
+    let partitions: Vec<i32> = ends.iter().map(|(p, _)| *p).collect();
+    let committed = committed_offsets(&kafka_brokers(), &config.group, &topics.input, &partitions);
+    let ends: Vec<Option<i64>> = ends.iter().map(|(_, o)| Some(*o)).collect();
+    assert_eq!(committed, ends, "committed past what was decided");
+
+    // Stopped (or ended), the replica's next start is refused.
+    match gate.exited() {
+        Some(status) => {
+            assert!(exactly_once, "the replica ended at least once: {status}");
+            say(test, format!("the replica ended: {status}"));
+        }
+        None => {
+            let status = gate.terminate(Duration::from_secs(30));
+            assert!(status.success(), "idemgate exited with {status} on SIGTERM");
+        }
+    }
+    let mut again = Gate::start(&format!("{test}-again"), &config);
+    assert!(
+        !again.wait_exit(Duration::from_secs(60)).success(),
+        "a start on the older store was not refused"
+    );
+    let log = again.log_text();
+    assert!(
+        log.contains("stream bank")
+            && log.contains("came back older")
+            && log.contains("idemgate rebuild"),
+        "the refusal names the stream, the cause and the way out:\n{}",
+        again.tail(10)
+    );
+
+    // A replica that ended on the error left its session to time out:
+    // the broker's group coordinator drops it on its own time.
+    let until = Instant::now() + BOUND;
+    let run = loop {
+        let run = idemgate_rebuild(&config, &[]);
+        if run.ok || !run.stderr.contains("active member") || Instant::now() > until {
+            break run;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    assert!(run.ok, "rebuild failed: {}", run.stderr);
+    let mut gate = Gate::start(&format!("{test}-rebuilt"), &config);
+    let plan: Vec<Planned> = first_plan
+        .iter()
+        .chain(&second_plan)
+        .chain(&late)
+        .cloned()
+        .collect();
+    reader.read_every_input(plan.len(), BOUND, "after the rebuild", || {
+        gate.assert_alive()
+    });
+    delivered.extend(late_delivered);
+    let landed = read_inputs_as_delivered(&kafka_brokers(), &topics, &delivered);
+    let summary = check(&plan, &landed, &topics, &reader.records, Expect::Exact);
+    say(test, &summary);
+    let status = gate.terminate(Duration::from_secs(30));
+    assert!(status.success(), "idemgate exited with {status} on SIGTERM");
+    let _ = std::fs::remove_file(&snapshot);
+    say(test, format!("took {:?}", began.elapsed()));
+}
+
+#[test]
+fn a_redis_back_from_an_older_snapshot_stops_the_stream_until_rebuilt() {
+    a_store_that_came_back_older_stops_the_stream("went-back", false);
+}
+
+#[test]
+fn exactly_once_a_redis_back_from_an_older_snapshot_stops_the_stream_until_rebuilt() {
+    a_store_that_came_back_older_stops_the_stream("went-back-eos", true);
+}
