@@ -5,7 +5,7 @@
 //! it held. What each finding means is `store::at_start`, pure; this is
 //! the I/O around it.
 
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::config::Config;
 use crate::ops::group::{self, GroupError};
@@ -88,16 +88,20 @@ pub(crate) async fn establish(
         // A store that came back older keeps its identity: its progress
         // marks, against the highest every partition's commits recorded,
         // tell (docs/design.md §8.2). A replica does not start on it.
-        let recorded =
-            recorded_marks(config, index)
-                .await
-                .map_err(|error| IdentityError::Group {
-                    stream: name.clone(),
-                    error,
-                })?;
-        store.raise_floors(id, &recorded);
-        if store.check_marks(id).await.map_err(stored)? == Marked::Behind {
-            return Err(refused(Refusal::WentBack));
+        // Where the commits cannot be read now (a coordinator moving),
+        // the floors come from the first assignment, whose committed
+        // offsets the replica waits for, and are checked before its first
+        // round.
+        match recorded_marks(config, index).await {
+            Ok(recorded) => {
+                store.raise_floors(id, &recorded);
+                if store.check_marks(id).await.map_err(stored)? == Marked::Behind {
+                    return Err(refused(Refusal::WentBack));
+                }
+            }
+            Err(error) => {
+                warn!(stream = %name, %error, "the group's commits could not be read at start: the store's progress marks are compared from the first assignment on");
+            }
         }
     }
     Ok(())
@@ -114,7 +118,7 @@ async fn recorded_marks(config: &Config, index: usize) -> Result<Vec<u64>, Group
     let key_id = stream.spec.key_id.clone();
     let config = config.clone();
     tokio::task::spawn_blocking(move || {
-        let (consumer, _) = group::client(&config)?;
+        let consumer = group::client_reading_pending(&config)?;
         let partitions = group::partitions(&consumer, &inputs)?;
         let committed = group::committed(&consumer, &partitions)?;
         Ok(group::highest_marks(&key_id, &committed))

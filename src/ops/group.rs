@@ -45,6 +45,23 @@ pub(crate) fn client(config: &Config) -> Result<(BaseConsumer<QuietContext>, Str
     Ok((consumer, group))
 }
 
+/// [`client`], reading committed offsets without waiting for the
+/// transactions still open on them (`isolation.level` read_uncommitted:
+/// the offset fetch does not require stable offsets). For the progress
+/// marks at start: a mark an open transaction's commit carries was
+/// acknowledged by the store, so it bounds the store whether or not the
+/// transaction commits, and a replica killed in a transaction must not
+/// hold its successor's start for the transaction timeout.
+pub(crate) fn client_reading_pending(
+    config: &Config,
+) -> Result<BaseConsumer<QuietContext>, GroupError> {
+    let (mut consumer_config, _) = crate::config::client_configs(config);
+    consumer_config.set("isolation.level", "read_uncommitted");
+    consumer_config
+        .create_with_context(QuietContext)
+        .map_err(GroupError::Client)
+}
+
 /// Refused while the group has members, asked in a way that sees the
 /// members of either group protocol (`group::group_members`).
 pub(crate) fn refuse_if_active(

@@ -107,7 +107,8 @@ async fn eviction_policy(store: &RedisStore, options: &RedisOptions) -> Finding 
 /// restart with nothing on disk is a loss idemgate sees (the streams stop
 /// until `idemgate rebuild`, docs/design.md §8.2); one that brings back an
 /// older state (the last RDB snapshot, an AOF missing its last writes) is
-/// not seen (design §12).
+/// seen by the progress marks of every commit since, but not the writes of
+/// the last commit interval, which no commit recorded yet.
 async fn persistence(store: &RedisStore, exact: &[&str]) -> Finding {
     const SUBJECT: &str = "store persistence";
     let saves = ask(store, &["CONFIG", "GET", "save"]).await;
@@ -192,18 +193,20 @@ fn persistence_finding(nodes: &[Persistence], exact: &[&str]) -> Finding {
         ),
         Kept::Snapshots => format!(
             "keep RDB snapshots only (save {save}): a crash brings back the last snapshot, \
-             without the claims written since, and idemgate does not see it: copies of events \
-             of {streams} decided after the snapshot pass as novel; enable AOF (appendonly yes, \
-             appendfsync always), and after any restart from a snapshot run `idemgate rebuild`"
+             without the claims written since; idemgate sees it by the progress marks the \
+             commits since recorded, and {streams} stop until `idemgate rebuild`, but a copy \
+             of an event decided in the last commit interval can pass once; enable AOF \
+             (appendonly yes, appendfsync always)"
         ),
         Kept::AofNoFsync => format!(
             "keep an AOF the OS flushes when it likes (appendfsync no): a crash can lose the \
-             last seconds of claims, unseen, and copies of events of {streams} decided then \
-             pass as novel; set appendfsync always"
+             last seconds of claims; idemgate sees what a commit recorded ({streams} then stop \
+             until `idemgate rebuild`), not the last commit interval, whose copies can pass \
+             once; set appendfsync always"
         ),
         Kept::AofEverySec => "appendonly yes, appendfsync everysec: a crash can lose the last \
-             second of claims, unseen (a copy of an event decided in it can pass once); \
-             appendfsync always loses none"
+             second of claims; within the last commit interval unseen (a copy of an event \
+             decided in it can pass once); appendfsync always loses none"
             .to_string(),
         Kept::AofAlways => {
             "appendonly yes, appendfsync always: a crash loses no acknowledged claim".to_string()
@@ -314,7 +317,7 @@ mod tests {
         let rdb = persistence_finding(&[node("3600 1 300 100", "no")], &bank);
         assert_eq!(rdb.status, Status::Warn, "{rdb:?}");
         assert!(
-            rdb.detail.contains("does not see it") && rdb.detail.contains("idemgate rebuild"),
+            rdb.detail.contains("progress marks") && rdb.detail.contains("idemgate rebuild"),
             "{rdb:?}"
         );
         let aof = persistence_finding(&[node("", "yes")], &bank);
