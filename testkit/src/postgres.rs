@@ -107,3 +107,39 @@ pub fn unsettled_claims(url: &str, schema: &str, key_id: &str) -> Vec<String> {
         })
         .collect()
 }
+
+/// `pg_dump` of one schema to `to`: a backup to restore later.
+pub fn dump_schema(url: &str, schema: &str, to: &std::path::Path) {
+    let out = Command::new("pg_dump")
+        .arg(url)
+        .args(["--schema", schema, "--no-owner", "-f"])
+        .arg(to)
+        .env("PGSSLROOTCERT", crate::env("IDEMGATE_TEST_POSTGRES_CA"))
+        .env("PGCONNECT_TIMEOUT", "10")
+        .output()
+        .expect("running pg_dump (postgresql-client)");
+    assert!(
+        out.status.success(),
+        "pg_dump of {schema} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The schema dropped and restored from `dump` (a [`dump_schema`]): a
+/// backup restored over the live database, everything written since gone.
+pub fn restore_schema(url: &str, schema: &str, dump: &std::path::Path) {
+    psql(url, &format!("DROP SCHEMA {schema} CASCADE"));
+    let out = Command::new("psql")
+        .arg(url)
+        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-f"])
+        .arg(dump)
+        .env("PGSSLROOTCERT", crate::env("IDEMGATE_TEST_POSTGRES_CA"))
+        .env("PGCONNECT_TIMEOUT", "10")
+        .output()
+        .expect("running psql (postgresql-client)");
+    assert!(
+        out.status.success(),
+        "restoring {schema} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -61,11 +61,15 @@ impl PostgresStore {
         }
         let read = Step::new(&self.sql.identities, vec![boxed(key_ids)]);
         let rows = pipeline(session, &[read]).await?;
-        self.lost(
+        let mut lost = self.lost(
             rows.into_iter().next().unwrap_or_default(),
             &checked,
             &adopted,
-        )
+            false,
+        )?;
+        // And the marks: a store that came back older while quiet.
+        self.behind_on(session, streams, &mut lost).await?;
+        Ok(lost)
     }
 
     /// Without `replace` a row already there stays (replicas starting at

@@ -15,6 +15,7 @@ mod identity;
 mod inspect;
 mod janitor;
 mod legacy;
+mod marks;
 mod options;
 mod reads;
 mod round;
@@ -38,8 +39,8 @@ pub use options::{
 pub use schema::{claims_key_id, claims_name};
 
 use super::{
-    ClaimStore, IdentityFound, Mode, PartitionReset, Publish, Restored, RoundAnswer, RunsName,
-    StoreError, StoreIdentity, StoreStats, StreamId, StreamLost, StreamSpec,
+    ClaimStore, IdentityFound, Marked, Mode, PartitionReset, Publish, Restored, RoundAnswer,
+    RunsName, StoreError, StoreIdentity, StoreStats, StreamId, StreamLost, StreamSpec,
 };
 use crate::clock::{Clock, Millis, SystemClock};
 use janitor::{Janitor, Swept};
@@ -60,6 +61,8 @@ pub struct PostgresStore {
     /// The identities adopted at start, by stream index (docs/design.md
     /// §8.2).
     adopted: Mutex<HashMap<usize, StoreIdentity>>,
+    /// This replica's floors of the streams' progress marks (`marks.rs`).
+    floors: crate::store::marks::Floors,
     janitor: Janitor,
     janitor_task: JoinHandle<()>,
 }
@@ -127,6 +130,7 @@ impl PostgresStore {
                 .collect(),
             tables,
             pool,
+            floors: marks::floors(streams.len()),
             streams,
             adopted: Mutex::new(HashMap::new()),
         })
@@ -195,7 +199,19 @@ impl ClaimStore for PostgresStore {
         read: &[StreamId],
     ) -> Result<RoundAnswer, StoreError> {
         let session = self.checkout().await?;
+        // Where a floor rose or a round failed since the last, the marks
+        // first: a store below them is marked gone back, which this
+        // round's identity read then sees (docs/design.md §8.2).
+        let rechecked = timed(self.recheck_on(&session)).await;
+        if rechecked.is_err() {
+            checkin(session, &rechecked);
+            return rechecked.map(|()| RoundAnswer::default());
+        }
         let result = timed(self.run_round(&session, publish, claims, read)).await;
+        if result.is_err() {
+            // Perhaps another server now (a failover, a restore).
+            self.floors.ask_recheck();
+        }
         checkin(session, &result);
         result
     }
@@ -240,6 +256,33 @@ impl ClaimStore for PostgresStore {
         if let Ok(mut adopted) = self.adopted.lock() {
             adopted.insert(stream.0, identity);
         }
+    }
+
+    async fn advance_marks(&self, stream: StreamId) -> Result<Marked, StoreError> {
+        let session = self.checkout().await?;
+        let result = timed(self.marks_on(&session, stream, marks::Step::Bump)).await;
+        checkin(session, &result);
+        result
+    }
+
+    async fn check_marks(&self, stream: StreamId) -> Result<Marked, StoreError> {
+        let session = self.checkout().await?;
+        let result = timed(self.marks_on(&session, stream, marks::Step::Check)).await;
+        checkin(session, &result);
+        result
+    }
+
+    fn raise_floors(&self, stream: StreamId, marks: &[u64]) {
+        if self.floors.raise(stream.0, marks) {
+            self.floors.ask_recheck();
+        }
+    }
+
+    async fn restore_marks(&self, stream: StreamId, marks: &[u64]) -> Result<(), StoreError> {
+        let session = self.checkout().await?;
+        let result = timed(self.marks_on(&session, stream, marks::Step::Raise(marks))).await;
+        checkin(session, &result);
+        result.map(drop)
     }
 
     async fn restore(&self, claims: &[Restored]) -> Result<(), StoreError> {

@@ -10,8 +10,8 @@ use super::connect::store_error;
 use super::PostgresStore;
 use crate::coordinates::TopicTag;
 use crate::store::{
-    lost_among, IdentityFound, PartitionRanges, StoreError, StoreIdentity, StreamId, StreamLost,
-    Watermark,
+    lost_among, Check, IdentityFound, PartitionRanges, StoreError, StoreIdentity, StreamId,
+    StreamLost, Watermark,
 };
 
 impl PostgresStore {
@@ -71,12 +71,16 @@ impl PostgresStore {
         Ok(out)
     }
 
-    /// The streams whose adopted identity the table no longer holds.
+    /// The streams whose adopted identity the table no longer holds, and,
+    /// `with_marks` (a round's read, whose rows hold each stream's
+    /// progress mark too), those whose mark lies below this replica's
+    /// floor.
     pub(super) fn lost(
         &self,
         rows: Vec<Row>,
         checked: &[usize],
         adopted: &HashMap<usize, StoreIdentity>,
+        with_marks: bool,
     ) -> Result<Vec<StreamLost>, StoreError> {
         let mut held: HashMap<String, String> = HashMap::new();
         for row in rows {
@@ -86,11 +90,36 @@ impl PostgresStore {
             };
             held.insert(key_id, identity);
         }
+        let marks: Vec<Option<String>> = checked
+            .iter()
+            .map(|&stream| held.remove(&super::marks::row(&self.streams[stream].key_id)))
+            .collect();
         let found = checked.iter().map(|&stream| {
             let found = held.remove(&self.streams[stream].key_id);
             let places = vec![found.map(String::into_bytes)];
             (StreamId(stream), IdentityFound { places })
         });
-        Ok(lost_among(adopted, found))
+        let mut lost = lost_among(adopted, found);
+        // Where the read holds marks (a round's read): one below the floor
+        // is a store that came back older. The next round's check marks
+        // the identity gone back, for the other replicas.
+        for (&stream, mark) in checked.iter().zip(marks) {
+            if !with_marks {
+                break;
+            }
+            let floor = self.floors.of(stream).first().copied().unwrap_or(0);
+            let below = match mark {
+                Some(mark) => mark.parse::<u64>().map_or(true, |m| m < floor),
+                None => floor > 0,
+            };
+            if below && lost.iter().all(|l| l.stream.0 != stream) {
+                lost.push(StreamLost {
+                    stream: StreamId(stream),
+                    how: Check::Behind,
+                });
+                self.floors.ask_recheck();
+            }
+        }
+        Ok(lost)
     }
 }

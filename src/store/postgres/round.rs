@@ -195,9 +195,16 @@ impl PostgresStore {
             .copied()
             .filter(|s| adopted.contains_key(s))
             .collect();
+        // Each stream's identity, and its progress mark beside it: a dump
+        // restored in place keeps the connections and the statements
+        // (PostgreSQL plans them again), so no failure says so; the mark
+        // below the floor does, before any claim is judged.
         let checked_ids = checked
             .iter()
-            .map(|&s| self.streams[s].key_id.clone())
+            .flat_map(|&s| {
+                let key_id = &self.streams[s].key_id;
+                [key_id.clone(), super::marks::row(key_id)]
+            })
             .collect::<Vec<_>>();
         steps.push(Step::new(&self.sql.identities, vec![boxed(checked_ids)]));
         let everyone: Vec<usize> = (0..claims.len()).collect();
@@ -249,7 +256,7 @@ impl PostgresStore {
         }
         answer.watermarks = self.parse_marks(next())?;
         answer.ranges = self.parse_ranges(next())?;
-        answer.lost = self.lost(next(), &checked, &adopted)?;
+        answer.lost = self.lost(next(), &checked, &adopted, true)?;
         let mut met: Vec<Option<Met>> = vec![None; claims.len()];
         for batch in &batches {
             self.parse_claims(batch, claims, next(), &mut met)?;

@@ -98,6 +98,9 @@ pub(super) struct Sql {
     pub(super) get_runs: String,
     pub(super) refresh_runs: String,
     pub(super) delete_runs: String,
+    /// A stream's progress mark, compared, bumped or raised
+    /// (`marks::statement`).
+    pub(super) progress: String,
 }
 
 impl Sql {
@@ -121,6 +124,7 @@ impl Sql {
                  WHERE {name} AND expires_at > $6 RETURNING 1"
             ),
             delete_runs: format!("DELETE FROM {f} WHERE {name}"),
+            progress: super::marks::statement(i),
             claims: tables.claims.iter().map(|c| ClaimSql::new(c, i)).collect(),
             raise: format!(
                 "WITH up AS (INSERT INTO {w} AS w (stream, topic, partition, below) \

@@ -2,7 +2,8 @@
 //! a redis-server of the test's own, is snapshotted (`SAVE`) after a first
 //! run, a second run is decided and committed, and the server is killed and
 //! started again from the first snapshot while the gateway runs: a crash
-//! between two RDB snapshots, or a restore from a backup. The identity is
+//! between two RDB snapshots, or a restore from a backup. On PostgreSQL the
+//! test's schema is dumped, and restored from the dump over the live one. The identity is
 //! in the snapshot; the second run's claims are not. Late copies of both
 //! runs' events follow.
 //!
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use idemgate_testkit::check::{check, Expect};
 use idemgate_testkit::kafka::{committed_offsets, read_inputs_as_delivered, Producer, Topics};
+use idemgate_testkit::postgres::{dump_schema, restore_schema};
 use idemgate_testkit::servers::{free_port, RedisServer, ServerOptions};
 use idemgate_testkit::workload::{Bank, Planned};
 use idemgate_testkit::{kafka_brokers, say, unique, BOUND, SETTLE};
@@ -30,12 +32,29 @@ use super::process::{Gate, GateConfig};
 /// How soon the stop must show after the restart.
 const STOPPED_WITHIN: Duration = Duration::from_secs(20);
 
-fn a_store_that_came_back_older_stops_the_stream(test: &str, exactly_once: bool) {
+/// Where the stream's store lives, and how it is set back.
+enum Store {
+    /// A redis-server of the test's own: `SAVE`, then killed and started
+    /// from that dump.
+    Redis(RedisServer),
+    /// The test's own schema on the test services' PostgreSQL: `pg_dump`,
+    /// then the schema dropped and restored from the dump under the
+    /// running gateway (a backup restored).
+    Postgres,
+}
+
+fn a_store_that_came_back_older_stops_the_stream(test: &str, exactly_once: bool, postgres: bool) {
     let began = Instant::now();
     let topics = Topics::create(&kafka_brokers(), test, 3, 2);
-    let mut redis = RedisServer::start(test, ServerOptions::default());
     let mut bank = Bank::new(test, 24);
-    let mut config = GateConfig::new(test, &topics, redis.url());
+    let (mut store, mut config) = if postgres {
+        let config = GateConfig::new(test, &topics, String::new()).on_postgres();
+        (Store::Postgres, config)
+    } else {
+        let redis = RedisServer::start(test, ServerOptions::default());
+        let config = GateConfig::new(test, &topics, redis.url());
+        (Store::Redis(redis), config)
+    };
     if exactly_once {
         config = config.exactly_once(&unique(&format!("{test}-txn")));
     }
@@ -46,8 +65,11 @@ fn a_store_that_came_back_older_stops_the_stream(test: &str, exactly_once: bool)
 
     let first_plan = bank.phase(200, 0, 4);
     let first = process(test, &config, &topics, &first_plan, &mut [&mut gate]);
-    let snapshot = std::env::temp_dir().join(format!("{}.rdb", unique(test)));
-    redis.snapshot(&snapshot);
+    let snapshot = std::env::temp_dir().join(format!("{}.dump", unique(test)));
+    match &store {
+        Store::Redis(redis) => redis.snapshot(&snapshot),
+        Store::Postgres => dump_schema(&config.postgres_url, schema(&config), &snapshot),
+    }
     // The second run, on the same topics: decided and committed.
     let second_plan = bank.phase(150, 40, 2);
     let second_delivered =
@@ -70,12 +92,12 @@ fn a_store_that_came_back_older_stops_the_stream(test: &str, exactly_once: bool)
     wait_committed(&config, &topics, &ends, &mut [&mut gate]);
     say(test, format!("two runs committed at {:?}", began.elapsed()));
 
-    redis.restart_from(&snapshot);
+    match &mut store {
+        Store::Redis(redis) => redis.restart_from(&snapshot),
+        Store::Postgres => restore_schema(&config.postgres_url, schema(&config), &snapshot),
+    }
     let restarted = Instant::now();
-    say(
-        test,
-        "redis killed and started again from the first run's snapshot",
-    );
+    say(test, "the store set back to the first run's snapshot");
     let late = bank.phase(30, 200, 0);
     let late_delivered =
         Producer::new(&kafka_brokers()).send(&topics.input, &late, 100, Duration::ZERO);
@@ -180,12 +202,21 @@ fn a_store_that_came_back_older_stops_the_stream(test: &str, exactly_once: bool)
     say(test, format!("took {:?}", began.elapsed()));
 }
 
+fn schema(config: &GateConfig) -> &str {
+    config.postgres_schema.as_deref().expect("a schema")
+}
+
 #[test]
 fn a_redis_back_from_an_older_snapshot_stops_the_stream_until_rebuilt() {
-    a_store_that_came_back_older_stops_the_stream("went-back", false);
+    a_store_that_came_back_older_stops_the_stream("went-back", false, false);
 }
 
 #[test]
 fn exactly_once_a_redis_back_from_an_older_snapshot_stops_the_stream_until_rebuilt() {
-    a_store_that_came_back_older_stops_the_stream("went-back-eos", true);
+    a_store_that_came_back_older_stops_the_stream("went-back-eos", true, false);
+}
+
+#[test]
+fn a_postgres_restored_from_an_older_dump_stops_the_stream_until_rebuilt() {
+    a_store_that_came_back_older_stops_the_stream("went-back-pg", false, true);
 }
