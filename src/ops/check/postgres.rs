@@ -75,16 +75,18 @@ fn version(subject: &str, target: &str, facts: &ServerFacts) -> Finding {
 
 /// What a crash or a failover costs the claims (docs/operating.md,
 /// "Persistence"): with `fsync` or `synchronous_commit` off a server
-/// crash can lose rounds the worker was answered, which idemgate does not
-/// see (design §12); on, it loses none, and what remains is a standby or a
-/// backup that lacks the last rounds.
+/// crash can lose rounds the worker was answered, of which the progress
+/// marks see what a commit recorded and not the last commit interval
+/// (design §8.2); on, it loses none, and what remains is a standby or a
+/// backup that lacks the last rounds: seen, and stopped until a rebuild.
 fn durability(settings: &Durability) -> Finding {
     const SUBJECT: &str = "store persistence";
     let off = |value: &str| value.trim() == "off";
     if off(&settings.fsync) {
         return Finding::warn(
             SUBJECT,
-            "fsync off: a server crash can lose or corrupt claims, unseen; set fsync = on"
+            "fsync off: a server crash can lose or corrupt claims, those of the last commit \
+             interval unseen; set fsync = on"
                 .to_string(),
         );
     }
@@ -92,17 +94,20 @@ fn durability(settings: &Durability) -> Finding {
         return Finding::warn(
             SUBJECT,
             "synchronous_commit off: a server crash can lose the last claim rounds the \
-             worker was answered, unseen, and copies of events decided in them pass as novel; \
+             worker was answered, those of the last commit interval unseen, and copies of \
+             events decided in them pass as novel; \
              set synchronous_commit = on"
                 .to_string(),
         );
     }
     let standbys = if settings.synchronous_standby_names.trim().is_empty() {
         "no synchronous standby: a promoted asynchronous standby or a restored backup \
-         lacks the last rounds, unseen; run `idemgate rebuild` after either"
+         lacks the last rounds; the progress marks see it (the streams stop until \
+         `idemgate rebuild`) but for the last commit interval"
     } else {
         "a synchronous standby: a promoted one has every round; a restored backup lacks \
-         the last ones, unseen; run `idemgate rebuild` after one"
+         the last ones, seen by the progress marks (the streams stop until `idemgate \
+         rebuild`)"
     };
     Finding::ok(
         SUBJECT,
