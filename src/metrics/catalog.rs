@@ -373,7 +373,7 @@ pub(crate) const TAKEN_OVER: Metric = counter(
 );
 pub(crate) const IDENTITY_LOST: Metric = gauge(
     "idemgate_store_identity_lost",
-    "1 once a round or the timed check found the stream's store identity missing or changed: the store lost the stream's claims; closed streams stop deciding, open ones pass records unverified, until idemgate rebuild and a restart",
+    "1 once a round or the timed check found the stream's store identity missing or changed, or its progress marks below what commits recorded: the store lost the stream's claims or came back older; closed streams stop deciding, open ones pass records unverified, until idemgate rebuild and a restart",
     &[STREAM],
 );
 pub(crate) const NOT_READY: Metric = gauge(
