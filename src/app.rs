@@ -3,6 +3,7 @@
 //! stopped together. `idemgate run`, the demo, the tests and the bench all
 //! start replicas through here, so what they run is what operators run.
 
+pub mod floors;
 mod identity;
 
 use std::future::Future;
@@ -159,6 +160,11 @@ impl Replica {
             .map(|s| s.spec.name.as_str())
             .collect();
         crate::metrics::register(&names, &tiered);
+        let floors = tokio::spawn(floors::raise_from_commits(
+            config.clone(),
+            store.clone(),
+            stop_rx.clone(),
+        ));
         let watcher = tokio::spawn(crate::http::watch_store(store, health, stop_rx.clone()));
         let outputs = {
             let config = config.clone();
@@ -169,7 +175,7 @@ impl Replica {
         Ok(Replica {
             stop,
             worker: tokio::spawn(worker.run()),
-            serving: vec![server, watcher, outputs],
+            serving: vec![server, watcher, outputs, floors],
             group,
             metrics_address,
         })

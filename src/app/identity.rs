@@ -113,15 +113,10 @@ pub(crate) async fn establish(
 /// store lost. A commit without idemgate's metadata (Kafka's own reset
 /// tool) records none.
 async fn recorded_marks(config: &Config, index: usize) -> Result<Vec<u64>, GroupError> {
-    let stream = &config.streams[index];
-    let inputs = stream.inputs.clone();
-    let key_id = stream.spec.key_id.clone();
     let config = config.clone();
     tokio::task::spawn_blocking(move || {
         let consumer = group::client_reading_pending(&config)?;
-        let partitions = group::partitions(&consumer, &inputs)?;
-        let committed = group::committed(&consumer, &partitions)?;
-        Ok(group::highest_marks(&key_id, &committed))
+        super::floors::recorded(&consumer, &config, index)
     })
     .await
     .map_err(GroupError::Task)?

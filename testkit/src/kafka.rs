@@ -641,6 +641,18 @@ pub fn read_inputs(
 /// Retries (up to a minute) while the broker still counts a member in the
 /// group; reads them back and panics unless the broker kept them.
 pub fn commit_offsets(brokers: &str, group: &str, topic: &str, offsets: &[(i32, i64)]) {
+    commit_offsets_with(brokers, group, topic, offsets, "");
+}
+
+/// [`commit_offsets`] with `metadata` on every partition's commit (what
+/// a replica of idemgate wrote, for a test that plays one).
+pub fn commit_offsets_with(
+    brokers: &str,
+    group: &str,
+    topic: &str,
+    offsets: &[(i32, i64)],
+    metadata: &str,
+) {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", group)
@@ -651,6 +663,9 @@ pub fn commit_offsets(brokers: &str, group: &str, topic: &str, offsets: &[(i32, 
     for (partition, offset) in offsets {
         list.add_partition_offset(topic, *partition, Offset::Offset(*offset))
             .expect("offset list");
+        if let Some(mut element) = list.find_partition(topic, *partition) {
+            element.set_metadata(metadata);
+        }
     }
     // The broker refuses it while the group still has a member (as the
     // operator's tool does): a killed one goes after its session timeout.

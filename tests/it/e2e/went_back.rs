@@ -220,3 +220,87 @@ fn exactly_once_a_redis_back_from_an_older_snapshot_stops_the_stream_until_rebui
 fn a_postgres_restored_from_an_older_dump_stops_the_stream_until_rebuilt() {
     a_store_that_came_back_older_stops_the_stream("went-back-pg", false, true);
 }
+
+/// Floors from commits of partitions a replica does not own, on the
+/// timer (`app::floors`): another replica's commit records marks the
+/// store no longer holds (here the store never held them: the same as one
+/// restored to before them). A replica that owns no partition and made no
+/// commit learns them within a few timer intervals, and its store then
+/// answers the stream behind and marks the identity gone back, so every
+/// replica stops at its next round. Kafka's own reset tool's commits
+/// (no idemgate metadata) raise nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn another_replicas_commits_raise_the_floors_on_a_timer() {
+    use idemgate::config::Config;
+    use idemgate::store::redis::{RedisOptions, RedisStore, RedisTarget};
+    use idemgate::store::{
+        at_start, AtStart, ClaimStore, Marked, Refusal, StoreIdentity, StreamId,
+    };
+    use idemgate_testkit::kafka::commit_offsets_with;
+
+    const TEST: &str = "floors-timer";
+    let topics = Topics::create(&kafka_brokers(), TEST, 2, 1);
+    let redis = RedisServer::start(TEST, ServerOptions::default());
+    let mut gate = GateConfig::new(TEST, &topics, redis.url());
+    gate.store = "identity_check_interval = \"200ms\"\n".into();
+    let config = Config::parse(&gate.toml()).expect("config");
+    let specs: Vec<_> = config.streams.iter().map(|s| s.spec.clone()).collect();
+    let key_id = specs[0].key_id.clone();
+    let options = RedisOptions::new(
+        RedisTarget::Standalone(redis.url()),
+        gate.key_prefix.clone(),
+    );
+    let store: std::sync::Arc<dyn ClaimStore> =
+        std::sync::Arc::new(RedisStore::connect(&options, specs).await.expect("store"));
+    let found = store
+        .write_identity(StreamId(0), StoreIdentity::random(), false)
+        .await
+        .unwrap();
+    let AtStart::Adopt(identity) = at_start(&found) else {
+        panic!("{found:?}")
+    };
+    store.adopt_identity(StreamId(0), identity);
+    assert!(matches!(
+        store.check_marks(StreamId(0)).await.unwrap(),
+        Marked::At(_)
+    ));
+
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(idemgate::app::floors::raise_from_commits(
+        config,
+        store.clone(),
+        stop_rx,
+    ));
+    // Kafka's own tool's commit: no marks, nothing raised.
+    commit_offsets_with(&kafka_brokers(), &gate.group, &topics.input, &[(0, 3)], "");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        matches!(store.check_marks(StreamId(0)).await.unwrap(), Marked::At(_)),
+        "a commit without idemgate's metadata raised a floor"
+    );
+    // Another replica's commit of partition 1, marks 10 on every tag.
+    let marks = vec!["a"; 64].join(",");
+    let metadata = format!("idemgate/3 {key_id} gap-free m={marks}");
+    commit_offsets_with(
+        &kafka_brokers(),
+        &gate.group,
+        &topics.input,
+        &[(1, 5)],
+        &metadata,
+    );
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        if store.check_marks(StreamId(0)).await.unwrap() == Marked::Behind {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "the floors did not rise within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let found = store.find_identity(StreamId(0)).await.unwrap();
+    assert_eq!(at_start(&found), AtStart::Refuse(Refusal::WentBack));
+    stop.send(true).unwrap();
+    task.await.unwrap();
+}
