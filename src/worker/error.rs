@@ -66,14 +66,6 @@ pub(crate) enum WorkerError {
         #[source]
         source: StoreError,
     },
-    /// The progress marks a commit records could not be bumped before
-    /// it (docs/design.md §8.2): the transaction is aborted.
-    #[error("stream {stream}: the progress marks the transaction's commit records could not be bumped ({source}): aborted")]
-    MarksUnwritten {
-        stream: String,
-        #[source]
-        source: StoreError,
-    },
     /// Exactly once: the store's progress marks lie below what commits
     /// recorded (docs/design.md §8.2).
     #[error("stream {stream}: the claim store came back older than the group's commits (restored from an older snapshot or backup, or a lagging replica promoted): the open transaction is aborted and this replica ends; stop every replica, run `idemgate rebuild --stream {stream}`, then start them again")]

@@ -5,14 +5,15 @@
 //! every claim the commit relies on was answered (their records are
 //! decided), so a store holding marks as high holds those claims.
 //!
-//! A stream whose marks cannot be bumped (the store did not answer before
-//! the deadline, or they lie below this replica's floor: the store came
-//! back older) commits without them where it is fail-open (its records
-//! pass as `unverified` anyway), and not at all where it is fail-closed:
-//! [`stamp`] answers those, and each committer decides (at least once
-//! leaves their partitions out; exactly once aborts).
+//! A store that does not answer the bump within two seconds lets the
+//! commit go without marks (an outage is not a loss; the next commit's
+//! bump covers these claims too). A store whose marks lie below this
+//! replica's floor came back older: a fail-open stream commits without
+//! them (its records pass as `unverified` anyway); a fail-closed one not
+//! at all: [`stamp`] answers those, and each committer decides (at least
+//! once leaves their partitions out; exactly once aborts and ends).
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use rdkafka::TopicPartitionList;
@@ -20,7 +21,10 @@ use tracing::{error, warn};
 
 use super::metadata;
 use crate::clock::Clock;
+use crate::logging::RateLimit;
 use crate::store::{ClaimStore, Marked, StoreError, StreamId};
+
+static UNANSWERED: LazyLock<RateLimit> = LazyLock::new(|| RateLimit::new(Duration::from_secs(30)));
 
 /// The streams a commit covers, with their inputs, as the loop knows them.
 #[derive(Clone, Debug, Default)]
@@ -42,19 +46,22 @@ impl Covered {
     }
 }
 
-/// A fail-closed stream whose marks the commit could not record.
+/// A fail-closed stream whose store came back older: its partitions
+/// commit nothing.
 #[derive(Debug)]
 pub(super) struct Held {
     pub(super) stream: usize,
     pub(super) topics: Vec<String>,
-    /// The marks lie below the floor; otherwise the store did not answer.
-    pub(super) behind: bool,
-    pub(super) error: Option<StoreError>,
 }
 
-/// Bumps the marks of each stream `covered` names, retried while
-/// `deadline` allows, and appends them to the metadata of its partitions
-/// in `list`. Answers the fail-closed streams left without them.
+/// How long a bump may take before the commit goes without it.
+const ATTEMPT: Duration = Duration::from_secs(2);
+
+/// Bumps the marks of each stream `covered` names (one attempt, bounded
+/// by [`ATTEMPT`] and `deadline`) and appends them to the metadata of its
+/// partitions in `list`. A store that does not answer lets the commit go
+/// without marks: an outage is not a loss. Answers the fail-closed streams
+/// whose store came back older.
 pub(super) async fn stamp(
     store: &Arc<dyn ClaimStore>,
     clock: &Arc<dyn Clock>,
@@ -64,66 +71,39 @@ pub(super) async fn stamp(
 ) -> Vec<Held> {
     let mut held = Vec::new();
     for (stream, fail_open, topics) in &covered.streams {
-        let answer = advance(store, clock, StreamId(*stream), deadline).await;
-        let (behind, error) = match answer {
-            Ok(Marked::At(marks)) => {
-                append(list, topics, &metadata::marks_word(&marks));
-                continue;
-            }
-            Ok(Marked::Unkept) => continue,
-            Ok(Marked::Behind) => (true, None),
-            Err(error) => (false, Some(error)),
-        };
-        if *fail_open {
-            warn!(stream = stream, behind, error = ?error,
-                "a fail-open stream commits without progress marks: its store came back older or did not answer the pre-commit step");
-            continue;
-        }
-        if behind {
-            error!(
-                stream,
-                "the store's progress marks lie below what commits recorded: this commit does not go"
-            );
-        }
-        held.push(Held {
-            stream: *stream,
-            topics: topics.clone(),
-            behind,
-            error,
-        });
-    }
-    held
-}
-
-/// One stream's bump, asked again while the deadline allows.
-async fn advance(
-    store: &Arc<dyn ClaimStore>,
-    clock: &Arc<dyn Clock>,
-    stream: StreamId,
-    deadline: Instant,
-) -> Result<Marked, StoreError> {
-    let mut backoff = Duration::from_millis(20);
-    loop {
-        let result = tokio::time::timeout(Duration::from_secs(5), store.advance_marks(stream))
+        let bound = ATTEMPT.min(deadline.saturating_duration_since(clock.now()));
+        let answer = tokio::time::timeout(bound, store.advance_marks(StreamId(*stream)))
             .await
             .unwrap_or_else(|_| {
                 Err(StoreError::Unavailable(
                     "progress marks bump timed out".into(),
                 ))
             });
-        match result {
-            Err(error) if clock.now() + backoff < deadline => {
-                crate::metrics::store_failed("marks", &error);
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
+        match answer {
+            Ok(Marked::At(marks)) => append(list, topics, &metadata::marks_word(&marks)),
+            Ok(Marked::Unkept) => {}
+            Ok(Marked::Behind) if *fail_open => {
+                warn!(stream, "a fail-open stream's store came back older: it commits without progress marks, its records pass as unverified");
+            }
+            Ok(Marked::Behind) => {
+                error!(
+                    stream,
+                    "the store's progress marks lie below what commits recorded: this commit does not go"
+                );
+                held.push(Held {
+                    stream: *stream,
+                    topics: topics.clone(),
+                });
             }
             Err(error) => {
                 crate::metrics::store_failed("marks", &error);
-                return Err(error);
+                if let Some(held_back) = UNANSWERED.allow() {
+                    warn!(stream, %error, held_back, "the store did not answer the progress marks' bump: this commit goes without them (the next one's bump covers its claims)");
+                }
             }
-            answered => return answered,
         }
     }
+    held
 }
 
 /// Appends `word` to the metadata of every partition of `topics`.

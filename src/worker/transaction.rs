@@ -251,33 +251,24 @@ impl Worker {
             return Err(WorkerError::RunsUnwritten { source });
         }
         // Then the progress marks (docs/design.md §8.2). A fail-closed
-        // stream without them aborts the transaction: its outputs were
-        // decided on a store that came back older, or one that did not
-        // answer; this replica ends (and, on a store gone back, does not
-        // start again before `idemgate rebuild`).
+        // stream whose store came back older aborts the transaction: its
+        // outputs were decided there. This replica ends, and does not
+        // start again before `idemgate rebuild`.
         let held = marks::stamp(&self.store, &self.clock, &covered, &mut list, deadline).await;
         if let Some(held) = held.into_iter().next() {
             if p.txn.open_since.take().is_some() {
                 let _ = self.abort(p.txn.lane).await;
             }
+            self.on_store_lost(
+                p,
+                &StreamLost {
+                    stream: StreamId(held.stream),
+                    how: Check::Behind,
+                },
+                Evidence::Identity,
+            );
             let stream = self.streams[held.stream].config.spec.name.clone();
-            if held.behind {
-                self.on_store_lost(
-                    p,
-                    &StreamLost {
-                        stream: StreamId(held.stream),
-                        how: Check::Behind,
-                    },
-                    Evidence::Identity,
-                );
-                return Err(WorkerError::StoreWentBack { stream });
-            }
-            return Err(WorkerError::MarksUnwritten {
-                stream,
-                source: held
-                    .error
-                    .unwrap_or_else(|| StoreError::Unavailable("no answer".into())),
-            });
+            return Err(WorkerError::StoreWentBack { stream });
         }
         self.begin(p)?;
         let group = self

@@ -298,6 +298,80 @@ impl RedisServer {
     }
 }
 
+/// A Redis Cluster of a test's own: three masters without replicas, each
+/// a [`RedisServer`], so one node alone can be stopped or set back to an
+/// older snapshot without touching the cluster other tests share.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start(name: &str) -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|i| {
+                RedisServer::start(
+                    &format!("{name}-node{i}"),
+                    ServerOptions {
+                        args: vec![
+                            "--cluster-enabled".into(),
+                            "yes".into(),
+                            "--cluster-node-timeout".into(),
+                            "5000".into(),
+                            // A bus port of its own: port + 10000 may be
+                            // another server's.
+                            "--cluster-port".into(),
+                            free_port().to_string(),
+                        ],
+                        ..ServerOptions::default()
+                    },
+                )
+            })
+            .collect();
+        let seeds: Vec<String> = nodes
+            .iter()
+            .map(|n| n.url().trim_start_matches("redis://").to_string())
+            .collect();
+        let created = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&seeds)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("running redis-cli");
+        assert!(
+            created.status.success(),
+            "redis-cli --cluster create: {}",
+            String::from_utf8_lossy(&created.stdout)
+        );
+        let cluster = RedisCluster { nodes };
+        cluster.wait_ok();
+        cluster
+    }
+
+    /// Every node's URL, as a config's seed nodes.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// Until every node says `cluster_state:ok` (30 s at most).
+    pub fn wait_ok(&self) {
+        let until = Instant::now() + Duration::from_secs(30);
+        for node in &self.nodes {
+            loop {
+                let info: Option<String> = node
+                    .connection()
+                    .ok()
+                    .and_then(|mut c| redis::cmd("CLUSTER").arg("INFO").query(&mut c).ok());
+                if info.is_some_and(|i| i.contains("cluster_state:ok")) {
+                    break;
+                }
+                assert!(Instant::now() < until, "cluster not ok within 30 s");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
 impl Drop for RedisServer {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {

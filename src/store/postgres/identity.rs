@@ -65,7 +65,7 @@ impl PostgresStore {
             rows.into_iter().next().unwrap_or_default(),
             &checked,
             &adopted,
-            false,
+            None,
         )?;
         // And the marks: a store that came back older while quiet.
         self.behind_on(session, streams, &mut lost).await?;

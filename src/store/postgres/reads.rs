@@ -72,15 +72,17 @@ impl PostgresStore {
     }
 
     /// The streams whose adopted identity the table no longer holds, and,
-    /// `with_marks` (a round's read, whose rows hold each stream's
-    /// progress mark too), those whose mark lies below this replica's
-    /// floor.
+    /// where `floors` are given (a round's read, whose rows hold each
+    /// stream's progress mark too), those whose mark lies below its floor.
+    /// The floors are those taken before the read was sent: one raised
+    /// while it was on its way (the timer, another commit's bump) may lie
+    /// above what a live store answered then.
     pub(super) fn lost(
         &self,
         rows: Vec<Row>,
         checked: &[usize],
         adopted: &HashMap<usize, StoreIdentity>,
-        with_marks: bool,
+        floors: Option<&[u64]>,
     ) -> Result<Vec<StreamLost>, StoreError> {
         let mut held: HashMap<String, String> = HashMap::new();
         for row in rows {
@@ -103,11 +105,10 @@ impl PostgresStore {
         // Where the read holds marks (a round's read): one below the floor
         // is a store that came back older. The next round's check marks
         // the identity gone back, for the other replicas.
-        for (&stream, mark) in checked.iter().zip(marks) {
-            if !with_marks {
-                break;
-            }
-            let floor = self.floors.of(stream).first().copied().unwrap_or(0);
+        let Some(floors) = floors else {
+            return Ok(lost);
+        };
+        for ((&stream, mark), &floor) in checked.iter().zip(marks).zip(floors) {
             let below = match mark {
                 Some(mark) => mark.parse::<u64>().map_or(true, |m| m < floor),
                 None => floor > 0,

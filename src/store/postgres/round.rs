@@ -207,6 +207,10 @@ impl PostgresStore {
             })
             .collect::<Vec<_>>();
         steps.push(Step::new(&self.sql.identities, vec![boxed(checked_ids)]));
+        let floors: Vec<u64> = checked
+            .iter()
+            .map(|&s| self.floors.of(s).first().copied().unwrap_or(0))
+            .collect();
         let everyone: Vec<usize> = (0..claims.len()).collect();
         let batches = self.batches_of(claims, &everyone);
         for batch in &batches {
@@ -256,7 +260,7 @@ impl PostgresStore {
         }
         answer.watermarks = self.parse_marks(next())?;
         answer.ranges = self.parse_ranges(next())?;
-        answer.lost = self.lost(next(), &checked, &adopted, true)?;
+        answer.lost = self.lost(next(), &checked, &adopted, Some(&floors))?;
         let mut met: Vec<Option<Met>> = vec![None; claims.len()];
         for batch in &batches {
             self.parse_claims(batch, claims, next(), &mut met)?;

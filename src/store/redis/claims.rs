@@ -18,8 +18,8 @@ use crate::coordinates::TopicTag;
 use crate::store::judge::{self, Filter, Maps, Verdict};
 use crate::store::value::ClaimValue;
 use crate::store::{
-    millis, spec, Claim, ClaimOutcome, ClaimStore, EarlyRun, FilterFill, IdentityFound, Marked,
-    PartitionRanges, PartitionReset, Publish, Restored, RoundAnswer, RunsName, StoreError,
+    millis, spec, Check, Claim, ClaimOutcome, ClaimStore, EarlyRun, FilterFill, IdentityFound,
+    Marked, PartitionRanges, PartitionReset, Publish, Restored, RoundAnswer, RunsName, StoreError,
     StoreIdentity, StoreStats, StreamId, StreamLost,
 };
 
@@ -71,6 +71,7 @@ impl ClaimStore for RedisStore {
             adopted: &adopted,
             layouts: &self.layouts,
             cluster: self.conn.is_cluster(),
+            floors: &self.floors,
             clear: self.ask_overflow.then_some(&clear),
         };
         let mut plan = {
@@ -152,6 +153,11 @@ impl ClaimStore for RedisStore {
         for lost in behind {
             answer.lost.retain(|l| l.stream != lost.stream);
             answer.lost.push(lost);
+        }
+        if answer.lost.iter().any(|l| l.how == Check::Behind) {
+            // The next round's check marks the identity gone back, so
+            // every replica stops.
+            self.connection_may_have_changed();
         }
         let (mut held, learnt) = existing(&plan.claims, answers.claims, claims.len())?;
         self.learn(sent, learnt);

@@ -17,10 +17,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use redis::{RedisResult, Value};
 
 use super::conn::{reply_error, Keyed};
-use super::{tier1, RedisStore};
+use super::{marks, tier1, RedisStore};
+use crate::store::marks::Floors;
 use crate::store::{
-    check_identity, lost_among, spec, Claim, IdentityFound, StoreError, StoreIdentity, StreamId,
-    StreamLost, StreamSpec,
+    check_identity, lost_among, spec, Check, Claim, IdentityFound, StoreError, StoreIdentity,
+    StreamId, StreamLost, StreamSpec,
 };
 
 /// Hash tags a stream's tier-1 keys fall in (`tier1::tag`: 6 bits).
@@ -164,12 +165,26 @@ pub(crate) fn write_rest(
 }
 
 /// A round's identity reads: per adopted stream, the tags its claims
-/// touch.
+/// touch, each tag's identity and progress mark (`marks.rs`) together (one
+/// slot: on a cluster one `MGET` of the two per tag; standalone one `MGET`
+/// per stream). The marks are compared with the floors taken when the
+/// round was planned: a live store's marks are at least those, whatever
+/// floor rose while the round was on its way. A cluster client that
+/// reconnects to a node restarted from an older snapshot fails no trip, so
+/// this read, not a reconnect, is what finds it at the next round.
 pub(crate) struct RoundReads {
-    /// Per stream read: the identity adopted, and how many values its
-    /// commands answer.
-    streams: Vec<(StreamId, StoreIdentity, usize)>,
+    streams: Vec<StreamRead>,
     commands: Vec<Keyed>,
+}
+
+/// One stream's part of a round's read.
+struct StreamRead {
+    stream: StreamId,
+    adopted: StoreIdentity,
+    /// The tags read, each with its floor when the round was planned.
+    tags: Vec<(u8, u64)>,
+    /// How many commands read them.
+    commands: usize,
 }
 
 impl RoundReads {
@@ -178,6 +193,7 @@ impl RoundReads {
         streams: &[StreamSpec],
         claims: &[Claim],
         adopted: &HashMap<usize, StoreIdentity>,
+        floors: &Floors,
         cluster: bool,
     ) -> Result<RoundReads, StoreError> {
         let mut tags: BTreeMap<usize, BTreeSet<u8>> = BTreeMap::new();
@@ -194,11 +210,26 @@ impl RoundReads {
         };
         for (stream, tags) in tags {
             let key_id = &spec(streams, StreamId(stream))?.key_id;
-            let keys: Vec<Vec<u8>> = tags.iter().map(|&t| key(prefix, key_id, t)).collect();
-            let commands = reads(keys, cluster);
-            let identity = adopted[&stream];
-            out.streams
-                .push((StreamId(stream), identity, commands.len()));
+            let floor = floors.of(stream);
+            let pairs: Vec<[Vec<u8>; 2]> = tags
+                .iter()
+                .map(|&t| [key(prefix, key_id, t), marks::key(prefix, key_id, t)])
+                .collect();
+            let commands: Vec<Keyed> = if cluster {
+                pairs.into_iter().map(|pair| mget(pair.to_vec())).collect()
+            } else {
+                vec![mget(pairs.into_iter().flatten().collect())]
+            };
+            let tags = tags
+                .iter()
+                .map(|&t| (t, floor.get(usize::from(t)).copied().unwrap_or(0)))
+                .collect();
+            out.streams.push(StreamRead {
+                stream: StreamId(stream),
+                adopted: adopted[&stream],
+                tags,
+                commands: commands.len(),
+            });
             out.commands.extend(commands);
         }
         Ok(out)
@@ -208,7 +239,8 @@ impl RoundReads {
         &self.commands
     }
 
-    /// The streams whose identity the round found missing or changed.
+    /// The streams whose identity the round found missing or changed, or
+    /// a tag's mark below its floor (`Behind`).
     pub(crate) fn judge(
         &self,
         answers: Vec<RedisResult<Value>>,
@@ -220,9 +252,34 @@ impl RoundReads {
         }
         let mut answers = answers.into_iter();
         let mut lost = Vec::new();
-        for (stream, identity, count) in &self.streams {
-            let read = values(answers.by_ref().take(*count).collect())?;
-            let how = check_identity(identity, read.iter().map(Option::as_deref));
+        for StreamRead {
+            stream,
+            adopted: identity,
+            tags,
+            commands,
+        } in &self.streams
+        {
+            let read = values(answers.by_ref().take(*commands).collect())?;
+            if read.len() != tags.len() * 2 {
+                return Err(StoreError::Protocol(
+                    "store identity reads answered short".into(),
+                ));
+            }
+            let identities = read.iter().step_by(2).map(Option::as_deref);
+            let mut how = check_identity(identity, identities);
+            if !how.lost() {
+                let marks = read.iter().skip(1).step_by(2);
+                let behind = marks.zip(tags).any(|(mark, &(_, floor))| {
+                    let mark = mark
+                        .as_deref()
+                        .and_then(|m| std::str::from_utf8(m).ok()?.parse::<u64>().ok())
+                        .unwrap_or(0);
+                    mark < floor
+                });
+                if behind {
+                    how = Check::Behind;
+                }
+            }
             if how.lost() {
                 lost.push(StreamLost {
                     stream: *stream,
@@ -231,6 +288,18 @@ impl RoundReads {
             }
         }
         Ok(lost)
+    }
+}
+
+/// `MGET` of keys in one slot (on a cluster) or of any keys (standalone).
+fn mget(keys: Vec<Vec<u8>>) -> Keyed {
+    let mut cmd = redis::cmd("MGET");
+    for key in &keys {
+        cmd.arg(key);
+    }
+    Keyed {
+        key: keys.into_iter().next().unwrap_or_default(),
+        cmd,
     }
 }
 
@@ -370,34 +439,74 @@ mod tests {
     #[test]
     fn a_round_reads_only_the_tags_its_adopted_streams_claims_touch() {
         let adopted = HashMap::from([(0, StoreIdentity([1; 16]))]);
+        let floors = Floors::new(2, 64);
         let claims = [claim(0, 3), claim(0, 3), claim(0, 9), claim(1, 4)];
-        let standalone = RoundReads::new("ig:", &streams(), &claims, &adopted, false).unwrap();
-        assert_eq!(standalone.commands().len(), 1, "one MGET for stream a");
-        let cluster = RoundReads::new("ig:", &streams(), &claims, &adopted, true).unwrap();
-        assert_eq!(cluster.commands().len(), 2, "a GET per tag touched");
-        let none = RoundReads::new("ig:", &streams(), &claims, &HashMap::new(), false).unwrap();
-        assert!(none.commands().is_empty(), "nothing adopted, nothing read");
+        let new = |adopted: &HashMap<usize, StoreIdentity>, cluster| {
+            RoundReads::new("ig:", &streams(), &claims, adopted, &floors, cluster).unwrap()
+        };
+        assert_eq!(
+            new(&adopted, false).commands().len(),
+            1,
+            "one MGET for stream a"
+        );
+        assert_eq!(
+            new(&adopted, true).commands().len(),
+            2,
+            "an MGET of identity and mark per tag touched"
+        );
+        assert!(
+            new(&HashMap::new(), false).commands().is_empty(),
+            "nothing adopted, nothing read"
+        );
     }
 
     #[test]
-    fn a_tag_without_the_identity_marks_its_stream_lost() {
+    fn a_tag_without_the_identity_or_below_its_floor_marks_its_stream_lost() {
         let identity = StoreIdentity([1; 16]);
         let adopted = HashMap::from([(0, identity)]);
+        let floors = Floors::new(2, 64);
         let claims = [claim(0, 3), claim(0, 9)];
-        let reads = RoundReads::new("ig:", &streams(), &claims, &adopted, true).unwrap();
-        let held = || Ok(Value::BulkString(identity.to_hex().into_bytes()));
-        assert!(reads.judge(vec![held(), held()]).unwrap().is_empty());
-        let lost = reads.judge(vec![held(), Ok(Value::Nil)]).unwrap();
+        let reads = RoundReads::new("ig:", &streams(), &claims, &adopted, &floors, true).unwrap();
+        let id = || Value::BulkString(identity.to_hex().into_bytes());
+        let mark = |m: u64| Value::BulkString(m.to_string().into_bytes());
+        let pair = |a: Value, b: Value| Ok(Value::Array(vec![a, b]));
+        assert!(reads
+            .judge(vec![pair(id(), mark(4)), pair(id(), Value::Nil)])
+            .unwrap()
+            .is_empty());
+        let lost = reads
+            .judge(vec![pair(id(), mark(4)), pair(Value::Nil, mark(4))])
+            .unwrap();
         assert_eq!(lost.len(), 1);
         assert_eq!(lost[0].stream, StreamId(0));
-        let standalone = RoundReads::new("ig:", &streams(), &claims, &adopted, false).unwrap();
+        assert_eq!(lost[0].how, Check::Missing);
+        let standalone =
+            RoundReads::new("ig:", &streams(), &claims, &adopted, &floors, false).unwrap();
         let mget = Ok(Value::Array(vec![
             Value::BulkString(StoreIdentity([2; 16]).to_hex().into_bytes()),
-            Value::BulkString(identity.to_hex().into_bytes()),
+            mark(1),
+            id(),
+            mark(1),
         ]));
-        assert_eq!(
-            standalone.judge(vec![mget]).unwrap()[0].how,
-            crate::store::Check::Changed
-        );
+        assert_eq!(standalone.judge(vec![mget]).unwrap()[0].how, Check::Changed);
+        // Floors taken when the round is planned: tag 9 at 5.
+        let mut raised = vec![0; 64];
+        raised[9] = 5;
+        floors.raise(0, &raised);
+        let reads = RoundReads::new("ig:", &streams(), &claims, &adopted, &floors, true).unwrap();
+        let lost = reads
+            .judge(vec![pair(id(), mark(0)), pair(id(), mark(4))])
+            .unwrap();
+        assert_eq!(lost[0].how, Check::Behind, "tag 9 at 4, its floor 5");
+        assert!(reads
+            .judge(vec![pair(id(), mark(0)), pair(id(), mark(5))])
+            .unwrap()
+            .is_empty());
+        // A floor that rose after the plan does not judge this round.
+        floors.raise(0, &[9; 64]);
+        assert!(reads
+            .judge(vec![pair(id(), mark(0)), pair(id(), mark(5))])
+            .unwrap()
+            .is_empty());
     }
 }

@@ -99,6 +99,9 @@ pub(crate) struct Setting<'a> {
     /// Each stream's tier-1 layout, by stream index.
     pub(crate) layouts: &'a [StreamLayout],
     pub(crate) cluster: bool,
+    /// This replica's floors of the progress marks, read beside the
+    /// identities (`identity::RoundReads`).
+    pub(crate) floors: &'a crate::store::marks::Floors,
     /// Generations known without an overflow part: probed without it;
     /// `None` where rounds do not ask (every part probed).
     pub(crate) clear: Option<&'a Clear>,
@@ -126,6 +129,7 @@ impl<'a> Plan<'a> {
             adopted,
             layouts,
             cluster,
+            floors,
             clear,
         } = setting;
         let Native { sweeps, now } = native;
@@ -204,7 +208,7 @@ impl<'a> Plan<'a> {
             releases,
             streams: ids,
             reads,
-            identities: RoundReads::new(prefix, streams, claims, adopted, cluster)?,
+            identities: RoundReads::new(prefix, streams, claims, adopted, floors, cluster)?,
             claims: sets,
             native,
             native_commands,
