@@ -2,10 +2,10 @@
 //! §8.2): a replica raises its progress-mark floors from its own bumps and
 //! from the partitions it is assigned, but another replica's last commit on
 //! the partitions it does not own may record higher marks, on tags this
-//! one has not bumped since. Every `[store] identity_check_interval` this
-//! task reads every input partition's committed metadata (without waiting
-//! for open transactions: a mark they carry was acknowledged by the store)
-//! and raises the store's floors; where one rose, the next round checks the
+//! one has not bumped since. At start and every `[store]
+//! identity_check_interval` after, this task reads every input partition's
+//! committed metadata (without waiting for open transactions,
+//! `group::client_reading_pending`) and raises the store's floors; where one rose, the next round checks the
 //! marks before it claims, and the timed identity check compares them.
 //! One offset fetch a stream and interval.
 
@@ -46,10 +46,15 @@ pub async fn raise_from_commits(
     let every = config.identity_check_interval;
     let config = Arc::new(config);
     let mut consumer: Option<Arc<BaseConsumer<QuietContext>>> = None;
+    let mut first = true;
     loop {
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = stop.changed() => break,
+        // The first at once: a start that could not read the commits
+        // (`app/identity.rs`) has its floors from them soon after.
+        if !std::mem::take(&mut first) {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = stop.changed() => break,
+            }
         }
         let client = match &consumer {
             Some(client) => client.clone(),

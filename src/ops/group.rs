@@ -47,11 +47,12 @@ pub(crate) fn client(config: &Config) -> Result<(BaseConsumer<QuietContext>, Str
 
 /// [`client`], reading committed offsets without waiting for the
 /// transactions still open on them (`isolation.level` read_uncommitted:
-/// the offset fetch does not require stable offsets). For the progress
-/// marks at start: a mark an open transaction's commit carries was
-/// acknowledged by the store, so it bounds the store whether or not the
-/// transaction commits, and a replica killed in a transaction must not
-/// hold its successor's start for the transaction timeout.
+/// the offset fetch does not require stable offsets, so a partition with
+/// an open transaction answers its last committed offset instead of an
+/// error retried until it is decided). For the progress marks: a replica
+/// killed inside a transaction must not hold its successor's start for
+/// the transaction timeout, and the last committed marks are floors as
+/// good as any.
 pub(crate) fn client_reading_pending(
     config: &Config,
 ) -> Result<BaseConsumer<QuietContext>, GroupError> {

@@ -13,22 +13,23 @@
 //!
 //! Each replica keeps a floor per place: the highest mark it has seen,
 //! from its own bumps and from the group's committed metadata (at start,
-//! at assignment). A store whose mark lies below a floor lost writes. The
+//! on the identity-check timer, at assignment). A store whose mark lies below a floor lost writes. The
 //! comparison is the store's, atomic with the bump: a bump below the floor
 //! is refused, so writers that never saw the floor cannot grow the counter
 //! back past what was lost, and the refusing replica marks the place's
 //! identity gone back (`identity::WENT_BACK`), so every replica's next
-//! round stops too. Raising a floor, and any trip that failed (a
-//! reconnect, perhaps to another server), make the next round check the
-//! marks before it claims.
+//! round stops too. Every round also reads the marks of the places it
+//! claims in, against the floors taken when it was planned. Raising a
+//! floor, and any trip that failed (a reconnect, perhaps to another
+//! server), make the next round check every place first.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// What a bump or a check of a stream's marks answered.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Marked {
-    /// The store keeps no marks (PostgreSQL and the memory store, for
-    /// now): the commit records none.
+    /// The store keeps no marks (the memory store, which dies with its
+    /// replica): the commit records none.
     Unkept,
     /// Every place's mark, in place order, at or above the floor.
     At(Vec<u64>),

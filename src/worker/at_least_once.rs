@@ -140,8 +140,11 @@ impl Worker {
             // The progress marks, bumped after every claim this commit
             // relies on; a fail-closed stream that cannot record them
             // commits nothing this time.
+            let mut superseded = superseded;
             for held in marks::stamp(&store, &clock, &covered, &mut offsets, deadline).await {
                 offsets = marks::without(&offsets, &held.topics);
+                // Their commits stay as they were, naming what they named.
+                superseded.retain(|name| name.stream.0 != held.stream);
             }
             if offsets.count() == 0 {
                 return Ok(());
@@ -194,7 +197,9 @@ impl Worker {
                 element.set_metadata(prepared.text);
                 list.writes.extend(prepared.write);
                 list.superseded.extend(prepared.superseded);
-                list.covered.add(stream, self.fail_open(stream), &c.tp.0);
+                if p.flight.lost(stream).is_none() {
+                    list.covered.add(stream, self.fail_open(stream), &c.tp.0);
+                }
             }
         }
         list

@@ -238,7 +238,9 @@ impl Worker {
                 element.set_metadata(prepared.text);
                 writes.extend(prepared.write);
                 superseded.extend(prepared.superseded);
-                covered.add(stream, self.fail_open(stream), &c.tp.0);
+                if p.flight.lost(stream).is_none() {
+                    covered.add(stream, self.fail_open(stream), &c.tp.0);
+                }
             }
         }
         // The records of finished runs the offsets' metadata names, in the

@@ -31,6 +31,9 @@ pub struct Named {
     pub reference: RunsRef,
     /// The record's name in the store.
     pub name: RunsName,
+    /// The progress marks the commit recorded, carried by a commit made
+    /// again.
+    pub marks: Vec<u64>,
 }
 
 /// The partitions of `committed` whose metadata names a record of runs.
@@ -45,6 +48,7 @@ pub fn named(stream: StreamId, key_id: &str, committed: &[Committed]) -> Vec<Nam
             Some(Named {
                 committed: c.clone(),
                 gap_free: parsed.gap_free,
+                marks: parsed.marks.clone(),
                 reference,
                 name: RunsName {
                     stream,
@@ -148,7 +152,7 @@ pub fn recreate(
     if let Some(metadata) = metadata::inline(key_id, missing.gap_free, runs) {
         return Recreate::Recommit {
             record: None,
-            metadata,
+            metadata: metadata + &metadata::marks_word(&missing.marks),
         };
     }
     let name = RunsName {
@@ -165,7 +169,7 @@ pub fn recreate(
                 sequence,
                 digest,
             }),
-            marks: Vec::new(),
+            marks: missing.marks.clone(),
         },
     );
     Recreate::Recommit {

@@ -33,7 +33,7 @@ fn named_commit(offset: i64, runs: &[(i64, i64)]) -> Named {
                 sequence: 7,
                 digest: metadata::digest(&content),
             }),
-            marks: Vec::new(),
+            marks: vec![3, 4],
         },
     );
     let mut found = named(StreamId(0), KEY_ID, &[committed(offset, text)]);
@@ -137,6 +137,11 @@ fn outputs_past_the_named_runs_go_into_a_new_record_and_commit() {
         panic!("a reference: {text}");
     };
     assert_eq!((reference.writer, reference.sequence), (9, 4));
+    assert_eq!(
+        read.marks,
+        vec![3, 4],
+        "the commit's progress marks carried"
+    );
     assert!(holds(&reference, Some(&content)));
     let back = metadata::parse_runs(std::str::from_utf8(&content).unwrap()).unwrap();
     assert_eq!(back, more);
@@ -162,4 +167,9 @@ fn runs_that_fit_go_inline_into_the_new_commit() {
     };
     let read = metadata::parse(KEY_ID, &text).unwrap().unwrap();
     assert_eq!(read.runs, Runs::Inline(vec![(101, 150), (160, 161)]));
+    assert_eq!(
+        read.marks,
+        vec![3, 4],
+        "the commit's progress marks carried"
+    );
 }

@@ -7,7 +7,8 @@
 //! pre-commit step), not per round, so sharing it serializes no claim.
 //!
 //! One statement compares the mark with the floor, bumps it, and below the
-//! floor marks the identity gone back, as the Redis script does.
+//! floor marks the identity gone back, as the Redis script does. A check
+//! writes nothing else (the timed check runs it every few seconds).
 
 use super::round::{boxed, pipeline};
 use super::{PostgresStore, Session};
@@ -24,22 +25,28 @@ pub(super) fn row(key_id: &str) -> String {
 /// mark after the step; below the floor (bump or check) it is unchanged,
 /// and the identity is prefixed with `back:` (`identity::WENT_BACK`).
 pub(super) fn statement(identities: &str) -> String {
+    // `cur` is the mark before the statement; `up` writes only a bump at
+    // or above the floor, a raise above the mark, or a first row (a check
+    // writes nothing unless it marks the identity).
     format!(
-        "WITH m AS (\
-           INSERT INTO {identities} AS i (stream, identity) VALUES ($1, \
-             CASE WHEN $3::text = 'r' THEN $2::bigint::text \
-                  WHEN $3::text = '1' AND $2::bigint <= 0 THEN '1' ELSE '0' END) \
+        "WITH cur AS (SELECT identity::bigint AS mark FROM {identities} WHERE stream = $1), \
+         up AS (\
+           INSERT INTO {identities} AS i (stream, identity) \
+           SELECT $1, CASE WHEN $3::text = 'r' THEN $2::bigint::text \
+                           WHEN $3::text = '1' AND $2::bigint <= 0 THEN '1' ELSE '0' END \
+           WHERE $3::text <> '0' \
            ON CONFLICT (stream) DO UPDATE SET identity = CASE \
-             WHEN $3::text = 'r' THEN GREATEST(i.identity::bigint, $2::bigint)::text \
-             WHEN i.identity::bigint < $2::bigint THEN i.identity \
-             WHEN $3::text = '1' THEN (i.identity::bigint + 1)::text \
-             ELSE i.identity END \
+             WHEN $3::text = 'r' THEN $2::bigint::text \
+             ELSE (i.identity::bigint + 1)::text END \
+           WHERE ($3::text = 'r' AND i.identity::bigint < $2::bigint) \
+              OR ($3::text = '1' AND i.identity::bigint >= $2::bigint) \
            RETURNING identity::bigint AS mark), \
+         now AS (SELECT COALESCE((SELECT mark FROM up), (SELECT mark FROM cur), 0) AS mark), \
          back AS (\
            UPDATE {identities} SET identity = 'back:' || identity \
            WHERE stream = $4 AND identity NOT LIKE 'back:%' AND $3::text <> 'r' \
-             AND (SELECT mark FROM m) < $2::bigint RETURNING 1) \
-         SELECT mark FROM m"
+             AND (SELECT mark FROM now) < $2::bigint RETURNING 1) \
+         SELECT mark FROM now"
     )
 }
 

@@ -150,14 +150,23 @@ impl ClaimStore for RedisStore {
         answer.lost = plan
             .identities
             .judge(std::mem::take(&mut answers.identities))?;
+        // What the identities say wins (missing names the likelier cause).
         for lost in behind {
-            answer.lost.retain(|l| l.stream != lost.stream);
-            answer.lost.push(lost);
+            if answer.lost.iter().all(|l| l.stream != lost.stream) {
+                answer.lost.push(lost);
+            }
         }
-        if answer.lost.iter().any(|l| l.how == Check::Behind) {
-            // The next round's check marks the identity gone back, so
-            // every replica stops.
-            self.connection_may_have_changed();
+        // A mark below its floor: the check marks the identity gone back
+        // now, so every replica stops at its next round. Once or so per
+        // replica: the worker claims nothing more for a lost stream.
+        let behind: Vec<StreamId> = answer
+            .lost
+            .iter()
+            .filter(|l| l.how == Check::Behind)
+            .map(|l| l.stream)
+            .collect();
+        for stream in behind {
+            let _ = self.check_marks_at(stream).await;
         }
         let (mut held, learnt) = existing(&plan.claims, answers.claims, claims.len())?;
         self.learn(sent, learnt);

@@ -94,6 +94,9 @@ pub fn lose_the_store_stamped(test: &str, stamp: Option<i64>) -> (Lost, Gate) {
         line.contains("ERROR") && line.contains("stream=bank") && line.contains("idemgate rebuild"),
         "{line}"
     );
+    // An empty store is named so, not as one that came back older, though
+    // its progress marks are gone with it.
+    assert!(line.contains("how=\"missing\""), "{line}");
     let (status, readyz) = http_get(metrics, "/readyz").unwrap();
     assert_eq!(status, 503, "/readyz must say the store lost its state");
     assert!(

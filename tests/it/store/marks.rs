@@ -3,7 +3,7 @@
 //! restore is played by writing the marks back to what an earlier
 //! snapshot held, and deleting what was claimed after it (what an RDB
 //! snapshot taken between the two commits would bring back); the e2e test
-//! `e2e::store_went_back` restarts a real server from a real snapshot.
+//! `e2e::went_back` restarts a real server from a real snapshot.
 //!
 //! Guarantee checked: once a commit recorded marks, no replica judges a
 //! claim on a store below them (every copy is answered `StoreLost`), a
