@@ -9,8 +9,7 @@ use std::process::Command;
 /// with psql's words, where the query fails: a test that cannot look must
 /// not pass.
 pub fn psql(url: &str, sql: &str) -> Vec<Vec<String>> {
-    let out = Command::new("psql")
-        .arg(url)
+    let out = client("psql", url)
         .args([
             "-X",
             "-q",
@@ -23,8 +22,6 @@ pub fn psql(url: &str, sql: &str) -> Vec<Vec<String>> {
             "-c",
             sql,
         ])
-        .env("PGSSLROOTCERT", crate::env("IDEMGATE_TEST_POSTGRES_CA"))
-        .env("PGCONNECT_TIMEOUT", "10")
         .output()
         .expect("running psql (postgresql-client)");
     assert!(
@@ -110,12 +107,9 @@ pub fn unsettled_claims(url: &str, schema: &str, key_id: &str) -> Vec<String> {
 
 /// `pg_dump` of one schema to `to`: a backup to restore later.
 pub fn dump_schema(url: &str, schema: &str, to: &std::path::Path) {
-    let out = Command::new("pg_dump")
-        .arg(url)
+    let out = client("pg_dump", url)
         .args(["--schema", schema, "--no-owner", "-f"])
         .arg(to)
-        .env("PGSSLROOTCERT", crate::env("IDEMGATE_TEST_POSTGRES_CA"))
-        .env("PGCONNECT_TIMEOUT", "10")
         .output()
         .expect("running pg_dump (postgresql-client)");
     assert!(
@@ -129,12 +123,9 @@ pub fn dump_schema(url: &str, schema: &str, to: &std::path::Path) {
 /// backup restored over the live database, everything written since gone.
 pub fn restore_schema(url: &str, schema: &str, dump: &std::path::Path) {
     psql(url, &format!("DROP SCHEMA {schema} CASCADE"));
-    let out = Command::new("psql")
-        .arg(url)
+    let out = client("psql", url)
         .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-f"])
         .arg(dump)
-        .env("PGSSLROOTCERT", crate::env("IDEMGATE_TEST_POSTGRES_CA"))
-        .env("PGCONNECT_TIMEOUT", "10")
         .output()
         .expect("running psql (postgresql-client)");
     assert!(
@@ -142,4 +133,15 @@ pub fn restore_schema(url: &str, schema: &str, dump: &std::path::Path) {
         "restoring {schema} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A PostgreSQL client program (`psql`, `pg_dump`) on `url`, over TLS
+/// against the test services' CA.
+fn client(program: &str, url: &str) -> Command {
+    let mut command = Command::new(program);
+    command
+        .arg(url)
+        .env("PGSSLROOTCERT", crate::env("IDEMGATE_TEST_POSTGRES_CA"))
+        .env("PGCONNECT_TIMEOUT", "10");
+    command
 }

@@ -366,6 +366,7 @@ impl RedisCluster {
                     break;
                 }
                 assert!(Instant::now() < until, "cluster not ok within 30 s");
+                // The nodes agree on their own time: asked again.
                 std::thread::sleep(Duration::from_millis(100));
             }
         }

@@ -11,7 +11,9 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use idemgate_testkit::check::{check, Expect};
-use idemgate_testkit::kafka::{committed_offsets, read_inputs_as_delivered, Producer, Topics};
+use idemgate_testkit::kafka::{
+    committed_offsets, read_inputs_as_delivered, Producer, Reader, Topics,
+};
 use idemgate_testkit::servers::{
     claim_ttls, free_port, is_identity_key, scan, unsettled_claims, RedisServer, ServerOptions,
 };
@@ -142,14 +144,7 @@ pub fn lose_the_store_stamped(test: &str, stamp: Option<i64>) -> (Lost, Gate) {
     // offsets stay where the first run left them. The reader keeps reading
     // for a while: an output decided on the empty store arrives then.
     let mut reader = first.reader;
-    reader.read_for(SETTLE);
-    let late_ids: std::collections::HashSet<&str> = late.iter().map(|p| p.id.as_str()).collect();
-    let decided: Vec<String> = reader
-        .records
-        .iter()
-        .filter(|out| late_ids.contains(out.test_id()))
-        .map(|out| format!("{} {}", out.test_id(), out.decision()))
-        .collect();
+    let decided = decided_after(&mut reader, &late);
     assert!(
         decided.is_empty(),
         "records decided on the empty store: {decided:?}"
@@ -170,6 +165,19 @@ pub fn lose_the_store_stamped(test: &str, stamp: Option<i64>) -> (Lost, Gate) {
         late_delivered,
     };
     (lost, gate)
+}
+
+/// Reads on for `SETTLE`, then names the outputs of `late` read so far,
+/// each with its decision: what a stopped stream must not have decided.
+pub fn decided_after(reader: &mut Reader, late: &[Planned]) -> Vec<String> {
+    reader.read_for(SETTLE);
+    let late_ids: std::collections::HashSet<&str> = late.iter().map(|p| p.id.as_str()).collect();
+    reader
+        .records
+        .iter()
+        .filter(|out| late_ids.contains(out.test_id()))
+        .map(|out| format!("{} {}", out.test_id(), out.decision()))
+        .collect()
 }
 
 /// Stops the gateway (SIGTERM, exit 0) and sees its restart refused before

@@ -25,9 +25,10 @@ use idemgate_testkit::kafka::{committed_offsets, read_inputs_as_delivered, Produ
 use idemgate_testkit::postgres::{dump_schema, restore_schema};
 use idemgate_testkit::servers::{free_port, RedisCluster, RedisServer, ServerOptions};
 use idemgate_testkit::workload::{Bank, Planned};
-use idemgate_testkit::{kafka_brokers, say, unique, BOUND, SETTLE};
+use idemgate_testkit::{kafka_brokers, say, unique, BOUND};
 
 use super::group::{ends, idemgate_rebuild, process, wait_committed};
+use super::lost_store::decided_after;
 use super::monitoring::http_get;
 use super::process::{Gate, GateConfig};
 
@@ -147,14 +148,7 @@ fn a_store_that_came_back_older_stops_the_stream(test: &str, exactly_once: bool,
 
     // Nothing late is decided on the older store, and the offsets stay
     // where the second run left them.
-    reader.read_for(SETTLE);
-    let late_ids: std::collections::HashSet<&str> = late.iter().map(|p| p.id.as_str()).collect();
-    let decided: Vec<String> = reader
-        .records
-        .iter()
-        .filter(|out| late_ids.contains(out.test_id()))
-        .map(|out| format!("{} {}", out.test_id(), out.decision()))
-        .collect();
+    let decided = decided_after(&mut reader, &late);
     if let Store::Cluster(_) = store {
         // Only one node went back: rounds before the stop judged the
         // claims on the others, intact, rightly (and committed them). None
@@ -285,8 +279,8 @@ fn one_cluster_node_back_from_an_older_snapshot_stops_the_stream_until_rebuilt()
 /// restored to before them). A replica that owns no partition and made no
 /// commit learns them within a few timer intervals, and its store then
 /// answers the stream behind and marks the identity gone back, so every
-/// replica stops at its next round. Kafka's own reset tool's commits
-/// (no idemgate metadata) raise nothing.
+/// replica stops at its next round. (That a commit without idemgate's
+/// metadata raises nothing is `ops::group`'s unit test.)
 #[tokio::test(flavor = "multi_thread")]
 async fn another_replicas_commits_raise_the_floors_on_a_timer() {
     use idemgate::config::Config;
@@ -329,13 +323,6 @@ async fn another_replicas_commits_raise_the_floors_on_a_timer() {
         store.clone(),
         stop_rx,
     ));
-    // Kafka's own tool's commit: no marks, nothing raised.
-    commit_offsets_with(&kafka_brokers(), &gate.group, &topics.input, &[(0, 3)], "");
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(
-        matches!(store.check_marks(StreamId(0)).await.unwrap(), Marked::At(_)),
-        "a commit without idemgate's metadata raised a floor"
-    );
     // Another replica's commit of partition 1, marks 10 on every tag.
     let marks = vec!["a"; 64].join(",");
     let metadata = format!("idemgate/3 {key_id} gap-free m={marks}");
@@ -355,6 +342,7 @@ async fn another_replicas_commits_raise_the_floors_on_a_timer() {
             Instant::now() < until,
             "the floors did not rise within 10 s"
         );
+        // The task reads the commits on its own timer (every 200 ms here).
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let found = store.find_identity(StreamId(0)).await.unwrap();
